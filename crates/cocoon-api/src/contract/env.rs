@@ -1,0 +1,163 @@
+//! Environment variable names, flags and string defaults of `contract.md` §12.
+//! Names are kept unchanged so existing Deployments and systemd units keep working.
+
+/// §12.1 operator.
+pub mod operator {
+    /// kubeconfig path (default: in-cluster config).
+    pub const KUBECONFIG: &str = "KUBECONFIG";
+    /// Log level (default `info`).
+    pub const LOG_LEVEL: &str = "OPERATOR_LOG_LEVEL";
+    /// Registry base; required.
+    pub const OCI_REGISTRY: &str = "OCI_REGISTRY";
+    /// GCP service-account key for registry auth (beyond).
+    pub const GOOGLE_APPLICATION_CREDENTIALS: &str = "GOOGLE_APPLICATION_CREDENTIALS";
+    /// Prometheus listener; flag `--metrics-bind-address`.
+    pub const METRICS_ADDR: &str = "METRICS_ADDR";
+    /// `/healthz` and `/readyz` listener; flag `--health-probe-bind-address`.
+    pub const PROBE_ADDR: &str = "PROBE_ADDR";
+    /// Leader election on/off (unparsable = true); flag `--leader-elect`.
+    pub const LEADER_ELECT: &str = "LEADER_ELECT";
+    /// Max concurrent CocoonSet reconciles; flag `--cocoonset-concurrency`.
+    pub const COCOONSET_CONCURRENCY: &str = "COCOONSET_CONCURRENCY";
+    /// Max concurrent CocoonHibernation reconciles; flag `--hibernation-concurrency`.
+    pub const HIBERNATION_CONCURRENCY: &str = "HIBERNATION_CONCURRENCY";
+
+    /// Flag of [`METRICS_ADDR`].
+    pub const FLAG_METRICS_BIND_ADDRESS: &str = "metrics-bind-address";
+    /// Flag of [`PROBE_ADDR`].
+    pub const FLAG_HEALTH_PROBE_BIND_ADDRESS: &str = "health-probe-bind-address";
+    /// Flag of [`LEADER_ELECT`].
+    pub const FLAG_LEADER_ELECT: &str = "leader-elect";
+    /// Flag of [`COCOONSET_CONCURRENCY`].
+    pub const FLAG_COCOONSET_CONCURRENCY: &str = "cocoonset-concurrency";
+    /// Flag of [`HIBERNATION_CONCURRENCY`].
+    pub const FLAG_HIBERNATION_CONCURRENCY: &str = "hibernation-concurrency";
+
+    /// Default of [`LOG_LEVEL`].
+    pub const DEFAULT_LOG_LEVEL: &str = "info";
+    /// Default of [`METRICS_ADDR`].
+    pub const DEFAULT_METRICS_ADDR: &str = ":8080";
+    /// Default of [`PROBE_ADDR`].
+    pub const DEFAULT_PROBE_ADDR: &str = ":8081";
+    /// Default of both concurrency knobs.
+    pub const DEFAULT_CONCURRENCY: u32 = 4;
+    /// Leader-election Lease name, in the operator's own namespace.
+    pub const LEADER_ELECTION_ID: &str = "cocoon-operator.cocoonset.cocoonstack.io";
+}
+
+/// §12.2 node agent.
+pub mod node {
+    /// Node name; also the `spec.nodeName` field selector for pods.
+    pub const NODE_NAME: &str = "VK_NODE_NAME";
+    /// Value of the node label `cocoonstack.io/pool`.
+    pub const NODE_POOL: &str = "VK_NODE_POOL";
+    /// Node `InternalIP`.
+    pub const NODE_IP: &str = "VK_NODE_IP";
+    /// Copied to `node.spec.providerID`.
+    pub const PROVIDER_ID: &str = "VK_PROVIDER_ID";
+    /// `destroy` | `alert` | `keep`.
+    pub const ORPHAN_POLICY: &str = "VK_ORPHAN_POLICY";
+    /// Log level; invalid exits with status 1.
+    pub const LOG_LEVEL: &str = "VK_LOG_LEVEL";
+    /// Colon-separated kubeconfig list.
+    pub const KUBECONFIG: &str = "KUBECONFIG";
+    /// Registry base; required.
+    pub const OCI_REGISTRY: &str = "OCI_REGISTRY";
+    /// GCP key (beyond).
+    pub const GOOGLE_APPLICATION_CREDENTIALS: &str = "GOOGLE_APPLICATION_CREDENTIALS";
+    /// cocoon-net DHCP lease file.
+    pub const LEASES_PATH: &str = "VK_LEASES_PATH";
+    /// cocoon CLI path.
+    pub const COCOON_BIN: &str = "VK_COCOON_BIN";
+    /// `copy` | `ondemand` | `mmap`.
+    pub const RESTORE_MODE: &str = "VK_RESTORE_MODE";
+    /// Prometheus listener.
+    pub const METRICS_ADDR: &str = "VK_METRICS_ADDR";
+    /// Kubelet serving certificate.
+    pub const TLS_CERT: &str = "VK_TLS_CERT";
+    /// Kubelet serving key.
+    pub const TLS_KEY: &str = "VK_TLS_KEY";
+    /// Reserved capacity percentage, 0–100.
+    pub const RESERVE_PERCENT: &str = "VK_RESERVE_PERCENT";
+    /// CPU capacity override (Quantity).
+    pub const NODE_CPU: &str = "VK_NODE_CPU";
+    /// Memory capacity override (Quantity).
+    pub const NODE_MEM: &str = "VK_NODE_MEM";
+    /// Storage capacity override (Quantity).
+    pub const NODE_STORAGE: &str = "VK_NODE_STORAGE";
+    /// Hugepages capacity override (Quantity).
+    pub const NODE_HUGEPAGES: &str = "VK_NODE_HUGEPAGES";
+    /// Pod capacity.
+    pub const NODE_PODS: &str = "VK_NODE_PODS";
+    /// cocoon root directory.
+    pub const COCOON_ROOT_DIR: &str = "COCOON_ROOT_DIR";
+    /// Push zstd level (beyond; 0 = off).
+    pub const SNAPSHOT_ZSTD_LEVEL: &str = "SNAPSHOT_ZSTD_LEVEL";
+    /// Push chunk size in MiB (beyond; 0 = off).
+    pub const SNAPSHOT_CHUNK_SIZE_MIB: &str = "SNAPSHOT_CHUNK_SIZE_MIB";
+    /// Parallel chunk transfers (beyond; 0 = 8).
+    pub const SNAPSHOT_TRANSFER_CONCURRENCY: &str = "SNAPSHOT_TRANSFER_CONCURRENCY";
+    /// Push buffer cap in MiB (beyond; 0 = 9216).
+    pub const SNAPSHOT_MEMORY_BUDGET_MIB: &str = "SNAPSHOT_MEMORY_BUDGET_MIB";
+    /// Pull prefetch cap in MiB (beyond; default 2048).
+    pub const SNAPSHOT_PULL_BUDGET_MIB: &str = "SNAPSHOT_PULL_BUDGET_MIB";
+    /// Kubelet API port (beyond; default 10250).
+    pub const KUBELET_PORT: &str = "VK_KUBELET_PORT";
+    /// cocoon-net control socket (beyond; set-but-empty disables lease release).
+    pub const COCOON_NET_CONTROL_SOCKET: &str = "VK_COCOON_NET_CONTROL_SOCKET";
+    /// cgroup slice for per-VM CPU stats (beyond).
+    pub const COCOON_CGROUP_PARENT: &str = "COCOON_CGROUP_PARENT";
+    /// Peer restore staging directory (beyond).
+    pub const STAGING_DIR: &str = "VK_STAGING_DIR";
+    /// Peer restore listen address (beyond).
+    pub const PEER_ADDR: &str = "VK_PEER_ADDR";
+    /// cocoon localfile snapshot directory (beyond).
+    pub const COCOON_SNAPSHOT_DIR: &str = "VK_COCOON_SNAPSHOT_DIR";
+    /// Node snapshot CPU class label value (beyond).
+    pub const SNAPSHOT_CPU_CLASS: &str = "VK_SNAPSHOT_CPU_CLASS";
+    /// cocoon-macos binary (beyond).
+    pub const COCOON_MACOS_BIN: &str = "VK_COCOON_MACOS_BIN";
+    /// macOS guest VNC password (beyond).
+    pub const COCOON_MACOS_VNC_PASSWORD: &str = "COCOON_MACOS_VNC_PASSWORD";
+
+    /// Default of [`NODE_NAME`].
+    pub const DEFAULT_NODE_NAME: &str = "cocoon-pool";
+    /// Default of [`NODE_POOL`].
+    pub const DEFAULT_NODE_POOL: &str = "default";
+    /// Default of [`ORPHAN_POLICY`].
+    pub const DEFAULT_ORPHAN_POLICY: &str = "destroy";
+    /// Default of [`LOG_LEVEL`].
+    pub const DEFAULT_LOG_LEVEL: &str = "info";
+    /// Default of [`LEASES_PATH`].
+    pub const DEFAULT_LEASES_PATH: &str = "/var/lib/cocoon/net/leases.json";
+    /// Default of [`COCOON_BIN`].
+    pub const DEFAULT_COCOON_BIN: &str = "/usr/local/bin/cocoon";
+    /// Default of [`RESTORE_MODE`].
+    pub const DEFAULT_RESTORE_MODE: &str = "ondemand";
+    /// Default of [`METRICS_ADDR`].
+    pub const DEFAULT_METRICS_ADDR: &str = ":9091";
+    /// Default of [`TLS_CERT`].
+    pub const DEFAULT_TLS_CERT: &str = "/etc/cocoon/vk/tls/vk-kubelet.crt";
+    /// Default of [`TLS_KEY`].
+    pub const DEFAULT_TLS_KEY: &str = "/etc/cocoon/vk/tls/vk-kubelet.key";
+    /// Default of [`RESERVE_PERCENT`].
+    pub const DEFAULT_RESERVE_PERCENT: u32 = 20;
+    /// Default of [`NODE_PODS`].
+    pub const DEFAULT_NODE_PODS: u32 = 256;
+    /// Default of [`COCOON_ROOT_DIR`].
+    pub const DEFAULT_COCOON_ROOT_DIR: &str = "/var/lib/cocoon";
+    /// Default of [`SNAPSHOT_PULL_BUDGET_MIB`].
+    pub const DEFAULT_SNAPSHOT_PULL_BUDGET_MIB: u64 = 2048;
+    /// Default of [`KUBELET_PORT`].
+    pub const DEFAULT_KUBELET_PORT: u16 = 10250;
+    /// Default of [`COCOON_NET_CONTROL_SOCKET`].
+    pub const DEFAULT_COCOON_NET_CONTROL_SOCKET: &str = "/run/cocoon-net/control.sock";
+    /// Default of [`COCOON_CGROUP_PARENT`].
+    pub const DEFAULT_COCOON_CGROUP_PARENT: &str = "cocoon.slice";
+    /// Default of [`PEER_ADDR`].
+    pub const DEFAULT_PEER_ADDR: &str = ":12501";
+    /// Default of [`COCOON_SNAPSHOT_DIR`].
+    pub const DEFAULT_COCOON_SNAPSHOT_DIR: &str = "/var/lib/cocoon/snapshot/localfile";
+    /// Default of [`COCOON_MACOS_BIN`].
+    pub const DEFAULT_COCOON_MACOS_BIN: &str = "/usr/local/bin/cocoon-macos";
+}

@@ -1,0 +1,395 @@
+//! CocoonSet: one main agent VM (slot 0), `agent.replicas` sub-agents forked from it, and named
+//! toolbox VMs, each backed by a placeholder pod on a virtual node.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvFromSource, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use crate::contract::vmspec::{Backend, ConnType, Os as GuestOs, SnapshotPolicy};
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+fn is_zero_i32(n: &i32) -> bool {
+    *n == 0
+}
+fn is_zero_i64(n: &i64) -> bool {
+    *n == 0
+}
+fn default_node_pool() -> String {
+    DEFAULT_NODE_POOL.to_string()
+}
+
+/// `spec.nodePool` when the user leaves it out.
+pub const DEFAULT_NODE_POOL: &str = "default";
+
+/// CEL rule 1 on `spec`: seats can only be released for a lone main agent.
+pub const RULE_RELEASE_NEEDS_LONE_MAIN: &str = "!has(self.hibernatePolicy) || self.hibernatePolicy != 'release' || ((!has(self.agent.replicas) || self.agent.replicas == 0) && (!has(self.toolboxes) || size(self.toolboxes) == 0))";
+/// Message of CEL rule 1.
+pub const MSG_RELEASE_NEEDS_LONE_MAIN: &str =
+    "hibernatePolicy=release requires agent.replicas=0 and no toolboxes";
+/// CEL rule 2 on `spec` (a transition rule): the CPU class can be set once, never changed.
+pub const RULE_CPU_CLASS_IMMUTABLE: &str = "!has(oldSelf.snapshotCompatibilityClass) || (has(self.snapshotCompatibilityClass) && self.snapshotCompatibilityClass == oldSelf.snapshotCompatibilityClass)";
+/// Message of CEL rule 2.
+pub const MSG_CPU_CLASS_IMMUTABLE: &str = "snapshotCompatibilityClass is immutable once set";
+/// Pattern of `spec.snapshotCompatibilityClass` (a label value).
+pub const CPU_CLASS_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+/// Pattern of `spec.toolboxes[].name` (a DNS label).
+pub const TOOLBOX_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// A set of agent VMs (main + forked sub-agents) and toolbox VMs.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "cocoonset.cocoonstack.io",
+    version = "v1",
+    kind = "CocoonSet",
+    plural = "cocoonsets",
+    singular = "cocoonset",
+    namespaced,
+    status = "CocoonSetStatus",
+    shortname = "cs",
+    shortname = "cocoonsets",
+    category = "cocoon",
+    cel,
+    doc = "A set of agent microVMs: a main agent, sub-agents forked from it, and toolbox VMs.",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyAgents"}"#,
+    printcolumn = r#"{"name":"Desired","type":"integer","jsonPath":".status.desiredAgents"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(
+    validation = Rule::new(RULE_RELEASE_NEEDS_LONE_MAIN).message(MSG_RELEASE_NEEDS_LONE_MAIN),
+    validation = Rule::new(RULE_CPU_CLASS_IMMUTABLE).message(MSG_CPU_CLASS_IMMUTABLE)
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CocoonSetSpec {
+    /// `true` hibernates every managed VM of the set.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub suspend: bool,
+
+    /// Which VMs get a routine `:latest` snapshot when their pod is deleted.
+    #[serde(default)]
+    pub snapshot_policy: SnapshotPolicy,
+
+    /// `retain` keeps a suspended set's pods (and seats); `release` frees them once the
+    /// `:hibernate` snapshot is verified in the registry.
+    #[serde(default)]
+    pub hibernate_policy: HibernatePolicy,
+
+    /// Hard placement: every managed pod selects `cocoonstack.io/pool=<nodePool>`.
+    #[serde(default = "default_node_pool")]
+    pub node_pool: String,
+
+    /// Hard placement on nodes certified for this guest-visible CPU ABI. Immutable once set.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 63), pattern(CPU_CLASS_PATTERN))]
+    pub snapshot_compatibility_class: String,
+
+    /// Pins the main agent to this node; a different node than the current one migrates it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node_name: String,
+
+    /// The main agent and its sub-agents.
+    pub agent: AgentSpec,
+
+    /// Named toolbox VMs. A list-map keyed by `name`, so the API server rejects duplicates and
+    /// server-side apply merges entries by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub toolboxes: Vec<ToolboxSpec>,
+}
+
+/// What suspend does with the scheduling seats.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum HibernatePolicy {
+    #[default]
+    Retain,
+    Release,
+}
+
+impl HibernatePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retain => "retain",
+            Self::Release => "release",
+        }
+    }
+}
+
+/// How an agent VM comes to life.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentMode {
+    /// Clone from a snapshot artifact.
+    #[default]
+    Clone,
+    /// Boot a fresh VM from an image.
+    Run,
+}
+
+impl AgentMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Clone => "clone",
+            Self::Run => "run",
+        }
+    }
+}
+
+/// How a toolbox VM comes to life.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolboxMode {
+    #[default]
+    Run,
+    Clone,
+    /// Managed outside cocoon: the node agent never touches the runtime for it.
+    Static,
+}
+
+impl ToolboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Clone => "clone",
+            Self::Static => "static",
+        }
+    }
+}
+
+/// VM options shared by agents and toolboxes; their fields sit inline in both.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VmOptions {
+    #[serde(default)]
+    pub os: GuestOs,
+    #[serde(default)]
+    pub backend: Backend,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conn_type: Option<ConnType>,
+    /// CNI conflist name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub network: String,
+    /// Bypass the node's image cache.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub force_pull: bool,
+    #[serde(default, skip_serializing_if = "is_false", rename = "noDirectIO")]
+    pub no_direct_io: bool,
+    /// TCP readiness probe port instead of ICMP; 0 = unset.
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    #[schemars(range(min = 0, max = 65535))]
+    pub probe_port: i32,
+    /// Disk size; also the container's ephemeral-storage request and limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Quantity>,
+    /// Goes onto the placeholder container, not into an annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// The main agent and its sub-agents.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSpec {
+    /// Number of sub-agents; the main always exists in addition.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+    /// Image or snapshot reference the VMs boot from.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    #[serde(default)]
+    pub mode: AgentMode,
+    #[serde(flatten)]
+    pub vm: VmOptions,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from: Vec<EnvFromSource>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_account_name: String,
+}
+
+/// A named toolbox VM.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolboxSpec {
+    /// Toolbox identity; the pod is `<cs>-<name>`.
+    #[schemars(length(min = 1, max = 63), pattern(TOOLBOX_NAME_PATTERN))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image: String,
+    #[serde(default)]
+    pub mode: ToolboxMode,
+    /// `static` only: pre-written as `vm.cocoonstack.io/ip`.
+    #[serde(default, skip_serializing_if = "String::is_empty", rename = "staticIP")]
+    pub static_ip: String,
+    /// `static` only: pre-written as `vm.cocoonstack.io/id`.
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        rename = "staticVMID"
+    )]
+    pub static_vm_id: String,
+    /// `static` only: pre-written as `vm.cocoonstack.io/vnc-port` when > 0.
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    #[schemars(range(min = 0, max = 65535))]
+    pub vnc_port: i32,
+    #[serde(flatten)]
+    pub vm: VmOptions,
+}
+
+/// CocoonSet phase.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CocoonSetPhase {
+    Pending,
+    Scaling,
+    Running,
+    Suspending,
+    Suspended,
+    Waking,
+    Migrating,
+    Failed,
+}
+
+impl CocoonSetPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Scaling => "Scaling",
+            Self::Running => "Running",
+            Self::Suspending => "Suspending",
+            Self::Suspended => "Suspended",
+            Self::Waking => "Waking",
+            Self::Migrating => "Migrating",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+impl std::fmt::Display for CocoonSetPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of a CocoonSet.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CocoonSetStatus {
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub observed_generation: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<CocoonSetPhase>,
+    /// Ready agent pods (main + sub-agents). Always written, also 0.
+    #[serde(default)]
+    pub ready_agents: i32,
+    /// `1 + spec.agent.replicas`.
+    #[serde(default)]
+    pub desired_agents: i32,
+    #[serde(default)]
+    pub ready_toolboxes: i32,
+    #[serde(default)]
+    pub desired_toolboxes: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["slot".into()]))]
+    pub agents: Vec<AgentStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub toolboxes: Vec<ToolboxStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// One existing agent pod.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    /// 0 = main.
+    pub slot: i32,
+    /// `main` or `sub-agent`.
+    pub role: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vm_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty", rename = "vmID")]
+    pub vm_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ip: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    /// Sub-agents: the main's VM name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub forked_from: String,
+}
+
+/// One existing toolbox pod.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolboxStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vm_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty", rename = "vmID")]
+    pub vm_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ip: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub conn_type: String,
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub vnc_port: i32,
+}
+
+impl CocoonSetSpec {
+    /// A spec with every schema default applied and the given image, for code-built objects.
+    pub fn with_image(image: impl Into<String>) -> Self {
+        Self {
+            suspend: false,
+            snapshot_policy: SnapshotPolicy::default(),
+            hibernate_policy: HibernatePolicy::default(),
+            node_pool: default_node_pool(),
+            snapshot_compatibility_class: String::new(),
+            node_name: String::new(),
+            agent: AgentSpec {
+                image: image.into(),
+                ..AgentSpec::default()
+            },
+            toolboxes: Vec::new(),
+        }
+    }
+
+    /// Apply the schema defaults to fields a code-built object may have left empty
+    /// (enums default through their types; the pool is a free string).
+    pub fn apply_defaults(&mut self) {
+        if self.node_pool.is_empty() {
+            self.node_pool = default_node_pool();
+        }
+    }
+
+    /// `1 + agent.replicas` (negative replicas count as 0).
+    pub fn desired_agents(&self) -> i32 {
+        1 + self.agent.replicas.max(0)
+    }
+
+    /// Toolbox names that appear more than once, sorted.
+    pub fn duplicate_toolbox_names(&self) -> Vec<String> {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for t in &self.toolboxes {
+            *seen.entry(t.name.as_str()).or_default() += 1;
+        }
+        seen.into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+}

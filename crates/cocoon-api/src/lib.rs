@@ -1,0 +1,9 @@
+//! The CocoonSet and CocoonHibernation custom resources and the cocoonstack wire contract.
+//! Domain types only: nothing here talks to the API server.
+
+pub mod contract;
+pub mod crd;
+pub mod naming;
+
+pub use crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, CocoonHibernationStatus};
+pub use crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};

@@ -1,0 +1,1 @@
+//! The node agent: Node + Lease, pod sync, runtime backends (filled by the node-agent issue).

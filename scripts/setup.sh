@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# setup.sh -- installs everything the demo and the tests need on a fresh machine, idempotently:
+# Debian packages, Debian's docker-registry (extracted, not started), and the upstream
+# Kubernetes control plane built from Go modules into a cache outside the repository.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+need_pkgs=()
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
+command -v dpkg-deb >/dev/null 2>&1 || need_pkgs+=(dpkg)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  log "installing Debian packages: ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+command -v go >/dev/null 2>&1 || { echo "setup: Go (1.26.x) is required to build the upstream control plane" >&2; exit 1; }
+command -v cargo >/dev/null 2>&1 || { echo "setup: a stable Rust toolchain (cargo) is required" >&2; exit 1; }
+
+log "local OCI registry (Debian docker-registry)"
+"$root/crates/cocoon-testenv/fetch-registry.sh" >/dev/null
+
+log "upstream control plane (cached; a cold build takes several minutes)"
+"$root/crates/cocoon-testenv/upstream/build.sh" >/dev/null
