@@ -1,0 +1,407 @@
+//! The CocoonHibernation controller: watches the CRs and the pods they name, runs the pure
+//! rules of [`decide`] and applies their plans (pod patches, status, events, registry tags).
+
+pub mod decide;
+#[cfg(test)]
+mod decide_tests;
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cocoon_api::contract::{annotations as ann, finalizers, tags};
+use cocoon_api::crd::hibernation::CocoonHibernation;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::{WatchStreamExt, watcher::watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, error, info, warn};
+
+use self::decide::{EventPlan, Finish, Observed, PhaseMetric, PodFacts, PodView, Probe, Timing};
+use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, ResultLabel};
+use crate::registry::TagRegistry;
+use crate::stripes::Stripes;
+
+const CONTROLLER: &str = "cocoonhibernation";
+
+/// A pass failed; the controller logs it and retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("registry: {0}")]
+    Registry(String),
+    #[error("object has no {0}")]
+    Missing(&'static str),
+}
+
+impl Error {
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Registry(_) => "registry",
+            Error::Missing(_) => "invalid",
+        }
+    }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub registry: Arc<dyn TagRegistry>,
+    pub timing: Timing,
+    stripes: Stripes,
+    /// CR UID → the last Ready `lastTransitionTime` announced.
+    observed: Mutex<HashMap<String, Timestamp>>,
+    /// Per-CR error count for the retry backoff.
+    failures: Mutex<HashMap<String, u32>>,
+    store: Mutex<Option<Store<CocoonHibernation>>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        registry: Arc<dyn TagRegistry>,
+        timing: Timing,
+    ) -> Self {
+        Context {
+            client,
+            recorder,
+            metrics,
+            registry,
+            timing,
+            stripes: Stripes::default(),
+            observed: Mutex::default(),
+            failures: Mutex::default(),
+            store: Mutex::default(),
+        }
+    }
+
+    fn last_announced(&self, uid: &str) -> Option<Timestamp> {
+        self.observed.lock().ok().and_then(|m| m.get(uid).copied())
+    }
+
+    fn remember_announced(&self, uid: &str, at: Timestamp) {
+        if let Ok(mut m) = self.observed.lock() {
+            m.insert(uid.to_string(), at);
+        }
+    }
+
+    fn forget(&self, uid: &str) {
+        if let Ok(mut m) = self.observed.lock() {
+            m.remove(uid);
+        }
+    }
+
+    async fn publish(&self, cr: &CocoonHibernation, ev: &EventPlan) {
+        let event = KubeEvent {
+            type_: if ev.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: ev.reason.to_string(),
+            note: Some(ev.message.clone()),
+            action: ev.reason.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &cr.object_ref(&())).await {
+            warn!(error = %e, reason = ev.reason, "failed to publish event");
+        }
+    }
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let crs: Api<CocoonHibernation> = Api::all(client.clone());
+    let pods: Api<PartialObjectMeta<Pod>> = Api::all(client);
+    let controller = Controller::new(crs, watcher::Config::default().any_semantic())
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
+    let store = controller.store();
+    if let Ok(mut slot) = ctx.store.lock() {
+        *slot = Some(store.clone());
+    }
+    let pod_changes = annotation_changes(watcher(pods, watcher::Config::default().any_semantic()));
+    controller
+        .watches_stream(pod_changes, move |pod| crs_for_pod(&store, &pod))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => debug!(object = %obj, "reconciled"),
+                Err(e) => debug!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+/// Every CocoonHibernation in the pod's namespace whose `spec.podRef.name` is the pod.
+fn crs_for_pod(
+    store: &Store<CocoonHibernation>,
+    pod: &PartialObjectMeta<Pod>,
+) -> Vec<ObjectRef<CocoonHibernation>> {
+    let ns = pod.namespace();
+    let name = pod.name_any();
+    store
+        .state()
+        .iter()
+        .filter(|cr| cr.namespace() == ns && cr.spec.pod_ref.name == name)
+        .map(|cr| ObjectRef::from_obj(cr.as_ref()))
+        .collect()
+}
+
+/// Passes pod creates and deletes, and updates only when the annotations changed (the
+/// lifecycle triple, the hibernate key, the VM id), so status churn wakes nothing.
+fn annotation_changes(
+    events: impl Stream<Item = Result<WatchEvent<PartialObjectMeta<Pod>>, watcher::Error>>
+    + Send
+    + 'static,
+) -> impl Stream<Item = Result<PartialObjectMeta<Pod>, watcher::Error>> + Send + 'static {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    events.default_backoff().filter_map(move |ev| {
+        let out = match ev {
+            Err(e) => Some(Err(e)),
+            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => {
+                let key = pod.uid().unwrap_or_else(|| pod.name_any());
+                let mut h = DefaultHasher::new();
+                pod.annotations().hash(&mut h);
+                let hash = h.finish();
+                match seen.insert(key, hash) {
+                    Some(prev) if prev == hash => None,
+                    _ => Some(Ok(pod)),
+                }
+            }
+            Ok(WatchEvent::Delete(pod)) => {
+                seen.remove(&pod.uid().unwrap_or_else(|| pod.name_any()));
+                Some(Ok(pod))
+            }
+            Ok(WatchEvent::Init | WatchEvent::InitDone) => None,
+        };
+        futures::future::ready(out)
+    })
+}
+
+fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = cr.uid().unwrap_or_else(|| cr.name_any());
+    let attempts = ctx
+        .failures
+        .lock()
+        .map(|mut m| {
+            let n = m.entry(key).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        })
+        .unwrap_or(1);
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            controller: CONTROLLER.into(),
+            kind: err.kind().into(),
+        })
+        .inc();
+    // 200 ms doubling to a minute, like controller-runtime's per-item backoff.
+    let delay = Duration::from_millis(200u64.saturating_mul(1 << attempts.min(9)))
+        .min(Duration::from_secs(60));
+    warn!(name = %cr.name_any(), namespace = ?cr.namespace(), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn reconcile(cr: Arc<CocoonHibernation>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&cr, &ctx).await;
+    ctx.metrics
+        .reconcile_duration
+        .get_or_create(&ControllerLabel {
+            controller: CONTROLLER.into(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok()
+        && let Ok(mut m) = ctx.failures.lock()
+    {
+        m.remove(&cr.uid().unwrap_or_else(|| cr.name_any()));
+    }
+    result
+}
+
+async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action, Error> {
+    let ns = cr.namespace().ok_or(Error::Missing("namespace"))?;
+    let name = cr.name_any();
+    let crs: Api<CocoonHibernation> = Api::namespaced(ctx.client.clone(), &ns);
+    if cr.metadata.deletion_timestamp.is_some() {
+        return delete(cr, ctx, &crs).await;
+    }
+    let has_finalizer = cr
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizers::COCOONHIBERNATION);
+    let uid = cr.uid().unwrap_or_default();
+
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod = if has_finalizer && !cr.spec.pod_ref.name.is_empty() {
+        pods.get_opt(&cr.spec.pod_ref.name).await?
+    } else {
+        None
+    };
+    let view = match &pod {
+        None => PodView::Missing,
+        Some(p) => PodView::Present(PodFacts::from_pod(p.annotations(), container_running(p))),
+    };
+    // The stripe of the VM is held for the rest of the pass, registry calls included.
+    let _guard = match &view {
+        PodView::Present(f) if !f.vm_name.is_empty() => Some(ctx.stripes.lock(&f.vm_name).await),
+        _ => None,
+    };
+    let probe = match decide::probe_needed(cr, &view) {
+        None => Probe::NotAsked,
+        Some(vm) => match ctx.registry.has_manifest(&vm, tags::HIBERNATE).await {
+            Ok(true) => Probe::Present,
+            Ok(false) => Probe::Absent,
+            Err(e) => Probe::Failed(e.to_string()),
+        },
+    };
+    let plan = decide::plan_pass(
+        &Observed {
+            cr,
+            pod: view,
+            probe,
+            last_announced: ctx.last_announced(&uid),
+            now: Timestamp::now(),
+        },
+        &ctx.timing,
+        has_finalizer,
+    );
+
+    if plan.add_finalizer {
+        let mut list = cr.finalizers().to_vec();
+        list.push(finalizers::COCOONHIBERNATION.to_string());
+        let patch =
+            json!({"metadata": {"finalizers": list, "resourceVersion": cr.resource_version()}});
+        crs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    if let Some(ev) = &plan.retry_event {
+        ctx.publish(cr, ev).await;
+    }
+    if let Some(set) = plan.set_hibernate {
+        let value = if set {
+            json!("true")
+        } else {
+            serde_json::Value::Null
+        };
+        let patch = json!({"metadata": {"annotations": {ann::HIBERNATE: value}}});
+        pods.patch(
+            &cr.spec.pod_ref.name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    if let Some(a) = &plan.announce {
+        ctx.publish(cr, &a.event).await;
+        if let Some((which, result, seconds)) = a.metric {
+            let family = match which {
+                PhaseMetric::Hibernate => &ctx.metrics.hibernate_phase_duration,
+                PhaseMetric::Wake => &ctx.metrics.wake_phase_duration,
+            };
+            family
+                .get_or_create(&ResultLabel {
+                    result: result.to_string(),
+                })
+                .observe(seconds);
+        }
+        ctx.remember_announced(&uid, a.transition);
+    }
+    if let Some(status) = &plan.status {
+        let patch = json!({"status": status});
+        crs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    if let Some(vm) = &plan.drop_tag {
+        ctx.registry
+            .delete_tag(vm, tags::HIBERNATE)
+            .await
+            .map_err(|e| Error::Registry(format!("delete {vm}:{}: {e}", tags::HIBERNATE)))?;
+    }
+    match plan.finish {
+        Finish::Done => Ok(Action::await_change()),
+        Finish::Requeue(d) => Ok(Action::requeue(d)),
+        Finish::Error(e) => Err(Error::Registry(e)),
+    }
+}
+
+fn container_running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+        })
+}
+
+/// Deletion (`hibernation.md` §6): GC the tag unless another live CR still holds the VM or
+/// the pod, then drop the finalizer. Registry failures are logged and never block.
+async fn delete(
+    cr: &CocoonHibernation,
+    ctx: &Context,
+    crs: &Api<CocoonHibernation>,
+) -> Result<Action, Error> {
+    if !cr
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizers::COCOONHIBERNATION)
+    {
+        return Ok(Action::await_change());
+    }
+    let vm = cr
+        .status
+        .as_ref()
+        .map(|s| s.vm_name.clone())
+        .unwrap_or_default();
+    if !vm.is_empty() {
+        let _guard = ctx.stripes.lock(&vm).await;
+        let others = crs.list(&ListParams::default()).await?.items;
+        if decide::another_holder(cr, &others) {
+            info!(vm = %vm, name = %cr.name_any(), "another CocoonHibernation still tracks this VM; keeping its :hibernate tag");
+        } else if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
+            error!(vm = %vm, error = %e, "could not delete the :hibernate tag of a deleted CocoonHibernation; teardown GC may reclaim it");
+        }
+    }
+    ctx.forget(&cr.uid().unwrap_or_default());
+    let list: Vec<String> = cr
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizers::COCOONHIBERNATION)
+        .cloned()
+        .collect();
+    let patch = json!({"metadata": {"finalizers": list, "resourceVersion": cr.resource_version()}});
+    match crs
+        .patch(
+            &cr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(Action::await_change()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Action::await_change()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,8 @@
+//! The cocoon operator: the CocoonHibernation and CocoonSet controllers, their metrics and
+//! admin server. `main.rs` is a thin CLI over this library.
+
+pub mod conditions;
+pub mod hibernation;
+pub mod metrics;
+pub mod registry;
+pub mod stripes;

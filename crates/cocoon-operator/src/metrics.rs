@@ -1,0 +1,200 @@
+//! The operator's Prometheus metrics (`contract.md` §11.1), registered once per process and
+//! rendered in the OpenMetrics text format by the admin server.
+
+use cocoon_api::contract::metrics::operator as names;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// `namespace`, `cocoonset`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SetLabels {
+    pub namespace: String,
+    pub cocoonset: String,
+}
+
+/// `result` = `ok` | `timeout`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+/// `phase` before the Failed patch.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
+/// `namespace`, `cocoonset`, `placement` = `hint-node` | `pool`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlacementLabels {
+    pub namespace: String,
+    pub cocoonset: String,
+    pub placement: String,
+}
+
+/// `controller`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: String,
+}
+
+/// `controller`, `kind` (the error class).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: String,
+    pub kind: String,
+}
+
+fn phase_histogram() -> Histogram {
+    Histogram::new(names::PHASE_DURATION_BUCKETS)
+}
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0])
+}
+
+/// Every operator metric.
+pub struct Metrics {
+    pub registry: Registry,
+    pub subagent_rebuild: Family<SetLabels, Counter>,
+    pub subagent_dead_letter: Family<SetLabels, Counter>,
+    pub hibernate_phase_duration: Family<ResultLabel, Histogram>,
+    pub wake_phase_duration: Family<ResultLabel, Histogram>,
+    pub lifecycle_state_failed_observed: Family<PhaseLabel, Counter>,
+    pub slot_release_pods_deleted: Family<SetLabels, Counter>,
+    pub slot_release_wake: Family<PlacementLabels, Counter>,
+    pub slot_release_wake_unschedulable: Family<SetLabels, Counter>,
+    pub migrate_unschedulable: Family<SetLabels, Counter>,
+    pub reconcile_duration: Family<ControllerLabel, Histogram>,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+}
+
+/// Strips the `_total` suffix prometheus-client appends to counters by itself.
+fn counter_name(full: &str) -> &str {
+    full.strip_suffix("_total").unwrap_or(full)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            subagent_rebuild: Family::default(),
+            subagent_dead_letter: Family::default(),
+            hibernate_phase_duration: Family::new_with_constructor(phase_histogram),
+            wake_phase_duration: Family::new_with_constructor(phase_histogram),
+            lifecycle_state_failed_observed: Family::default(),
+            slot_release_pods_deleted: Family::default(),
+            slot_release_wake: Family::default(),
+            slot_release_wake_unschedulable: Family::default(),
+            migrate_unschedulable: Family::default(),
+            reconcile_duration: Family::new_with_constructor(reconcile_histogram),
+            reconcile_errors: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            counter_name(names::SUBAGENT_REBUILD_TOTAL),
+            "Budgeted rebuild deletes of CocoonSet pods",
+            m.subagent_rebuild.clone(),
+        );
+        registry.register(
+            counter_name(names::SUBAGENT_DEAD_LETTER_TOTAL),
+            "CocoonSet pods left in dead-letter",
+            m.subagent_dead_letter.clone(),
+        );
+        registry.register(
+            names::HIBERNATE_PHASE_DURATION_SECONDS,
+            "Time a CocoonHibernation spent in Hibernating",
+            m.hibernate_phase_duration.clone(),
+        );
+        registry.register(
+            names::WAKE_PHASE_DURATION_SECONDS,
+            "Time a CocoonHibernation spent in Waking",
+            m.wake_phase_duration.clone(),
+        );
+        registry.register(
+            counter_name(names::LIFECYCLE_STATE_FAILED_OBSERVED_TOTAL),
+            "Main agents found failed through lifecycle-state=failed",
+            m.lifecycle_state_failed_observed.clone(),
+        );
+        registry.register(
+            counter_name(names::SLOT_RELEASE_PODS_DELETED_TOTAL),
+            "Pods deleted to release their scheduling seat",
+            m.slot_release_pods_deleted.clone(),
+        );
+        registry.register(
+            counter_name(names::SLOT_RELEASE_WAKE_TOTAL),
+            "Release-policy wakes that reached a live VM",
+            m.slot_release_wake.clone(),
+        );
+        registry.register(
+            counter_name(names::SLOT_RELEASE_WAKE_UNSCHEDULABLE_TOTAL),
+            "Passes that saw a release wake pod Unschedulable",
+            m.slot_release_wake_unschedulable.clone(),
+        );
+        registry.register(
+            counter_name(names::MIGRATE_UNSCHEDULABLE_TOTAL),
+            "Migrating passes that saw the restored main Unschedulable",
+            m.migrate_unschedulable.clone(),
+        );
+        registry.register(
+            names::RECONCILE_DURATION_SECONDS,
+            "Duration of one reconcile pass",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            counter_name(names::RECONCILE_ERRORS_TOTAL),
+            "Reconcile passes that returned an error",
+            m.reconcile_errors.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_the_spec_names() {
+        let m = Metrics::new();
+        m.hibernate_phase_duration
+            .get_or_create(&ResultLabel {
+                result: "ok".into(),
+            })
+            .observe(12.0);
+        m.subagent_rebuild
+            .get_or_create(&SetLabels {
+                namespace: "ns".into(),
+                cocoonset: "demo".into(),
+            })
+            .inc();
+        let text = m.render();
+        assert!(text.contains("cocoon_operator_hibernate_phase_duration_seconds_bucket{le=\"10.0\",result=\"ok\"} 0"), "{text}");
+        assert!(text.contains("cocoon_operator_hibernate_phase_duration_seconds_bucket{le=\"30.0\",result=\"ok\"} 1"), "{text}");
+        assert!(
+            text.contains(
+                "cocoon_operator_subagent_rebuild_total{namespace=\"ns\",cocoonset=\"demo\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE cocoon_operator_hibernate_phase_duration_seconds histogram"));
+        assert!(text.contains("# TYPE cocoon_operator_subagent_rebuild counter"));
+    }
+}

@@ -1,0 +1,33 @@
+//! A real local Kubernetes control plane (etcd, kube-apiserver, kube-scheduler,
+//! kube-controller-manager, built from upstream Go modules) and an OCI registry for tests.
+//!
+//! Start order: PKI → etcd ∥ registry → apiserver (`/readyz`) → scheduler ∥ controller-manager
+//! (`/healthz`) → `sa/default` → CRDs Established. Teardown runs in reverse, registry last.
+//! Tests normally use [`shared`] (one env per process, or an external one named by
+//! `TESTENV_KUBECONFIG`/`TESTENV_REGISTRY`) through [`run_test`], isolate by namespace
+//! ([`create_namespace`]) and node name ([`unique_name`]), and get schedulable nodes from
+//! [`TestNode`].
+
+pub mod crds;
+mod env;
+mod error;
+mod kubeconfig;
+pub mod node;
+pub mod paths;
+mod pki;
+mod process;
+pub mod registry;
+mod rundir;
+mod shared;
+mod wait;
+
+pub use env::{ComponentMemory, Options, StartupReport, TestEnv};
+pub use error::{Error, Result};
+pub use node::TestNode;
+pub use registry::{Registry, RegistryAuth};
+pub use rundir::log_tails_in;
+pub use shared::{
+    DEFAULT_WAIT, LOG_TAIL_LINES, LogsOnFailure, QUIET_FILTER, Shared, TestOutcome,
+    create_namespace, delete_namespace, init_tracing, run_test, shared, try_shared, unique_name,
+};
+pub use wait::{POLL_INTERVAL, Probe, poll, wait_until};
