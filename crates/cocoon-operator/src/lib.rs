@@ -1,7 +1,9 @@
 //! The cocoon operator: the CocoonHibernation and CocoonSet controllers, their metrics and
 //! admin server. `main.rs` is a thin CLI over this library.
 
+pub mod admin;
 pub mod conditions;
+pub mod config;
 pub mod hibernation;
 pub mod metrics;
 pub mod registry;

@@ -2,9 +2,16 @@
 //! per-host node agent, `crd` prints the CustomResourceDefinitions.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use anyhow::Context;
-use clap::{Parser, Subcommand};
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use cocoon_operator::admin::{self, Readiness};
+use cocoon_operator::config::RawConfig;
+use cocoon_operator::hibernation;
+use cocoon_operator::metrics::Metrics;
+use kube::runtime::events::{Recorder, Reporter};
+use tracing::info;
 
 #[derive(Parser, Debug)]
 #[command(name = "cocoon-operator", version, about)]
@@ -16,7 +23,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Reconcile CocoonSet and CocoonHibernation resources.
-    Run,
+    Run(Box<RunArgs>),
     /// Run the node agent for this host (virtual-kubelet style).
     Node,
     /// Print the CustomResourceDefinitions as YAML (or write one file per CRD).
@@ -25,6 +32,143 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Flags of `run`; each falls back to its environment variable (an empty value is unset).
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Prometheus listener (`/metrics`).
+    #[arg(long, env = "METRICS_ADDR", value_name = "ADDR")]
+    metrics_bind_address: Option<String>,
+    /// Health probe listener (`/healthz`, `/livez`, `/readyz`).
+    #[arg(long, env = "PROBE_ADDR", value_name = "ADDR")]
+    health_probe_bind_address: Option<String>,
+    /// Leader election (on unless explicitly false).
+    #[arg(long, env = "LEADER_ELECT", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    leader_elect: Option<String>,
+    /// Concurrent CocoonSet reconciles (at least 1).
+    #[arg(long, env = "COCOONSET_CONCURRENCY", value_name = "N")]
+    cocoonset_concurrency: Option<String>,
+    /// Concurrent CocoonHibernation reconciles (at least 1).
+    #[arg(long, env = "HIBERNATION_CONCURRENCY", value_name = "N")]
+    hibernation_concurrency: Option<String>,
+    /// Registry base (host[:port][/prefix]) holding VM snapshots.
+    #[arg(long, env = "OCI_REGISTRY", value_name = "BASE")]
+    oci_registry: Option<String>,
+    /// How long a CocoonHibernation may stay Hibernating (Go duration, default 3m0s).
+    #[arg(long, env = "COCOON_HIBERNATE_TIMEOUT", value_name = "DURATION")]
+    hibernate_timeout: Option<String>,
+    /// How long a CocoonHibernation may stay Waking (default 5m0s).
+    #[arg(long, env = "COCOON_WAKE_TIMEOUT", value_name = "DURATION")]
+    wake_timeout: Option<String>,
+    /// Re-check interval while waiting on the node agent (default 5s).
+    #[arg(long, env = "COCOON_REQUEUE_INTERVAL", value_name = "DURATION")]
+    requeue_interval: Option<String>,
+    /// Log level (error, warn, info, debug, trace).
+    #[arg(long, env = "OPERATOR_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+    /// Log format.
+    #[arg(long, env = "OPERATOR_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn init_logging(level: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .with_context(|| format!("--log-level: invalid level {level:?}"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(&args.log_level, args.log_format)?;
+    let config = RawConfig {
+        oci_registry: args.oci_registry,
+        metrics_addr: args.metrics_bind_address,
+        probe_addr: args.health_probe_bind_address,
+        leader_elect: args.leader_elect,
+        cocoonset_concurrency: args.cocoonset_concurrency,
+        hibernation_concurrency: args.hibernation_concurrency,
+        hibernate_timeout: args.hibernate_timeout,
+        wake_timeout: args.wake_timeout,
+        requeue_interval: args.requeue_interval,
+    }
+    .resolve()?;
+    let registry = cocoon_operator::registry::connect(&config.oci_registry)
+        .context("construct registry client")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connect to the Kubernetes API (KUBECONFIG or in-cluster)")?;
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
+    let (maddr, paddr, serve) = admin::bind(
+        &config.metrics_addr,
+        &config.probe_addr,
+        metrics.clone(),
+        readiness.clone(),
+    )
+    .await
+    .context("bind the admin listeners")?;
+    info!(metrics = %maddr, probes = %paddr, registry = %config.oci_registry, "cocoon-operator starting");
+    if config.leader_elect {
+        info!("leader election is not built yet; this replica reconciles as the only writer");
+    }
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: cocoon_api::contract::events::COMPONENT_OPERATOR.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let hib = Arc::new(hibernation::Context::new(
+        client.clone(),
+        recorder,
+        metrics.clone(),
+        registry,
+        config.hibernation_timing,
+    ));
+    let controllers = hibernation::run(
+        hib.clone(),
+        None,
+        config.hibernation_concurrency,
+        shutdown_signal(),
+        readiness.clone(),
+    );
+    tokio::select! {
+        _ = controllers => info!("controllers stopped"),
+        res = serve => res.context("admin server")?,
+    }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,7 +186,9 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Run => anyhow::bail!("`run`: the controllers are not built yet"),
+        Command::Run(args) => tokio::runtime::Runtime::new()
+            .context("start the async runtime")?
+            .block_on(run(*args)),
         Command::Node => anyhow::bail!("`node`: the node agent is not built yet"),
     }
 }

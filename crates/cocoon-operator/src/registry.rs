@@ -30,3 +30,51 @@ pub trait TagRegistry: Send + Sync + 'static {
         tag: &'a str,
     ) -> BoxFuture<'a, Result<(), RegistryError>>;
 }
+
+/// The production registry: cocoon-registry's client for the `OCI_REGISTRY` base.
+pub struct OciTagRegistry(cocoon_registry::RegistryClient);
+
+impl OciTagRegistry {
+    pub fn new(client: cocoon_registry::RegistryClient) -> Self {
+        OciTagRegistry(client)
+    }
+}
+
+impl TagRegistry for OciTagRegistry {
+    fn has_manifest<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RegistryError>> {
+        Box::pin(async move {
+            self.0
+                .has_manifest(vm, tag)
+                .await
+                .map_err(|e| RegistryError(format!("probe {tag} snapshot {vm}: {e}")))
+        })
+    }
+
+    fn delete_tag<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<(), RegistryError>> {
+        Box::pin(async move {
+            self.0
+                .delete_tag_if_present(vm, tag)
+                .await
+                .map(|_| ())
+                .map_err(|e| RegistryError(e.to_string()))
+        })
+    }
+}
+
+/// Connects to the registry named by an `OCI_REGISTRY` value (credentials from the environment
+/// and docker config.json, as cocoon-registry resolves them).
+pub fn connect(oci_registry: &str) -> Result<std::sync::Arc<dyn TagRegistry>, RegistryError> {
+    let config = cocoon_registry::RegistryConfig::for_registry(oci_registry)
+        .map_err(|e| RegistryError(e.to_string()))?;
+    let client =
+        cocoon_registry::RegistryClient::new(config).map_err(|e| RegistryError(e.to_string()))?;
+    Ok(std::sync::Arc::new(OciTagRegistry(client)))
+}

@@ -170,6 +170,37 @@ impl Registry {
         }
     }
 
+    /// Freezes the registry process (SIGSTOP): connections are still accepted by the kernel
+    /// but never answered, which is what an overloaded or partitioned registry looks like to
+    /// a client. [`Registry::resume`] thaws it.
+    pub fn pause(&self) -> Result<()> {
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// Thaws a registry frozen by [`Registry::pause`] (SIGCONT).
+    pub fn resume(&self) -> Result<()> {
+        self.signal(libc::SIGCONT)
+    }
+
+    fn signal(&self, sig: libc::c_int) -> Result<()> {
+        let Some(pid) = self.pid() else {
+            return Err(Error::Invalid {
+                what: "registry".into(),
+                detail: "not running".into(),
+            });
+        };
+        // SAFETY: plain kill(2) on a pid this harness spawned and still owns.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(Error::Invalid {
+                what: "registry".into(),
+                detail: format!("signal {sig}: {}", std::io::Error::last_os_error()),
+            })
+        }
+    }
+
     /// Stops the process (SIGTERM, then SIGKILL after the grace period).
     pub fn shutdown(mut self) {
         self.stop();

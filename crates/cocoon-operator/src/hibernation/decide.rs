@@ -107,8 +107,8 @@ pub struct Observed<'a> {
     pub cr: &'a CocoonHibernation,
     pub pod: PodView,
     pub probe: Probe,
-    /// The last Ready `lastTransitionTime` announced for this CR's UID (the `observed` map).
-    pub last_announced: Option<Timestamp>,
+    /// The last phase exit announced for this CR's UID (the `observed` map).
+    pub last_announced: Option<Announced>,
     pub now: Timestamp,
 }
 
@@ -127,14 +127,22 @@ pub struct EventPlan {
     pub message: String,
 }
 
-/// A phase exit to announce: the Event, the histogram sample and the timestamp to remember.
+/// Identity of an announced phase exit: the Ready `lastTransitionTime` and the phase left.
+/// The API keeps that timestamp to the second, so two exits within one second (a quick
+/// hibernate then wake) differ only by the phase; a repeat caused by cache lag matches both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announced {
+    pub transition: Timestamp,
+    pub phase: Option<HibernationPhase>,
+}
+
+/// A phase exit to announce: the Event, the histogram sample and the identity to remember.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Announcement {
     pub event: EventPlan,
     /// `Some` when the current phase is `Hibernating` or `Waking`.
     pub metric: Option<(PhaseMetric, &'static str, f64)>,
-    /// The Ready `lastTransitionTime` this announcement covers.
-    pub transition: Timestamp,
+    pub announced: Announced,
 }
 
 /// How the pass ends.
@@ -392,6 +400,9 @@ struct StatusWriter {
 impl StatusWriter {
     fn new(cr: &CocoonHibernation, now: Timestamp) -> Self {
         let original = cr.status.clone().unwrap_or_default();
+        // Condition timestamps are stored to the second; deciding with the same precision
+        // keeps what this pass writes equal to what later passes read back.
+        let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
         StatusWriter {
             status: original.clone(),
             original,
@@ -497,12 +508,16 @@ impl StatusWriter {
     /// `announcePhaseExit`: only for a Ready transition not announced before.
     fn announce(
         &self,
-        last: Option<Timestamp>,
+        last: Option<Announced>,
         event: EventPlan,
         result: &'static str,
     ) -> Option<Announcement> {
         let transition = self.ready().map(|c| c.last_transition_time.0)?;
-        if last.is_some_and(|l| transition <= l) {
+        let this = Announced {
+            transition,
+            phase: self.status.phase,
+        };
+        if last.is_some_and(|l| transition < l.transition || l == this) {
             return None;
         }
         let seconds = self.now.duration_since(transition).as_secs_f64().max(0.0);
@@ -514,7 +529,7 @@ impl StatusWriter {
         Some(Announcement {
             event,
             metric,
-            transition,
+            announced: this,
         })
     }
 

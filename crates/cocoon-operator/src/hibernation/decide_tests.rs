@@ -587,7 +587,10 @@ fn announcements_are_not_repeated_for_the_same_transition() {
             cr: &c,
             pod: reported,
             probe: Probe::Present,
-            last_announced: Some(t(0)),
+            last_announced: Some(Announced {
+                transition: t(0),
+                phase: Some(HibernationPhase::Hibernating),
+            }),
             now: t(40),
         },
         &Timing::default(),
@@ -595,6 +598,30 @@ fn announcements_are_not_repeated_for_the_same_transition() {
     );
     assert_eq!(p.announce, None, "a lagging cache must not announce twice");
     assert_eq!(phase_of(&p), Some(HibernationPhase::Hibernated));
+}
+
+#[test]
+fn two_exits_within_one_second_are_both_announced() {
+    // Hibernated was announced for the Hibernating exit at t(0); the wake entered Waking in the
+    // same second (timestamps are stored to the second), and now the VM is live.
+    let c = cr(Desire::Wake, Some(HibernationPhase::Waking), Some(0));
+    let p = plan_pass(
+        &Observed {
+            cr: &c,
+            pod: pod(false, Some(LifecycleState::Ready), GEN, GEN, true),
+            probe: Probe::NotAsked,
+            last_announced: Some(Announced {
+                transition: t(0),
+                phase: Some(HibernationPhase::Hibernating),
+            }),
+            now: t(0),
+        },
+        &Timing::default(),
+        true,
+    );
+    let a = p.announce.expect("WokenActive announced");
+    assert_eq!(a.event.reason, "WokenActive");
+    assert_eq!(a.announced.phase, Some(HibernationPhase::Waking));
 }
 
 #[test]

@@ -25,7 +25,9 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, error, info, warn};
 
-use self::decide::{EventPlan, Finish, Observed, PhaseMetric, PodFacts, PodView, Probe, Timing};
+use self::decide::{
+    Announced, EventPlan, Finish, Observed, PhaseMetric, PodFacts, PodView, Probe, Timing,
+};
 use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, ResultLabel};
 use crate::registry::TagRegistry;
 use crate::stripes::Stripes;
@@ -61,8 +63,8 @@ pub struct Context {
     pub registry: Arc<dyn TagRegistry>,
     pub timing: Timing,
     stripes: Stripes,
-    /// CR UID → the last Ready `lastTransitionTime` announced.
-    observed: Mutex<HashMap<String, Timestamp>>,
+    /// CR UID → the last phase exit announced.
+    observed: Mutex<HashMap<String, Announced>>,
     /// Per-CR error count for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
     store: Mutex<Option<Store<CocoonHibernation>>>,
@@ -89,11 +91,11 @@ impl Context {
         }
     }
 
-    fn last_announced(&self, uid: &str) -> Option<Timestamp> {
+    fn last_announced(&self, uid: &str) -> Option<Announced> {
         self.observed.lock().ok().and_then(|m| m.get(uid).copied())
     }
 
-    fn remember_announced(&self, uid: &str, at: Timestamp) {
+    fn remember_announced(&self, uid: &str, at: Announced) {
         if let Ok(mut m) = self.observed.lock() {
             m.insert(uid.to_string(), at);
         }
@@ -123,21 +125,35 @@ impl Context {
     }
 }
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller until `shutdown` resolves: over every namespace, or over one
+/// (`namespace`), which is how tests keep their controllers apart on a shared cluster.
 pub async fn run(
     ctx: Arc<Context>,
+    namespace: Option<&str>,
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    readiness: Arc<crate::admin::Readiness>,
 ) {
     let client = ctx.client.clone();
-    let crs: Api<CocoonHibernation> = Api::all(client.clone());
-    let pods: Api<PartialObjectMeta<Pod>> = Api::all(client);
+    let (crs, pods): (Api<CocoonHibernation>, Api<PartialObjectMeta<Pod>>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client)),
+    };
     let controller = Controller::new(crs, watcher::Config::default().any_semantic())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let store = controller.store();
     if let Ok(mut slot) = ctx.store.lock() {
         *slot = Some(store.clone());
     }
+    let synced = store.clone();
+    tokio::spawn(async move {
+        if synced.wait_until_ready().await.is_ok() {
+            readiness.set_ready();
+        }
+    });
     let pod_changes = annotation_changes(watcher(pods, watcher::Config::default().any_semantic()));
     controller
         .watches_stream(pod_changes, move |pod| crs_for_pod(&store, &pod))
@@ -326,7 +342,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
                 })
                 .observe(seconds);
         }
-        ctx.remember_announced(&uid, a.transition);
+        ctx.remember_announced(&uid, a.announced);
     }
     if let Some(status) = &plan.status {
         let patch = json!({"status": status});

@@ -1,0 +1,76 @@
+//! The admin endpoints: `/metrics` (OpenMetrics text) on the metrics address, `/healthz`,
+//! `/livez` and `/readyz` on the probe address; ready once every controller cache has synced.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+use crate::metrics::Metrics;
+
+/// Readiness shared between the controllers and the probe server.
+#[derive(Debug, Default)]
+pub struct Readiness(AtomicBool);
+
+impl Readiness {
+    pub fn set_ready(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+async fn metrics(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        m.render(),
+    )
+}
+
+async fn ready(State(r): State<Arc<Readiness>>) -> impl IntoResponse {
+    if r.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    }
+}
+
+/// Binds both listeners (so a bad address fails start-up) and returns the serving future.
+pub async fn bind(
+    metrics_addr: &str,
+    probe_addr: &str,
+    m: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+) -> std::io::Result<(
+    SocketAddr,
+    SocketAddr,
+    impl Future<Output = std::io::Result<()>>,
+)> {
+    let metrics_listener = TcpListener::bind(metrics_addr).await?;
+    let probe_listener = TcpListener::bind(probe_addr).await?;
+    let (ma, pa) = (metrics_listener.local_addr()?, probe_listener.local_addr()?);
+    let metrics_app = Router::new().route("/metrics", get(metrics)).with_state(m);
+    let probe_app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(readiness);
+    let serve = async move {
+        tokio::try_join!(
+            axum::serve(metrics_listener, metrics_app),
+            axum::serve(probe_listener, probe_app)
+        )?;
+        Ok(())
+    };
+    Ok((ma, pa, serve))
+}

@@ -1,0 +1,283 @@
+//! Operator configuration (`contract.md` §12.1): environment variables supply the defaults,
+//! flags override them, empty counts as unset, and the spec's lenient rules apply.
+
+use std::time::Duration;
+
+use crate::hibernation::decide::Timing;
+
+/// A configuration value was present but unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("OCI_REGISTRY must be set")]
+    RegistryMissing,
+    #[error("cocoonset concurrency must be at least 1, got {0}")]
+    CocoonSetConcurrency(i64),
+    #[error("hibernation concurrency must be at least 1, got {0}")]
+    HibernationConcurrency(i64),
+    #[error("{name}: invalid duration {value:?} (use Go-style text such as 3m0s, 45s or 500ms)")]
+    Duration { name: &'static str, value: String },
+}
+
+/// Raw inputs: a flag value when given, else the environment variable (both as text).
+#[derive(Debug, Clone, Default)]
+pub struct RawConfig {
+    pub oci_registry: Option<String>,
+    pub metrics_addr: Option<String>,
+    pub probe_addr: Option<String>,
+    pub leader_elect: Option<String>,
+    pub cocoonset_concurrency: Option<String>,
+    pub hibernation_concurrency: Option<String>,
+    pub hibernate_timeout: Option<String>,
+    pub wake_timeout: Option<String>,
+    pub requeue_interval: Option<String>,
+}
+
+/// The operator's effective configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorConfig {
+    pub oci_registry: String,
+    pub metrics_addr: String,
+    pub probe_addr: String,
+    pub leader_elect: bool,
+    pub cocoonset_concurrency: u16,
+    pub hibernation_concurrency: u16,
+    pub hibernation_timing: Timing,
+}
+
+fn set(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// `host:port` or `:port` as Go writes listen addresses; `:8080` listens on every interface.
+pub fn listen_addr(addr: &str) -> String {
+    if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_string()
+    }
+}
+
+fn concurrency(raw: &Option<String>, err: fn(i64) -> ConfigError) -> Result<u16, ConfigError> {
+    let Some(text) = set(raw) else {
+        return Ok(4);
+    };
+    // An unparsable value means the default; a parsed value below 1 is refused.
+    match text.parse::<i64>() {
+        Err(_) => Ok(4),
+        Ok(n) if n < 1 => Err(err(n)),
+        Ok(n) => Ok(n.min(u16::MAX as i64) as u16),
+    }
+}
+
+/// Parses Go-style durations: a sequence of `<number><unit>` with units h, m, s, ms, us, ns
+/// (`3m0s`, `1h30m`, `45s`, `250ms`, `1.5s`).
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    if rest == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_end == 0 {
+            return None;
+        }
+        let value: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[unit_end..];
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+fn duration(
+    name: &'static str,
+    raw: &Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match set(raw) {
+        None => Ok(default),
+        Some(text) => parse_go_duration(text).ok_or_else(|| ConfigError::Duration {
+            name,
+            value: text.to_string(),
+        }),
+    }
+}
+
+impl RawConfig {
+    /// Applies defaults and validation.
+    pub fn resolve(&self) -> Result<OperatorConfig, ConfigError> {
+        let oci_registry = set(&self.oci_registry)
+            .ok_or(ConfigError::RegistryMissing)?
+            .to_string();
+        let defaults = Timing::default();
+        let hibernation_timing = Timing {
+            hibernate_timeout: duration(
+                "--hibernate-timeout",
+                &self.hibernate_timeout,
+                defaults.hibernate_timeout,
+            )?,
+            wake_timeout: duration("--wake-timeout", &self.wake_timeout, defaults.wake_timeout)?,
+            requeue: duration(
+                "--requeue-interval",
+                &self.requeue_interval,
+                defaults.requeue,
+            )?,
+            finalizer_requeue: defaults.finalizer_requeue,
+        };
+        Ok(OperatorConfig {
+            oci_registry,
+            metrics_addr: listen_addr(set(&self.metrics_addr).unwrap_or(":8080")),
+            probe_addr: listen_addr(set(&self.probe_addr).unwrap_or(":8081")),
+            // Anything but an explicit false keeps leader election on.
+            leader_elect: !matches!(
+                set(&self.leader_elect)
+                    .map(str::to_ascii_lowercase)
+                    .as_deref(),
+                Some("false" | "0" | "f")
+            ),
+            cocoonset_concurrency: concurrency(
+                &self.cocoonset_concurrency,
+                ConfigError::CocoonSetConcurrency,
+            )?,
+            hibernation_concurrency: concurrency(
+                &self.hibernation_concurrency,
+                ConfigError::HibernationConcurrency,
+            )?,
+            hibernation_timing,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawConfig {
+        RawConfig {
+            oci_registry: Some("127.0.0.1:5000/cocoon".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let c = raw().resolve().expect("valid");
+        assert_eq!(c.metrics_addr, "0.0.0.0:8080");
+        assert_eq!(c.probe_addr, "0.0.0.0:8081");
+        assert!(c.leader_elect);
+        assert_eq!((c.cocoonset_concurrency, c.hibernation_concurrency), (4, 4));
+        assert_eq!(c.hibernation_timing, Timing::default());
+    }
+
+    #[test]
+    fn registry_is_required_and_empty_counts_as_unset() {
+        for v in [None, Some(String::new()), Some("  ".into())] {
+            let r = RawConfig {
+                oci_registry: v,
+                ..Default::default()
+            };
+            assert_eq!(r.resolve(), Err(ConfigError::RegistryMissing));
+        }
+        assert_eq!(
+            ConfigError::RegistryMissing.to_string(),
+            "OCI_REGISTRY must be set"
+        );
+    }
+
+    #[test]
+    fn concurrency_rules() {
+        let with = |cs: &str, h: &str| RawConfig {
+            cocoonset_concurrency: Some(cs.into()),
+            hibernation_concurrency: Some(h.into()),
+            ..raw()
+        };
+        assert_eq!(
+            with("8", "2")
+                .resolve()
+                .map(|c| (c.cocoonset_concurrency, c.hibernation_concurrency)),
+            Ok((8, 2))
+        );
+        assert_eq!(
+            with("many", "x")
+                .resolve()
+                .map(|c| (c.cocoonset_concurrency, c.hibernation_concurrency)),
+            Ok((4, 4))
+        );
+        let err = with("0", "1").resolve().expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "cocoonset concurrency must be at least 1, got 0"
+        );
+        let err = with("1", "-3").resolve().expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "hibernation concurrency must be at least 1, got -3"
+        );
+    }
+
+    #[test]
+    fn leader_elect_is_true_unless_explicitly_false() {
+        for (v, want) in [
+            ("false", false),
+            ("FALSE", false),
+            ("0", false),
+            ("true", true),
+            ("yes?", true),
+            ("", true),
+        ] {
+            let r = RawConfig {
+                leader_elect: Some(v.into()),
+                ..raw()
+            };
+            assert_eq!(r.resolve().map(|c| c.leader_elect), Ok(want), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn go_durations() {
+        for (text, secs) in [
+            ("3m0s", 180.0),
+            ("5m", 300.0),
+            ("45s", 45.0),
+            ("250ms", 0.25),
+            ("1h30m", 5400.0),
+            ("1.5s", 1.5),
+            ("0", 0.0),
+        ] {
+            assert_eq!(
+                parse_go_duration(text),
+                Some(Duration::from_secs_f64(secs)),
+                "{text}"
+            );
+        }
+        for bad in ["", "3", "m", "3x", "-1s", "1s2"] {
+            assert_eq!(parse_go_duration(bad), None, "{bad}");
+        }
+        let r = RawConfig {
+            wake_timeout: Some("soon".into()),
+            ..raw()
+        };
+        assert_eq!(
+            r.resolve().expect_err("bad").to_string(),
+            "--wake-timeout: invalid duration \"soon\" (use Go-style text such as 3m0s, 45s or 500ms)"
+        );
+    }
+}
