@@ -1,13 +1,44 @@
-//! `kubectl cocoon`: the lifecycle verbs for CocoonSets and CocoonHibernations.
-//! The verbs arrive with the plugin issue; this entry point fixes the binary name.
+//! `kubectl-cocoon` entry point: parse (usage errors exit 2), run, map outcomes to exit codes.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use kubectl_cocoon::cli::{Cli, display_name};
+use kubectl_cocoon::error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 
-#[derive(Parser, Debug)]
-#[command(name = "kubectl-cocoon", bin_name = "kubectl cocoon", version, about)]
-struct Cli {}
-
-fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    Ok(())
+fn main() {
+    let argv0 = std::env::args().next().unwrap_or_default();
+    let name = display_name(&argv0);
+    let matches = match Cli::command().bin_name(name).try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            // Help and version go to stdout with 0; real usage errors exit 2.
+            let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(EXIT_USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: start the async runtime: {e}");
+            std::process::exit(EXIT_ERROR);
+        }
+    };
+    let code = match runtime.block_on(kubectl_cocoon::run(cli)) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    };
+    std::process::exit(code);
 }

@@ -1,0 +1,113 @@
+//! The plugin's outcomes and their exit codes (cli.md §6), documented in `--help` and the
+//! README: 0 success, 1 error, 2 usage, 3 wait timed out, 4 wait reached Failed.
+
+use std::time::Duration;
+
+/// Exit code: success, including "already in the requested state".
+pub const EXIT_OK: i32 = 0;
+/// Exit code: API error, RBAC denial, not found, invalid state.
+pub const EXIT_ERROR: i32 = 1;
+/// Exit code: unknown flag, missing or malformed argument.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code: the wait ran out of time.
+pub const EXIT_TIMEOUT: i32 = 3;
+/// Exit code: the wait saw a terminal `Failed` (after the failure grace).
+pub const EXIT_FAILED: i32 = 4;
+
+/// Why a command did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("kubeconfig: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Api(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    #[error("timeout: {kind} {name} not {goal} after {}{}", crate::duration::human(*.after), last_failure.as_ref().map(|f| format!(" (last failure: {f})")).unwrap_or_default())]
+    Timeout {
+        kind: &'static str,
+        name: String,
+        goal: String,
+        after: Duration,
+        last_failure: Option<String>,
+    },
+    #[error("{kind} {name} failed: {reason}")]
+    Failed {
+        kind: &'static str,
+        name: String,
+        reason: String,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl CliError {
+    /// The process exit code for this outcome.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage(_) => EXIT_USAGE,
+            CliError::Timeout { .. } => EXIT_TIMEOUT,
+            CliError::Failed { .. } => EXIT_FAILED,
+            _ => EXIT_ERROR,
+        }
+    }
+
+    /// Maps an API error: 401/403 and 404 are reported at once with what was denied.
+    pub fn from_kube(what: &str, e: kube::Error) -> CliError {
+        match &e {
+            kube::Error::Api(s) if s.code == 404 => {
+                CliError::NotFound(format!("{what}: not found"))
+            }
+            kube::Error::Api(s) if s.code == 401 || s.code == 403 => {
+                CliError::Forbidden(format!("{what}: {}", s.message))
+            }
+            kube::Error::Api(s) if s.code == 422 || s.code == 400 => {
+                CliError::Api(format!("{what}: invalid: {}", s.message))
+            }
+            _ => CliError::Api(format!("{what}: {e}")),
+        }
+    }
+
+    /// Transient errors are retried inside a wait; everything else fails fast.
+    pub fn is_transient_kube(e: &kube::Error) -> bool {
+        match e {
+            kube::Error::Api(s) => s.code >= 500 || s.code == 429 || s.code == 408,
+            kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_are_distinct() {
+        let timeout = CliError::Timeout {
+            kind: "cocoonset",
+            name: "demo".into(),
+            goal: "Suspended".into(),
+            after: Duration::from_secs(600),
+            last_failure: Some("SuspendTimedOut".into()),
+        };
+        assert_eq!(timeout.exit_code(), 3);
+        assert_eq!(
+            timeout.to_string(),
+            "timeout: cocoonset demo not Suspended after 10m0s (last failure: SuspendTimedOut)"
+        );
+        let failed = CliError::Failed {
+            kind: "cocoonhibernation",
+            name: "demo-0".into(),
+            reason: "Failed: hibernate not confirmed within 3m0s".into(),
+        };
+        assert_eq!(failed.exit_code(), 4);
+        assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
+        assert_eq!(CliError::Api("x".into()).exit_code(), 1);
+        assert_eq!(CliError::NotFound("x".into()).exit_code(), 1);
+    }
+}

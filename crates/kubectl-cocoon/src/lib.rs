@@ -1,0 +1,146 @@
+//! `kubectl cocoon`: lifecycle verbs over CocoonSets and CocoonHibernations. The plugin only
+//! edits desired state and then waits on status; the operator does all orchestration.
+
+pub mod cli;
+pub mod complete;
+pub mod conn;
+pub mod duration;
+pub mod error;
+pub mod lifecycle;
+pub mod output;
+pub mod status;
+pub mod table;
+pub mod version;
+pub mod view;
+pub mod wait;
+pub mod waiter;
+
+use cli::{Cli, Command};
+use cocoon_api::crd::hibernation::Desire;
+use error::CliError;
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let color = output::use_color(cli.color);
+    match cli.command {
+        Command::Completion { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "kubectl-cocoon", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Complete { words } => {
+            complete::run(&words, true, &cli.conn).await;
+            Ok(())
+        }
+        Command::CompleteNoDesc { words } => {
+            complete::run(&words, false, &cli.conn).await;
+            Ok(())
+        }
+        Command::Version { output } => {
+            let client_version = env!("CARGO_PKG_VERSION").to_string();
+            let operator = match cli.conn.connect().await {
+                Ok(conn) => match version::operator_version(&conn.client).await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        eprintln!("warning: cannot read the operator version: {e}");
+                        None
+                    }
+                },
+                Err(e) => {
+                    eprintln!("warning: {e}");
+                    None
+                }
+            };
+            let v = version::Versions {
+                client: client_version.clone(),
+                operator: operator.clone(),
+            };
+            if let Some(fmt) = output {
+                return output::print_object(&v, fmt);
+            }
+            println!("Client Version: {client_version}");
+            println!(
+                "Operator Version: {}",
+                operator.as_deref().unwrap_or("unknown")
+            );
+            if let Some(w) = operator
+                .as_deref()
+                .and_then(|o| version::skew_warning(&client_version, o))
+            {
+                eprintln!("{w}");
+            }
+            Ok(())
+        }
+        command => {
+            let conn = cli.conn.connect().await?;
+            let (client, ns) = (conn.client, conn.namespace);
+            match command {
+                Command::Status {
+                    names,
+                    selection,
+                    output,
+                    watch,
+                } => status::status(&client, &ns, &names, &selection, output, watch, color).await,
+                Command::Describe { name } => status::describe(&client, &ns, &name, color).await,
+                Command::Suspend {
+                    names,
+                    selection,
+                    wait,
+                } => lifecycle::set_suspend(&client, &ns, &names, &selection, true, &wait).await,
+                Command::Resume {
+                    names,
+                    selection,
+                    wait,
+                } => lifecycle::set_suspend(&client, &ns, &names, &selection, false, &wait).await,
+                Command::Hibernate { pods, wait } => {
+                    lifecycle::pod_desire(&client, &ns, &pods, Desire::Hibernate, &wait).await
+                }
+                Command::Wake { targets, wait } => {
+                    let (sets, pods) = lifecycle::split_wake_targets(&targets)?;
+                    if !sets.is_empty() {
+                        lifecycle::set_suspend(
+                            &client,
+                            &ns,
+                            &sets,
+                            &cli::Selection::default(),
+                            false,
+                            &wait,
+                        )
+                        .await?;
+                    }
+                    if !pods.is_empty() {
+                        lifecycle::pod_desire(&client, &ns, &pods, Desire::Wake, &wait).await?;
+                    }
+                    Ok(())
+                }
+                Command::Migrate {
+                    name,
+                    to,
+                    cancel,
+                    wait,
+                } => {
+                    let change = match (to, cancel) {
+                        (Some(node), false) => lifecycle::PinChange::To(node),
+                        (None, true) => lifecycle::PinChange::Cancel,
+                        _ => {
+                            return Err(CliError::Usage(
+                                "migrate needs --to NODE or --cancel".into(),
+                            ));
+                        }
+                    };
+                    lifecycle::pin(&client, &ns, &name, change, &wait).await
+                }
+                Command::Pin { name, node, wait } => {
+                    lifecycle::pin(&client, &ns, &name, lifecycle::PinChange::To(node), &wait).await
+                }
+                Command::Unpin { name, wait } => {
+                    lifecycle::pin(&client, &ns, &name, lifecycle::PinChange::Unpin, &wait).await
+                }
+                Command::Completion { .. }
+                | Command::Complete { .. }
+                | Command::CompleteNoDesc { .. }
+                | Command::Version { .. } => Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! `status` (list, detail, watch) and `describe`: read-only views of CocoonSets with their
+//! pods, CocoonHibernations and Events.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use cocoon_api::crd::hibernation::CocoonHibernation;
+use cocoon_api::crd::set::CocoonSet;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::cli::{OutputFormat, Selection};
+use crate::error::CliError;
+use crate::output::print_object;
+use crate::table;
+use crate::view;
+
+struct Snapshot {
+    sets: Vec<CocoonSet>,
+    pods: Vec<Pod>,
+    hibernations: Vec<CocoonHibernation>,
+}
+
+async fn read(
+    client: &Client,
+    ns: &str,
+    names: &[String],
+    sel: &Selection,
+) -> Result<Snapshot, CliError> {
+    let (sets, pods, chs): (Api<CocoonSet>, Api<Pod>, Api<CocoonHibernation>) =
+        if sel.all_namespaces {
+            (
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+            )
+        } else {
+            (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            )
+        };
+    let mut lp = ListParams::default();
+    if let Some(s) = &sel.selector {
+        lp = lp.labels(s);
+    }
+    let mut set_list = if names.is_empty() {
+        sets.list(&lp)
+            .await
+            .map_err(|e| CliError::from_kube("list cocoonsets", e))?
+            .items
+    } else {
+        let mut out = Vec::new();
+        for n in names {
+            out.push(
+                sets.get(n)
+                    .await
+                    .map_err(|e| CliError::from_kube(&format!("cocoonset {n}"), e))?,
+            );
+        }
+        out
+    };
+    set_list.sort_by_key(|s| (s.namespace(), s.name_any()));
+    let pod_lp = ListParams::default().labels(cocoon_api::contract::labels::COCOONSET_NAME);
+    let pods = pods
+        .list(&pod_lp)
+        .await
+        .map_err(|e| CliError::from_kube("list pods", e))?
+        .items;
+    let hibernations = chs
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| CliError::from_kube("list cocoonhibernations", e))?
+        .items;
+    Ok(Snapshot {
+        sets: set_list,
+        pods,
+        hibernations,
+    })
+}
+
+fn render(snap: &Snapshot, detail: bool, all_ns: bool, color: bool) -> String {
+    let now = Timestamp::now();
+    let mut out = String::new();
+    if snap.sets.is_empty() {
+        return "No CocoonSets found.\n".into();
+    }
+    let rows: Vec<view::SetRow> = snap
+        .sets
+        .iter()
+        .map(|s| {
+            let pods: Vec<Pod> = snap
+                .pods
+                .iter()
+                .filter(|p| p.namespace() == s.namespace())
+                .cloned()
+                .collect();
+            view::set_row(s, &pods, now)
+        })
+        .collect();
+    let (headers, cells) = view::set_cells(&rows, all_ns);
+    out.push_str(&table::render(&headers, &cells, color));
+    if detail {
+        for s in &snap.sets {
+            let pods: Vec<Pod> = snap
+                .pods
+                .iter()
+                .filter(|p| p.namespace() == s.namespace())
+                .cloned()
+                .collect();
+            let chs: Vec<CocoonHibernation> = snap
+                .hibernations
+                .iter()
+                .filter(|h| h.namespace() == s.namespace())
+                .cloned()
+                .collect();
+            let members = view::member_rows(s, &pods, &chs);
+            out.push_str(&format!(
+                "\n{}/{}:\n",
+                s.namespace().unwrap_or_default(),
+                s.name_any()
+            ));
+            if members.is_empty() {
+                out.push_str("  (no pods)\n");
+            } else {
+                let (h, c) = view::member_cells(&members);
+                out.push_str(&table::render(&h, &c, color));
+            }
+            for c in s
+                .status
+                .as_ref()
+                .map(|st| st.conditions.clone())
+                .unwrap_or_default()
+            {
+                out.push_str(&format!(
+                    "  {}={} ({}): {}\n",
+                    c.type_, c.status, c.reason, c.message
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `status [NAME…] [-A] [-l] [-o] [-w]`.
+pub async fn status(
+    client: &Client,
+    ns: &str,
+    names: &[String],
+    sel: &Selection,
+    output: Option<OutputFormat>,
+    watch: bool,
+    color: bool,
+) -> Result<(), CliError> {
+    let snap = read(client, ns, names, sel).await?;
+    match output {
+        Some(fmt @ (OutputFormat::Json | OutputFormat::Yaml)) if !watch => {
+            let list = json!({"apiVersion": "v1", "kind": "List", "items": snap.sets});
+            return print_object(&list, fmt);
+        }
+        _ => {}
+    }
+    let detail = !names.is_empty() || output == Some(OutputFormat::Wide);
+    if !watch {
+        print!("{}", render(&snap, detail, sel.all_namespaces, color));
+        return Ok(());
+    }
+    watch_loop(client, ns, names, sel, output, detail, color).await
+}
+
+async fn watch_loop(
+    client: &Client,
+    ns: &str,
+    names: &[String],
+    sel: &Selection,
+    output: Option<OutputFormat>,
+    detail: bool,
+    color: bool,
+) -> Result<(), CliError> {
+    let json_lines = output == Some(OutputFormat::Json) || !std::io::stdout().is_terminal();
+    let (sets, pods): (Api<CocoonSet>, Api<Pod>) = if sel.all_namespaces {
+        (Api::all(client.clone()), Api::all(client.clone()))
+    } else {
+        (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        )
+    };
+    let mut changes = futures::stream::select(
+        watcher(sets, watcher::Config::default())
+            .touched_objects()
+            .map(|r| r.map(|_| ()))
+            .boxed(),
+        watcher(
+            pods,
+            watcher::Config::default().labels(cocoon_api::contract::labels::COCOONSET_NAME),
+        )
+        .touched_objects()
+        .map(|r| r.map(|_| ()))
+        .boxed(),
+    );
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    let mut last_draw = Instant::now() - Duration::from_secs(1);
+    let mut last_json: Option<String> = None;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = &mut ctrl_c => return Ok(()),
+            ev = changes.next() => match ev {
+                None => return Ok(()),
+                Some(Err(e)) => eprintln!("watch: {e}"),
+                Some(Ok(())) => {}
+            },
+            _ = ticker.tick() => {}
+        }
+        // Flicker guard: redraw at most every 200 ms.
+        if last_draw.elapsed() < Duration::from_millis(200) {
+            continue;
+        }
+        let snap = read(client, ns, names, sel).await?;
+        if json_lines {
+            for s in &snap.sets {
+                let line = serde_json::to_string(&json!({"namespace": s.namespace(), "name": s.name_any(), "spec": {"suspend": s.spec.suspend, "nodeName": s.spec.node_name}, "status": s.status})).unwrap_or_default();
+                if last_json.as_deref() != Some(line.as_str()) || snap.sets.len() > 1 {
+                    println!("{line}");
+                }
+                last_json = Some(line);
+            }
+        } else {
+            let text = render(&snap, detail, sel.all_namespaces, color);
+            let mut out = std::io::stdout();
+            let _ = write!(out, "\x1b[H\x1b[2J{text}");
+            let _ = out.flush();
+        }
+        last_draw = Instant::now();
+    }
+}
+
+/// `describe NAME`: the set, its members, conditions and recent Events.
+pub async fn describe(client: &Client, ns: &str, name: &str, color: bool) -> Result<(), CliError> {
+    let snap = read(client, ns, &[name.to_string()], &Selection::default()).await?;
+    print!("{}", render(&snap, true, false, color));
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let mut list = events
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| CliError::from_kube("list events", e))?
+        .items;
+    let pod_prefix = format!("{name}-");
+    list.retain(|e| {
+        e.regarding
+            .as_ref()
+            .and_then(|r| r.name.as_deref())
+            .is_some_and(|n| n == name || n.starts_with(&pod_prefix))
+    });
+    list.sort_by_key(|e| {
+        e.event_time
+            .as_ref()
+            .map(|t| t.0)
+            .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    });
+    println!("\nEvents:");
+    if list.is_empty() {
+        println!("  <none>");
+    }
+    for e in list.iter().rev().take(20).rev() {
+        println!(
+            "  {:<8} {:<24} {:<20} {}",
+            e.type_.clone().unwrap_or_default(),
+            e.reason.clone().unwrap_or_default(),
+            e.regarding
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_default(),
+            e.note.clone().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
