@@ -1,1 +1,21 @@
-//! The node agent: Node + Lease, pod sync, runtime backends (filled by the node-agent issue).
+//! The cocoon node agent: one per VM host, exposing the host to Kubernetes as a virtual Node
+//! and driving its VMs through the runtime layer.
+//!
+//! Modules:
+//! * [`runtime`]: the VM runtime interface (`runtime.md`) with the real `cocoon` CLI backend and
+//!   the in-process simulated backend used by demos and end-to-end tests.
+//! * [`config`]: the node agent's environment configuration (`contract.md` §12.2).
+//! * [`metrics`]: the `cocoon_vk_*` Prometheus families (`contract.md` §11.2).
+//! * [`node`]: Node registration, Lease and status heartbeats, capacity (`node.md` §2).
+//! * [`pods`]: the pod lifecycle (`node.md` §3–§12): create, delete, hibernate and wake,
+//!   startup reconcile, the VM event watcher, probes and status.
+//! * [`agent`]: composes the startup order of `node.md` §1 and runs the agent.
+//! * [`kubelet`]: the kubelet HTTPS API and the metrics listener (`node.md` §13).
+
+pub mod agent;
+pub mod config;
+pub mod kubelet;
+pub mod metrics;
+pub mod node;
+pub mod pods;
+pub mod runtime;

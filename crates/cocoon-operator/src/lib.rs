@@ -2,6 +2,7 @@
 //! admin server. `main.rs` is a thin CLI over this library.
 
 pub mod admin;
+pub mod cocoonset;
 pub mod conditions;
 pub mod config;
 pub mod hibernation;

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cocoon_operator::admin::{self, Readiness};
 use cocoon_operator::config::RawConfig;
-use cocoon_operator::hibernation;
+use cocoon_operator::{cocoonset, hibernation};
 use cocoon_operator::metrics::Metrics;
 use kube::runtime::events::{Recorder, Reporter};
 use tracing::info;
@@ -152,17 +152,58 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     let hib = Arc::new(hibernation::Context::new(
         client.clone(),
+        recorder.clone(),
+        metrics.clone(),
+        registry.clone(),
+        config.hibernation_timing,
+    ));
+    let sets = Arc::new(cocoonset::Context::new(
+        client.clone(),
         recorder,
         metrics.clone(),
         registry,
-        config.hibernation_timing,
+        cocoonset::plan::Timing::default(),
     ));
-    let controllers = hibernation::run(
-        hib.clone(),
-        None,
-        config.hibernation_concurrency,
-        shutdown_signal(),
-        readiness.clone(),
+    // /readyz answers ok only once both controllers' caches have synced.
+    let (hib_ready, set_ready) = (Arc::new(Readiness::default()), Arc::new(Readiness::default()));
+    {
+        let (h, s, all) = (hib_ready.clone(), set_ready.clone(), readiness.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+            loop {
+                tick.tick().await;
+                if h.is_ready() && s.is_ready() {
+                    all.set_ready();
+                    break;
+                }
+            }
+        });
+    }
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let (mut stop_hib, mut stop_set) = (stop_tx.subscribe(), stop_tx.subscribe());
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(());
+    });
+    let controllers = futures::future::join(
+        hibernation::run(
+            hib.clone(),
+            None,
+            config.hibernation_concurrency,
+            async move {
+                let _ = stop_hib.recv().await;
+            },
+            hib_ready,
+        ),
+        cocoonset::run(
+            sets,
+            None,
+            config.cocoonset_concurrency,
+            async move {
+                let _ = stop_set.recv().await;
+            },
+            set_ready,
+        ),
     );
     tokio::select! {
         _ = controllers => info!("controllers stopped"),

@@ -1,6 +1,7 @@
 //! What the controllers need of the registry: probe a tag, read nothing more, delete a tag by
 //! digest. A trait so that pure tests can count calls; production wires cocoon-registry.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -29,6 +30,22 @@ pub trait TagRegistry: Send + Sync + 'static {
         vm: &'a str,
         tag: &'a str,
     ) -> BoxFuture<'a, Result<(), RegistryError>>;
+
+    /// The annotations of manifest `<vm>:<tag>`, or `None` when the tag does not exist. The
+    /// CocoonSet create protocol reads the recorded base image from them. The default answers
+    /// from a probe with no annotations, for registries that only probe.
+    fn manifest_annotations<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, RegistryError>> {
+        Box::pin(async move {
+            Ok(self
+                .has_manifest(vm, tag)
+                .await?
+                .then(BTreeMap::<String, String>::new))
+        })
+    }
 }
 
 /// The production registry: cocoon-registry's client for the `OCI_REGISTRY` base.
@@ -65,6 +82,20 @@ impl TagRegistry for OciTagRegistry {
                 .await
                 .map(|_| ())
                 .map_err(|e| RegistryError(e.to_string()))
+        })
+    }
+
+    fn manifest_annotations<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, RegistryError>> {
+        Box::pin(async move {
+            match self.0.manifest_annotations(vm, tag).await {
+                Ok(a) => Ok(Some(a)),
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => Err(RegistryError(format!("get {tag} manifest {vm}: {e}"))),
+            }
         })
     }
 }

@@ -20,8 +20,6 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-const WAIT: Duration = Duration::from_secs(60);
 
 fn plugin(env: &cocoon_testenv::Shared, args: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"));
