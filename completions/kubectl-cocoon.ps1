@@ -53,6 +53,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('migrate', 'migrate', [CompletionResultType]::ParameterValue, 'Move a set''s main agent to NODE (spec.nodeName); --cancel restores the previous pin')
             [CompletionResult]::new('pin', 'pin', [CompletionResultType]::ParameterValue, 'Pin a set''s main agent to NODE (same as migrate --to NODE)')
             [CompletionResult]::new('unpin', 'unpin', [CompletionResultType]::ParameterValue, 'Remove a set''s pin (spec.nodeName)')
+            [CompletionResult]::new('registry', 'registry', [CompletionResultType]::ParameterValue, 'Registry maintenance')
             [CompletionResult]::new('version', 'version', [CompletionResultType]::ParameterValue, 'Print the plugin and operator versions')
             [CompletionResult]::new('completion', 'completion', [CompletionResultType]::ParameterValue, 'Print a static completion script for bash, zsh, fish or powershell')
             [CompletionResult]::new('__complete', '__complete', [CompletionResultType]::ParameterValue, 'Dynamic completion (cobra protocol), used by the kubectl_complete-cocoon shim')
@@ -382,6 +383,77 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'kubectl-cocoon;registry' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
+            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
+            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
+            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
+            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
+            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
+            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
+            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'kubectl-cocoon;registry;gc' {
+            [CompletionResult]::new('--registry', '--registry', [CompletionResultType]::ParameterName, 'Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'o')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'output')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
+            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
+            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
+            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
+            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
+            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
+            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
+            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('--include-latest', '--include-latest', [CompletionResultType]::ParameterName, 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy)')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted)')
+            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'kubectl-cocoon;registry;help' {
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'kubectl-cocoon;registry;help;gc' {
+            break
+        }
+        'kubectl-cocoon;registry;help;help' {
+            break
+        }
         'kubectl-cocoon;version' {
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'o')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'output')
@@ -494,6 +566,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('migrate', 'migrate', [CompletionResultType]::ParameterValue, 'Move a set''s main agent to NODE (spec.nodeName); --cancel restores the previous pin')
             [CompletionResult]::new('pin', 'pin', [CompletionResultType]::ParameterValue, 'Pin a set''s main agent to NODE (same as migrate --to NODE)')
             [CompletionResult]::new('unpin', 'unpin', [CompletionResultType]::ParameterValue, 'Remove a set''s pin (spec.nodeName)')
+            [CompletionResult]::new('registry', 'registry', [CompletionResultType]::ParameterValue, 'Registry maintenance')
             [CompletionResult]::new('version', 'version', [CompletionResultType]::ParameterValue, 'Print the plugin and operator versions')
             [CompletionResult]::new('completion', 'completion', [CompletionResultType]::ParameterValue, 'Print a static completion script for bash, zsh, fish or powershell')
             [CompletionResult]::new('__complete', '__complete', [CompletionResultType]::ParameterValue, 'Dynamic completion (cobra protocol), used by the kubectl_complete-cocoon shim')
@@ -526,6 +599,13 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;help;unpin' {
+            break
+        }
+        'kubectl-cocoon;help;registry' {
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            break
+        }
+        'kubectl-cocoon;help;registry;gc' {
             break
         }
         'kubectl-cocoon;help;version' {

@@ -158,6 +158,11 @@ pub enum Command {
         #[command(flatten)]
         wait: WaitFlags,
     },
+    /// Registry maintenance.
+    Registry {
+        #[command(subcommand)]
+        command: RegistryCommand,
+    },
     /// Print the plugin and operator versions.
     Version {
         #[arg(short = 'o', long, value_enum)]
@@ -176,6 +181,25 @@ pub enum Command {
     CompleteNoDesc {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         words: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RegistryCommand {
+    /// Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet,
+    /// CocoonHibernation or pod references. Dry run unless --yes.
+    Gc {
+        /// Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY.
+        #[arg(long, env = "OCI_REGISTRY", value_name = "BASE")]
+        registry: Option<String>,
+        /// Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy).
+        #[arg(long)]
+        include_latest: bool,
+        /// Delete (without it, only list what would be deleted).
+        #[arg(short = 'y', long)]
+        yes: bool,
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<OutputFormat>,
     },
 }
 

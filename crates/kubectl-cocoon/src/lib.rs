@@ -6,6 +6,7 @@ pub mod complete;
 pub mod conn;
 pub mod duration;
 pub mod error;
+pub mod gc;
 pub mod lifecycle;
 pub mod output;
 pub mod status;
@@ -136,6 +137,15 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 Command::Unpin { name, wait } => {
                     lifecycle::pin(&client, &ns, &name, lifecycle::PinChange::Unpin, &wait).await
                 }
+                Command::Registry {
+                    command:
+                        cli::RegistryCommand::Gc {
+                            registry,
+                            include_latest,
+                            yes,
+                            output,
+                        },
+                } => gc::run(&client, registry.as_deref(), include_latest, yes, output).await,
                 Command::Completion { .. }
                 | Command::Complete { .. }
                 | Command::CompleteNoDesc { .. }

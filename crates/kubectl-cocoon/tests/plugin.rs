@@ -20,7 +20,6 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-
 fn plugin(env: &cocoon_testenv::Shared, args: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"));
     cmd.arg("--kubeconfig")
@@ -336,6 +335,47 @@ async fn dynamic_completion_lists_live_names() {
         assert_eq!(text(&out.stdout), "alpha\n:4\n");
         let out = run(env, &["__completeNoDesc", "sus"]).await;
         assert_eq!(text(&out.stdout), "suspend\n:4\n");
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn registry_gc_collects_only_unreferenced_tags() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "plugin-gc").await?;
+        // Its own registry, so collecting cannot touch what other tests push.
+        let registry = cocoon_testenv::Registry::start_temp(None).await?;
+        let reg = RegistryClient::new(RegistryConfig::for_registry(registry.addr())?)?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let live_vm = create_pod(&pods, &ns, "kept-0").await?;
+        let dead_vm = vm_name_for_pod(&ns, "gone-0");
+        for (vm, tag) in [(&live_vm, "hibernate"), (&dead_vm, "hibernate"), (&dead_vm, "latest")] {
+            let cfg = Bytes::from(format!(r#"{{"snapshotId":"{vm}-{tag}"}}"#));
+            let size = cfg.len();
+            let d = reg.put_blob_bytes(vm, cfg).await?;
+            let m = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
+                "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json", "digest": d.to_string(), "size": size},
+                "layers": [], "annotations": {"org.opencontainers.image.created": format!("2026-11-29T10:00:0{}Z", tag.len() % 10)}});
+            reg.put_manifest(vm, tag, Bytes::from(m.to_string()), "application/vnd.oci.image.manifest.v1+json").await?;
+        }
+        // Dry run by default: lists, deletes nothing.
+        let out = run(env, &["registry", "gc", "--registry", registry.addr(), "-o", "json"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout)?;
+        assert_eq!(report["dryRun"], true);
+        assert_eq!(report["orphans"], json!([{"repository": dead_vm, "tag": "hibernate"}]));
+        assert!(reg.has_manifest(&dead_vm, "hibernate").await?);
+        // --yes deletes the orphan; the live pod's tag and the kept :latest stay.
+        let out = run(env, &["registry", "gc", "--registry", registry.addr(), "--yes"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(!reg.has_manifest(&dead_vm, "hibernate").await?);
+        assert!(reg.has_manifest(&dead_vm, "latest").await?);
+        assert!(reg.has_manifest(&live_vm, "hibernate").await?);
+        registry.shutdown();
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     })
