@@ -107,66 +107,6 @@ pub fn orphans(
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn only_unreferenced_hibernate_tags_by_default() {
-        let set: CocoonSet = serde_json::from_value(json!({
-            "metadata": {"name": "demo", "namespace": "ns",
-                "annotations": {"cocoonset.cocoonstack.io/delete-vm-names": "vk-stash",
-                                "cocoonset.cocoonstack.io/hibernate-reclaim": "{\"generation\":2,\"vms\":[\"vk-reclaim\"]}"}},
-            "spec": {"agent": {"image": "i", "replicas": 1}, "toolboxes": [{"name": "tb"}]},
-            "status": {"agents": [{"slot": 5, "role": "sub-agent", "vmName": "vk-status"}]}
-        })).expect("set");
-        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "other", "annotations": {"vm.cocoonstack.io/name": "vk-pod"}}})).expect("pod");
-        let ch: CocoonHibernation = serde_json::from_value(json!({
-            "metadata": {"name": "x", "namespace": "other"}, "spec": {"podRef": {"name": "gone"}, "desire": "Hibernate"},
-            "status": {"vmName": "vk-ch"}})).expect("ch");
-        let live = live_vms(&[set], &[pod], &[ch]);
-        for vm in [
-            "vk-stash",
-            "vk-reclaim",
-            "vk-status",
-            "vk-pod",
-            "vk-ch",
-            &naming::vm_name_for_pod("ns", "demo-0"),
-            &naming::vm_name_for_pod("ns", "demo-1"),
-            &naming::vm_name_for_pod("ns", "demo-tb"),
-        ] {
-            assert!(live.contains(vm), "{vm} is live");
-        }
-        let repos = vec![
-            (
-                "prefix/vk-pod".to_string(),
-                vec!["hibernate".to_string(), "latest".to_string()],
-            ),
-            (
-                "prefix/vk-dead".to_string(),
-                vec![
-                    "hibernate".to_string(),
-                    "latest".to_string(),
-                    "v1".to_string(),
-                ],
-            ),
-        ];
-        assert_eq!(
-            orphans(&repos, &live, false),
-            vec![Orphan {
-                repository: "prefix/vk-dead".into(),
-                tag: "hibernate".into()
-            }]
-        );
-        assert_eq!(
-            orphans(&repos, &live, true).len(),
-            2,
-            "latest too when asked; never other tags"
-        );
-    }
-}
-
 /// Runs `registry gc`.
 pub async fn run(
     client: &kube::Client,
@@ -252,4 +192,64 @@ pub async fn run(
         eprintln!("dry run: pass --yes to delete {} tag(s)", found.len());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_unreferenced_hibernate_tags_by_default() {
+        let set: CocoonSet = serde_json::from_value(json!({
+            "metadata": {"name": "demo", "namespace": "ns",
+                "annotations": {"cocoonset.cocoonstack.io/delete-vm-names": "vk-stash",
+                                "cocoonset.cocoonstack.io/hibernate-reclaim": "{\"generation\":2,\"vms\":[\"vk-reclaim\"]}"}},
+            "spec": {"agent": {"image": "i", "replicas": 1}, "toolboxes": [{"name": "tb"}]},
+            "status": {"agents": [{"slot": 5, "role": "sub-agent", "vmName": "vk-status"}]}
+        })).expect("set");
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "other", "annotations": {"vm.cocoonstack.io/name": "vk-pod"}}})).expect("pod");
+        let ch: CocoonHibernation = serde_json::from_value(json!({
+            "metadata": {"name": "x", "namespace": "other"}, "spec": {"podRef": {"name": "gone"}, "desire": "Hibernate"},
+            "status": {"vmName": "vk-ch"}})).expect("ch");
+        let live = live_vms(&[set], &[pod], &[ch]);
+        for vm in [
+            "vk-stash",
+            "vk-reclaim",
+            "vk-status",
+            "vk-pod",
+            "vk-ch",
+            &naming::vm_name_for_pod("ns", "demo-0"),
+            &naming::vm_name_for_pod("ns", "demo-1"),
+            &naming::vm_name_for_pod("ns", "demo-tb"),
+        ] {
+            assert!(live.contains(vm), "{vm} is live");
+        }
+        let repos = vec![
+            (
+                "prefix/vk-pod".to_string(),
+                vec!["hibernate".to_string(), "latest".to_string()],
+            ),
+            (
+                "prefix/vk-dead".to_string(),
+                vec![
+                    "hibernate".to_string(),
+                    "latest".to_string(),
+                    "v1".to_string(),
+                ],
+            ),
+        ];
+        assert_eq!(
+            orphans(&repos, &live, false),
+            vec![Orphan {
+                repository: "prefix/vk-dead".into(),
+                tag: "hibernate".into()
+            }]
+        );
+        assert_eq!(
+            orphans(&repos, &live, true).len(),
+            2,
+            "latest too when asked; never other tags"
+        );
+    }
 }
