@@ -1,0 +1,669 @@
+//! The node agent's configuration (`contract.md` §12.2): every `VK_*` knob with its default
+//! and its fatal message, parsed by a pure function over an env lookup so it is table-testable.
+//!
+//! Rules applied to every variable: an empty (or all-blank) value counts as unset. Choices for
+//! points the spec leaves open:
+//! * `VK_NODE_PODS`: unparsable, negative or 0 falls back to 256 (a node with 0 pod capacity
+//!   is unusable: the scheduler reports "Too many pods"); the generic integer-knob rule (→ 0)
+//!   applies to the `SNAPSHOT_*` knobs, where 0 means "use the built-in default".
+//! * `VK_KUBELET_PORT`: unparsable falls back to 10250; an explicit `0` asks for an ephemeral
+//!   port (tests).
+//! * `VK_LOG_LEVEL`: `trace|debug|info|warn|warning|error|off`, case-insensitive.
+//! * `VK_METRICS_ADDR` / `VK_PEER_ADDR`: Go-style listen addresses; `:9091` means
+//!   `0.0.0.0:9091`. An unparsable metrics address is fatal.
+//! * Runtime backend: `VK_RUNTIME` = `cocoon` (default) | `sim`, with `VK_SIM_ROOT` for the
+//!   simulator (read by [`crate::runtime::BackendChoice::from_env`]).
+//! * Timing knobs (Lease renew, status refresh, fix-up) are not env vars: they are struct fields
+//!   with the spec's defaults so tests can shorten them.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cocoon_api::contract::env::node as env;
+
+use crate::runtime::BackendChoice;
+
+/// A configuration error; every variant's text is the fatal message the process exits with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("construct registry client: OCI_REGISTRY must be set")]
+    MissingRegistry,
+    #[error("parse VK_RESTORE_MODE: restore mode must be copy, ondemand or mmap, got {0:?}")]
+    RestoreMode(String),
+    #[error("parse VK_RESERVE_PERCENT={0:?}: must be 0-100")]
+    ReservePercent(String),
+    #[error("parse VK_LOG_LEVEL: invalid log level {0:?}")]
+    LogLevel(String),
+    #[error("parse VK_NODE_IP={0:?}: not an IP address")]
+    NodeIp(String),
+    #[error("detect node IP: no non-loopback IPv4 address found; set VK_NODE_IP")]
+    NoNodeIp,
+    #[error("parse {var}={value:?}: {reason}")]
+    ListenAddr {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("parse VK_SNAPSHOT_CPU_CLASS={0:?}: must be a valid label value")]
+    SnapshotCpuClass(String),
+    #[error("select runtime backend: {0}")]
+    Runtime(String),
+}
+
+/// What to do with a VM that no pod claims (`VK_ORPHAN_POLICY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrphanPolicy {
+    Destroy,
+    Alert,
+    Keep,
+}
+
+impl OrphanPolicy {
+    /// Lower-cased and trimmed; anything unknown behaves like `alert` (the safe middle: it
+    /// neither destroys nor silently keeps).
+    pub fn parse(raw: &str) -> Self {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "destroy" => OrphanPolicy::Destroy,
+            "keep" => OrphanPolicy::Keep,
+            _ => OrphanPolicy::Alert,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrphanPolicy::Destroy => "destroy",
+            OrphanPolicy::Alert => "alert",
+            OrphanPolicy::Keep => "keep",
+        }
+    }
+}
+
+/// How a clone restores memory (`VK_RESTORE_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreMode {
+    Copy,
+    OnDemand,
+    Mmap,
+}
+
+impl RestoreMode {
+    /// Case-insensitive and trimmed.
+    pub fn parse(raw: &str) -> Result<Self, ConfigError> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "copy" => Ok(RestoreMode::Copy),
+            "ondemand" => Ok(RestoreMode::OnDemand),
+            "mmap" => Ok(RestoreMode::Mmap),
+            _ => Err(ConfigError::RestoreMode(raw.to_string())),
+        }
+    }
+
+    /// The spelling the `cocoon` CLI takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreMode::Copy => "copy",
+            RestoreMode::OnDemand => "ondemand",
+            RestoreMode::Mmap => "mmap",
+        }
+    }
+}
+
+/// Capacity overrides (`VK_NODE_CPU`, `VK_NODE_MEM`, `VK_NODE_STORAGE`, `VK_NODE_HUGEPAGES`),
+/// kept as the Quantity strings given; they are parsed when capacity is computed (a bad one is
+/// fatal there, `node.md` §1 step 7).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapacityOverrides {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub storage: Option<String>,
+    pub hugepages: Option<String>,
+}
+
+/// Heartbeat and fix-up timings. Defaults follow `node.md` §2.4/§15; tests shorten them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timings {
+    /// Lease `leaseDurationSeconds` (40).
+    pub lease_duration: Duration,
+    /// Lease renew period (10 s).
+    pub lease_renew: Duration,
+    /// Node status (condition heartbeat) refresh period. Unspecified by the spec: 10 s, the
+    /// same as the Lease, which sits well inside the test env's 15 s node-monitor grace and
+    /// the 40 s default of real clusters.
+    pub status_refresh: Duration,
+    /// Delay before the first fix-up attempt (5 s).
+    pub fixup_delay: Duration,
+    /// Fix-up attempts (10).
+    pub fixup_attempts: u32,
+    /// Gap between fix-up attempts (2 s).
+    pub fixup_interval: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            lease_duration: Duration::from_secs(40),
+            lease_renew: Duration::from_secs(10),
+            status_refresh: Duration::from_secs(10),
+            fixup_delay: Duration::from_secs(5),
+            fixup_attempts: 10,
+            fixup_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The whole node-agent configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    /// `VK_NODE_NAME` (`cocoon-pool`).
+    pub node_name: String,
+    /// `VK_NODE_POOL` (`default`).
+    pub pool: String,
+    /// `VK_NODE_IP`, else the first non-loopback IPv4.
+    pub node_ip: IpAddr,
+    /// `VK_PROVIDER_ID`.
+    pub provider_id: Option<String>,
+    /// `VK_ORPHAN_POLICY` (`destroy`).
+    pub orphan_policy: OrphanPolicy,
+    /// `VK_LOG_LEVEL` (`info`), validated and lower-cased.
+    pub log_level: String,
+    /// `OCI_REGISTRY` (required).
+    pub oci_registry: String,
+    /// `GOOGLE_APPLICATION_CREDENTIALS`.
+    pub google_credentials: Option<PathBuf>,
+    /// `VK_LEASES_PATH`.
+    pub leases_path: PathBuf,
+    /// `VK_COCOON_BIN`.
+    pub cocoon_bin: PathBuf,
+    /// `VK_RESTORE_MODE` (`ondemand`).
+    pub restore_mode: RestoreMode,
+    /// `VK_METRICS_ADDR` (`:9091` → `0.0.0.0:9091`).
+    pub metrics_addr: SocketAddr,
+    /// `VK_TLS_CERT`.
+    pub tls_cert: PathBuf,
+    /// `VK_TLS_KEY`.
+    pub tls_key: PathBuf,
+    /// `VK_RESERVE_PERCENT` (20).
+    pub reserve_percent: u32,
+    /// `VK_NODE_CPU` / `VK_NODE_MEM` / `VK_NODE_STORAGE` / `VK_NODE_HUGEPAGES`.
+    pub overrides: CapacityOverrides,
+    /// `VK_NODE_PODS` (256).
+    pub pods: u32,
+    /// `COCOON_ROOT_DIR` (`/var/lib/cocoon`).
+    pub cocoon_root_dir: PathBuf,
+    /// `SNAPSHOT_ZSTD_LEVEL` (0 = no compression).
+    pub snapshot_zstd_level: u64,
+    /// `SNAPSHOT_CHUNK_SIZE_MIB` (0 = no chunking).
+    pub snapshot_chunk_size_mib: u64,
+    /// `SNAPSHOT_TRANSFER_CONCURRENCY` (0 = 8).
+    pub snapshot_transfer_concurrency: u64,
+    /// `SNAPSHOT_MEMORY_BUDGET_MIB` (0 = 9216).
+    pub snapshot_memory_budget_mib: u64,
+    /// `SNAPSHOT_PULL_BUDGET_MIB` (2048).
+    pub snapshot_pull_budget_mib: u64,
+    /// `VK_KUBELET_PORT` (10250; 0 = ephemeral).
+    pub kubelet_port: u16,
+    /// `VK_COCOON_NET_CONTROL_SOCKET`; `None` when explicitly set to empty (release disabled).
+    pub cocoon_net_control_socket: Option<PathBuf>,
+    /// `COCOON_CGROUP_PARENT` (`cocoon.slice`).
+    pub cgroup_parent: String,
+    /// `VK_STAGING_DIR`.
+    pub staging_dir: Option<PathBuf>,
+    /// `VK_PEER_ADDR` (`:12501`), unparsed.
+    pub peer_addr: String,
+    /// `VK_COCOON_SNAPSHOT_DIR`.
+    pub cocoon_snapshot_dir: PathBuf,
+    /// `VK_SNAPSHOT_CPU_CLASS`, a valid label value.
+    pub snapshot_cpu_class: Option<String>,
+    /// `VK_COCOON_MACOS_BIN`.
+    pub cocoon_macos_bin: PathBuf,
+    /// `COCOON_MACOS_VNC_PASSWORD`.
+    pub macos_vnc_password: Option<String>,
+    /// `VK_RUNTIME` (+ `VK_COCOON_BIN` / `VK_SIM_ROOT`).
+    pub runtime: BackendChoice,
+    /// Heartbeat and fix-up timings (not env-configurable).
+    pub timings: Timings,
+}
+
+impl NodeConfig {
+    /// Reads the process environment; the node IP falls back to interface detection.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok(), first_non_loopback_ipv4)
+    }
+
+    /// Builds the configuration from `get` (an env lookup) and `detect_ip` (called only when
+    /// `VK_NODE_IP` is unset).
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+        detect_ip: impl FnOnce() -> Option<Ipv4Addr>,
+    ) -> Result<Self, ConfigError> {
+        let val = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let or = |k: &str, d: &str| val(k).unwrap_or_else(|| d.to_string());
+
+        let log_level = parse_log_level(&or(env::LOG_LEVEL, env::DEFAULT_LOG_LEVEL))?;
+
+        let node_ip = match val(env::NODE_IP) {
+            Some(raw) => raw
+                .trim()
+                .parse::<IpAddr>()
+                .map_err(|_| ConfigError::NodeIp(raw.clone()))?,
+            None => IpAddr::V4(detect_ip().ok_or(ConfigError::NoNodeIp)?),
+        };
+
+        let oci_registry = val(env::OCI_REGISTRY)
+            .map(|v| v.trim().to_string())
+            .ok_or(ConfigError::MissingRegistry)?;
+
+        let restore_mode = match val(env::RESTORE_MODE) {
+            Some(raw) => RestoreMode::parse(&raw)?,
+            None => RestoreMode::OnDemand,
+        };
+
+        let reserve_percent = match val(env::RESERVE_PERCENT) {
+            Some(raw) => match raw.trim().parse::<u32>() {
+                Ok(p) if p <= 100 => p,
+                _ => return Err(ConfigError::ReservePercent(raw)),
+            },
+            None => env::DEFAULT_RESERVE_PERCENT,
+        };
+
+        let metrics_raw = or(env::METRICS_ADDR, env::DEFAULT_METRICS_ADDR);
+        let metrics_addr =
+            parse_listen_addr(&metrics_raw).map_err(|reason| ConfigError::ListenAddr {
+                var: env::METRICS_ADDR,
+                value: metrics_raw.clone(),
+                reason,
+            })?;
+
+        let snapshot_cpu_class = match val(env::SNAPSHOT_CPU_CLASS) {
+            Some(raw) if is_label_value(raw.trim()) => Some(raw.trim().to_string()),
+            Some(raw) => return Err(ConfigError::SnapshotCpuClass(raw)),
+            None => None,
+        };
+
+        let pods = match val(env::NODE_PODS).map(|v| v.trim().parse::<i64>()) {
+            Some(Ok(n)) if n > 0 => u32::try_from(n).unwrap_or(u32::MAX),
+            Some(_) => {
+                tracing::warn!(
+                    var = env::NODE_PODS,
+                    "pod capacity must be a positive integer; using the default"
+                );
+                env::DEFAULT_NODE_PODS
+            }
+            None => env::DEFAULT_NODE_PODS,
+        };
+
+        let kubelet_port = match val(env::KUBELET_PORT).map(|v| v.trim().parse::<u16>()) {
+            Some(Ok(p)) => p,
+            Some(Err(_)) => {
+                tracing::warn!(
+                    var = env::KUBELET_PORT,
+                    "unparsable kubelet port; using the default"
+                );
+                env::DEFAULT_KUBELET_PORT
+            }
+            None => env::DEFAULT_KUBELET_PORT,
+        };
+
+        // Set-but-empty disables lease release, so this one does not treat empty as unset.
+        let cocoon_net_control_socket = match get(env::COCOON_NET_CONTROL_SOCKET) {
+            Some(v) if v.trim().is_empty() => None,
+            Some(v) => Some(PathBuf::from(v.trim())),
+            None => Some(PathBuf::from(env::DEFAULT_COCOON_NET_CONTROL_SOCKET)),
+        };
+
+        let runtime =
+            BackendChoice::from_env(&get).map_err(|e| ConfigError::Runtime(e.to_string()))?;
+
+        let int_knob = |k: &str, default: u64| match val(k) {
+            Some(raw) => raw.trim().parse::<u64>().unwrap_or(0),
+            None => default,
+        };
+
+        Ok(NodeConfig {
+            node_name: or(env::NODE_NAME, env::DEFAULT_NODE_NAME)
+                .trim()
+                .to_string(),
+            pool: or(env::NODE_POOL, env::DEFAULT_NODE_POOL)
+                .trim()
+                .to_string(),
+            node_ip,
+            provider_id: val(env::PROVIDER_ID).map(|v| v.trim().to_string()),
+            orphan_policy: OrphanPolicy::parse(&or(env::ORPHAN_POLICY, env::DEFAULT_ORPHAN_POLICY)),
+            log_level,
+            oci_registry,
+            google_credentials: val(env::GOOGLE_APPLICATION_CREDENTIALS).map(PathBuf::from),
+            leases_path: or(env::LEASES_PATH, env::DEFAULT_LEASES_PATH).into(),
+            cocoon_bin: or(env::COCOON_BIN, env::DEFAULT_COCOON_BIN).into(),
+            restore_mode,
+            metrics_addr,
+            tls_cert: or(env::TLS_CERT, env::DEFAULT_TLS_CERT).into(),
+            tls_key: or(env::TLS_KEY, env::DEFAULT_TLS_KEY).into(),
+            reserve_percent,
+            overrides: CapacityOverrides {
+                cpu: val(env::NODE_CPU).map(|v| v.trim().to_string()),
+                memory: val(env::NODE_MEM).map(|v| v.trim().to_string()),
+                storage: val(env::NODE_STORAGE).map(|v| v.trim().to_string()),
+                hugepages: val(env::NODE_HUGEPAGES).map(|v| v.trim().to_string()),
+            },
+            pods,
+            cocoon_root_dir: or(env::COCOON_ROOT_DIR, env::DEFAULT_COCOON_ROOT_DIR).into(),
+            snapshot_zstd_level: int_knob(env::SNAPSHOT_ZSTD_LEVEL, 0),
+            snapshot_chunk_size_mib: int_knob(env::SNAPSHOT_CHUNK_SIZE_MIB, 0),
+            snapshot_transfer_concurrency: int_knob(env::SNAPSHOT_TRANSFER_CONCURRENCY, 0),
+            snapshot_memory_budget_mib: int_knob(env::SNAPSHOT_MEMORY_BUDGET_MIB, 0),
+            snapshot_pull_budget_mib: int_knob(
+                env::SNAPSHOT_PULL_BUDGET_MIB,
+                env::DEFAULT_SNAPSHOT_PULL_BUDGET_MIB,
+            ),
+            kubelet_port,
+            cocoon_net_control_socket,
+            cgroup_parent: or(env::COCOON_CGROUP_PARENT, env::DEFAULT_COCOON_CGROUP_PARENT),
+            staging_dir: val(env::STAGING_DIR).map(PathBuf::from),
+            peer_addr: or(env::PEER_ADDR, env::DEFAULT_PEER_ADDR),
+            cocoon_snapshot_dir: or(env::COCOON_SNAPSHOT_DIR, env::DEFAULT_COCOON_SNAPSHOT_DIR)
+                .into(),
+            snapshot_cpu_class,
+            cocoon_macos_bin: or(env::COCOON_MACOS_BIN, env::DEFAULT_COCOON_MACOS_BIN).into(),
+            macos_vnc_password: val(env::COCOON_MACOS_VNC_PASSWORD),
+            runtime,
+            timings: Timings::default(),
+        })
+    }
+}
+
+/// Validates a log level; returns it lower-cased.
+pub fn parse_log_level(raw: &str) -> Result<String, ConfigError> {
+    let level = raw.trim().to_ascii_lowercase();
+    match level.as_str() {
+        "trace" | "debug" | "info" | "warn" | "error" | "off" => Ok(level),
+        "warning" => Ok("warn".into()),
+        _ => Err(ConfigError::LogLevel(raw.to_string())),
+    }
+}
+
+/// Parses a Go-style listen address: `:port` (all interfaces), `host:port` with an IP host,
+/// `localhost:port`, or `[v6]:port`.
+pub fn parse_listen_addr(raw: &str) -> Result<SocketAddr, String> {
+    let raw = raw.trim();
+    if let Some(port) = raw.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| format!("bad port {port:?}"))?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
+    }
+    if let Ok(addr) = raw.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    match raw.rsplit_once(':') {
+        Some(("localhost", port)) => {
+            let port: u16 = port.parse().map_err(|_| format!("bad port {port:?}"))?;
+            Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port))
+        }
+        _ => Err("want [host]:port with an IP host".into()),
+    }
+}
+
+/// A Kubernetes label value: at most 63 characters, alphanumerics plus `-_.`, starting and
+/// ending with an alphanumeric.
+pub fn is_label_value(v: &str) -> bool {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    v.len() <= 63
+        && v.chars().all(ok_char)
+        && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+/// The first non-loopback IPv4 address of any interface that is up, in `getifaddrs` order.
+pub fn first_non_loopback_ipv4() -> Option<Ipv4Addr> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we own until freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list returned by getifaddrs and not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        let up = ifa.ifa_flags & (libc::IFF_UP as libc::c_uint) != 0;
+        if ifa.ifa_addr.is_null() || !up {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points at a sockaddr whose family we check first.
+        let family = unsafe { (*ifa.ifa_addr).sa_family };
+        if i32::from(family) != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: AF_INET addresses are sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+        let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+        if !ip.is_loopback() && !ip.is_unspecified() {
+            found = Some(ip);
+            break;
+        }
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<NodeConfig, ConfigError> {
+        let mut all = vec![("OCI_REGISTRY", "http://127.0.0.1:5000")];
+        all.extend_from_slice(pairs);
+        NodeConfig::from_lookup(lookup(&all), || Some(Ipv4Addr::new(10, 1, 2, 3)))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).expect("config");
+        assert_eq!(c.node_name, "cocoon-pool");
+        assert_eq!(c.pool, "default");
+        assert_eq!(c.node_ip, IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
+        assert_eq!(c.provider_id, None);
+        assert_eq!(c.orphan_policy, OrphanPolicy::Destroy);
+        assert_eq!(c.log_level, "info");
+        assert_eq!(
+            c.leases_path,
+            PathBuf::from("/var/lib/cocoon/net/leases.json")
+        );
+        assert_eq!(c.cocoon_bin, PathBuf::from("/usr/local/bin/cocoon"));
+        assert_eq!(c.restore_mode, RestoreMode::OnDemand);
+        assert_eq!(
+            c.metrics_addr,
+            "0.0.0.0:9091".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(
+            c.tls_cert,
+            PathBuf::from("/etc/cocoon/vk/tls/vk-kubelet.crt")
+        );
+        assert_eq!(
+            c.tls_key,
+            PathBuf::from("/etc/cocoon/vk/tls/vk-kubelet.key")
+        );
+        assert_eq!(c.reserve_percent, 20);
+        assert_eq!(c.overrides, CapacityOverrides::default());
+        assert_eq!(c.pods, 256);
+        assert_eq!(c.cocoon_root_dir, PathBuf::from("/var/lib/cocoon"));
+        assert_eq!(c.snapshot_pull_budget_mib, 2048);
+        assert_eq!(c.snapshot_zstd_level, 0);
+        assert_eq!(c.kubelet_port, 10250);
+        assert_eq!(
+            c.cocoon_net_control_socket,
+            Some(PathBuf::from("/run/cocoon-net/control.sock"))
+        );
+        assert_eq!(c.cgroup_parent, "cocoon.slice");
+        assert_eq!(c.peer_addr, ":12501");
+        assert_eq!(c.snapshot_cpu_class, None);
+        assert_eq!(
+            c.runtime,
+            BackendChoice::Cocoon {
+                bin: "/usr/local/bin/cocoon".into()
+            }
+        );
+        assert_eq!(c.timings, Timings::default());
+    }
+
+    #[test]
+    fn fatal_messages() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("VK_RESTORE_MODE", "lazy")],
+                "parse VK_RESTORE_MODE: restore mode must be copy, ondemand or mmap, got \"lazy\"",
+            ),
+            (
+                &[("VK_RESERVE_PERCENT", "101")],
+                "parse VK_RESERVE_PERCENT=\"101\": must be 0-100",
+            ),
+            (
+                &[("VK_RESERVE_PERCENT", "-1")],
+                "parse VK_RESERVE_PERCENT=\"-1\": must be 0-100",
+            ),
+            (
+                &[("VK_RESERVE_PERCENT", "ten")],
+                "parse VK_RESERVE_PERCENT=\"ten\": must be 0-100",
+            ),
+            (
+                &[("VK_LOG_LEVEL", "loud")],
+                "parse VK_LOG_LEVEL: invalid log level \"loud\"",
+            ),
+            (
+                &[("VK_NODE_IP", "not-an-ip")],
+                "parse VK_NODE_IP=\"not-an-ip\": not an IP address",
+            ),
+            (
+                &[("VK_SNAPSHOT_CPU_CLASS", "-bad-")],
+                "parse VK_SNAPSHOT_CPU_CLASS=\"-bad-\": must be a valid label value",
+            ),
+            (
+                &[("VK_METRICS_ADDR", "nowhere")],
+                "parse VK_METRICS_ADDR=\"nowhere\": want [host]:port with an IP host",
+            ),
+        ];
+        for (env, want) in cases {
+            let err = parse(env).expect_err(want);
+            assert_eq!(err.to_string(), *want);
+        }
+        let missing = NodeConfig::from_lookup(lookup(&[("OCI_REGISTRY", "  ")]), || {
+            Some(Ipv4Addr::new(10, 0, 0, 1))
+        });
+        assert_eq!(
+            missing.expect_err("registry").to_string(),
+            "construct registry client: OCI_REGISTRY must be set"
+        );
+        let no_ip = NodeConfig::from_lookup(lookup(&[("OCI_REGISTRY", "r")]), || None);
+        assert_eq!(no_ip.expect_err("no ip"), ConfigError::NoNodeIp);
+        let bad_runtime = parse(&[("VK_RUNTIME", "qemu")]).expect_err("runtime");
+        assert!(matches!(bad_runtime, ConfigError::Runtime(_)));
+    }
+
+    #[test]
+    fn parsed_values() {
+        let c = parse(&[
+            ("VK_NODE_NAME", "vk1"),
+            ("VK_NODE_POOL", "gpu"),
+            ("VK_NODE_IP", "192.168.1.9"),
+            ("VK_PROVIDER_ID", "cocoon://vk1"),
+            ("VK_RESTORE_MODE", "  MMAP "),
+            ("VK_RESERVE_PERCENT", "0"),
+            ("VK_METRICS_ADDR", "127.0.0.1:19091"),
+            ("VK_NODE_CPU", "16"),
+            ("VK_NODE_MEM", "64Gi"),
+            ("VK_NODE_PODS", "12"),
+            ("VK_KUBELET_PORT", "0"),
+            ("VK_COCOON_NET_CONTROL_SOCKET", ""),
+            ("VK_SNAPSHOT_CPU_CLASS", "icelake"),
+            ("VK_LOG_LEVEL", "DEBUG"),
+            ("SNAPSHOT_ZSTD_LEVEL", "-3"),
+            ("SNAPSHOT_CHUNK_SIZE_MIB", "x"),
+            ("SNAPSHOT_PULL_BUDGET_MIB", "512"),
+            ("VK_RUNTIME", "sim"),
+            ("VK_SIM_ROOT", "/tmp/sim"),
+        ])
+        .expect("config");
+        assert_eq!(c.node_name, "vk1");
+        assert_eq!(c.pool, "gpu");
+        assert_eq!(c.node_ip.to_string(), "192.168.1.9");
+        assert_eq!(c.provider_id.as_deref(), Some("cocoon://vk1"));
+        assert_eq!(c.restore_mode, RestoreMode::Mmap);
+        assert_eq!(c.reserve_percent, 0);
+        assert_eq!(c.metrics_addr.to_string(), "127.0.0.1:19091");
+        assert_eq!(c.overrides.cpu.as_deref(), Some("16"));
+        assert_eq!(c.overrides.memory.as_deref(), Some("64Gi"));
+        assert_eq!(c.pods, 12);
+        assert_eq!(c.kubelet_port, 0);
+        assert_eq!(c.cocoon_net_control_socket, None);
+        assert_eq!(c.snapshot_cpu_class.as_deref(), Some("icelake"));
+        assert_eq!(c.log_level, "debug");
+        // Integer knobs: negative or unparsable become 0.
+        assert_eq!(c.snapshot_zstd_level, 0);
+        assert_eq!(c.snapshot_chunk_size_mib, 0);
+        assert_eq!(c.snapshot_pull_budget_mib, 512);
+        assert_eq!(
+            c.runtime,
+            BackendChoice::Sim {
+                root: "/tmp/sim".into()
+            }
+        );
+    }
+
+    #[test]
+    fn orphan_policy_and_pods_fallbacks() {
+        for (raw, want) in [
+            ("destroy", OrphanPolicy::Destroy),
+            ("KEEP", OrphanPolicy::Keep),
+            (" Alert ", OrphanPolicy::Alert),
+            ("nuke", OrphanPolicy::Alert),
+        ] {
+            let c = parse(&[("VK_ORPHAN_POLICY", raw)]).expect("config");
+            assert_eq!(c.orphan_policy, want, "{raw}");
+        }
+        for raw in ["0", "-5", "many"] {
+            assert_eq!(parse(&[("VK_NODE_PODS", raw)]).expect("config").pods, 256);
+        }
+        // Empty counts as unset.
+        let c = parse(&[("VK_NODE_NAME", ""), ("VK_RESTORE_MODE", " ")]).expect("config");
+        assert_eq!(c.node_name, "cocoon-pool");
+        assert_eq!(c.restore_mode, RestoreMode::OnDemand);
+        assert_eq!(
+            parse(&[("VK_KUBELET_PORT", "x")]).expect("c").kubelet_port,
+            10250
+        );
+    }
+
+    #[test]
+    fn listen_addrs() {
+        assert_eq!(
+            parse_listen_addr(":9091").unwrap().to_string(),
+            "0.0.0.0:9091"
+        );
+        assert_eq!(
+            parse_listen_addr("localhost:1").unwrap().to_string(),
+            "127.0.0.1:1"
+        );
+        assert_eq!(
+            parse_listen_addr("[::1]:80").unwrap().to_string(),
+            "[::1]:80"
+        );
+        assert!(parse_listen_addr(":x").is_err());
+    }
+
+    #[test]
+    fn detects_some_ipv4_or_none() {
+        // The host may have no non-loopback interface (sandbox); only check the invariant.
+        if let Some(ip) = first_non_loopback_ipv4() {
+            assert!(!ip.is_loopback());
+        }
+    }
+}

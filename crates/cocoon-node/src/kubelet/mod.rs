@@ -1,0 +1,525 @@
+//! The kubelet HTTPS API of `node.md` §13 (container logs, stats, the not-implemented streaming
+//! routes) and the plain-HTTP `/metrics` listener, both stopped by a cancellation token.
+//!
+//! The pod side plugs in through [`PodBackend`]: it answers logs for one pod and per-pod usage
+//! figures; node-level figures come from the host (`/proc`, statfs) here. TLS uses rustls
+//! with the ring provider passed explicitly; connections are served by hyper's HTTP/1.1 server
+//! with an axum router. Not-implemented routes answer HTTP 501 with the spec's message.
+//!
+//! Routes (kubelet paths as the API server proxy uses them):
+//! * `GET /containerLogs/{ns}/{pod}/{container}?tailLines=N` (default tail 200)
+//! * `/exec/...`, `/attach/...`, `/portForward/...` → 501 with the message below
+//! * `GET /stats/summary` (kubelet stats API v1alpha1 JSON subset)
+//! * `GET /metrics/resource` (Prometheus text)
+//! * `GET /healthz` → `ok`
+
+pub mod tls;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use k8s_openapi::jiff::Timestamp;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::NodeMetrics;
+use crate::node::capacity::HostReader;
+
+pub use tls::{TlsError, TlsMaterial};
+
+/// Body of a logs request for a pod with no live VM.
+pub const NO_LIVE_VM_BODY: &str = "vk-cocoon: pod has no live VM\n";
+/// Error text of the attach route.
+pub const ATTACH_NOT_IMPLEMENTED: &str = "vk-cocoon: AttachToContainer is not implemented";
+/// Error text of the port-forward route.
+pub const PORT_FORWARD_NOT_IMPLEMENTED: &str = "vk-cocoon: PortForward is not implemented";
+/// Error text of the exec route (the streaming protocol is not implemented yet).
+pub const EXEC_NOT_IMPLEMENTED: &str =
+    "vk-cocoon: RunInContainer over the kubelet streaming protocol is not implemented";
+/// Default `tailLines` of the logs route.
+pub const DEFAULT_TAIL_LINES: u32 = 200;
+/// Container name reported for every pod.
+pub const CONTAINER_NAME: &str = "agent";
+/// Grace given to in-flight requests on shutdown (`node.md` §15).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// A TLS handshake that takes longer than this is dropped, so a stalled client cannot hold a
+/// task forever.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An error of the pod side, reported to the client as HTTP 500 with its text.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BackendError(pub String);
+
+/// Per-pod usage for `/stats/summary` and `/metrics/resource`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodStats {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Cumulative hypervisor CPU time.
+    pub cpu_usage_ns: u64,
+    /// Hypervisor RSS (reported as working set).
+    pub memory_rss_bytes: u64,
+    /// TAP counters summed over NICs.
+    pub network_rx_bytes: u64,
+    pub network_tx_bytes: u64,
+}
+
+/// What the kubelet API needs from the pod side.
+#[async_trait]
+pub trait PodBackend: Send + Sync + 'static {
+    /// The last `tail` log lines of the pod's VM (`cocoon vm logs --tail`); `Ok(None)` when the
+    /// pod has no live VM (the route then answers [`NO_LIVE_VM_BODY`]).
+    async fn logs(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        tail: u32,
+    ) -> Result<Option<Vec<u8>>, BackendError>;
+
+    /// Usage of every pod with a live VM.
+    async fn stats(&self) -> Result<Vec<PodStats>, BackendError>;
+}
+
+/// Errors starting a listener.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+struct ApiState {
+    backend: Arc<dyn PodBackend>,
+    host: HostReader,
+    node_name: String,
+    started: Timestamp,
+}
+
+type Shared = Arc<ApiState>;
+
+/// The router of the kubelet API (exposed for in-process tests without TLS).
+pub fn router(backend: Arc<dyn PodBackend>, host: HostReader, node_name: &str) -> Router {
+    let state: Shared = Arc::new(ApiState {
+        backend,
+        host,
+        node_name: node_name.to_string(),
+        started: Timestamp::now(),
+    });
+    Router::new()
+        .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
+        .route(
+            "/exec/{*rest}",
+            any(|| not_implemented(EXEC_NOT_IMPLEMENTED)),
+        )
+        .route(
+            "/attach/{*rest}",
+            any(|| not_implemented(ATTACH_NOT_IMPLEMENTED)),
+        )
+        .route(
+            "/portForward/{*rest}",
+            any(|| not_implemented(PORT_FORWARD_NOT_IMPLEMENTED)),
+        )
+        .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(metrics_resource))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state)
+}
+
+async fn not_implemented(msg: &'static str) -> Response {
+    (StatusCode::NOT_IMPLEMENTED, msg).into_response()
+}
+
+fn backend_failure(e: &BackendError) -> Response {
+    (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct LogQuery {
+    #[serde(rename = "tailLines")]
+    tail_lines: Option<String>,
+}
+
+async fn container_logs(
+    State(st): State<Shared>,
+    Path((ns, pod, container)): Path<(String, String, String)>,
+    Query(q): Query<LogQuery>,
+) -> Response {
+    // An unparsable or negative tailLines falls back to the default rather than failing.
+    let tail = q
+        .tail_lines
+        .and_then(|t| t.parse::<u32>().ok())
+        .unwrap_or(DEFAULT_TAIL_LINES);
+    match st.backend.logs(&ns, &pod, &container, tail).await {
+        Ok(Some(body)) => ([(header::CONTENT_TYPE, "text/plain")], body).into_response(),
+        Ok(None) => ([(header::CONTENT_TYPE, "text/plain")], NO_LIVE_VM_BODY).into_response(),
+        Err(e) => {
+            tracing::warn!(namespace = %ns, pod = %pod, error = %e, "container logs failed");
+            backend_failure(&e)
+        }
+    }
+}
+
+/// Node figures at request time: busy CPU ns and memory in use.
+fn node_usage(host: &HostReader) -> (u64, u64) {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let cpu_ns = host
+        .node_cpu_seconds()
+        .map_or(0, |s| (s * 1_000_000_000.0) as u64);
+    (cpu_ns, host.memory_used_bytes().unwrap_or(0))
+}
+
+async fn stats_summary(State(st): State<Shared>) -> Response {
+    let pods = match st.backend.stats().await {
+        Ok(p) => p,
+        Err(e) => return backend_failure(&e),
+    };
+    let now = Timestamp::now().to_string();
+    let started = st.started.to_string();
+    let (node_cpu, node_mem) = node_usage(&st.host);
+    let pods: Vec<_> = pods
+        .iter()
+        .map(|p| {
+            let cpu = serde_json::json!({ "time": now, "usageCoreNanoSeconds": p.cpu_usage_ns });
+            let mem = serde_json::json!({
+                "time": now,
+                "workingSetBytes": p.memory_rss_bytes,
+                "rssBytes": p.memory_rss_bytes,
+                "usageBytes": p.memory_rss_bytes,
+            });
+            serde_json::json!({
+                "podRef": { "name": p.name, "namespace": p.namespace, "uid": p.uid },
+                "startTime": started,
+                "containers": [{
+                    "name": CONTAINER_NAME, "startTime": started, "cpu": cpu, "memory": mem,
+                }],
+                "cpu": cpu,
+                "memory": mem,
+                "network": {
+                    "time": now, "name": "eth0",
+                    "rxBytes": p.network_rx_bytes, "txBytes": p.network_tx_bytes,
+                    "interfaces": [{
+                        "name": "eth0",
+                        "rxBytes": p.network_rx_bytes, "txBytes": p.network_tx_bytes,
+                    }],
+                },
+            })
+        })
+        .collect();
+    let body = serde_json::json!({
+        "node": {
+            "nodeName": st.node_name,
+            "startTime": started,
+            "cpu": { "time": now, "usageCoreNanoSeconds": node_cpu },
+            "memory": { "time": now, "workingSetBytes": node_mem, "usageBytes": node_mem },
+        },
+        "pods": pods,
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Escapes a Prometheus label value.
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The `/metrics/resource` text for `pods` and the node figures.
+pub fn render_resource_metrics(pods: &[PodStats], node_cpu_ns: u64, node_mem: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in rows {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    family(
+        "node_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the node in core-seconds",
+        vec![(String::new(), secs(node_cpu_ns).to_string())],
+    );
+    family(
+        "node_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the node in bytes",
+        vec![(String::new(), node_mem.to_string())],
+    );
+    let container_labels = |p: &PodStats| {
+        format!(
+            "{{container=\"{CONTAINER_NAME}\",namespace=\"{}\",pod=\"{}\"}}",
+            esc(&p.namespace),
+            esc(&p.name)
+        )
+    };
+    let pod_labels = |p: &PodStats| {
+        format!(
+            "{{namespace=\"{}\",pod=\"{}\"}}",
+            esc(&p.namespace),
+            esc(&p.name)
+        )
+    };
+    family(
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the container in core-seconds",
+        pods.iter()
+            .map(|p| (container_labels(p), secs(p.cpu_usage_ns).to_string()))
+            .collect(),
+    );
+    family(
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the container in bytes",
+        pods.iter()
+            .map(|p| (container_labels(p), p.memory_rss_bytes.to_string()))
+            .collect(),
+    );
+    family(
+        "pod_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+        pods.iter()
+            .map(|p| (pod_labels(p), secs(p.cpu_usage_ns).to_string()))
+            .collect(),
+    );
+    family(
+        "pod_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the pod in bytes",
+        pods.iter()
+            .map(|p| (pod_labels(p), p.memory_rss_bytes.to_string()))
+            .collect(),
+    );
+    out
+}
+
+async fn metrics_resource(State(st): State<Shared>) -> Response {
+    let pods = match st.backend.stats().await {
+        Ok(p) => p,
+        Err(e) => return backend_failure(&e),
+    };
+    let (cpu, mem) = node_usage(&st.host);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        render_resource_metrics(&pods, cpu, mem),
+    )
+        .into_response()
+}
+
+/// A running kubelet HTTPS server.
+#[derive(Debug)]
+pub struct KubeletServer {
+    local_addr: SocketAddr,
+    certificate: Vec<u8>,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl KubeletServer {
+    /// Binds `addr` (port 0 picks a free port) and serves the API until `parent` is cancelled
+    /// or [`KubeletServer::shutdown`] is called.
+    pub async fn start(
+        addr: SocketAddr,
+        tls: &TlsMaterial,
+        backend: Arc<dyn PodBackend>,
+        host: HostReader,
+        node_name: &str,
+        parent: &CancellationToken,
+    ) -> Result<Self, ServeError> {
+        let acceptor = TlsAcceptor::from(tls.server_config()?);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let app = router(backend, host, node_name);
+        let cancel = parent.child_token();
+        let task = tokio::spawn(accept_loop(listener, acceptor, app, cancel.clone()));
+        tracing::info!(addr = %local_addr, self_signed = tls.self_signed, "kubelet API listening");
+        Ok(KubeletServer {
+            local_addr,
+            certificate: tls.chain.first().map(|c| c.to_vec()).unwrap_or_default(),
+            cancel,
+            task,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The bound port, for `status.daemonEndpoints.kubeletEndpoint.port`.
+    pub fn port(&self) -> u16 {
+        self.local_addr.port()
+    }
+
+    /// DER of the serving certificate (tests pin it).
+    pub fn certificate_der(&self) -> &[u8] {
+        &self.certificate
+    }
+
+    /// Stops accepting, gives in-flight requests [`SHUTDOWN_GRACE`], then returns.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        if let Err(e) = self.task.await
+            && e.is_panic()
+        {
+            tracing::error!(error = %e, "kubelet API task panicked");
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    app: Router,
+    cancel: CancellationToken,
+) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = cancel.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Accept errors (EMFILE and the like) are transient; back off briefly so
+                    // the loop does not spin.
+                    tracing::warn!(error = %e, "kubelet API accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "kubelet API TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "kubelet API TLS handshake timed out");
+                    return;
+                }
+            };
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .serve_connection(TokioIo::new(tls), service);
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(%peer, error = %e, "kubelet API connection ended with error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("kubelet API connections still open after the shutdown grace");
+    }
+}
+
+/// A running `/metrics` listener.
+#[derive(Debug)]
+pub struct MetricsServer {
+    local_addr: SocketAddr,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl MetricsServer {
+    /// Serves `GET /metrics` (OpenMetrics text of `metrics`) on `addr` until cancelled.
+    pub async fn start(
+        addr: SocketAddr,
+        metrics: Arc<NodeMetrics>,
+        parent: &CancellationToken,
+    ) -> Result<Self, ServeError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let app = Router::new().route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.render(),
+                    )
+                }
+            }),
+        );
+        let cancel = parent.child_token();
+        let stop = cancel.clone();
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+                stop.cancelled().await;
+            });
+            if let Err(e) = served.await {
+                tracing::warn!(error = %e, "metrics listener failed");
+            }
+        });
+        tracing::info!(addr = %local_addr, "metrics listener started");
+        Ok(MetricsServer {
+            local_addr,
+            cancel,
+            task,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops the listener; in-flight scrapes get [`SHUTDOWN_GRACE`], then the task is aborted
+    /// so a hung scraper cannot hold shutdown.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.task)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! Node registration and liveness (`node.md` §2): create or update the virtual Node, keep its
+//! Lease and Ready heartbeat fresh, and re-assert labels and the daemon endpoint after start.
+//!
+//! * [`register_or_update`] writes metadata (labels merged, taint appended once, providerID)
+//!   and then the full status (conditions, capacity, addresses, nodeInfo, daemon endpoint).
+//! * [`NodeHeartbeat::start`] runs two loops until cancelled: the Lease in `kube-node-lease`
+//!   (40 s duration, renewed every 10 s, owned by the Node, recreated if deleted) and the
+//!   status refresh, which re-stamps the conditions' `lastHeartbeatTime` every
+//!   [`Timings::status_refresh`](crate::config::Timings) (10 s; the test env's node-monitor
+//!   grace is 15 s, real clusters use 40 s). Either signal alone keeps the node-lifecycle
+//!   controller happy; both are sent, as a kubelet does.
+//! * [`NodeHeartbeat::start`] also runs the fix-up loop: after 5 s, up to 10 attempts 2 s
+//!   apart; an attempt re-applies the labels (update) and the daemon endpoint (status patch),
+//!   and the loop ends early once a GET shows both already in place.
+//!
+//! Graceful shutdown: [`NodeHeartbeat::stop`] only stops renewing. The Node and its Lease are
+//! left as they are: the node-lifecycle controller marks the node NotReady once the Lease
+//! expires, and managed pods tolerate `not-ready`/`unreachable` forever, so a restart
+//! re-registers without disturbing bound pods.
+
+pub mod capacity;
+pub mod object;
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, Resource};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use capacity::{HostFigures, HostReader, Resources};
+pub use object::{COCOON_VERSION, NodeRegistration};
+
+/// Namespace of node Leases.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Conflicting writes are retried this many times before giving up.
+const CONFLICT_RETRIES: usize = 5;
+
+/// Errors of node registration.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("{op} node {node}: {source}")]
+    Kube {
+        op: &'static str,
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{op} node {node}: still conflicting after {CONFLICT_RETRIES} attempts")]
+    Conflict { op: &'static str, node: String },
+}
+
+fn kube_err(op: &'static str, node: &str) -> impl FnOnce(kube::Error) -> NodeError + use<> {
+    let node = node.to_string();
+    move |source| NodeError::Kube { op, node, source }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// Creates the Node or updates the existing one (labels merged, others preserved; taint
+/// appended only if absent; providerID), then writes the full status. Returns the Node as
+/// stored after the status write.
+pub async fn register_or_update(
+    client: &Client,
+    reg: &NodeRegistration,
+) -> Result<Node, NodeError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = reg.node_name.as_str();
+    let mut attempt = 0;
+    let node = loop {
+        attempt += 1;
+        let result = match nodes.get_opt(name).await.map_err(kube_err("get", name))? {
+            None => {
+                let created = nodes.create(&PostParams::default(), &reg.new_node()).await;
+                if created.is_ok() {
+                    tracing::info!(node = name, "node created");
+                }
+                created
+            }
+            Some(mut existing) => {
+                if reg.apply_meta(&mut existing) {
+                    tracing::info!(node = name, "node metadata updated");
+                    nodes.replace(name, &PostParams::default(), &existing).await
+                } else {
+                    Ok(existing)
+                }
+            }
+        };
+        match result {
+            Ok(n) => break n,
+            // 409 on create (someone else created it) or on replace (stale resourceVersion):
+            // re-read and merge again.
+            Err(e) if is_status(&e, 409) && attempt < CONFLICT_RETRIES => continue,
+            Err(e) if is_status(&e, 409) => {
+                return Err(NodeError::Conflict {
+                    op: "register",
+                    node: name.to_string(),
+                });
+            }
+            Err(e) => return Err(kube_err("register", name)(e)),
+        }
+    };
+    write_status(&nodes, reg, node).await
+}
+
+/// Replaces the whole status (so stale capacity keys such as a dropped hugepages entry go
+/// away), re-reading on conflict.
+async fn write_status(
+    nodes: &Api<Node>,
+    reg: &NodeRegistration,
+    mut node: Node,
+) -> Result<Node, NodeError> {
+    let name = reg.node_name.as_str();
+    for _ in 0..CONFLICT_RETRIES {
+        let stamp = now();
+        node.status = Some(reg.status(&stamp, &stamp));
+        match nodes
+            .replace_status(name, &PostParams::default(), &node)
+            .await
+        {
+            Ok(n) => return Ok(n),
+            Err(e) if is_status(&e, 409) => {
+                node = nodes.get(name).await.map_err(kube_err("get", name))?;
+            }
+            Err(e) => return Err(kube_err("update status", name)(e)),
+        }
+    }
+    Err(NodeError::Conflict {
+        op: "update status",
+        node: name.to_string(),
+    })
+}
+
+/// Re-stamps the conditions' heartbeat times (a merge patch replaces the conditions list).
+pub async fn refresh_status(
+    client: &Client,
+    reg: &NodeRegistration,
+    transition: &Time,
+) -> Result<(), NodeError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = reg.node_name.as_str();
+    let patch = serde_json::json!({
+        "status": { "conditions": object::conditions(&now(), transition) }
+    });
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("refresh status of", name))?;
+    Ok(())
+}
+
+/// Creates the node Lease (owned by the Node) or bumps its renew time. Looks the Node UID up
+/// when creating, so a Lease recreated after the Node was recreated points at the right owner.
+pub async fn renew_lease(client: &Client, reg: &NodeRegistration) -> Result<(), NodeError> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let name = reg.node_name.as_str();
+    let duration = i32::try_from(reg.timings.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let stamp = MicroTime(Timestamp::now());
+    let renew = serde_json::json!({
+        "spec": { "holderIdentity": name, "leaseDurationSeconds": duration, "renewTime": stamp }
+    });
+    match leases
+        .patch(name, &PatchParams::default(), &Patch::Merge(&renew))
+        .await
+    {
+        Ok(_) => return Ok(()),
+        Err(e) if is_status(&e, 404) => {}
+        Err(e) => return Err(kube_err("renew lease of", name)(e)),
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(name).await.map_err(kube_err("get", name))?;
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(LEASE_NAMESPACE.to_string()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: Node::api_version(&()).into_owned(),
+                kind: Node::kind(&()).into_owned(),
+                name: name.to_string(),
+                uid: node.metadata.uid.unwrap_or_default(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(name.to_string()),
+            lease_duration_seconds: Some(duration),
+            renew_time: Some(stamp.clone()),
+            acquire_time: Some(stamp),
+            ..Default::default()
+        }),
+    };
+    match leases.create(&PostParams::default(), &lease).await {
+        Ok(_) => {
+            tracing::info!(node = name, "node lease created");
+            Ok(())
+        }
+        // Created concurrently; the next renew patches it.
+        Err(e) if is_status(&e, 409) => Ok(()),
+        Err(e) => Err(kube_err("create lease of", name)(e)),
+    }
+}
+
+/// One fix-up attempt. Returns true when the node already carried labels and endpoint.
+pub async fn fixup_once(client: &Client, reg: &NodeRegistration) -> Result<bool, NodeError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = reg.node_name.as_str();
+    let mut node = nodes.get(name).await.map_err(kube_err("get", name))?;
+    if reg.node_is_fixed_up(&node) {
+        return Ok(true);
+    }
+    if reg.apply_labels(node.metadata.labels.get_or_insert_default()) {
+        nodes
+            .replace(name, &PostParams::default(), &node)
+            .await
+            .map_err(kube_err("re-label", name))?;
+    }
+    let patch = serde_json::json!({ "status": { "daemonEndpoints": reg.daemon_endpoints() } });
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("set daemon endpoint of", name))?;
+    Ok(false)
+}
+
+/// The background liveness tasks of a registered node. Cancelled by [`NodeHeartbeat::stop`],
+/// by the parent token passed to [`NodeHeartbeat::start`], or by drop.
+#[derive(Debug)]
+pub struct NodeHeartbeat {
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Runs `tick` now and then every `period` until `cancel` fires; errors are logged.
+fn spawn_loop<F, Fut>(
+    cancel: CancellationToken,
+    first_delay: Duration,
+    period: Duration,
+    what: &'static str,
+    mut tick: F,
+) -> JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), NodeError>> + Send,
+{
+    tokio::spawn(async move {
+        let start = tokio::time::Instant::now() + first_delay;
+        let mut interval = tokio::time::interval_at(start, period);
+        // After a stall (slow apiserver), renew once and continue the cadence from there.
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = interval.tick() => {}
+            }
+            let res = tokio::select! {
+                () = cancel.cancelled() => break,
+                r = tick() => r,
+            };
+            if let Err(e) = res {
+                tracing::warn!(error = %e, "{what} failed");
+            }
+        }
+        tracing::debug!("{what} loop stopped");
+    })
+}
+
+impl NodeHeartbeat {
+    /// Starts the Lease loop, the status refresh and the fix-up loop for a node that
+    /// [`register_or_update`] has just written. `parent` cancels everything (the agent's
+    /// shutdown token).
+    pub fn start(client: Client, reg: NodeRegistration, parent: &CancellationToken) -> Self {
+        let cancel = parent.child_token();
+        let transition = now();
+        let t = reg.timings.clone();
+
+        let (c, r) = (client.clone(), reg.clone());
+        let lease = spawn_loop(
+            cancel.clone(),
+            Duration::ZERO,
+            t.lease_renew,
+            "lease renew",
+            move || {
+                let (c, r) = (c.clone(), r.clone());
+                async move { renew_lease(&c, &r).await }
+            },
+        );
+
+        let (c, r) = (client.clone(), reg.clone());
+        let status = spawn_loop(
+            cancel.clone(),
+            t.status_refresh,
+            t.status_refresh,
+            "node status refresh",
+            move || {
+                let (c, r, tr) = (c.clone(), r.clone(), transition.clone());
+                async move { refresh_status(&c, &r, &tr).await }
+            },
+        );
+
+        let fix_cancel = cancel.clone();
+        let fixup = tokio::spawn(async move {
+            let sleep = |d| {
+                let fix_cancel = fix_cancel.clone();
+                async move {
+                    tokio::select! {
+                        () = fix_cancel.cancelled() => false,
+                        () = tokio::time::sleep(d) => true,
+                    }
+                }
+            };
+            if !sleep(t.fixup_delay).await {
+                return;
+            }
+            for attempt in 1..=t.fixup_attempts {
+                match fixup_once(&client, &reg).await {
+                    Ok(true) => {
+                        tracing::debug!(attempt, "node labels and daemon endpoint in place");
+                        return;
+                    }
+                    Ok(false) => {
+                        tracing::info!(attempt, "re-applied node labels and daemon endpoint")
+                    }
+                    Err(e) => tracing::warn!(attempt, error = %e, "node fix-up failed"),
+                }
+                if attempt < t.fixup_attempts && !sleep(t.fixup_interval).await {
+                    return;
+                }
+            }
+        });
+
+        NodeHeartbeat {
+            cancel,
+            tasks: vec![lease, status, fixup],
+        }
+    }
+
+    /// Stops renewing and waits for the loops to end. The Node and Lease are left in place.
+    pub async fn stop(mut self) {
+        self.cancel.cancel();
+        for task in self.tasks.drain(..) {
+            if let Err(e) = task.await
+                && e.is_panic()
+            {
+                tracing::error!(error = %e, "heartbeat task panicked");
+            }
+        }
+    }
+
+    /// True while the loops are running.
+    pub fn is_running(&self) -> bool {
+        !self.cancel.is_cancelled() && self.tasks.iter().any(|t| !t.is_finished())
+    }
+}
+
+impl Drop for NodeHeartbeat {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}

@@ -1,0 +1,805 @@
+//! Pure argument building for every `cocoon` invocation of §3.2, the capability model of §3.1
+//! and the Kubernetes-quantity → bytes conversion `vm run` needs.
+//!
+//! Nothing here runs a process, so every rule of the spec's argument tables is a table test.
+
+use std::collections::BTreeMap;
+
+use super::error::{Result, RuntimeError};
+use super::types::{CloneRequest, CloneSource, CpuPolicy, RunRequest};
+use cocoon_api::contract::Backend;
+
+/// Optional features of the installed `cocoon` (§3.1 capability detection).
+///
+/// Detection (see [`Capabilities::from_help`]): the backend runs `cocoon vm clone --help` and
+/// `cocoon vm --help` once at startup and looks for the flag and verb names in the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `vm clone --restore-mode`.
+    pub restore_mode: bool,
+    /// `--cpu-weight`, `--cpu-quota-us`, `--cpu-period-us`.
+    pub cpu_policy: bool,
+    /// `vm clone --from-dir`.
+    pub from_dir: bool,
+    /// `vm reconcile-stale-create`.
+    pub reconcile_stale_create: bool,
+}
+
+impl Capabilities {
+    /// A current cocoon: every optional feature.
+    pub const ALL: Capabilities = Capabilities {
+        restore_mode: true,
+        cpu_policy: true,
+        from_dir: true,
+        reconcile_stale_create: true,
+    };
+    /// An old cocoon (or one whose help could not be read): no optional feature.
+    pub const NONE: Capabilities = Capabilities {
+        restore_mode: false,
+        cpu_policy: false,
+        from_dir: false,
+        reconcile_stale_create: false,
+    };
+
+    /// Derives the capabilities from the help texts of `vm clone --help` and `vm --help`.
+    /// The CPU policy counts only when all three flags are listed.
+    pub fn from_help(clone_help: &str, vm_help: &str) -> Self {
+        Capabilities {
+            restore_mode: clone_help.contains("--restore-mode"),
+            cpu_policy: ["--cpu-weight", "--cpu-quota-us", "--cpu-period-us"]
+                .iter()
+                .all(|f| clone_help.contains(f)),
+            from_dir: clone_help.contains("--from-dir"),
+            reconcile_stale_create: vm_help.contains("reconcile-stale-create"),
+        }
+    }
+}
+
+/// An argv (without the binary) plus warnings about flags dropped for lack of a capability.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuiltArgs {
+    /// Arguments after the binary.
+    pub argv: Vec<String>,
+    /// One line per omitted optional flag; the caller logs them.
+    pub warnings: Vec<String>,
+}
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+fn push_flag(argv: &mut Vec<String>, flag: &str, value: impl ToString) {
+    argv.push(s(flag));
+    argv.push(value.to_string());
+}
+
+fn push_cpu_policy(out: &mut BuiltArgs, policy: &CpuPolicy, caps: &Capabilities) {
+    if policy.is_empty() {
+        return;
+    }
+    if !caps.cpu_policy {
+        out.warnings.push(format!(
+            "installed cocoon has no --cpu-weight/--cpu-quota-us/--cpu-period-us; CPU policy {policy:?} not applied"
+        ));
+        return;
+    }
+    for (flag, v) in [
+        ("--cpu-weight", policy.weight),
+        ("--cpu-quota-us", policy.quota_us),
+        ("--cpu-period-us", policy.period_us),
+    ] {
+        if v > 0 {
+            push_flag(&mut out.argv, flag, v);
+        }
+    }
+}
+
+/// `vm clone --output json [--name TO] [--network N] [--no-direct-io] [--pull]
+/// [--restore-mode M] [--nics N] [--cpu-weight W] [--cpu-quota-us Q] [--cpu-period-us P]
+/// (SNAPSHOT | --from-dir DIR)`, flags in exactly this order.
+pub fn clone_args(req: &CloneRequest, caps: &Capabilities) -> Result<BuiltArgs> {
+    let mut out = BuiltArgs {
+        argv: vec![s("vm"), s("clone"), s("--output"), s("json")],
+        warnings: Vec::new(),
+    };
+    if !req.to.is_empty() {
+        push_flag(&mut out.argv, "--name", &req.to);
+    }
+    if !req.network.is_empty() {
+        push_flag(&mut out.argv, "--network", &req.network);
+    }
+    if req.no_direct_io {
+        out.argv.push(s("--no-direct-io"));
+    }
+    let from_dir = matches!(req.from, CloneSource::Dir(_));
+    if req.pull || from_dir {
+        out.argv.push(s("--pull"));
+    }
+    // Firecracker restores have neither restore modes nor hot-added NICs.
+    let fc = req.is_firecracker();
+    if !req.restore_mode.is_empty() && !fc {
+        if caps.restore_mode {
+            push_flag(&mut out.argv, "--restore-mode", &req.restore_mode);
+        } else {
+            out.warnings.push(format!(
+                "installed cocoon has no --restore-mode; restore mode {:?} not applied",
+                req.restore_mode
+            ));
+        }
+    }
+    if let Some(n) = req.nics.filter(|_| !fc) {
+        push_flag(&mut out.argv, "--nics", n);
+    }
+    push_cpu_policy(&mut out, &req.cpu_policy, caps);
+    match &req.from {
+        CloneSource::Snapshot(name) => {
+            if name.is_empty() {
+                return Err(RuntimeError::Other(format!(
+                    "cocoon vm clone {}: empty snapshot name",
+                    req.to
+                )));
+            }
+            out.argv.push(name.clone());
+        }
+        CloneSource::Dir(dir) => {
+            if !caps.from_dir {
+                return Err(RuntimeError::Unsupported(format!(
+                    "cocoon vm clone {}: the installed cocoon does not support --from-dir",
+                    req.to
+                )));
+            }
+            push_flag(&mut out.argv, "--from-dir", dir.display());
+        }
+    }
+    Ok(out)
+}
+
+/// `vm run --output json [--name NAME] [--cpu N] [--cpu-weight W] [--cpu-quota-us Q]
+/// [--cpu-period-us P] [--memory BYTES] [--storage BYTES] [--network N] [--windows] [--fc]
+/// [--no-direct-io] IMAGE`.
+pub fn run_args(req: &RunRequest, caps: &Capabilities) -> Result<BuiltArgs> {
+    if req.image.is_empty() {
+        return Err(RuntimeError::Other(format!(
+            "cocoon vm run {}: empty image",
+            req.name
+        )));
+    }
+    let mut out = BuiltArgs {
+        argv: vec![s("vm"), s("run"), s("--output"), s("json")],
+        warnings: Vec::new(),
+    };
+    if !req.name.is_empty() {
+        push_flag(&mut out.argv, "--name", &req.name);
+    }
+    if req.cpu > 0 {
+        push_flag(&mut out.argv, "--cpu", req.cpu);
+    }
+    push_cpu_policy(&mut out, &req.cpu_policy, caps);
+    let memory = size_arg(&req.memory);
+    if !memory.is_empty() {
+        push_flag(&mut out.argv, "--memory", memory);
+    }
+    let storage = size_arg(&req.storage);
+    if !storage.is_empty() {
+        push_flag(&mut out.argv, "--storage", storage);
+    }
+    if !req.network.is_empty() {
+        push_flag(&mut out.argv, "--network", &req.network);
+    }
+    if req.is_windows() {
+        out.argv.push(s("--windows"));
+    }
+    if req.backend == Some(Backend::Firecracker) {
+        out.argv.push(s("--fc"));
+    }
+    if req.no_direct_io {
+        out.argv.push(s("--no-direct-io"));
+    }
+    out.argv.push(req.image.clone());
+    Ok(out)
+}
+
+/// `vm exec [-i] [-e K=V ...] <id> -- <argv...>`; `-e` sorted by key (the map is ordered).
+/// An empty id or argv is rejected before anything runs.
+pub fn exec_args(
+    id: &str,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    with_stdin: bool,
+) -> Result<Vec<String>> {
+    if id.is_empty() {
+        return Err(RuntimeError::Other(s("cocoon vm exec: empty VM id")));
+    }
+    if argv.is_empty() {
+        return Err(RuntimeError::Other(format!(
+            "cocoon vm exec {id}: empty command"
+        )));
+    }
+    let mut out = vec![s("vm"), s("exec")];
+    if with_stdin {
+        out.push(s("-i"));
+    }
+    for (k, v) in env {
+        out.push(s("-e"));
+        out.push(format!("{k}={v}"));
+    }
+    out.push(id.to_owned());
+    out.push(s("--"));
+    out.extend(argv.iter().cloned());
+    Ok(out)
+}
+
+/// `vm inspect <id>`.
+pub fn inspect_args(id: &str) -> Vec<String> {
+    vec![s("vm"), s("inspect"), id.to_owned()]
+}
+
+/// `vm list -o json`.
+pub fn list_args() -> Vec<String> {
+    vec![s("vm"), s("list"), s("-o"), s("json")]
+}
+
+/// `vm rm --force <id>`.
+pub fn remove_args(id: &str) -> Vec<String> {
+    vec![s("vm"), s("rm"), s("--force"), id.to_owned()]
+}
+
+/// `vm start <id>`.
+pub fn start_args(id: &str) -> Vec<String> {
+    vec![s("vm"), s("start"), id.to_owned()]
+}
+
+/// `vm logs [--tail N] <id>`.
+pub fn logs_args(id: &str, tail: Option<u64>) -> Vec<String> {
+    let mut out = vec![s("vm"), s("logs")];
+    if let Some(n) = tail {
+        push_flag(&mut out, "--tail", n);
+    }
+    out.push(id.to_owned());
+    out
+}
+
+/// `vm net --nics <N> <id>`.
+pub fn net_resize_args(id: &str, nics: u32) -> Vec<String> {
+    vec![
+        s("vm"),
+        s("net"),
+        s("--nics"),
+        nics.to_string(),
+        id.to_owned(),
+    ]
+}
+
+/// `snapshot save --name <name> <vmID>`.
+pub fn snapshot_save_args(name: &str, vm_id: &str) -> Vec<String> {
+    vec![
+        s("snapshot"),
+        s("save"),
+        s("--name"),
+        name.to_owned(),
+        vm_id.to_owned(),
+    ]
+}
+
+/// `snapshot rm <name>`.
+pub fn snapshot_rm_args(name: &str) -> Vec<String> {
+    vec![s("snapshot"), s("rm"), name.to_owned()]
+}
+
+/// `snapshot inspect <name>`.
+pub fn snapshot_inspect_args(name: &str) -> Vec<String> {
+    vec![s("snapshot"), s("inspect"), name.to_owned()]
+}
+
+/// `snapshot list -o json`.
+pub fn snapshot_list_args() -> Vec<String> {
+    vec![s("snapshot"), s("list"), s("-o"), s("json")]
+}
+
+/// `snapshot import --name <name>` (tar on stdin).
+pub fn snapshot_import_args(name: &str) -> Vec<String> {
+    vec![s("snapshot"), s("import"), s("--name"), name.to_owned()]
+}
+
+/// `snapshot export <name> -o -` (tar on stdout).
+pub fn snapshot_export_args(name: &str) -> Vec<String> {
+    vec![s("snapshot"), s("export"), name.to_owned(), s("-o"), s("-")]
+}
+
+/// `image pull [--force] <ref>`.
+pub fn image_pull_args(image: &str, force: bool) -> Vec<String> {
+    let mut out = vec![s("image"), s("pull")];
+    if force {
+        out.push(s("--force"));
+    }
+    out.push(image.to_owned());
+    out
+}
+
+/// `image inspect <name-or-digest>`.
+pub fn image_inspect_args(name: &str) -> Vec<String> {
+    vec![s("image"), s("inspect"), name.to_owned()]
+}
+
+/// `image import <name>` (qcow2 or tar on stdin).
+pub fn image_import_args(name: &str) -> Vec<String> {
+    vec![s("image"), s("import"), name.to_owned()]
+}
+
+/// `vm status --event --format json`.
+pub fn watch_args() -> Vec<String> {
+    vec![s("vm"), s("status"), s("--event"), s("--format"), s("json")]
+}
+
+/// `vm reconcile-stale-create <id> -o json`.
+pub fn reconcile_stale_create_args(id: &str) -> Vec<String> {
+    vec![
+        s("vm"),
+        s("reconcile-stale-create"),
+        id.to_owned(),
+        s("-o"),
+        s("json"),
+    ]
+}
+
+/// `vm clone --help` (capability detection).
+pub fn clone_help_args() -> Vec<String> {
+    vec![s("vm"), s("clone"), s("--help")]
+}
+
+/// `vm --help` (capability detection).
+pub fn vm_help_args() -> Vec<String> {
+    vec![s("vm"), s("--help")]
+}
+
+/// The `--memory`/`--storage` value: a Quantity converted to a byte count, an unparsable (or
+/// non-positive) string passed through trimmed, empty for empty.
+pub fn size_arg(raw: &str) -> String {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return String::new();
+    }
+    match quantity_bytes(raw) {
+        Some(b) if b > 0 => b.to_string(),
+        _ => raw.to_owned(),
+    }
+}
+
+/// Kubernetes Quantity → integer value, rounded up (Go's `Quantity.Value()`): decimal number
+/// with an optional binary-SI (`Ki`…`Ei`), decimal-SI (`n u m k M G T P E`) or exponent
+/// (`e3`, `E-2`) suffix. `None` for anything that is not a quantity or overflows i64.
+pub fn quantity_bytes(raw: &str) -> Option<i64> {
+    let (negative, body) = match raw.as_bytes().first()? {
+        b'-' => (true, &raw[1..]),
+        b'+' => (false, &raw[1..]),
+        _ => (false, raw),
+    };
+    let num_end = body
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(body.len());
+    let (number, suffix) = body.split_at(num_end);
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    if int_part.is_empty() && frac_part.is_empty() || frac_part.contains('.') {
+        return None;
+    }
+    // mantissa = digits / 10^frac_len, all in integers.
+    let digits = format!("{int_part}{frac_part}");
+    let mut numerator: i128 = digits.parse().ok()?;
+    let mut denominator: i128 = 10i128.checked_pow(u32::try_from(frac_part.len()).ok()?)?;
+    let binary = |p: u32| 1024i128.checked_pow(p);
+    let (mul, div): (i128, i128) = match suffix {
+        "" => (1, 1),
+        "Ki" => (binary(1)?, 1),
+        "Mi" => (binary(2)?, 1),
+        "Gi" => (binary(3)?, 1),
+        "Ti" => (binary(4)?, 1),
+        "Pi" => (binary(5)?, 1),
+        "Ei" => (binary(6)?, 1),
+        "n" => (1, 1_000_000_000),
+        "u" => (1, 1_000_000),
+        "m" => (1, 1_000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "E" => (1_000_000_000_000_000_000, 1),
+        exp if exp.starts_with(['e', 'E']) => {
+            let e: i32 = exp[1..].parse().ok()?;
+            let p = 10i128.checked_pow(e.unsigned_abs())?;
+            if e >= 0 { (p, 1) } else { (1, p) }
+        }
+        _ => return None,
+    };
+    numerator = numerator.checked_mul(mul)?;
+    denominator = denominator.checked_mul(div)?;
+    // Round away from zero, as Quantity.Value() does.
+    let mut value = numerator / denominator;
+    if numerator % denominator != 0 {
+        value += 1;
+    }
+    if negative {
+        value = -value;
+    }
+    i64::try_from(value).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn argv(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    fn clone_req() -> CloneRequest {
+        CloneRequest::from_snapshot("snap-a", "vm-a")
+    }
+
+    #[test]
+    fn clone_examples_from_the_spec() {
+        // {from: snap-a, to: vm-a, backend: cloud-hypervisor}
+        let mut req = clone_req();
+        req.backend = Some(Backend::CloudHypervisor);
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm", "clone", "--output", "json", "--name", "vm-a", "snap-a"
+            ])
+        );
+        assert!(got.warnings.is_empty());
+
+        // from_dir → --pull --from-dir DIR
+        let mut req = clone_req();
+        req.to = "vm-f".into();
+        req.from = CloneSource::Dir(PathBuf::from("/var/lib/cocoon/snaps/foo"));
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm",
+                "clone",
+                "--output",
+                "json",
+                "--name",
+                "vm-f",
+                "--pull",
+                "--from-dir",
+                "/var/lib/cocoon/snaps/foo"
+            ])
+        );
+
+        // A CPU policy goes right before the positional argument.
+        let mut req = clone_req();
+        req.cpu_policy = CpuPolicy {
+            weight: 20,
+            quota_us: 200_000,
+            period_us: 100_000,
+        };
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm",
+                "clone",
+                "--output",
+                "json",
+                "--name",
+                "vm-a",
+                "--cpu-weight",
+                "20",
+                "--cpu-quota-us",
+                "200000",
+                "--cpu-period-us",
+                "100000",
+                "snap-a"
+            ])
+        );
+    }
+
+    #[test]
+    fn clone_flag_order_with_everything_set() {
+        let mut req = clone_req();
+        req.network = "cocoon-dhcp".into();
+        req.no_direct_io = true;
+        req.pull = true;
+        req.restore_mode = "mmap".into();
+        req.nics = Some(2);
+        req.cpu_policy.weight = 79;
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm",
+                "clone",
+                "--output",
+                "json",
+                "--name",
+                "vm-a",
+                "--network",
+                "cocoon-dhcp",
+                "--no-direct-io",
+                "--pull",
+                "--restore-mode",
+                "mmap",
+                "--nics",
+                "2",
+                "--cpu-weight",
+                "79",
+                "snap-a"
+            ])
+        );
+    }
+
+    #[test]
+    fn clone_pull_once_when_both_requested_and_from_dir() {
+        let mut req = clone_req();
+        req.pull = true;
+        req.from = CloneSource::Dir(PathBuf::from("/d"));
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert_eq!(got.argv.iter().filter(|a| *a == "--pull").count(), 1);
+    }
+
+    #[test]
+    fn clone_nics_zero_is_explicit_and_none_is_absent() {
+        let mut req = clone_req();
+        req.nics = Some(0);
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert!(got.argv.windows(2).any(|w| w == ["--nics", "0"]));
+        req.nics = None;
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert!(!got.argv.contains(&"--nics".to_owned()));
+    }
+
+    #[test]
+    fn clone_firecracker_drops_restore_mode_and_nics_only() {
+        let mut req = clone_req();
+        req.backend = Some(Backend::Firecracker);
+        req.restore_mode = "copy".into();
+        req.nics = Some(1);
+        req.cpu_policy.weight = 5;
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm",
+                "clone",
+                "--output",
+                "json",
+                "--name",
+                "vm-a",
+                "--cpu-weight",
+                "5",
+                "snap-a"
+            ])
+        );
+        // An empty backend means cloud-hypervisor: both flags stay.
+        req.backend = None;
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert!(got.argv.contains(&"--restore-mode".to_owned()));
+        assert!(got.argv.contains(&"--nics".to_owned()));
+    }
+
+    #[test]
+    fn clone_cpu_flags_only_when_positive() {
+        let mut req = clone_req();
+        req.cpu_policy = CpuPolicy {
+            weight: 1,
+            quota_us: 0,
+            period_us: 0,
+        };
+        let got = clone_args(&req, &Capabilities::ALL).expect("args");
+        assert!(got.argv.windows(2).any(|w| w == ["--cpu-weight", "1"]));
+        assert!(!got.argv.contains(&"--cpu-quota-us".to_owned()));
+        assert!(!got.argv.contains(&"--cpu-period-us".to_owned()));
+    }
+
+    #[test]
+    fn clone_without_capabilities_warns_or_fails() {
+        let mut req = clone_req();
+        req.restore_mode = "ondemand".into();
+        req.cpu_policy.weight = 20;
+        let got = clone_args(&req, &Capabilities::NONE).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm", "clone", "--output", "json", "--name", "vm-a", "snap-a"
+            ])
+        );
+        assert_eq!(got.warnings.len(), 2);
+
+        req.from = CloneSource::Dir(PathBuf::from("/d"));
+        let err = clone_args(&req, &Capabilities::NONE).expect_err("from-dir needs support");
+        assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    }
+
+    #[test]
+    fn run_example_from_the_spec() {
+        let req = RunRequest {
+            image: "ubuntu:24.04".into(),
+            cpu: 2,
+            memory: "4Gi".into(),
+            storage: "20Gi".into(),
+            network: "cocoon-dhcp".into(),
+            ..RunRequest::default()
+        };
+        let got = run_args(&req, &Capabilities::ALL).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm",
+                "run",
+                "--output",
+                "json",
+                "--cpu",
+                "2",
+                "--memory",
+                "4294967296",
+                "--storage",
+                "21474836480",
+                "--network",
+                "cocoon-dhcp",
+                "ubuntu:24.04"
+            ])
+        );
+    }
+
+    #[test]
+    fn run_full_flag_order() {
+        let req = RunRequest {
+            image: "win11".into(),
+            name: "vm-w".into(),
+            cpu: 4,
+            memory: "lots".into(),
+            storage: String::new(),
+            network: String::new(),
+            os: "Windows".into(),
+            backend: Some(Backend::Firecracker),
+            no_direct_io: true,
+            cpu_policy: CpuPolicy {
+                weight: 20,
+                quota_us: 200_000,
+                period_us: 100_000,
+            },
+        };
+        let got = run_args(&req, &Capabilities::ALL).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm",
+                "run",
+                "--output",
+                "json",
+                "--name",
+                "vm-w",
+                "--cpu",
+                "4",
+                "--cpu-weight",
+                "20",
+                "--cpu-quota-us",
+                "200000",
+                "--cpu-period-us",
+                "100000",
+                // Unparsable quantities pass through unchanged.
+                "--memory",
+                "lots",
+                "--windows",
+                "--fc",
+                "--no-direct-io",
+                "win11"
+            ])
+        );
+        let got = run_args(&req, &Capabilities::NONE).expect("args");
+        assert!(!got.argv.contains(&"--cpu-weight".to_owned()));
+        assert_eq!(got.warnings.len(), 1);
+    }
+
+    #[test]
+    fn exec_argv_rules() {
+        let env: BTreeMap<String, String> = [("Z", "1"), ("A", "x=y")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(
+            exec_args("vm1", &argv(&["sh", "-c", "true"]), &env, true).expect("args"),
+            argv(&[
+                "vm", "exec", "-i", "-e", "A=x=y", "-e", "Z=1", "vm1", "--", "sh", "-c", "true"
+            ])
+        );
+        // No stdin → no -i; a leading -- in argv is preserved.
+        assert_eq!(
+            exec_args("vm1", &argv(&["--", "ls"]), &BTreeMap::new(), false).expect("args"),
+            argv(&["vm", "exec", "vm1", "--", "--", "ls"])
+        );
+        assert!(exec_args("", &argv(&["ls"]), &BTreeMap::new(), false).is_err());
+        assert!(exec_args("vm1", &[], &BTreeMap::new(), false).is_err());
+    }
+
+    #[test]
+    fn simple_invocations() {
+        let cases: Vec<(Vec<String>, &[&str])> = vec![
+            (inspect_args("i"), &["vm", "inspect", "i"]),
+            (list_args(), &["vm", "list", "-o", "json"]),
+            (remove_args("i"), &["vm", "rm", "--force", "i"]),
+            (start_args("i"), &["vm", "start", "i"]),
+            (
+                logs_args("i", Some(50)),
+                &["vm", "logs", "--tail", "50", "i"],
+            ),
+            (logs_args("i", None), &["vm", "logs", "i"]),
+            (net_resize_args("i", 0), &["vm", "net", "--nics", "0", "i"]),
+            (
+                snapshot_save_args("n", "i"),
+                &["snapshot", "save", "--name", "n", "i"],
+            ),
+            (snapshot_rm_args("n"), &["snapshot", "rm", "n"]),
+            (snapshot_inspect_args("n"), &["snapshot", "inspect", "n"]),
+            (snapshot_list_args(), &["snapshot", "list", "-o", "json"]),
+            (
+                snapshot_import_args("n"),
+                &["snapshot", "import", "--name", "n"],
+            ),
+            (
+                snapshot_export_args("n"),
+                &["snapshot", "export", "n", "-o", "-"],
+            ),
+            (
+                image_pull_args("r", true),
+                &["image", "pull", "--force", "r"],
+            ),
+            (image_pull_args("r", false), &["image", "pull", "r"]),
+            (image_inspect_args("r"), &["image", "inspect", "r"]),
+            (image_import_args("r"), &["image", "import", "r"]),
+            (
+                watch_args(),
+                &["vm", "status", "--event", "--format", "json"],
+            ),
+            (
+                reconcile_stale_create_args("i"),
+                &["vm", "reconcile-stale-create", "i", "-o", "json"],
+            ),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, argv(want));
+        }
+    }
+
+    #[test]
+    fn quantities() {
+        let cases: &[(&str, Option<i64>)] = &[
+            ("4Gi", Some(4 * 1024 * 1024 * 1024)),
+            ("20Gi", Some(21_474_836_480)),
+            ("512Mi", Some(536_870_912)),
+            ("1G", Some(1_000_000_000)),
+            ("1.5Gi", Some(1_610_612_736)),
+            ("100", Some(100)),
+            ("1e3", Some(1000)),
+            ("1500m", Some(2)),
+            ("0.1", Some(1)),
+            ("-1Ki", Some(-1024)),
+            ("", None),
+            ("Gi", None),
+            ("4GB", None),
+            ("1.2.3", None),
+            ("99999999Ei", None),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(quantity_bytes(raw), *want, "{raw}");
+        }
+        assert_eq!(size_arg(" 4Gi "), "4294967296");
+        assert_eq!(size_arg("0"), "0");
+        assert_eq!(size_arg("huge"), "huge");
+        assert_eq!(size_arg("  "), "");
+    }
+
+    #[test]
+    fn capabilities_from_help_text() {
+        let new_clone = "Flags:\n  --restore-mode string\n  --cpu-weight int\n  --cpu-quota-us int\n  --cpu-period-us int\n  --from-dir string\n";
+        let caps = Capabilities::from_help(new_clone, "Commands:\n  reconcile-stale-create\n");
+        assert_eq!(caps, Capabilities::ALL);
+        let caps = Capabilities::from_help("Flags:\n  --name string\n  --cpu-weight int\n", "");
+        assert_eq!(caps, Capabilities::NONE);
+    }
+}
