@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cocoon_operator::admin::{self, Readiness};
 use cocoon_operator::config::RawConfig;
-use cocoon_operator::{cocoonset, hibernation};
 use cocoon_operator::metrics::Metrics;
+use cocoon_operator::{cocoonset, hibernation};
 use kube::runtime::events::{Recorder, Reporter};
 use tracing::info;
 
@@ -165,7 +165,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         cocoonset::plan::Timing::default(),
     ));
     // /readyz answers ok only once both controllers' caches have synced.
-    let (hib_ready, set_ready) = (Arc::new(Readiness::default()), Arc::new(Readiness::default()));
+    let (hib_ready, set_ready) = (
+        Arc::new(Readiness::default()),
+        Arc::new(Readiness::default()),
+    );
     {
         let (h, s, all) = (hib_ready.clone(), set_ready.clone(), readiness.clone());
         tokio::spawn(async move {
@@ -230,6 +233,30 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => tokio::runtime::Runtime::new()
             .context("start the async runtime")?
             .block_on(run(*args)),
-        Command::Node => anyhow::bail!("`node`: the node agent is not built yet"),
+        Command::Node => node(),
     }
+}
+
+/// `node`: the per-host node agent. Logging comes from `VK_LOG_LEVEL` (an invalid level exits
+/// with status 1), the rest of the configuration from the environment (`contract.md` §12.2).
+fn node() -> anyhow::Result<()> {
+    let raw = std::env::var(cocoon_api::contract::env::node::LOG_LEVEL)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| cocoon_api::contract::env::node::DEFAULT_LOG_LEVEL.to_owned());
+    let level = match cocoon_node::config::parse_log_level(&raw) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cocoon-operator node: {e}");
+            std::process::exit(1);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .init();
+    let config = cocoon_node::config::NodeConfig::from_env().context("node agent configuration")?;
+    tokio::runtime::Runtime::new()
+        .context("start the async runtime")?
+        .block_on(cocoon_node::agent::run(config))
+        .context("node agent")
 }

@@ -1,0 +1,1200 @@
+//! The CocoonSet controller: keeps each set's main agent, sub-agents and toolboxes in place
+//! as placeholder pods, repairs and scales them, reports status, and tears the set down.
+//!
+//! Observe → decide → act. [`pods`] and [`plan`] hold the pure rules of `cocoonset.md`
+//! (factories, drift, classification, triage, create protocol, status, teardown); this file is
+//! the shell that walks the loop's steps 1–14 and applies their decisions. Steps 6 (suspend),
+//! 8 (migration), 9 (release wake) and 10 (unsuspend/reclaim) are marked hooks that hand over
+//! ("not handled") until parts 2 and 3 fill them in.
+
+pub mod plan;
+pub mod pods;
+pub mod quantity;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use cocoon_api::contract::events::{self as ev, operator as reasons};
+use cocoon_api::contract::{
+    AnnotationCodec, AnnotationDelta, DeadLetter, GenerationStamp, RebuildHistory, ReclaimRecord,
+    annotations as ann, annotations_merge_patch, diff_annotations, finalizers, labels, oci, tags,
+};
+use cocoon_api::crd::hibernation::{CocoonHibernation, HibernationPhase};
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus, ToolboxSpec};
+use cocoon_api::naming::{self, Role};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event as WatchEvent, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{debug, error, info, warn};
+
+use self::plan::{CreateFacts, CreatePlan, FailedStep, TagRead, Timing, Triage};
+use self::pods::Classified;
+use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, PhaseLabel, SetLabels};
+use crate::registry::TagRegistry;
+
+const CONTROLLER: &str = "cocoonset";
+
+/// A pass failed; the controller logs it and retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("registry: {0}")]
+    Registry(String),
+    #[error("object has no {0}")]
+    Missing(&'static str),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("pod cache did not sync")]
+    Cache,
+}
+
+impl Error {
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Registry(_) => "registry",
+            Error::Missing(_) | Error::Invalid(_) => "invalid",
+            Error::Cache => "cache",
+        }
+    }
+}
+
+/// Write and registry counters, for the settled-pass test and the benchmark.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Passes run (after the cache wait).
+    pub passes: AtomicU64,
+    /// Pod creates, deletes and patches, CocoonSet metadata and status patches.
+    pub writes: AtomicU64,
+    /// Reads that bypass the cache (the CocoonHibernation list, collision GETs).
+    pub reads: AtomicU64,
+    /// Registry calls.
+    pub registry_calls: AtomicU64,
+}
+
+impl Stats {
+    /// Counts one write; `site` (the caller's line) makes a stray write easy to find in a
+    /// debug log.
+    fn write(&self, site: u32) {
+        debug!(site, "cocoonset write");
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub registry: Arc<dyn TagRegistry>,
+    pub timing: Timing,
+    pub stats: Stats,
+    pods: Mutex<Option<Store<Pod>>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        registry: Arc<dyn TagRegistry>,
+        timing: Timing,
+    ) -> Self {
+        Context {
+            client,
+            recorder,
+            metrics,
+            registry,
+            timing,
+            stats: Stats::default(),
+            pods: Mutex::default(),
+            failures: Mutex::default(),
+        }
+    }
+
+    fn pod_store(&self) -> Option<Store<Pod>> {
+        self.pods.lock().ok().and_then(|s| s.clone())
+    }
+}
+
+/// Runs the controller until `shutdown` resolves, over every namespace or over one (tests).
+/// `readiness` is set once both the CocoonSet and the pod caches have synced.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    readiness: Arc<crate::admin::Readiness>,
+) {
+    let client = ctx.client.clone();
+    let (sets, pods): (Api<CocoonSet>, Api<Pod>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client)),
+    };
+    let (set_reader, set_writer) = reflector::store::<CocoonSet>();
+    let (pod_reader, pod_writer) = reflector::store::<Pod>();
+    if let Ok(mut slot) = ctx.pods.lock() {
+        *slot = Some(pod_reader.clone());
+    }
+    {
+        let (a, b) = (set_reader.clone(), pod_reader.clone());
+        tokio::spawn(async move {
+            if a.wait_until_ready().await.is_ok() && b.wait_until_ready().await.is_ok() {
+                readiness.set_ready();
+            }
+        });
+    }
+    let set_events = set_changes(
+        watcher(sets, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .reflect(set_writer),
+    );
+    // Only pods carrying the set label are cached: ownership is then checked per pass.
+    let pod_config = watcher::Config::default()
+        .labels(labels::COCOONSET_NAME)
+        .any_semantic();
+    let pod_events = pod_changes(
+        watcher(pods, pod_config)
+            .default_backoff()
+            .reflect(pod_writer),
+    );
+    Controller::for_stream(set_events, set_reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .owns_stream(pod_events)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => debug!(object = %obj, "reconciled"),
+                Err(e) => debug!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+fn fingerprint(parts: impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+/// §1 primary watch: creates, deletes, and updates that change the generation or the status
+/// (or start the deletion). Annotation-only patches and relists wake nothing.
+fn set_changes(
+    events: impl Stream<Item = Result<WatchEvent<CocoonSet>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<CocoonSet, watcher::Error>> + Send + 'static {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    events.filter_map(move |ev| {
+        let out = match ev {
+            Err(e) => Some(Err(e)),
+            Ok(WatchEvent::Apply(cs) | WatchEvent::InitApply(cs)) => {
+                let key = cs.uid().unwrap_or_else(|| cs.name_any());
+                let status = serde_json::to_string(&cs.status).unwrap_or_default();
+                let fp = fingerprint((
+                    cs.metadata.generation,
+                    status,
+                    cs.metadata.deletion_timestamp.is_some(),
+                ));
+                match seen.insert(key, fp) {
+                    Some(prev) if prev == fp => None,
+                    _ => Some(Ok(cs)),
+                }
+            }
+            Ok(WatchEvent::Delete(cs)) => {
+                seen.remove(&cs.uid().unwrap_or_else(|| cs.name_any()));
+                Some(Ok(cs))
+            }
+            Ok(WatchEvent::Init | WatchEvent::InitDone) => None,
+        };
+        futures::future::ready(out)
+    })
+}
+
+/// §1 owned pods: create, delete, and updates that start the deletion or change the phase,
+/// the Ready condition, labels or annotations. Other node-agent status churn is dropped.
+fn pod_changes(
+    events: impl Stream<Item = Result<WatchEvent<Pod>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    events.filter_map(move |ev| {
+        let out = match ev {
+            Err(e) => Some(Err(e)),
+            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => {
+                let key = pod.uid().unwrap_or_else(|| pod.name_any());
+                let fp = fingerprint((
+                    pod.metadata.deletion_timestamp.is_some(),
+                    pods::pod_phase(&pod),
+                    pods::is_ready(&pod),
+                    pod.labels(),
+                    pod.annotations(),
+                ));
+                match seen.insert(key, fp) {
+                    Some(prev) if prev == fp => None,
+                    _ => Some(Ok(pod)),
+                }
+            }
+            Ok(WatchEvent::Delete(pod)) => {
+                seen.remove(&pod.uid().unwrap_or_else(|| pod.name_any()));
+                Some(Ok(pod))
+            }
+            Ok(WatchEvent::Init | WatchEvent::InitDone) => None,
+        };
+        futures::future::ready(out)
+    })
+}
+
+fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = cs.uid().unwrap_or_else(|| cs.name_any());
+    let attempts = ctx
+        .failures
+        .lock()
+        .map(|mut m| {
+            let n = m.entry(key).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        })
+        .unwrap_or(1);
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            controller: CONTROLLER.into(),
+            kind: err.kind().into(),
+        })
+        .inc();
+    // 200 ms doubling to a minute, like controller-runtime's per-item backoff.
+    let delay = Duration::from_millis(200u64.saturating_mul(1 << attempts.min(9)))
+        .min(Duration::from_secs(60));
+    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&cs, &ctx).await;
+    ctx.metrics
+        .reconcile_duration
+        .get_or_create(&ControllerLabel {
+            controller: CONTROLLER.into(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok()
+        && let Ok(mut m) = ctx.failures.lock()
+    {
+        m.remove(&cs.uid().unwrap_or_else(|| cs.name_any()));
+    }
+    result
+}
+
+/// How a step ends: hand over to the next one, or end the pass.
+enum Step {
+    Continue,
+    Return(Action),
+}
+
+async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error> {
+    let store = ctx.pod_store().ok_or(Error::Cache)?;
+    store.wait_until_ready().await.map_err(|_| Error::Cache)?;
+    ctx.stats.passes.fetch_add(1, Ordering::Relaxed);
+    let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
+    // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
+    let owned: Vec<Pod> = store
+        .state()
+        .iter()
+        .filter(|p| pods::is_owned(cs, p))
+        .map(|p| (**p).clone())
+        .collect();
+    let mut pass = Pass::new(ctx, cs.clone(), ns);
+
+    // Step 2.
+    if cs.metadata.deletion_timestamp.is_some() {
+        return pass.teardown(&owned).await;
+    }
+    // Step 3.
+    if !cs.finalizers().iter().any(|f| f == finalizers::COCOONSET) {
+        pass.add_finalizer().await?;
+        return Ok(Action::requeue(ctx.timing.requeue_after_write));
+    }
+    // Step 4.
+    pass.classified = Classified::from_owned(&owned);
+    // Step 5.
+    pass.stamp_generation().await?;
+    // Step 6 (part 2).
+    if let Step::Return(a) = pass.suspend().await? {
+        return Ok(a);
+    }
+    // Step 7.
+    if let Step::Return(a) = pass.failed_state().await? {
+        return Ok(a);
+    }
+    // Step 8 (part 3).
+    if let Step::Return(a) = pass.migrate().await? {
+        return Ok(a);
+    }
+    // Step 9 (part 2).
+    if let Step::Return(a) = pass.release_wake().await? {
+        return Ok(a);
+    }
+    // Step 10 (part 2).
+    if let Step::Return(a) = pass.unsuspend_and_reclaim().await? {
+        return Ok(a);
+    }
+    // Step 11.
+    if let Step::Return(a) = pass.main_agent().await? {
+        return Ok(a);
+    }
+    // Steps 12 and 13.
+    pass.sub_agents().await?;
+    pass.toolboxes().await?;
+    // Step 14.
+    pass.finish().await
+}
+
+/// The state of one pass: the in-memory mirror of the set (its annotation writes applied),
+/// the step-4 classification, and what the pass has done so far.
+struct Pass<'a> {
+    ctx: &'a Context,
+    cs: CocoonSet,
+    ns: String,
+    name: String,
+    sets: Api<CocoonSet>,
+    pod_api: Api<Pod>,
+    classified: Classified,
+    changed: bool,
+    min_backoff: Option<Duration>,
+    /// Pods named by a Hibernated/Waking CocoonHibernation; listed at most once per pass.
+    cr_restorable: Option<BTreeSet<String>>,
+}
+
+/// Outcome of one create through the protocol.
+enum Created {
+    Yes,
+    AlreadyExists,
+}
+
+impl<'a> Pass<'a> {
+    fn new(ctx: &'a Context, cs: CocoonSet, ns: String) -> Self {
+        let name = cs.name_any();
+        Pass {
+            sets: Api::namespaced(ctx.client.clone(), &ns),
+            pod_api: Api::namespaced(ctx.client.clone(), &ns),
+            ctx,
+            cs,
+            ns,
+            name,
+            classified: Classified::default(),
+            changed: false,
+            min_backoff: None,
+            cr_restorable: None,
+        }
+    }
+
+    fn generation(&self) -> i64 {
+        self.cs.metadata.generation.unwrap_or(0)
+    }
+
+    fn set_labels(&self) -> SetLabels {
+        SetLabels {
+            namespace: self.ns.clone(),
+            cocoonset: self.name.clone(),
+        }
+    }
+
+    fn note_backoff(&mut self, d: Duration) {
+        self.min_backoff = Some(self.min_backoff.map_or(d, |m| m.min(d)));
+    }
+
+    async fn event(&self, warning: bool, reason: &str, message: String) {
+        let event = KubeEvent {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(message),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .ctx
+            .recorder
+            .publish(&event, &self.cs.object_ref(&()))
+            .await
+        {
+            warn!(error = %e, reason, "failed to publish event");
+        }
+    }
+
+    // ----- writes ------------------------------------------------------------------------
+
+    /// Merge-patches the set's annotations with `delta` (when it changes anything) and
+    /// mirrors it into the in-memory copy.
+    async fn patch_set_annotations(&mut self, delta: AnnotationDelta) -> Result<(), Error> {
+        let current = self.cs.annotations().clone();
+        let delta = diff_annotations(&current, &delta);
+        let Some(patch) = annotations_merge_patch(&delta) else {
+            return Ok(());
+        };
+        self.ctx.stats.write(line!());
+        self.sets
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        cocoon_api::contract::apply_delta(self.cs.annotations_mut(), &delta);
+        self.changed = true;
+        Ok(())
+    }
+
+    /// Writes the rebuild history after GC of entries outside the desired pod names.
+    async fn write_history(&mut self, mut history: RebuildHistory) -> Result<(), Error> {
+        history.retain_desired(&plan::desired_names(&self.cs));
+        let delta = history.delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await
+    }
+
+    fn history(&self) -> RebuildHistory {
+        RebuildHistory::from_meta(&self.cs.metadata)
+    }
+
+    async fn write_status(&mut self, status: CocoonSetStatus) -> Result<(), Error> {
+        let Some(status) = plan::status_patch(&self.cs, status) else {
+            return Ok(());
+        };
+        let mut body = serde_json::to_value(&status).unwrap_or(Value::Null);
+        // A merge patch keeps keys it does not name: emptied fields are cleared explicitly.
+        if let Value::Object(m) = &mut body {
+            for key in [
+                "observedGeneration",
+                "phase",
+                "agents",
+                "toolboxes",
+                "conditions",
+            ] {
+                m.entry(key).or_insert(Value::Null);
+            }
+        }
+        self.ctx.stats.write(line!());
+        self.sets
+            .patch_status(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "status": body })),
+            )
+            .await?;
+        self.cs.status = Some(status);
+        Ok(())
+    }
+
+    fn status_now(&self, phase: Option<CocoonSetPhase>) -> CocoonSetStatus {
+        // Whole seconds: the API server stores condition times so, and a finer `now` would
+        // make a freshly written status differ from its read-back.
+        let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
+        plan::build_status(&self.cs, &self.classified, phase, now)
+    }
+
+    async fn delete_pod(&self, name: &str) -> Result<(), Error> {
+        self.ctx.stats.write(line!());
+        match self.pod_api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn patch_pod_annotations(&self, pod: &str, delta: &AnnotationDelta) -> Result<(), Error> {
+        let Some(patch) = annotations_merge_patch(delta) else {
+            return Ok(());
+        };
+        self.ctx.stats.write(line!());
+        self.pod_api
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Stashes the VM names of pods about to be deleted (scale-down, toolbox removal).
+    async fn stash<'p>(&mut self, doomed: impl IntoIterator<Item = &'p Pod>) -> Result<(), Error> {
+        let names = plan::stash_names(&self.cs, doomed);
+        let delta = names.delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await
+    }
+
+    // ----- step 2 and 3 ----------------------------------------------------------------
+
+    async fn teardown(&mut self, owned: &[Pod]) -> Result<Action, Error> {
+        if !self
+            .cs
+            .finalizers()
+            .iter()
+            .any(|f| f == finalizers::COCOONSET)
+        {
+            return Ok(Action::await_change());
+        }
+        let names = plan::stash_names(&self.cs, owned);
+        let delta = names.delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await?;
+        if !owned.is_empty() {
+            // Tag GC waits for the pods: the node agent may push :latest while they go.
+            for p in owned {
+                self.delete_pod(&p.name_any()).await?;
+            }
+            return Ok(Action::requeue(self.ctx.timing.wait_for_main));
+        }
+        // Every VM is tried, and the failures are returned together: one unreachable
+        // repository does not hold back the others' cleanup on the retry.
+        let mut failures = Vec::new();
+        for item in plan::gc_plan(&self.cs, &self.ns, &names) {
+            self.ctx
+                .stats
+                .registry_calls
+                .fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = self
+                .ctx
+                .registry
+                .delete_tag(&item.vm, tags::HIBERNATE)
+                .await
+            {
+                failures.push(format!("{}:{}: {e}", item.vm, tags::HIBERNATE));
+                continue;
+            }
+            if item.drop_latest {
+                self.ctx
+                    .stats
+                    .registry_calls
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = self.ctx.registry.delete_tag(&item.vm, tags::LATEST).await {
+                    error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
+                }
+            }
+        }
+        if !failures.is_empty() {
+            return Err(Error::Registry(format!(
+                "teardown GC: {}",
+                failures.join("; ")
+            )));
+        }
+        let list: Vec<String> = self
+            .cs
+            .finalizers()
+            .iter()
+            .filter(|f| *f != finalizers::COCOONSET)
+            .cloned()
+            .collect();
+        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": self.cs.resource_version()}});
+        self.ctx.stats.write(line!());
+        match self
+            .sets
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                info!(namespace = %self.ns, name = %self.name, "CocoonSet torn down");
+                Ok(Action::await_change())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Action::await_change()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn add_finalizer(&mut self) -> Result<(), Error> {
+        let mut list = self.cs.finalizers().to_vec();
+        list.push(finalizers::COCOONSET.to_string());
+        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": self.cs.resource_version()}});
+        self.ctx.stats.write(line!());
+        self.sets
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    // ----- step 5 ----------------------------------------------------------------------
+
+    async fn stamp_generation(&mut self) -> Result<(), Error> {
+        let generation = self.generation();
+        let stale: Vec<String> = self
+            .classified
+            .all_by_name
+            .iter()
+            .filter(|(_, p)| GenerationStamp::from_meta(&p.metadata).0 != generation)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in stale {
+            let delta = GenerationStamp(generation).desired();
+            self.patch_pod_annotations(&name, &delta).await?;
+            if let Some(p) = self.classified.all_by_name.get_mut(&name) {
+                cocoon_api::contract::apply_delta(p.annotations_mut(), &delta);
+            }
+        }
+        Ok(())
+    }
+
+    // ----- hooks of parts 2 and 3 ------------------------------------------------------
+
+    /// Step 6 — suspend (part 2). Not handled yet: a suspended spec runs the normal flow.
+    async fn suspend(&mut self) -> Result<Step, Error> {
+        if self.cs.spec.suspend {
+            debug!(namespace = %self.ns, name = %self.name, "spec.suspend is not implemented yet (part 2)");
+        }
+        Ok(Step::Continue)
+    }
+
+    /// Step 8 — cross-node migration of the main (part 3). Not handled yet.
+    async fn migrate(&mut self) -> Result<Step, Error> {
+        Ok(Step::Continue)
+    }
+
+    /// Step 9 — release-policy wake (part 2). Not handled yet.
+    async fn release_wake(&mut self) -> Result<Step, Error> {
+        Ok(Step::Continue)
+    }
+
+    /// Step 10 — unsuspend bookkeeping and reclaim (part 2). Not handled yet; step 7.1 calls
+    /// its 10.1–10.5 part through here too.
+    async fn unsuspend_and_reclaim(&mut self) -> Result<Step, Error> {
+        Ok(Step::Continue)
+    }
+
+    // ----- step 7 ----------------------------------------------------------------------
+
+    async fn failed_state(&mut self) -> Result<Step, Error> {
+        let Some(main) = self.classified.main.clone() else {
+            return Ok(Step::Continue);
+        };
+        let drifted = pods::agent_drift(&self.cs, &self.ns, 0, &main).is_some();
+        match plan::failed_step(&self.cs, &self.ns, Some(&main), drifted) {
+            FailedStep::Continue => Ok(Step::Continue),
+            FailedStep::Recovered { message } => {
+                self.event(false, reasons::RECOVERED_FROM_FAILURE, message)
+                    .await;
+                Ok(Step::Continue)
+            }
+            FailedStep::Rebuild { reason } => {
+                // 7.1's clear of a leftover hibernate intent belongs to step 10 (part 2).
+                match self.triage_pod(&main, Some(reason)).await? {
+                    Triage::Leave { .. } | Triage::DeadLetter { .. } => {
+                        // Dead-lettered at this generation: report Failed as 7.3 does, so
+                        // the set does not sit in Pending with a dead main.
+                        self.report_failed(&main).await
+                    }
+                    Triage::Wait(d) => Ok(Step::Return(Action::requeue(d))),
+                    Triage::ResetAndDelete | Triage::Rebuild { .. } => Ok(Step::Return(
+                        Action::requeue(self.ctx.timing.requeue_after_write),
+                    )),
+                }
+            }
+            FailedStep::Fail(_) => self.report_failed(&main).await,
+        }
+    }
+
+    async fn report_failed(&mut self, main: &Pod) -> Result<Step, Error> {
+        let report = plan::failed_report(&self.cs, &self.ns, main);
+        if report.announce {
+            self.event(true, report.reason, report.message.clone())
+                .await;
+            if let Some(phase) = &report.lifecycle_metric_phase {
+                self.ctx
+                    .metrics
+                    .lifecycle_state_failed_observed
+                    .get_or_create(&PhaseLabel {
+                        phase: phase.clone(),
+                    })
+                    .inc();
+            }
+        }
+        let status = self.status_now(Some(CocoonSetPhase::Failed));
+        self.write_status(status).await?;
+        Ok(Step::Return(Action::await_change()))
+    }
+
+    // ----- §6 triage applied -------------------------------------------------------------
+
+    /// Triage one existing pod and apply the decision; returns the decision.
+    async fn triage_pod(&mut self, pod: &Pod, reason: Option<String>) -> Result<Triage, Error> {
+        let name = pod.name_any();
+        let mut history = self.history();
+        let generation = self.generation();
+        let decision = plan::triage(
+            reason,
+            pods::dead_letter(pod),
+            history.get(&name),
+            generation,
+            Utc::now(),
+            &self.ctx.timing,
+        );
+        match &decision {
+            Triage::Leave { .. } => {}
+            Triage::Wait(d) => self.note_backoff(*d),
+            Triage::ResetAndDelete => {
+                history.reset(&name);
+                self.write_history(history).await?;
+                self.delete_pod(&name).await?;
+                self.changed = true;
+            }
+            Triage::DeadLetter { reason } => {
+                let delta = DeadLetter(Some(generation)).desired();
+                self.patch_pod_annotations(&name, &delta).await?;
+                plan::mark_exhausted(&mut history, &name, generation);
+                self.write_history(history).await?;
+                self.ctx
+                    .metrics
+                    .subagent_dead_letter
+                    .get_or_create(&self.set_labels())
+                    .inc();
+                let budget = self.ctx.timing.rebuild_budget;
+                self.event(
+                    true,
+                    reasons::SUB_AGENT_DEAD_LETTER,
+                    ev::dead_letter_message(&name, budget, reason),
+                )
+                .await;
+            }
+            Triage::Rebuild { attempt, reason } => {
+                // The history is durable before the delete, so a crash cannot refund it.
+                history.record_delete(&name, Utc::now(), generation);
+                self.write_history(history).await?;
+                self.delete_pod(&name).await?;
+                self.ctx
+                    .metrics
+                    .subagent_rebuild
+                    .get_or_create(&self.set_labels())
+                    .inc();
+                let attempt = u32::try_from(*attempt).unwrap_or(u32::MAX);
+                let budget = self.ctx.timing.rebuild_budget;
+                self.event(
+                    false,
+                    reasons::SUB_AGENT_REBUILDING,
+                    ev::rebuilding_message(&name, attempt, budget, reason),
+                )
+                .await;
+                self.changed = true;
+            }
+        }
+        Ok(decision)
+    }
+
+    /// For a missing pod: false when its budget is spent at this generation. An exhaustion
+    /// mark from an older generation is cleared first (the spec changed: fresh budget).
+    async fn may_recreate(&mut self, pod_name: &str) -> Result<bool, Error> {
+        let history = self.history();
+        let generation = self.generation();
+        if plan::exhausted(&history, pod_name, generation) {
+            return Ok(false);
+        }
+        if plan::exhausted_earlier(&history, pod_name, generation) {
+            let mut history = history;
+            history.reset(pod_name);
+            self.write_history(history).await?;
+        }
+        Ok(true)
+    }
+
+    // ----- §7/§8 create protocol ---------------------------------------------------------
+
+    async fn cr_restorable(&mut self) -> Result<BTreeSet<String>, Error> {
+        if let Some(s) = &self.cr_restorable {
+            return Ok(s.clone());
+        }
+        let api: Api<CocoonHibernation> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+        let set: BTreeSet<String> = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|h| {
+                matches!(
+                    h.status.as_ref().and_then(|s| s.phase),
+                    Some(HibernationPhase::Hibernated | HibernationPhase::Waking)
+                )
+            })
+            .map(|h| h.spec.pod_ref.name)
+            .collect();
+        self.cr_restorable = Some(set.clone());
+        Ok(set)
+    }
+
+    /// The create facts of `pod` (its role, VM and restore intent); the image and the tag
+    /// are filled in by [`create_through_protocol`].
+    fn facts_for(
+        &self,
+        pod: &Pod,
+        role: Role,
+        restorable: &BTreeSet<String>,
+        unconditional: bool,
+    ) -> CreateFacts<'static> {
+        let record = ReclaimRecord::from_meta(&self.cs.metadata);
+        let vm = pods::vm_name(pod);
+        CreateFacts {
+            role,
+            image: "",
+            tag: TagRead::Skipped,
+            recorded: record.contains_vm(vm),
+            owed_restore: record.owes_restore(vm),
+            cr_restorable: restorable.contains(&pod.name_any()),
+            unconditional_intent: unconditional,
+        }
+    }
+
+    /// Removes VMs from the reclaim record (the image rule and the sub-agent pre-create drop).
+    async fn forget_vms(&mut self, vms: &[String]) -> Result<(), Error> {
+        if vms.is_empty() {
+            return Ok(());
+        }
+        let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
+        for vm in vms {
+            record.remove_vm(vm);
+        }
+        let delta = record.delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await
+    }
+
+    // ----- step 11 ---------------------------------------------------------------------
+
+    async fn main_agent(&mut self) -> Result<Step, Error> {
+        let main_name = naming::pod_name_for_agent(&self.name, 0);
+        if let Some(main) = self.classified.main.clone() {
+            if pods::agent_drift(&self.cs, &self.ns, 0, &main).is_some() {
+                let reason = Some(ev::REASON_SPEC_DRIFTED.to_string());
+                match self.triage_pod(&main, reason).await? {
+                    Triage::ResetAndDelete | Triage::Rebuild { .. } => {
+                        return Ok(Step::Return(Action::requeue(
+                            self.ctx.timing.requeue_after_write,
+                        )));
+                    }
+                    Triage::Wait(d) => return Ok(Step::Return(Action::requeue(d))),
+                    Triage::Leave { .. } | Triage::DeadLetter { .. } => {}
+                }
+            }
+            if !pods::is_ready(&main) {
+                // A set coming back from Failed keeps reporting Failed until its main is
+                // Ready, so step 7.4 sees Failed → Ready and announces RecoveredFromFailure;
+                // the node agent writes lifecycle `ready` before the Ready condition, and a
+                // pass between the two would otherwise swallow the recovery.
+                let recovering =
+                    self.cs.status.as_ref().and_then(|s| s.phase) == Some(CocoonSetPhase::Failed);
+                let phase = if recovering {
+                    CocoonSetPhase::Failed
+                } else {
+                    CocoonSetPhase::Pending
+                };
+                let status = self.status_now(Some(phase));
+                self.write_status(status).await?;
+                return Ok(Step::Return(Action::requeue(self.ctx.timing.wait_for_main)));
+            }
+            return Ok(Step::Continue);
+        }
+        if !self.may_recreate(&main_name).await? {
+            // Budget spent and the main gone: Failed until the spec changes. No event here:
+            // SubAgentDeadLetter already announced it when the budget ran out.
+            let status = self.status_now(Some(CocoonSetPhase::Failed));
+            self.write_status(status).await?;
+            return Ok(Step::Return(Action::await_change()));
+        }
+        let pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
+        let restorable = self.cr_restorable().await?;
+        let facts = self.facts_for(&pod, Role::Main, &restorable, false);
+        let (outcome, forget) = create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
+        let forget: Vec<String> = forget.into_iter().collect();
+        self.forget_vms(&forget).await?;
+        match outcome? {
+            Created::Yes => Ok(Step::Return(Action::requeue(
+                self.ctx.timing.requeue_after_write,
+            ))),
+            Created::AlreadyExists => {
+                Ok(Step::Return(Action::requeue(self.ctx.timing.wait_for_main)))
+            }
+        }
+    }
+
+    // ----- step 12 ---------------------------------------------------------------------
+
+    async fn sub_agents(&mut self) -> Result<(), Error> {
+        let Some(main) = self.classified.main.clone() else {
+            return Ok(());
+        };
+        let replicas = self.cs.spec.agent.replicas.max(0);
+        let main_vm = pods::vm_name(&main).to_string();
+        let main_node = pods::bound_node(&main).to_string();
+        let mut missing = Vec::new();
+        for slot in 1..=replicas {
+            match self.classified.sub.get(&slot).cloned() {
+                Some(p) => {
+                    let drifted = pods::agent_drift(&self.cs, &self.ns, slot, &p).is_some();
+                    let reason = plan::rebuild_reason(&p, true, drifted);
+                    self.triage_pod(&p, reason).await?;
+                }
+                None => {
+                    if self
+                        .may_recreate(&naming::pod_name_for_agent(&self.name, slot))
+                        .await?
+                    {
+                        missing.push(slot);
+                    }
+                }
+            }
+        }
+        if !missing.is_empty() {
+            let restorable = self.cr_restorable().await?;
+            let jobs: Vec<(Pod, CreateFacts<'static>)> = missing
+                .iter()
+                .map(|slot| {
+                    let pod = pods::build_agent_pod(
+                        &self.cs,
+                        &self.ns,
+                        *slot,
+                        &main_vm,
+                        Some(&main_node),
+                    );
+                    let facts = self.facts_for(&pod, Role::SubAgent, &restorable, false);
+                    (pod, facts)
+                })
+                .collect();
+            let ctx = self.ctx;
+            let api = self.pod_api.clone();
+            // The futures are built up front; the stream only bounds how many run at once.
+            let creates: Vec<_> = jobs
+                .into_iter()
+                .map(|(pod, facts)| create_through_protocol(ctx, &api, pod, facts))
+                .collect();
+            let results: Vec<(Result<Created, Error>, Option<String>)> =
+                futures::stream::iter(creates)
+                    .buffer_unordered(self.ctx.timing.create_fanout.max(1))
+                    .collect()
+                    .await;
+            let mut forget = Vec::new();
+            let mut first_err = None;
+            for (res, f) in results {
+                forget.extend(f);
+                match res {
+                    Ok(Created::Yes) => self.changed = true,
+                    Ok(Created::AlreadyExists) => {}
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            self.forget_vms(&forget).await?;
+            if let Some(e) = first_err {
+                return Err(e);
+            }
+        }
+        // Scale-down: stash first, so the tags of the leaving slots are GC'd at teardown.
+        let extras: Vec<Pod> = self
+            .classified
+            .sub
+            .iter()
+            .filter(|(slot, _)| **slot > replicas)
+            .map(|(_, p)| p.clone())
+            .collect();
+        if !extras.is_empty() {
+            self.stash(extras.iter()).await?;
+            for p in &extras {
+                self.delete_pod(&p.name_any()).await?;
+                self.changed = true;
+            }
+        }
+        Ok(())
+    }
+
+    // ----- step 13 ---------------------------------------------------------------------
+
+    async fn toolboxes(&mut self) -> Result<(), Error> {
+        let toolboxes: Vec<ToolboxSpec> = self.cs.spec.toolboxes.clone();
+        validate_toolboxes(&toolboxes)?;
+        for t in &toolboxes {
+            let pod_name = naming::pod_name_for_toolbox(&self.name, &t.name);
+            let existing = self.classified.all_by_name.get(&pod_name).cloned();
+            match existing {
+                Some(_)
+                    if self.classified.toolbox.get(&t.name).map(|q| q.name_any())
+                        != Some(pod_name.clone()) =>
+                {
+                    return Err(Error::Invalid(format!(
+                        "create toolbox {}: name collision with existing pod {pod_name}",
+                        t.name
+                    )));
+                }
+                Some(p) => {
+                    let drifted = pods::toolbox_drift(&self.cs, &self.ns, t, &p).is_some();
+                    let reason = plan::rebuild_reason(&p, true, drifted);
+                    self.triage_pod(&p, reason).await?;
+                }
+                None => {
+                    if !self.may_recreate(&pod_name).await? {
+                        continue;
+                    }
+                    let pod = pods::build_toolbox_pod(&self.cs, &self.ns, t);
+                    let restorable = self.cr_restorable().await?;
+                    let facts = self.facts_for(&pod, Role::Toolbox, &restorable, false);
+                    let (outcome, forget) =
+                        create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
+                    let forget: Vec<String> = forget.into_iter().collect();
+                    self.forget_vms(&forget).await?;
+                    match outcome? {
+                        Created::Yes => self.changed = true,
+                        Created::AlreadyExists => {
+                            self.check_toolbox_collision(t, &pod_name).await?
+                        }
+                    }
+                }
+            }
+        }
+        let wanted: BTreeSet<&str> = toolboxes.iter().map(|t| t.name.as_str()).collect();
+        let leaving: Vec<Pod> = self
+            .classified
+            .toolbox
+            .iter()
+            .filter(|(n, _)| !wanted.contains(n.as_str()))
+            .map(|(_, p)| p.clone())
+            .collect();
+        if !leaving.is_empty() {
+            self.stash(leaving.iter()).await?;
+            for p in &leaving {
+                self.delete_pod(&p.name_any()).await?;
+                self.changed = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// An AlreadyExists toolbox create is fine only for our own toolbox pod.
+    async fn check_toolbox_collision(&self, t: &ToolboxSpec, pod_name: &str) -> Result<(), Error> {
+        self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+        let live = self.pod_api.get(pod_name).await?;
+        let role = live.labels().get(labels::ROLE).cloned().unwrap_or_default();
+        if role == Role::Toolbox.as_str() && pods::is_owned(&self.cs, &live) {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "create toolbox {}: name collision with existing pod {}/{pod_name} (role={role})",
+            t.name, self.ns
+        )))
+    }
+
+    // ----- step 14 ---------------------------------------------------------------------
+
+    async fn finish(&mut self) -> Result<Action, Error> {
+        if self.changed {
+            return Ok(Action::requeue(self.ctx.timing.requeue_after_write));
+        }
+        let status = self.status_now(None);
+        self.write_status(status).await?;
+        Ok(match self.min_backoff {
+            Some(d) => Action::requeue(d),
+            None => Action::await_change(),
+        })
+    }
+}
+
+/// Step 13.1: the toolbox list as a whole, before anything changes.
+pub fn validate_toolboxes(toolboxes: &[ToolboxSpec]) -> Result<(), Error> {
+    let mut seen = BTreeSet::new();
+    for t in toolboxes {
+        if !seen.insert(t.name.as_str()) {
+            return Err(Error::Invalid(format!(
+                "duplicate toolbox name {:?} in spec",
+                t.name
+            )));
+        }
+        if naming::parse_int_slot_name(&t.name) {
+            return Err(Error::Invalid(format!(
+                "toolbox name {:?} must not be an integer: collides with agent slot pod naming",
+                t.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// §7 for one pod: read the `:hibernate` manifest (unless skipped), drop the tag when the
+/// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
+/// record (applied by the caller once all creates are done).
+async fn create_through_protocol(
+    ctx: &Context,
+    api: &Api<Pod>,
+    mut pod: Pod,
+    facts: CreateFacts<'static>,
+) -> (Result<Created, Error>, Option<String>) {
+    let vm = pods::vm_name(&pod).to_string();
+    let image = pod
+        .annotations()
+        .get(ann::IMAGE)
+        .cloned()
+        .unwrap_or_default();
+    let skip_registry = !pods::is_managed(&pod) || vm.is_empty();
+    let tag = if skip_registry {
+        TagRead::Skipped
+    } else {
+        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+        match ctx
+            .registry
+            .manifest_annotations(&vm, tags::HIBERNATE)
+            .await
+        {
+            Ok(None) => TagRead::Absent,
+            Ok(Some(a)) => TagRead::Present {
+                base_image: a
+                    .get(oci::ANNOTATION_BASE_IMAGE)
+                    .cloned()
+                    .unwrap_or_default(),
+            },
+            Err(e) => {
+                return (
+                    Err(Error::Registry(format!("get hibernate manifest {vm}: {e}"))),
+                    None,
+                );
+            }
+        }
+    };
+    let decision: CreatePlan = plan::plan_create(&CreateFacts {
+        image: &image,
+        tag,
+        ..facts
+    });
+    let mut forget = None;
+    if decision.drop_tag {
+        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
+            return (
+                Err(Error::Registry(format!(
+                    "delete {vm}:{}: {e}",
+                    tags::HIBERNATE
+                ))),
+                None,
+            );
+        }
+        info!(vm = %vm, "dropped a :hibernate tag the new pod could not boot over");
+    }
+    if decision.forget {
+        forget = Some(vm.clone());
+    }
+    if decision.restore {
+        pods::mark_restore(&mut pod);
+    }
+    ctx.stats.write(line!());
+    let outcome = match api.create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(Created::Yes),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),
+        Err(e) => Err(Error::Kube(e)),
+    };
+    (outcome, forget)
+}

@@ -1,0 +1,682 @@
+//! The CocoonSet controller end to end on the real control plane, the real scheduler and the
+//! real registry. The node side is a scripted STAND-IN FOR THE NODE AGENT (`node_actor`): for
+//! pods the scheduler bound (or that carry spec.nodeName) it writes what the node agent writes —
+//! VM id and IP, lifecycle `ready` at the stamped generation (or `failed` when told), the
+//! container running and the Ready condition — and it completes pod deletions as a kubelet does.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cocoon_api::crd::set::{
+    CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
+};
+use cocoon_api::naming::vm_name_for_agent;
+use cocoon_operator::cocoonset::{self, plan::Timing};
+use cocoon_operator::metrics::Metrics;
+use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
+use cocoon_registry::{RegistryClient, RegistryConfig, RetryPolicy};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn registry_client(addr: &str) -> RegistryClient {
+    let mut cfg = RegistryConfig::for_registry(addr).expect("registry config");
+    cfg.request_timeout = Duration::from_secs(10);
+    cfg.retry = RetryPolicy {
+        attempts: 1,
+        ..RetryPolicy::default()
+    };
+    RegistryClient::new(cfg).expect("registry client")
+}
+
+/// Counts every registry call of the controller, around the real client.
+struct Counting {
+    inner: OciTagRegistry,
+    calls: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl TagRegistry for Counting {
+    fn has_manifest<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RegistryError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.has_manifest(vm, tag)
+    }
+    fn delete_tag<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<(), RegistryError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.delete_tag(vm, tag)
+    }
+    fn manifest_annotations<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<Option<std::collections::BTreeMap<String, String>>, RegistryError>>
+    {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.manifest_annotations(vm, tag)
+    }
+}
+
+struct Running {
+    ctx: Arc<cocoonset::Context>,
+    registry_calls: Arc<std::sync::atomic::AtomicU64>,
+    _stop: oneshot::Sender<()>,
+}
+
+fn fast_timing() -> Timing {
+    Timing {
+        requeue_after_write: Duration::from_millis(200),
+        wait_for_main: Duration::from_millis(500),
+        rebuild_backoff: vec![
+            Duration::ZERO,
+            Duration::from_millis(200),
+            Duration::from_millis(500),
+            Duration::from_secs(1),
+        ],
+        ..Timing::default()
+    }
+}
+
+fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "cocoon-operator".into(),
+            instance: None,
+        },
+    );
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let registry: Arc<dyn TagRegistry> = Arc::new(Counting {
+        inner: OciTagRegistry::new(registry_client(registry_addr)),
+        calls: calls.clone(),
+    });
+    let ctx = Arc::new(cocoonset::Context::new(
+        client.clone(),
+        recorder,
+        Arc::new(Metrics::new()),
+        registry,
+        fast_timing(),
+    ));
+    let (tx, rx) = oneshot::channel::<()>();
+    let (c, ns) = (ctx.clone(), ns.to_string());
+    tokio::spawn(async move {
+        let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
+        cocoonset::run(
+            c,
+            Some(&ns),
+            4,
+            async move {
+                let _ = rx.await;
+            },
+            readiness,
+        )
+        .await;
+    });
+    Running {
+        ctx,
+        registry_calls: calls,
+        _stop: tx,
+    }
+}
+
+/// Pod names the stand-in node agent reports as `lifecycle-state=failed`.
+type FailSet = Arc<Mutex<HashSet<String>>>;
+
+/// The stand-in for the node agent (see the module docs).
+fn node_actor(client: &Client, ns: &str) -> (tokio::task::JoinHandle<()>, FailSet) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let fail: FailSet = Arc::default();
+    let f = fail.clone();
+    let handle = tokio::spawn(async move {
+        let mut stream = watcher(pods.clone(), watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(pod)) = stream.next().await {
+            let name = pod.name_any();
+            if pod.metadata.deletion_timestamp.is_some() {
+                // The kubelet's part of a delete: confirm it.
+                let _ = pods
+                    .delete(&name, &DeleteParams::default().grace_period(0))
+                    .await;
+                continue;
+            }
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none()
+            {
+                continue;
+            }
+            let failing = f.lock().map(|s| s.contains(&name)).unwrap_or(false);
+            let a = pod.annotations();
+            let stamp = a
+                .get("cocoonset.cocoonstack.io/generation")
+                .cloned()
+                .unwrap_or_default();
+            let state = if failing { "failed" } else { "ready" };
+            let id = a
+                .get("vm.cocoonstack.io/id")
+                .cloned()
+                .unwrap_or_else(|| format!("id-{name}"));
+            let want = [
+                ("vm.cocoonstack.io/id", id.as_str()),
+                ("vm.cocoonstack.io/ip", "10.1.0.7"),
+                ("vm.cocoonstack.io/lifecycle-state", state),
+                (
+                    "vm.cocoonstack.io/lifecycle-observed-generation",
+                    stamp.as_str(),
+                ),
+            ];
+            // The node agent never touches a static toolbox's runtime identity.
+            let is_static =
+                a.get("cocoonset.cocoonstack.io/mode").map(String::as_str) == Some("static");
+            if !is_static
+                && want
+                    .iter()
+                    .any(|(k, v)| a.get(*k).map(String::as_str) != Some(*v))
+            {
+                let patch = json!({"metadata": {"annotations": want.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>()}});
+                let _ = pods
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+            }
+            let ready = if failing { "False" } else { "True" };
+            let st = pod.status.as_ref();
+            let phase_ok = st.and_then(|s| s.phase.as_deref()) == Some("Running");
+            let ready_ok = st
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == ready));
+            if !(phase_ok && ready_ok) {
+                let status = json!({"status": {"phase": "Running",
+                    "conditions": [
+                        {"type": "PodScheduled", "status": "True"},
+                        {"type": "Ready", "status": ready}],
+                    "containerStatuses": [{"name": "agent", "ready": !failing, "restartCount": 0,
+                        "image": "ghcr.io/cocoonstack/placeholder:latest", "imageID": "",
+                        "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}});
+                let _ = pods
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await;
+            }
+        }
+    });
+    (handle, fail)
+}
+
+async fn push_tag(reg: &RegistryClient, vm: &str, tag: &str, image: &str) -> TestResult {
+    let config = Bytes::from(format!(
+        r#"{{"snapshotId":"{}","image":"{image}"}}"#,
+        cocoon_testenv::unique_name("snap")
+    ));
+    let size = config.len();
+    let digest = reg.put_blob_bytes(vm, config).await?;
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
+        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
+                   "digest": digest.to_string(), "size": size},
+        "layers": [],
+        "annotations": {"cocoonstack.snapshot.baseimage": image}
+    });
+    reg.put_manifest(
+        vm,
+        tag,
+        Bytes::from(serde_json::to_vec(&manifest)?),
+        "application/vnd.oci.image.manifest.v1+json",
+    )
+    .await?;
+    Ok(())
+}
+
+async fn wait_set(
+    sets: &Api<CocoonSet>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&CocoonSet) -> bool,
+) -> Result<CocoonSet, cocoon_testenv::Error> {
+    cocoon_testenv::wait_until(&format!("{name}: {what}"), WAIT, || async {
+        let cs = sets.get_opt(name).await.ok().flatten()?;
+        check(&cs).then_some(cs)
+    })
+    .await
+}
+
+fn phase_is(cs: &CocoonSet, p: CocoonSetPhase) -> bool {
+    let s = cs.status.as_ref();
+    s.and_then(|s| s.phase) == Some(p) && s.map(|s| s.observed_generation) == cs.metadata.generation
+}
+
+async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items.into_iter().filter_map(|e| e.reason).collect())
+        .unwrap_or_default()
+}
+
+async fn wait_event(client: &Client, ns: &str, reason: &str) -> Result<(), cocoon_testenv::Error> {
+    cocoon_testenv::wait_until(&format!("event {reason}"), WAIT, || async {
+        event_reasons(client, ns)
+            .await
+            .iter()
+            .any(|r| r == reason)
+            .then_some(())
+    })
+    .await
+}
+
+async fn nodes(
+    client: &Client,
+    pool: &str,
+    n: usize,
+) -> Result<Vec<cocoon_testenv::TestNode>, Box<dyn std::error::Error>> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let node = cocoon_testenv::TestNode::in_pool(
+            client,
+            &cocoon_testenv::unique_name("cs-node"),
+            pool,
+        )
+        .await?;
+        node.wait_schedulable(WAIT).await?;
+        out.push(node);
+    }
+    Ok(out)
+}
+
+fn spec(pool: &str, replicas: i32) -> CocoonSetSpec {
+    let mut s = CocoonSetSpec::with_image("ghcr.io/cocoonstack/cocoon/ubuntu:24.04");
+    s.node_pool = pool.into();
+    s.agent.replicas = replicas;
+    s.snapshot_policy = SnapshotPolicy::MainOnly;
+    s
+}
+
+#[tokio::test]
+async fn set_runs_scales_rebuilds_and_tears_down() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cs-life").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let _nodes = nodes(&client, &pool, 2).await?;
+        let (_actor, _fail) = node_actor(&client, &ns);
+        let running = start_controller(&client, &ns, env.registry_addr());
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let reg = registry_client(env.registry_addr());
+
+        let mut s = spec(&pool, 2);
+        s.toolboxes = vec![
+            ToolboxSpec {
+                name: "tb".into(),
+                image: "tb:1".into(),
+                ..ToolboxSpec::default()
+            },
+            ToolboxSpec {
+                name: "st".into(),
+                mode: ToolboxMode::Static,
+                static_ip: "10.9.9.9".into(),
+                static_vm_id: "ext-1".into(),
+                vnc_port: 5901,
+                ..ToolboxSpec::default()
+            },
+        ];
+        sets.create(&PostParams::default(), &CocoonSet::new("demo", s))
+            .await?;
+
+        // Main + 2 sub-agents + 2 toolboxes reach Running with the right status.
+        let cs = wait_set(&sets, "demo", "Running", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+        })
+        .await?;
+        let st = cs.status.clone().unwrap_or_default();
+        assert_eq!(
+            (
+                st.ready_agents,
+                st.desired_agents,
+                st.ready_toolboxes,
+                st.desired_toolboxes
+            ),
+            (3, 3, 2, 2)
+        );
+        let main_vm = vm_name_for_agent(&ns, "demo", 0);
+        assert_eq!(
+            st.agents.iter().map(|a| a.slot).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert!(
+            st.agents[1..]
+                .iter()
+                .all(|a| a.forked_from == main_vm && a.role == "sub-agent")
+        );
+        assert!(
+            st.agents
+                .iter()
+                .all(|a| !a.vm_id.is_empty() && a.phase == "Running")
+        );
+        let stb = st
+            .toolboxes
+            .iter()
+            .find(|t| t.name == "st")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (
+                stb.vm_id.as_str(),
+                stb.ip.as_str(),
+                stb.conn_type.as_str(),
+                stb.vnc_port
+            ),
+            ("ext-1", "10.9.9.9", "vnc", 5901)
+        );
+        assert!(cs.conditions_ready());
+        let main_node = pods
+            .get("demo-0")
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .unwrap_or_default();
+        for p in ["demo-1", "demo-2"] {
+            let sub = pods.get(p).await?;
+            assert_eq!(
+                sub.spec.and_then(|s| s.node_name).as_deref(),
+                Some(main_node.as_str()),
+                "{p} bound to the main's node"
+            );
+        }
+
+        // A settled set: passes make no write and no registry call.
+        let rv = cs.resource_version();
+        let (writes, calls) = (
+            running.ctx.stats.writes.load(Ordering::SeqCst),
+            running.registry_calls.load(Ordering::SeqCst),
+        );
+        let passes = running.ctx.stats.passes.load(Ordering::SeqCst);
+        for i in 0..3 {
+            let poke =
+                json!({"metadata": {"annotations": {"test.cocoonstack.io/poke": i.to_string()}}});
+            pods.patch("demo-1", &PatchParams::default(), &Patch::Merge(&poke))
+                .await?;
+        }
+        cocoon_testenv::wait_until("three more passes", WAIT, || async {
+            (running.ctx.stats.passes.load(Ordering::SeqCst) >= passes + 3).then_some(())
+        })
+        .await?;
+        assert_eq!(
+            running.ctx.stats.writes.load(Ordering::SeqCst),
+            writes,
+            "a settled pass wrote"
+        );
+        assert_eq!(
+            running.registry_calls.load(Ordering::SeqCst),
+            calls,
+            "a settled pass called the registry"
+        );
+        assert_eq!(
+            sets.get("demo").await?.resource_version(),
+            rv,
+            "the set changed on settled passes"
+        );
+
+        // Scale up, then down: extras deleted, their VMs stashed for teardown GC.
+        sets.patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"agent": {"replicas": 3}}})),
+        )
+        .await?;
+        wait_set(&sets, "demo", "4 agents ready", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+                && cs.status.as_ref().is_some_and(|s| s.ready_agents == 4)
+        })
+        .await?;
+        sets.patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"agent": {"replicas": 1}}})),
+        )
+        .await?;
+        let cs = wait_set(&sets, "demo", "scaled down to 2", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+                && cs.status.as_ref().is_some_and(|s| s.agents.len() == 2)
+        })
+        .await?;
+        let stash = cs
+            .annotations()
+            .get("cocoonset.cocoonstack.io/delete-vm-names")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            stash.contains(&vm_name_for_agent(&ns, "demo", 3))
+                && stash.contains(&vm_name_for_agent(&ns, "demo", 2)),
+            "{stash}"
+        );
+
+        // An image edit rebuilds the agents under the budget.
+        sets.patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"agent": {"image": "img:2"}}})),
+        )
+        .await?;
+        wait_set(&sets, "demo", "Running on img:2", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+        })
+        .await?;
+        cocoon_testenv::wait_until("agents on img:2", WAIT, || async {
+            let l = pods
+                .list(
+                    &ListParams::default()
+                        .labels("cocoonset.cocoonstack.io/role in (main,sub-agent)"),
+                )
+                .await
+                .ok()?;
+            (l.items.len() == 2
+                && l.items.iter().all(|p| {
+                    p.annotations()
+                        .get("cocoonset.cocoonstack.io/image")
+                        .map(String::as_str)
+                        == Some("img:2")
+                }))
+            .then_some(())
+        })
+        .await?;
+        wait_event(&client, &ns, "SubAgentRebuilding").await?;
+        let cs = wait_set(&sets, "demo", "Running after rebuild", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+        })
+        .await?;
+        assert!(
+            cs.annotations()
+                .contains_key("cocoonset.cocoonstack.io/rebuild-history")
+        );
+
+        // Deletion removes the pods and the registry tags (main-only keeps the main's :latest).
+        let sub_vm = vm_name_for_agent(&ns, "demo", 1);
+        let gone_vm = vm_name_for_agent(&ns, "demo", 3);
+        push_tag(&reg, &main_vm, "hibernate", "img:2").await?;
+        push_tag(&reg, &sub_vm, "hibernate", "img:2").await?;
+        push_tag(&reg, &gone_vm, "hibernate", "img:2").await?;
+        push_tag(&reg, &main_vm, "latest", "img:2").await?;
+        push_tag(&reg, &sub_vm, "latest", "img:2").await?;
+        sets.delete("demo", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("set gone", WAIT, || async {
+            matches!(sets.get_opt("demo").await, Ok(None)).then_some(())
+        })
+        .await?;
+        assert!(pods.list(&ListParams::default()).await?.items.is_empty());
+        assert!(!reg.has_manifest(&main_vm, "hibernate").await?);
+        assert!(!reg.has_manifest(&sub_vm, "hibernate").await?);
+        assert!(
+            !reg.has_manifest(&gone_vm, "hibernate").await?,
+            "a slot that left the spec keeps no tag"
+        );
+        assert!(!reg.has_manifest(&sub_vm, "latest").await?);
+        assert!(
+            reg.has_manifest(&main_vm, "latest").await?,
+            "main-only keeps slot 0's :latest"
+        );
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        TestResult::Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn failing_sub_agent_is_rebuilt_then_dead_lettered_until_a_spec_edit() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cs-fail").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let _nodes = nodes(&client, &pool, 1).await?;
+        let (_actor, fail) = node_actor(&client, &ns);
+        let _running = start_controller(&client, &ns, env.registry_addr());
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        if let Ok(mut f) = fail.lock() {
+            f.insert("demo-1".into());
+        }
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("demo", spec(&pool, 1)),
+        )
+        .await?;
+        let dead = cocoon_testenv::wait_until("demo-1 dead-lettered", WAIT, || async {
+            let p = pods.get_opt("demo-1").await.ok().flatten()?;
+            p.annotations()
+                .get("cocoonset.cocoonstack.io/dead-letter")
+                .cloned()
+        })
+        .await?;
+        let cs = sets.get("demo").await?;
+        assert_eq!(
+            Some(dead.as_str()),
+            cs.metadata.generation.map(|g| g.to_string()).as_deref()
+        );
+        let reasons = event_reasons(&client, &ns).await;
+        assert!(
+            reasons
+                .iter()
+                .filter(|r| *r == "SubAgentRebuilding")
+                .count()
+                >= 1,
+            "{reasons:?}"
+        );
+        wait_event(&client, &ns, "SubAgentDeadLetter").await?;
+        let history = cs
+            .annotations()
+            .get("cocoonset.cocoonstack.io/rebuild-history")
+            .cloned()
+            .unwrap_or_default();
+        assert!(history.contains("\"count\":4"), "{history}");
+
+        // A spec edit lifts the dead-letter: the pod is rebuilt with a fresh budget.
+        if let Ok(mut f) = fail.lock() {
+            f.clear();
+        }
+        sets.patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"agent": {"network": "cocoon"}}})),
+        )
+        .await?;
+        wait_set(&sets, "demo", "Running after the edit", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+        })
+        .await?;
+        let p = pods.get("demo-1").await?;
+        assert!(
+            !p.annotations()
+                .contains_key("cocoonset.cocoonstack.io/dead-letter")
+        );
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        TestResult::Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn failed_main_reports_failed_then_recovers() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cs-main").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let _nodes = nodes(&client, &pool, 1).await?;
+        let (_actor, fail) = node_actor(&client, &ns);
+        let _running = start_controller(&client, &ns, env.registry_addr());
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("demo", spec(&pool, 0)),
+        )
+        .await?;
+        wait_set(&sets, "demo", "Running", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+        })
+        .await?;
+        if let Ok(mut f) = fail.lock() {
+            f.insert("demo-0".into());
+        }
+        // Nudge the actor with a no-op annotation so it re-reads the fail set.
+        let poke = json!({"metadata": {"annotations": {"test.cocoonstack.io/poke": "1"}}});
+        pods.patch("demo-0", &PatchParams::default(), &Patch::Merge(&poke))
+            .await?;
+        wait_set(&sets, "demo", "Failed", |cs| {
+            phase_is(cs, CocoonSetPhase::Failed)
+        })
+        .await?;
+        wait_event(&client, &ns, "PodLifecycleFailed").await?;
+        if let Ok(mut f) = fail.lock() {
+            f.clear();
+        }
+        let poke = json!({"metadata": {"annotations": {"test.cocoonstack.io/poke": "2"}}});
+        pods.patch("demo-0", &PatchParams::default(), &Patch::Merge(&poke))
+            .await?;
+        wait_set(&sets, "demo", "Running again", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+        })
+        .await?;
+        wait_event(&client, &ns, "RecoveredFromFailure").await?;
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        TestResult::Ok(())
+    })
+    .await;
+}
+
+trait ReadyCondition {
+    fn conditions_ready(&self) -> bool;
+}
+
+impl ReadyCondition for CocoonSet {
+    fn conditions_ready(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    }
+}
