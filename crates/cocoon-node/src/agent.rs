@@ -1,0 +1,187 @@
+//! The node agent process (`node.md` §1): composes configuration, client, metrics, runtime,
+//! registry, the startup reconcile, the event watcher, node registration and pod handling.
+//!
+//! Tests run agents in-process through [`run_agent`] with their own runtime and a cancellation
+//! token; aborting the future or cancelling the token stops every task the agent started.
+
+use std::sync::Arc;
+
+use cocoon_registry::{RegistryClient, RegistryConfig};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::NodeConfig;
+use crate::metrics::NodeMetrics;
+use crate::node::{NodeHeartbeat, NodeRegistration};
+use crate::pods::{self, Handler, PodConfig, Timing};
+use crate::runtime::Runtime;
+
+/// Errors that stop the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The Kubernetes client could not be built.
+    #[error("kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    /// The runtime backend could not be opened.
+    #[error("runtime: {0}")]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    /// The registry client could not be built.
+    #[error("registry: {0}")]
+    Registry(#[from] cocoon_registry::Error),
+    /// The startup reconcile failed.
+    #[error("startup reconcile failed, refusing to register node: {0}")]
+    Reconcile(pods::PodError),
+    /// Node registration failed.
+    #[error("{0}")]
+    Node(#[from] crate::node::NodeError),
+}
+
+/// Everything an in-process agent runs with.
+pub struct AgentParts {
+    /// Pod handling configuration.
+    pub pods: PodConfig,
+    /// Kubernetes client.
+    pub client: Client,
+    /// The VM runtime (CLI or simulator; the agent never learns which).
+    pub runtime: Arc<dyn Runtime>,
+    /// Registry client; `None` only in registry-less tests.
+    pub registry: Option<RegistryClient>,
+    /// Metrics.
+    pub metrics: Arc<NodeMetrics>,
+    /// Node registration (Node object, Lease, status); `None` skips it (tests that bind pods
+    /// by `spec.nodeName` directly).
+    pub registration: Option<NodeRegistration>,
+}
+
+/// A running agent's handle for tests: the pod handler after the startup reconcile.
+pub type Ready = tokio::sync::oneshot::Sender<Arc<Handler>>;
+
+/// Runs an agent until `shutdown` is cancelled (startup order of §1 steps 9–13).
+/// `ready`, when given, receives the handler once the startup reconcile finished.
+pub async fn run_agent(
+    parts: AgentParts,
+    shutdown: CancellationToken,
+    ready: Option<Ready>,
+) -> Result<(), AgentError> {
+    // Every task this agent spawns hangs off `token`; dropping this future (an aborted test
+    // agent) cancels them all, as a killed process would.
+    let token = shutdown.child_token();
+    let _guard = token.clone().drop_guard();
+    let recorder = Recorder::new(
+        parts.client.clone(),
+        Reporter {
+            controller: "vk-cocoon".into(),
+            instance: Some(parts.pods.node_name.clone()),
+        },
+    );
+    let handler = Handler::new(
+        parts.pods,
+        parts.client.clone(),
+        parts.runtime,
+        parts.registry,
+        recorder,
+        parts.metrics,
+        token.clone(),
+    );
+    let report = handler
+        .startup_reconcile()
+        .await
+        .map_err(AgentError::Reconcile)?;
+    info!(
+        adopted = report.adopted,
+        orphans = report.orphans,
+        "startup reconcile done"
+    );
+    handler.spawn(handler.clone().watch_vm_events());
+    let heartbeat = match &parts.registration {
+        Some(reg) => {
+            crate::node::register_or_update(&parts.client, reg).await?;
+            Some(NodeHeartbeat::start(
+                parts.client.clone(),
+                reg.clone(),
+                &token,
+            ))
+        }
+        None => None,
+    };
+    if let Some(tx) = ready {
+        let _ = tx.send(handler.clone());
+    }
+    tokio::select! {
+        _ = token.cancelled() => {}
+        _ = pods::controller::run(handler.clone()) => {}
+    }
+    token.cancel();
+    handler.probes.close();
+    if let Some(hb) = heartbeat {
+        hb.stop().await;
+    }
+    info!("node agent stopped");
+    Ok(())
+}
+
+/// Pod handling configuration from the node configuration (spec timing defaults).
+pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
+    PodConfig {
+        node_name: cfg.node_name.clone(),
+        orphan_policy: cfg.orphan_policy,
+        leases_path: cfg.leases_path.clone(),
+        restore_mode: cfg.restore_mode.as_str().to_owned(),
+        cocoon_root_dir: cfg.cocoon_root_dir.clone(),
+        timing: Timing::default(),
+    }
+}
+
+/// `cocoon-operator node`: builds everything from `config` and runs until SIGINT/SIGTERM.
+pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
+    let client = Client::try_default().await?;
+    let metrics = Arc::new(NodeMetrics::new(config.cocoon_root_dir.clone()));
+    let (runtime, _sim) = config.runtime.open(|k| std::env::var(k).ok()).await?;
+    let registry = if config.oci_registry.trim().is_empty() {
+        warn!("OCI_REGISTRY is empty; running without a registry");
+        None
+    } else {
+        Some(RegistryClient::new(RegistryConfig::for_registry(
+            &config.oci_registry,
+        )?)?)
+    };
+    let resources = crate::node::capacity::read_resources(&config)
+        .map_err(|e| AgentError::Config(e.to_string()))?;
+    let registration = NodeRegistration::from_config(&config, resources, config.kubelet_port);
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        info!("shutdown signal received");
+        signal.cancel();
+    });
+    let parts = AgentParts {
+        pods: pod_config(&config),
+        client,
+        runtime,
+        registry,
+        metrics,
+        registration: Some(registration),
+    };
+    run_agent(parts, shutdown, None).await
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

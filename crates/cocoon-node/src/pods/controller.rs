@@ -1,0 +1,247 @@
+//! The pod controller duties (`node.md` §3): watch the pods bound to this node, serialise the
+//! operations per pod, retry with per-pod backoff, force-delete after DeletePod, and run the
+//! lifecycle and status-drift reconcilers.
+//!
+//! Each pod key has one worker task fed through a `watch` channel, so bursts of updates
+//! coalesce into the latest object and different pods proceed in parallel.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cocoon_api::contract::LifecycleState;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Preconditions};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::{Handler, PodError, not_found, pod_key, status};
+
+type Workers = Arc<Mutex<HashMap<String, watch::Sender<Option<Pod>>>>>;
+
+fn lock(w: &Workers) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Option<Pod>>>> {
+    w.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+/// Runs the pod controller until `handler.shutdown` fires.
+pub async fn run(handler: Arc<Handler>) {
+    let workers: Workers = Arc::default();
+    let api: Api<Pod> = Api::all(handler.client.clone());
+    let cfg =
+        watcher::Config::default().fields(&format!("spec.nodeName={}", handler.cfg.node_name));
+    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut seen_in_init: Vec<String> = Vec::new();
+    handler.spawn(lifecycle_reconciler(handler.clone()));
+    handler.spawn(drift_reconciler(handler.clone()));
+    loop {
+        let next = tokio::select! {
+            _ = handler.shutdown.cancelled() => break,
+            n = stream.try_next() => n,
+        };
+        match next {
+            Ok(Some(Event::Apply(pod))) | Ok(Some(Event::InitApply(pod))) => {
+                let key = pod_key(&pod);
+                seen_in_init.push(key.clone());
+                feed(&handler, &workers, key, Some(pod));
+            }
+            Ok(Some(Event::Delete(pod))) => feed(&handler, &workers, pod_key(&pod), None),
+            Ok(Some(Event::Init)) => seen_in_init.clear(),
+            Ok(Some(Event::InitDone)) => {
+                // Tracked pods that vanished while the watch was down get a local DeletePod.
+                for key in handler.tracked_keys() {
+                    if !seen_in_init.contains(&key) {
+                        feed(&handler, &workers, key, None);
+                    }
+                }
+                seen_in_init.clear();
+            }
+            Ok(None) => break,
+            Err(e) => warn!(error = %e, "pod watch error"),
+        }
+    }
+    info!("pod controller stopped");
+}
+
+fn feed(handler: &Arc<Handler>, workers: &Workers, key: String, pod: Option<Pod>) {
+    let mut w = lock(workers);
+    if let Some(tx) = w.get(&key) {
+        tx.send_replace(pod);
+        return;
+    }
+    let (tx, rx) = watch::channel(pod);
+    w.insert(key.clone(), tx);
+    let h = handler.clone();
+    let ws = workers.clone();
+    handler.spawn(worker(h, ws, key, rx));
+}
+
+/// What one pass over the latest object did.
+enum Pass {
+    /// The pod vanished and was cleaned up: the worker ends.
+    Gone,
+    /// Handled; wait for the next change.
+    Done,
+}
+
+async fn process(h: &Arc<Handler>, key: &str, pod: Option<Pod>) -> Result<Pass, PodError> {
+    let Some(pod) = pod else {
+        if let Some(tracked) = h.tracked_pod(key) {
+            h.delete_pod(&tracked).await?;
+        }
+        return Ok(Pass::Gone);
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        h.delete_pod(&pod).await?;
+        let api: Api<Pod> = Api::namespaced(
+            h.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api
+            .delete(pod.metadata.name.as_deref().unwrap_or_default(), &dp)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if not_found(&e) || super::superseded(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(Pass::Done);
+    }
+    if !h.is_tracked(key) {
+        if terminal(&pod) {
+            return Ok(Pass::Done);
+        }
+        h.create_pod(pod).await?;
+    } else {
+        h.update_pod(pod).await?;
+    }
+    Ok(Pass::Done)
+}
+
+async fn worker(
+    h: Arc<Handler>,
+    workers: Workers,
+    key: String,
+    mut rx: watch::Receiver<Option<Pod>>,
+) {
+    let t = h.cfg.timing.clone();
+    let mut backoff = t.retry_start;
+    loop {
+        let pod = rx.borrow_and_update().clone();
+        match process(&h, &key, pod).await {
+            Ok(Pass::Gone) => {
+                let mut w = lock(&workers);
+                if rx.has_changed().unwrap_or(false) {
+                    continue;
+                }
+                w.remove(&key);
+                return;
+            }
+            Ok(Pass::Done) => {
+                backoff = t.retry_start;
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                debug!(pod = %key, error = %e, ?backoff, "pod operation failed; retrying");
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                // Wait out the backoff, but let a deletion (or a vanish) cut it short.
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        r = rx.changed() => {
+                            if r.is_err() { return; }
+                            let urgent = rx.borrow().as_ref().is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+                            if urgent { break; }
+                        }
+                    }
+                }
+                backoff = (backoff * 2).min(t.retry_max);
+                rx.mark_changed();
+            }
+        }
+    }
+}
+
+/// §5.4: re-flush intents whose flushed snapshot differs; `ready` re-runs the publication.
+async fn lifecycle_reconciler(h: Arc<Handler>) {
+    loop {
+        tokio::time::sleep(h.cfg.timing.lifecycle_reconcile).await;
+        let dirty: Vec<(String, Option<LifecycleState>)> = h
+            .tables()
+            .intents
+            .iter()
+            .filter(|(_, i)| i.dirty())
+            .map(|(k, i)| (k.clone(), i.lifecycle.state))
+            .collect();
+        for (key, state) in dirty {
+            let Some(pod) = h.tracked_pod(&key) else {
+                continue;
+            };
+            if state == Some(LifecycleState::Ready) {
+                h.publish_ready(&key).await;
+            } else {
+                h.flush(&key, &pod).await;
+            }
+        }
+    }
+}
+
+/// §12.2: republish statuses that drifted from what this agent computes.
+async fn drift_reconciler(h: Arc<Handler>) {
+    tokio::time::sleep(h.cfg.timing.drift_first).await;
+    loop {
+        let keys = h.tracked_keys();
+        futures::stream::iter(keys)
+            .for_each_concurrent(8, |key| {
+                let h = h.clone();
+                async move {
+                    let Some((pod, st)) = h.compute_status(&key, false) else {
+                        return;
+                    };
+                    let api: Api<Pod> = Api::namespaced(
+                        h.client.clone(),
+                        pod.metadata.namespace.as_deref().unwrap_or_default(),
+                    );
+                    let Ok(live) = api
+                        .get(pod.metadata.name.as_deref().unwrap_or_default())
+                        .await
+                    else {
+                        return;
+                    };
+                    if live.metadata.uid != pod.metadata.uid {
+                        return;
+                    }
+                    let live_st = live.status.unwrap_or_default();
+                    if status::drift_key(&live_st) != status::drift_key(&st) {
+                        info!(pod = %key, "republishing drifted status");
+                        let _ = h.write_status(&pod, &st).await;
+                    }
+                }
+            })
+            .await;
+        tokio::time::sleep(h.cfg.timing.drift_every).await;
+    }
+}
+
+/// Grace used by tests and shutdown paths.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

@@ -1,0 +1,262 @@
+//! The VM event watcher (`node.md` §10): sub-second reaction to VMs that vanish or stop —
+//! restart in place with a cooldown, evict when gone, deferred rechecks on transient inspects.
+//!
+//! The hibernate's own Remove produces events too; pods with the hibernate annotation are skipped.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cocoon_api::contract::{AnnotationCodec, HibernateFlags};
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams};
+use tracing::{info, warn};
+
+use super::rules::{self, GoneAction, InspectOutcome};
+use super::{Handler, not_found, pod_key, status};
+use crate::runtime::{EventKind, VmEvent, VmRecord};
+use k8s_openapi::api::core::v1::Pod;
+
+impl Handler {
+    /// Runs the watcher until shutdown: backoff on start failures, fixed delay on clean ends.
+    pub async fn watch_vm_events(self: Arc<Self>) {
+        let t = self.cfg.timing.clone();
+        let mut backoff = t.watch_backoff_start;
+        loop {
+            let stream = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                s = self.rt.watch_events() => s,
+            };
+            match stream {
+                Err(e) => {
+                    warn!(error = %e, ?backoff, "starting the VM event stream failed");
+                    tokio::select! {
+                        _ = self.shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(t.watch_backoff_max);
+                }
+                Ok(mut stream) => {
+                    backoff = t.watch_backoff_start;
+                    loop {
+                        let item = tokio::select! {
+                            _ = self.shutdown.cancelled() => return,
+                            i = stream.next() => i,
+                        };
+                        match item {
+                            Some(Ok(ev)) => self.dispatch_event(ev).await,
+                            Some(Err(e)) => {
+                                warn!(error = %e, "VM event stream failed");
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    let horizon = t.restart_cooldown * 2;
+                    self.tables()
+                        .last_restart
+                        .retain(|_, at| at.elapsed() < horizon);
+                    tokio::select! {
+                        _ = self.shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(t.watch_reconnect) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn dispatch_event(self: &Arc<Self>, ev: VmEvent) {
+        if ev.vm.id.is_empty() && ev.vm.name().is_empty() {
+            return;
+        }
+        let gone = match ev.kind {
+            EventKind::Deleted => true,
+            EventKind::Modified => ev.vm.state != "running",
+            EventKind::Added => false,
+        };
+        if gone {
+            self.handle_vm_gone(&ev.vm).await;
+        }
+    }
+
+    async fn inspect_outcome(&self, id: &str) -> InspectOutcome {
+        for attempt in 1..=2u32 {
+            match self.rt.inspect(id).await {
+                Ok(vm) => return InspectOutcome::State(vm.state),
+                Err(e) if e.is_vm_not_found() => return InspectOutcome::NotFound,
+                Err(_) if attempt < 2 => {
+                    tokio::time::sleep(Duration::from_millis(200) * attempt).await
+                }
+                Err(_) => {}
+            }
+        }
+        InspectOutcome::Transient
+    }
+
+    /// handleVMGone (§10).
+    pub(crate) async fn handle_vm_gone(self: &Arc<Self>, event_vm: &VmRecord) {
+        let Some(key) = self.tables().key_for_vm(&event_vm.id, event_vm.name()) else {
+            return;
+        };
+        let (Some(pod), Some(vm)) = (self.tracked_pod(&key), self.tracked_vm(&key)) else {
+            return;
+        };
+        // Our own hibernate Remove (and a DeletePod in progress) produce these events.
+        if vm.synthetic
+            || HibernateFlags::from_meta(&pod.metadata).hibernate
+            || pod.metadata.deletion_timestamp.is_some()
+            || self.tables().resumed.contains(&key)
+        {
+            return;
+        }
+        let id = vm.id().to_owned();
+        let outcome = self.inspect_outcome(&id).await;
+        match rules::gone_action(&outcome) {
+            GoneAction::Ignore => {}
+            GoneAction::Evict(reason, message) => self.evict(&key, &pod, reason, message).await,
+            GoneAction::Recheck => {
+                self.metrics.vm_inspect_transient_fail.inc();
+                self.schedule_recheck(id);
+            }
+            GoneAction::Restart => self.restart_with_cooldown(&key, &pod, &id).await,
+        }
+    }
+
+    async fn restart_with_cooldown(self: &Arc<Self>, key: &str, pod: &Pod, id: &str) {
+        let last = self.tables().last_restart.get(id).copied();
+        if !rules::cooldown_allows_restart(last, Instant::now(), self.cfg.timing.restart_cooldown) {
+            self.remove_then_evict(
+                key,
+                pod,
+                id,
+                "RestartCooldown",
+                "restart cooldown not elapsed",
+            )
+            .await;
+            return;
+        }
+        self.tables()
+            .last_restart
+            .insert(id.to_owned(), Instant::now());
+        info!(pod = %key, vm = id, "restarting a stopped VM in place");
+        if let Err(e) = self.rt.start(id).await {
+            let msg = e.to_string();
+            self.remove_then_evict(key, pod, id, "RestartFailed", &msg)
+                .await;
+            return;
+        }
+        if let Ok(rec) = self.rt.inspect(id).await {
+            let mut t = self.tables();
+            if let Some(cur) = t.vms_by_pod.get(key).filter(|v| v.id() == id).cloned() {
+                let mut updated = cur;
+                updated.record.pid = rec.pid;
+                updated.record.network_configs = rec.network_configs;
+                updated.record.state = rec.state;
+                t.track_vm(key, updated);
+            }
+        }
+    }
+
+    async fn remove_then_evict(&self, key: &str, pod: &Pod, id: &str, reason: &str, message: &str) {
+        if let Err(e) = self.rt.remove(id).await
+            && !e.is_vm_not_found()
+        {
+            // Evicting now would orphan a live VM and collide on its name at recreate.
+            warn!(pod = %key, vm = id, error = %e, "remove before eviction failed; keeping the pod");
+            return;
+        }
+        self.evict(key, pod, reason, message).await;
+    }
+
+    /// evictPod (§10).
+    pub(crate) async fn evict(&self, key: &str, pod: &Pod, reason: &str, message: &str) {
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let mut deleted = false;
+        for attempt in 1..=2u32 {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    deleted = true;
+                    break;
+                }
+                Err(e) if not_found(&e) => {
+                    deleted = true;
+                    break;
+                }
+                Err(e) => {
+                    warn!(pod = %key, error = %e, attempt, "evicting pod failed");
+                    tokio::time::sleep(Duration::from_millis(200) * attempt).await;
+                }
+            }
+        }
+        if !deleted {
+            self.metrics.pod_evict_failure.inc();
+            return;
+        }
+        warn!(pod = %key, reason, message, "pod evicted");
+        let previous = self.tracked_pod(key).and_then(|p| p.status);
+        self.forget(key);
+        let st = status::evicted(previous.as_ref(), reason, message);
+        let _ = self.write_status(pod, &st).await;
+    }
+
+    /// A deferred inspect loop for a VM whose inspect stayed transient.
+    fn schedule_recheck(self: &Arc<Self>, id: String) {
+        if self.shutdown.is_cancelled() || !self.tables().pending_recheck.insert(id.clone()) {
+            return;
+        }
+        let me = self.clone();
+        self.spawn(async move {
+            let t = me.cfg.timing.clone();
+            let start = Instant::now();
+            let mut delay = t.recheck_start;
+            loop {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(t.recheck_max);
+                let Some(key) = me.tables().key_for_vm(&id, "") else {
+                    break;
+                };
+                let Some(pod) = me.tracked_pod(&key) else {
+                    break;
+                };
+                match me.inspect_outcome(&id).await {
+                    InspectOutcome::NotFound => {
+                        me.evict(&key, &pod, "VMGone", "vm no longer exists").await;
+                        break;
+                    }
+                    InspectOutcome::Transient if start.elapsed() >= t.recheck_budget => {
+                        me.evict(
+                            &key,
+                            &pod,
+                            "VMInspectTimeout",
+                            "vm inspect did not resolve within budget",
+                        )
+                        .await;
+                        break;
+                    }
+                    InspectOutcome::Transient => {}
+                    InspectOutcome::State(s) if s == "running" => break,
+                    InspectOutcome::State(s) => {
+                        me.tables().pending_recheck.remove(&id);
+                        let mut rec = VmRecord {
+                            id: id.clone(),
+                            state: s,
+                            ..Default::default()
+                        };
+                        rec.config.name = String::new();
+                        me.handle_vm_gone(&rec).await;
+                        return;
+                    }
+                }
+            }
+            me.tables().pending_recheck.remove(&id);
+        });
+    }
+}
+
+/// Key helper for tests.
+pub fn key_of(pod: &Pod) -> String {
+    pod_key(pod)
+}

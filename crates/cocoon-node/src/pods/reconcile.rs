@@ -1,0 +1,308 @@
+//! Startup reconcile and restart recovery (`node.md` §9): rebuild the tables from the pods
+//! bound to this node and `vm list`, apply the orphan policy, and resume owed work.
+//!
+//! Runs to completion before the node registers and before pod handling starts.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::events::{node as ev, resumed_after_restart_message};
+use cocoon_api::contract::{AnnotationCodec, HibernateFlags, Lifecycle, LifecycleState, VmSpec};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use tracing::{info, warn};
+
+use super::rules::{self, OwedOp};
+use super::state::TrackedVm;
+use super::{Handler, OrphanPolicy, Result, annotation, failed, pod_key};
+use crate::runtime::VmRecord;
+
+/// What the orphan policy does with one pod-less VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrphanAction {
+    /// Remove it (logged).
+    Destroy,
+    /// Count, log, and index it by name for adoption.
+    AlertAndIndex,
+    /// Index it by name silently.
+    Index,
+}
+
+/// The orphan policy of §9.1 step 7.
+pub fn orphan_action(policy: OrphanPolicy) -> OrphanAction {
+    match policy {
+        OrphanPolicy::Destroy => OrphanAction::Destroy,
+        OrphanPolicy::Alert => OrphanAction::AlertAndIndex,
+        OrphanPolicy::Keep => OrphanAction::Index,
+    }
+}
+
+/// Counts of a finished reconcile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Pods adopted with a VM.
+    pub adopted: usize,
+    /// VMs no pod matched.
+    pub orphans: usize,
+}
+
+fn terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+impl Handler {
+    /// The startup reconcile (§9.1). Either list failing is fatal.
+    pub async fn startup_reconcile(self: &Arc<Self>) -> Result<ReconcileReport> {
+        let node = self.cfg.node_name.clone();
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let (pods, vms) = tokio::join!(api.list(&lp), self.rt.list());
+        let pods = pods.map_err(|e| failed(format!("list pods on {node}: {e}")))?;
+        let vms = vms.map_err(|e| failed(format!("list local VMs: {e}")))?;
+        // A `creating` record belongs to an interrupted create; it is neither adopted nor an
+        // orphan, and this agent never removes it.
+        let vms: Vec<VmRecord> = vms.into_iter().filter(|v| v.state != "creating").collect();
+        let by_id: HashMap<&str, &VmRecord> = vms.iter().map(|v| (v.id.as_str(), v)).collect();
+        let by_name: HashMap<&str, &VmRecord> = vms.iter().map(|v| (v.name(), v)).collect();
+        let mut matched: HashSet<String> = HashSet::new();
+        let mut adopted = Vec::new();
+        let mut without_vm = Vec::new();
+        for pod in pods.items.into_iter().filter(|p| !terminal(p)) {
+            let key = pod_key(&pod);
+            let spec = VmSpec::from_meta(&pod.metadata);
+            let hib = HibernateFlags::from_meta(&pod.metadata).hibernate;
+            let vm_id = annotation(&pod, ann::VM_ID).unwrap_or("").to_owned();
+            let found = if vm_id.is_empty() {
+                by_name
+                    .get(spec.vm_name.as_str())
+                    .filter(|_| !spec.vm_name.is_empty() && spec.managed)
+                    .copied()
+            } else {
+                by_id.get(vm_id.as_str()).copied()
+            };
+            match found {
+                Some(vm) if !matched.contains(&vm.id) => {
+                    matched.insert(vm.id.clone());
+                    self.tables().pods.insert(key.clone(), pod.clone());
+                    self.seed_intent(&pod);
+                    let tv = TrackedVm::new(vm.clone());
+                    self.track_vm(&key, tv.clone());
+                    if vm_id.is_empty() {
+                        self.metrics.reconcile_adopt_by_name.inc();
+                        self.write_runtime(&pod, &tv, 0).await;
+                    }
+                    adopted.push(key);
+                }
+                _ if hib => {
+                    if !vm_id.is_empty() {
+                        // A stale hibernate: the VM is gone, the annotations are not.
+                        if let Err(e) = self.clear_runtime(&pod).await {
+                            warn!(pod = %key, error = %e, "clearing stale runtime annotations failed");
+                        }
+                    }
+                    self.tables().pods.insert(key.clone(), pod.clone());
+                    self.seed_intent(&pod);
+                    without_vm.push(key);
+                }
+                _ if !vm_id.is_empty() && !spec.managed => {
+                    // Unmanaged VMs are not in the runtime; CreatePod re-adopts them.
+                }
+                _ if !vm_id.is_empty() => {
+                    warn!(
+                        "pod {key} annotates VMID {vm_id} but no such VM exists locally; CreatePod will recreate"
+                    );
+                }
+                _ => {}
+            }
+        }
+        // First probes, bounded parallelism 8 (delays registration by design).
+        futures::stream::iter(adopted.clone())
+            .for_each_concurrent(8, |k| {
+                let me = self.clone();
+                async move { me.start_probe(&k).await }
+            })
+            .await;
+        let mut orphans = 0;
+        for vm in vms.iter().filter(|v| !matched.contains(&v.id)) {
+            orphans += 1;
+            match orphan_action(self.cfg.orphan_policy) {
+                OrphanAction::Destroy => {
+                    warn!(name = %vm.name(), id = %vm.id, "destroying orphan VM");
+                    if let Err(e) = self.rt.remove(&vm.id).await {
+                        warn!(id = %vm.id, error = %e, "removing orphan VM failed");
+                    }
+                }
+                action => {
+                    if action == OrphanAction::AlertAndIndex {
+                        self.metrics.orphan_vm.inc();
+                        warn!(
+                            "orphan VM detected: name={} id={} state={} ip={} (set VK_ORPHAN_POLICY=destroy to auto-clean)",
+                            vm.name(),
+                            vm.id,
+                            vm.state,
+                            vm.ip()
+                        );
+                    }
+                    self.tables()
+                        .vms_by_name
+                        .insert(vm.name().to_owned(), TrackedVm::new(vm.clone()));
+                }
+            }
+        }
+        for key in adopted.iter().chain(without_vm.iter()) {
+            self.notify(key).await;
+        }
+        self.dispatch_owed(&adopted, &without_vm).await;
+        info!(
+            "startup reconcile: {} pods adopted, {} orphan VMs",
+            adopted.len(),
+            orphans
+        );
+        Ok(ReconcileReport {
+            adopted: adopted.len(),
+            orphans,
+        })
+    }
+
+    fn claim(&self, key: &str, op: &str, pod: &Pod) -> bool {
+        if !self.tables().resumed.insert(key.to_owned()) {
+            return false;
+        }
+        warn!(pod = %key, op, "resuming an operation interrupted by a restart");
+        self.metrics.startup_resume(op);
+        let _ = pod;
+        true
+    }
+
+    /// §9.3: decide and start the owed operation of every tracked pod.
+    async fn dispatch_owed(self: &Arc<Self>, with_vm: &[String], without_vm: &[String]) {
+        for key in with_vm {
+            let (Some(pod), Some(vm)) = (self.tracked_pod(key), self.tracked_vm(key)) else {
+                continue;
+            };
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let spec = VmSpec::from_meta(&pod.metadata);
+            let hib = HibernateFlags::from_meta(&pod.metadata).hibernate && spec.managed;
+            let lifecycle = annotation(&pod, ann::LIFECYCLE_STATE).unwrap_or("");
+            let marker = annotation(&pod, ann::POST_CLONE_STATE).unwrap_or("");
+            let any_static = vm.record.network_configs.iter().any(|n| !n.is_dhcp());
+            let op = rules::owed_op(
+                hib,
+                lifecycle,
+                marker,
+                rules::post_clone_needed(&spec, any_static),
+            );
+            if op == OwedOp::None || !self.claim(key, op.as_str(), &pod) {
+                continue;
+            }
+            self.event(
+                &pod,
+                false,
+                ev::RESUMED_AFTER_RESTART,
+                &resumed_after_restart_message(op.as_str()),
+            )
+            .await;
+            let me = self.clone();
+            let key = key.clone();
+            self.spawn(async move {
+                me.run_owed(&key, pod, spec, vm, op).await;
+                me.tables().resumed.remove(&key);
+                me.notify(&key).await;
+            });
+        }
+        for key in without_vm {
+            let Some(pod) = self.tracked_pod(key) else {
+                continue;
+            };
+            let l = Lifecycle::from_meta(&pod.metadata);
+            if l.state != Some(LifecycleState::Hibernating)
+                || !self.claim(key, "finish_hibernate", &pod)
+            {
+                continue;
+            }
+            let me = self.clone();
+            let key = key.clone();
+            self.spawn(async move {
+                me.finish_hibernate(&key, &pod).await;
+                me.tables().resumed.remove(&key);
+                me.notify(&key).await;
+            });
+        }
+    }
+
+    async fn run_owed(
+        self: &Arc<Self>,
+        key: &str,
+        pod: Pod,
+        spec: VmSpec,
+        vm: TrackedVm,
+        op: OwedOp,
+    ) {
+        match op {
+            OwedOp::None => {}
+            OwedOp::Hibernate => {
+                if !vm.record.is_running()
+                    && let Err(e) = self.rt.start(vm.id()).await
+                {
+                    let msg = format!("start vm {}: {e}", vm.id());
+                    self.fail_op(&pod, ev::RESUME_START_FAILED, ev::OP_RECONCILE, &msg)
+                        .await;
+                    return;
+                }
+                if let Err(e) = self.hibernate(key, &pod, &spec, vm).await {
+                    warn!(pod = %key, error = %e, "resumed hibernate failed");
+                }
+            }
+            OwedOp::ReadyWait | OwedOp::PostClone => {
+                let me = self.clone();
+                let id = vm.id().to_owned();
+                me.ready_after_ip(key, &id, false).await;
+            }
+        }
+    }
+
+    /// An agent killed after Remove and before `hibernated`: confirm the snapshot and finish.
+    async fn finish_hibernate(&self, key: &str, pod: &Pod) {
+        let vm = VmSpec::from_meta(&pod.metadata).vm_name;
+        match self.hibernate_evidence(&vm).await {
+            Ok(rules::Evidence::Found { .. }) => {
+                self.set_lifecycle(pod, LifecycleState::Hibernated, "")
+                    .await;
+                info!(pod = %key, "finished a hibernate interrupted after the VM was removed");
+            }
+            Ok(rules::Evidence::None) => {
+                let msg =
+                    format!("hibernate of {vm} was interrupted and no hibernate snapshot exists");
+                self.fail_op(pod, ev::RESUME_CLASSIFY_FAILED, ev::OP_RECONCILE, &msg)
+                    .await;
+            }
+            Err(e) => warn!(pod = %key, error = %e, "cannot confirm an interrupted hibernate yet"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orphan_policy_actions() {
+        assert_eq!(orphan_action(OrphanPolicy::Destroy), OrphanAction::Destroy);
+        assert_eq!(
+            orphan_action(OrphanPolicy::Alert),
+            OrphanAction::AlertAndIndex
+        );
+        assert_eq!(orphan_action(OrphanPolicy::Keep), OrphanAction::Index);
+        assert_eq!(
+            orphan_action(OrphanPolicy::parse("bogus")),
+            OrphanAction::AlertAndIndex
+        );
+    }
+}

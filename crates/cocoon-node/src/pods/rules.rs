@@ -1,0 +1,744 @@
+//! The pure decision rules of the pod lifecycle (`node.md` §6–§10): bring-up path selection,
+//! hibernate evidence verdicts, clone-base naming, CPU policy, owed ops and event outcomes.
+//!
+//! Nothing here does I/O; the async shells in the sibling modules observe, call these, and act.
+
+use std::path::{Component, Path, PathBuf};
+
+use cocoon_api::contract::{Backend, Os, VmSpec};
+use cocoon_api::naming::clone_base_snapshot_name;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::runtime::CpuPolicy;
+
+/// `ParseRef(ref)`: split at the first `:` when the part before it is non-empty, else the
+/// whole ref with tag `latest`. Registry-relative refs only (ports and digests split wrongly
+/// by design, as the spec states).
+pub fn parse_ref(image: &str) -> (String, String) {
+    match image.split_once(':') {
+        Some((repo, tag)) if !repo.is_empty() => (repo.to_owned(), tag.to_owned()),
+        _ => (image.to_owned(), "latest".to_owned()),
+    }
+}
+
+/// The local snapshot a `mode=clone` pod clones from (`contract.md` §2.4).
+pub fn local_snapshot_name(repo: &str, tag: &str) -> String {
+    clone_base_snapshot_name(repo, tag)
+}
+
+/// Lexically cleans an absolute path the way Go's `filepath.Clean` does (no symlink lookup).
+pub fn clean_path(p: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for c in Path::new(p).components() {
+        match c {
+            Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(s) => out.push(s.to_string_lossy().into_owned()),
+        }
+    }
+    if p.starts_with('/') {
+        format!("/{}", out.join("/"))
+    } else if out.is_empty() {
+        ".".to_owned()
+    } else {
+        out.join("/")
+    }
+}
+
+/// Validates the `clone-from-dir` override (§6.2 step 3). `Ok(None)` = no override.
+pub fn clone_from_dir(raw: Option<&str>, spec: &VmSpec) -> Result<Option<PathBuf>, String> {
+    let v = raw.map(str::trim).unwrap_or("");
+    if v.is_empty() {
+        return Ok(None);
+    }
+    const KEY: &str = cocoon_api::contract::annotations::CLONE_FROM_DIR;
+    if !v.starts_with('/') {
+        return Err(format!(
+            "annotation {KEY} must be an absolute path, got {v:?}"
+        ));
+    }
+    let clean = clean_path(v);
+    if clean != v {
+        return Err(format!(
+            "annotation {KEY} must be a canonical path, got {v:?} (cleaned: {clean:?})"
+        ));
+    }
+    if spec.is_run() {
+        return Err(format!("annotation {KEY} is incompatible with mode=run"));
+    }
+    if !spec.fork_from.is_empty() {
+        return Err(format!(
+            "annotation {KEY} is incompatible with fork-from {:?}",
+            spec.fork_from
+        ));
+    }
+    Ok(Some(PathBuf::from(v)))
+}
+
+/// The bring-up path of §6.2, first match wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BringUp {
+    /// Restore from the hibernate snapshot (explicit or derived marker).
+    Restore,
+    /// `clone --from-dir`.
+    CloneFromDir(PathBuf),
+    /// Fork off `fork-<src>`.
+    Fork(String),
+    /// `vm run`.
+    Run,
+    /// Clone from the image's snapshot (the default).
+    Clone,
+}
+
+/// Selects the bring-up path (§6.2). `restoring` is the explicit-or-derived marker.
+pub fn bring_up_path(
+    spec: &VmSpec,
+    restoring: bool,
+    clone_dir: Option<&str>,
+) -> Result<BringUp, String> {
+    if restoring {
+        return Ok(BringUp::Restore);
+    }
+    if let Some(dir) = clone_from_dir(clone_dir, spec)? {
+        return Ok(BringUp::CloneFromDir(dir));
+    }
+    if !spec.fork_from.is_empty() {
+        return Ok(BringUp::Fork(spec.fork_from.clone()));
+    }
+    if spec.is_run() {
+        return Ok(BringUp::Run);
+    }
+    Ok(BringUp::Clone)
+}
+
+/// `cloned` of §6.1 step 11.
+pub fn is_cloned(spec: &VmSpec, clone_dir: Option<&str>) -> bool {
+    clone_dir.is_some_and(|d| !d.trim().is_empty()) || !spec.fork_from.is_empty() || !spec.is_run()
+}
+
+/// What the hibernate evidence step returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Evidence {
+    /// No `:hibernate` tag (or no local snapshot in registry-less mode).
+    None,
+    /// A tag exists; the recorded base image (may be empty).
+    Found { recorded_image: String },
+}
+
+/// Verdict of the derived/explicit restore guards (§6.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Boot fresh.
+    FreshBoot,
+    /// Restore from the hibernate snapshot.
+    Restore,
+    /// Refuse: the pod names an explicit clone source (derived path only).
+    SourceConflict(String),
+    /// Refuse: the tag was recorded from another image ref.
+    ImageConflict(String),
+}
+
+impl Verdict {
+    /// Label of `cocoon_vk_hibernate_evidence_total{verdict}`, when one is counted.
+    pub fn label(&self) -> Option<&'static str> {
+        match self {
+            Verdict::FreshBoot => None,
+            Verdict::Restore => Some("restored"),
+            Verdict::SourceConflict(_) => Some("source_conflict"),
+            Verdict::ImageConflict(_) => Some("image_conflict"),
+        }
+    }
+}
+
+/// The restore guards of §6.3 over an evidence result. `explicit` = the operator's marker.
+pub fn restore_verdict(
+    spec: &VmSpec,
+    explicit: bool,
+    clone_dir: Option<&str>,
+    evidence: &Evidence,
+) -> Verdict {
+    let vm = &spec.vm_name;
+    let recorded = match evidence {
+        // An explicit marker restores even without evidence (the wake pulls and fails loudly
+        // if the tag is really gone).
+        Evidence::None if explicit => return Verdict::Restore,
+        Evidence::None => return Verdict::FreshBoot,
+        Evidence::Found { recorded_image } => recorded_image,
+    };
+    if !explicit && (clone_dir.is_some_and(|d| !d.trim().is_empty()) || !spec.fork_from.is_empty())
+    {
+        return Verdict::SourceConflict(format!(
+            "vm {vm} has a hibernate snapshot but the pod requests an explicit clone source; delete the hibernate tag to discard the hibernated state"
+        ));
+    }
+    if !recorded.is_empty() && *recorded != spec.image {
+        return Verdict::ImageConflict(format!(
+            "hibernate snapshot of vm {vm} came from image {recorded:?} but the pod requests {:?}; delete the hibernate tag to discard the hibernated state",
+            spec.image
+        ));
+    }
+    Verdict::Restore
+}
+
+/// `assertSnapshotBackend` (§6.7).
+pub fn assert_snapshot_backend(
+    snapshot_name: &str,
+    hypervisor: &str,
+    target: Option<Backend>,
+) -> Result<(), String> {
+    let Some(target) = target else { return Ok(()) };
+    if hypervisor.is_empty() || hypervisor == target.as_str() {
+        return Ok(());
+    }
+    Err(format!(
+        "snapshot {snapshot_name} was taken with {hypervisor} but CocoonSet requests {}",
+        target.as_str()
+    ))
+}
+
+/// Milli-CPU of a quantity (`500m`, `2`, `1.5`); `None` when unparsable.
+pub fn milli_cpu(q: &Quantity) -> Option<u64> {
+    let s = q.0.trim();
+    if let Some(m) = s.strip_suffix('m') {
+        return m.parse::<u64>().ok();
+    }
+    let f: f64 = s.parse().ok()?;
+    (f >= 0.0).then(|| (f * 1000.0).ceil() as u64)
+}
+
+/// CPU, memory and policy inputs read from a pod's first container (§6.8).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodResources {
+    /// CPU request in milli-CPU.
+    pub request_milli: Option<u64>,
+    /// CPU limit in milli-CPU.
+    pub limit_milli: Option<u64>,
+    /// Memory request, else limit, as the Quantity string.
+    pub memory: String,
+}
+
+impl PodResources {
+    /// Reads the first container's resources; no containers = no overrides.
+    pub fn of(pod: &Pod) -> Self {
+        let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
+            return Self::default();
+        };
+        let Some(r) = c.resources.as_ref() else {
+            return Self::default();
+        };
+        let get = |m: &Option<std::collections::BTreeMap<String, Quantity>>, k: &str| {
+            m.as_ref().and_then(|m| m.get(k)).cloned()
+        };
+        PodResources {
+            request_milli: get(&r.requests, "cpu").as_ref().and_then(milli_cpu),
+            limit_milli: get(&r.limits, "cpu").as_ref().and_then(milli_cpu),
+            memory: get(&r.requests, "memory")
+                .or_else(|| get(&r.limits, "memory"))
+                .map(|q| q.0)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// vCPUs for `vm run`: ceil(limit, else request, / 1000); 0 = no override.
+    pub fn vcpus(&self) -> u32 {
+        self.limit_milli
+            .or(self.request_milli)
+            .map_or(0, |m| m.div_ceil(1000) as u32)
+    }
+
+    /// The CPU policy of §6.8 (integer arithmetic throughout).
+    pub fn cpu_policy(&self) -> CpuPolicy {
+        let (quota_us, period_us) = match self.limit_milli {
+            Some(l) => ((l * 100_000 / 1000).max(1000), 100_000),
+            None => (0, 0),
+        };
+        let milli = self.request_milli.or(self.limit_milli).unwrap_or(0);
+        let shares = (milli * 1024 / 1000).clamp(2, 262_144);
+        let weight = 1 + (shares - 2) * 9999 / 262_142;
+        CpuPolicy {
+            weight,
+            quota_us,
+            period_us,
+        }
+    }
+}
+
+/// `restore_mode` of a clone: `copy` for Windows, else the configured mode; none for FC.
+pub fn restore_mode(spec: &VmSpec, configured: &str) -> String {
+    if spec.backend == Some(Backend::Firecracker) {
+        String::new()
+    } else if spec.effective_os() == Os::Windows {
+        "copy".to_owned()
+    } else {
+        configured.to_owned()
+    }
+}
+
+/// Whether a cloned VM needs the post-clone network fixup (§6.9).
+pub fn post_clone_needed(spec: &VmSpec, any_static_nic: bool) -> bool {
+    spec.effective_os() == Os::Windows
+        || spec.backend == Some(Backend::Firecracker)
+        || any_static_nic
+}
+
+/// One NIC as the fixup script sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicInfo {
+    /// MAC address.
+    pub mac: String,
+    /// Static IP, empty for DHCP.
+    pub ip: String,
+    /// Prefix length of a static IP.
+    pub prefix: i64,
+    /// Gateway of a static IP.
+    pub gateway: String,
+}
+
+/// The Linux fixup script of §6.9 (hint mode writes it as an annotation).
+pub fn linux_fixup_script(
+    vm: &str,
+    firecracker: bool,
+    cloud_image: bool,
+    nics: &[NicInfo],
+) -> String {
+    let mut lines = vec![
+        "echo 3 > /proc/sys/vm/drop_caches".to_owned(),
+        format!("echo {vm} > /etc/hostname"),
+    ];
+    if firecracker {
+        for (i, n) in nics.iter().enumerate() {
+            lines.push(format!(
+                "ip link set dev eth{i} down && ip link set dev eth{i} address {} && ip link set dev eth{i} up",
+                n.mac
+            ));
+        }
+    }
+    lines.push("rm -f /etc/systemd/network/10-*.network".to_owned());
+    if cloud_image {
+        lines.push("cloud-init clean --logs --seed --configs network && cloud-init init --local && cloud-init init".to_owned());
+        lines.push(
+            "cloud-init modules --mode=config && systemctl restart systemd-networkd".to_owned(),
+        );
+    } else {
+        for n in nics {
+            let cfg = if n.ip.is_empty() {
+                format!(
+                    "[Match]\\nMACAddress={}\\n\\n[Network]\\nDHCP=ipv4\\n\\n[DHCPv4]\\nClientIdentifier=mac\\n",
+                    n.mac
+                )
+            } else {
+                format!(
+                    "[Match]\\nMACAddress={}\\n\\n[Network]\\nAddress={}/{}\\nGateway={}\\n",
+                    n.mac, n.ip, n.prefix, n.gateway
+                )
+            };
+            lines.push(format!(
+                "printf '{cfg}' > /etc/systemd/network/10-{}.network",
+                n.mac.replace(':', "")
+            ));
+        }
+        lines.push("systemctl restart systemd-networkd".to_owned());
+    }
+    lines.join("\n")
+}
+
+/// The Windows fixup command of §6.9, as the hint carries it.
+pub const WINDOWS_FIXUP: &str = "powershell -nop -c \"$x=Get-PnpDevice -Class Net -PresentOnly;$x|Disable-PnpDevice -Confirm:$false;$x|Enable-PnpDevice -Confirm:$false\"";
+
+/// Owed operation after a restart (§9.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwedOp {
+    /// Nothing owed.
+    None,
+    /// Run the hibernate (start the VM first if it is not running).
+    Hibernate,
+    /// Run the post-clone step again.
+    PostClone,
+    /// Wait for the IP, then publish ready.
+    ReadyWait,
+}
+
+impl OwedOp {
+    /// The `op` label and event text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OwedOp::None => "none",
+            OwedOp::Hibernate => "hibernate",
+            OwedOp::PostClone => "post_clone",
+            OwedOp::ReadyWait => "ready_wait",
+        }
+    }
+}
+
+/// The owed-op table of §9.3 for a tracked pod with a VM. `lifecycle` is the raw state string,
+/// `post_clone_state` the raw marker (empty when absent).
+pub fn owed_op(
+    hibernate: bool,
+    lifecycle: &str,
+    post_clone_state: &str,
+    post_clone_needed: bool,
+) -> OwedOp {
+    use cocoon_api::contract::annotations as ann;
+    if hibernate {
+        return OwedOp::Hibernate;
+    }
+    let creating =
+        lifecycle == "creating" || (lifecycle.is_empty() && !post_clone_state.is_empty());
+    if !creating {
+        return OwedOp::None;
+    }
+    match post_clone_state {
+        ann::POST_CLONE_STATE_FAILED => OwedOp::None,
+        ann::POST_CLONE_STATE_RUNNING => OwedOp::PostClone,
+        ann::POST_CLONE_STATE_DONE => OwedOp::ReadyWait,
+        // CH+Windows classification (`classify_drop_nic`) is folded into the generic rows:
+        // this agent never auto-runs fixups, so both of its outcomes end in a ready wait.
+        _ if post_clone_needed => OwedOp::PostClone,
+        _ => OwedOp::ReadyWait,
+    }
+}
+
+/// What handleVMGone does with an inspect outcome (§10).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GoneAction {
+    /// Evict with this reason and message.
+    Evict(&'static str, &'static str),
+    /// A false alarm.
+    Ignore,
+    /// Inspect stayed transient: count and recheck later.
+    Recheck,
+    /// Restart in place (the cooldown rule decides further).
+    Restart,
+}
+
+/// The inspect outcome an event handler sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InspectOutcome {
+    /// The VM does not exist.
+    NotFound,
+    /// Transient error.
+    Transient,
+    /// The VM's state.
+    State(String),
+}
+
+/// The §10 table.
+pub fn gone_action(outcome: &InspectOutcome) -> GoneAction {
+    match outcome {
+        InspectOutcome::NotFound => GoneAction::Evict("VMGone", "vm no longer exists"),
+        InspectOutcome::Transient => GoneAction::Recheck,
+        InspectOutcome::State(s) if s == "running" => GoneAction::Ignore,
+        InspectOutcome::State(_) => GoneAction::Restart,
+    }
+}
+
+/// The restart cooldown rule: restart when no restart happened within `cooldown`.
+pub fn cooldown_allows_restart(
+    last: Option<std::time::Instant>,
+    now: std::time::Instant,
+    cooldown: std::time::Duration,
+) -> bool {
+    last.is_none_or(|t| now.saturating_duration_since(t) >= cooldown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cocoon_api::contract::Mode;
+    use std::time::{Duration, Instant};
+
+    fn spec() -> VmSpec {
+        VmSpec {
+            vm_name: "vk-ns-a-0".into(),
+            image: "ubuntu:24.04".into(),
+            managed: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn parse_ref_splits_at_first_colon() {
+        let cases = [
+            ("ubuntu:24.04", ("ubuntu", "24.04")),
+            ("ubuntu", ("ubuntu", "latest")),
+            (":x", (":x", "latest")),
+            ("host:5000/repo:tag", ("host", "5000/repo:tag")),
+        ];
+        for (input, (repo, tag)) in cases {
+            assert_eq!(
+                parse_ref(input),
+                (repo.to_owned(), tag.to_owned()),
+                "{input}"
+            );
+        }
+        assert_eq!(local_snapshot_name("ubuntu", "latest"), "ubuntu");
+        assert_eq!(local_snapshot_name("ubuntu", "24.04"), "ubuntu:24.04");
+    }
+
+    #[test]
+    fn clone_from_dir_validation_reads_like_the_spec() {
+        let s = spec();
+        assert_eq!(clone_from_dir(None, &s), Ok(None));
+        assert_eq!(clone_from_dir(Some("  "), &s), Ok(None));
+        assert_eq!(
+            clone_from_dir(Some("/srv/snap"), &s),
+            Ok(Some(PathBuf::from("/srv/snap")))
+        );
+        assert_eq!(
+            clone_from_dir(Some("srv/snap"), &s).unwrap_err(),
+            "annotation vm.cocoonstack.io/clone-from-dir must be an absolute path, got \"srv/snap\""
+        );
+        assert_eq!(
+            clone_from_dir(Some("/srv/../snap/"), &s).unwrap_err(),
+            "annotation vm.cocoonstack.io/clone-from-dir must be a canonical path, got \"/srv/../snap/\" (cleaned: \"/snap\")"
+        );
+        let run = VmSpec {
+            mode: Some(Mode::Run),
+            ..spec()
+        };
+        assert_eq!(
+            clone_from_dir(Some("/d"), &run).unwrap_err(),
+            "annotation vm.cocoonstack.io/clone-from-dir is incompatible with mode=run"
+        );
+        let fork = VmSpec {
+            fork_from: "vk-src".into(),
+            ..spec()
+        };
+        assert_eq!(
+            clone_from_dir(Some("/d"), &fork).unwrap_err(),
+            "annotation vm.cocoonstack.io/clone-from-dir is incompatible with fork-from \"vk-src\""
+        );
+    }
+
+    #[test]
+    fn bring_up_path_first_match_wins() {
+        let run = VmSpec {
+            mode: Some(Mode::Run),
+            ..spec()
+        };
+        let fork_run = VmSpec {
+            fork_from: "src".into(),
+            mode: Some(Mode::Run),
+            ..spec()
+        };
+        assert_eq!(bring_up_path(&fork_run, true, None), Ok(BringUp::Restore));
+        assert_eq!(
+            bring_up_path(&spec(), false, Some("/d")),
+            Ok(BringUp::CloneFromDir("/d".into()))
+        );
+        assert_eq!(
+            bring_up_path(&fork_run, false, None),
+            Ok(BringUp::Fork("src".into()))
+        );
+        assert_eq!(bring_up_path(&run, false, None), Ok(BringUp::Run));
+        assert_eq!(bring_up_path(&spec(), false, None), Ok(BringUp::Clone));
+        assert!(!is_cloned(&run, None));
+        assert!(is_cloned(&run, Some("/d")));
+        assert!(is_cloned(&spec(), None));
+    }
+
+    #[test]
+    fn restore_verdicts_follow_the_guards() {
+        let found = |img: &str| Evidence::Found {
+            recorded_image: img.into(),
+        };
+        let s = spec();
+        assert_eq!(
+            restore_verdict(&s, false, None, &Evidence::None),
+            Verdict::FreshBoot
+        );
+        assert_eq!(
+            restore_verdict(&s, true, None, &Evidence::None),
+            Verdict::Restore
+        );
+        assert_eq!(
+            restore_verdict(&s, false, None, &found("ubuntu:24.04")),
+            Verdict::Restore
+        );
+        assert_eq!(
+            restore_verdict(&s, false, None, &found("")),
+            Verdict::Restore
+        );
+        let img = restore_verdict(&s, false, None, &found("debian:12"));
+        assert_eq!(img.label(), Some("image_conflict"));
+        assert_eq!(
+            img,
+            Verdict::ImageConflict("hibernate snapshot of vm vk-ns-a-0 came from image \"debian:12\" but the pod requests \"ubuntu:24.04\"; delete the hibernate tag to discard the hibernated state".into())
+        );
+        // The explicit path keeps the identity check ...
+        assert_eq!(
+            restore_verdict(&s, true, None, &found("debian:12")).label(),
+            Some("image_conflict")
+        );
+        // ... but not the source-conflict check: a restore-marked sub-agent keeps fork-from.
+        let fork = VmSpec {
+            fork_from: "src".into(),
+            ..spec()
+        };
+        assert_eq!(
+            restore_verdict(&fork, true, None, &found("ubuntu:24.04")),
+            Verdict::Restore
+        );
+        let conflict = restore_verdict(&fork, false, None, &found("ubuntu:24.04"));
+        assert_eq!(conflict.label(), Some("source_conflict"));
+        assert_eq!(
+            restore_verdict(&s, false, Some("/d"), &found("")).label(),
+            Some("source_conflict")
+        );
+    }
+
+    #[test]
+    fn backend_assertion() {
+        use Backend::*;
+        assert!(assert_snapshot_backend("s", "", Some(Firecracker)).is_ok());
+        assert!(assert_snapshot_backend("s", "cloud-hypervisor", None).is_ok());
+        assert!(assert_snapshot_backend("s", "firecracker", Some(Firecracker)).is_ok());
+        assert_eq!(
+            assert_snapshot_backend("s", "cloud-hypervisor", Some(Firecracker)).unwrap_err(),
+            "snapshot s was taken with cloud-hypervisor but CocoonSet requests firecracker"
+        );
+        assert!(assert_snapshot_backend("s", "firecracker", Some(CloudHypervisor)).is_err());
+    }
+
+    #[test]
+    fn cpu_policy_table() {
+        let r = |req: Option<u64>, lim: Option<u64>| PodResources {
+            request_milli: req,
+            limit_milli: lim,
+            memory: String::new(),
+        };
+        let cases = [
+            (r(Some(500), Some(2000)), (20, 200_000, 100_000)),
+            (r(None, Some(1000)), (39, 100_000, 100_000)),
+            (r(Some(2000), None), (79, 0, 0)),
+            (r(None, Some(5)), (1, 1000, 100_000)),
+            (r(None, None), (1, 0, 0)),
+        ];
+        for (res, (w, q, p)) in cases {
+            let pol = res.cpu_policy();
+            assert_eq!(
+                (pol.weight, pol.quota_us, pol.period_us),
+                (w, q, p),
+                "{res:?}"
+            );
+        }
+        assert_eq!(r(Some(500), Some(1500)).vcpus(), 2);
+        assert_eq!(r(Some(2500), None).vcpus(), 3);
+        assert_eq!(milli_cpu(&Quantity("1.5".into())), Some(1500));
+        assert_eq!(milli_cpu(&Quantity("250m".into())), Some(250));
+    }
+
+    #[test]
+    fn owed_op_table() {
+        use OwedOp::*;
+        let cases = [
+            ((true, "ready", "", false), Hibernate),
+            ((true, "creating", "", false), Hibernate),
+            ((false, "ready", "", true), None),
+            ((false, "failed", "running", true), None),
+            ((false, "creating", "failed", true), None),
+            ((false, "creating", "running", false), PostClone),
+            ((false, "", "running", false), PostClone),
+            ((false, "creating", "done", true), ReadyWait),
+            ((false, "creating", "", true), PostClone),
+            ((false, "creating", "", false), ReadyWait),
+            ((false, "", "", false), None),
+        ];
+        for ((h, l, p, n), want) in cases {
+            assert_eq!(owed_op(h, l, p, n), want, "{h} {l} {p} {n}");
+        }
+    }
+
+    #[test]
+    fn vm_gone_outcomes_and_cooldown() {
+        assert_eq!(
+            gone_action(&InspectOutcome::NotFound),
+            GoneAction::Evict("VMGone", "vm no longer exists")
+        );
+        assert_eq!(gone_action(&InspectOutcome::Transient), GoneAction::Recheck);
+        assert_eq!(
+            gone_action(&InspectOutcome::State("running".into())),
+            GoneAction::Ignore
+        );
+        for s in ["stopped", "error", "stopped (stale)"] {
+            assert_eq!(
+                gone_action(&InspectOutcome::State(s.into())),
+                GoneAction::Restart
+            );
+        }
+        let now = Instant::now();
+        let cd = Duration::from_secs(30);
+        assert!(cooldown_allows_restart(None, now, cd));
+        assert!(!cooldown_allows_restart(
+            Some(now - Duration::from_secs(5)),
+            now,
+            cd
+        ));
+        assert!(cooldown_allows_restart(
+            Some(now - Duration::from_secs(31)),
+            now,
+            cd
+        ));
+    }
+
+    #[test]
+    fn post_clone_rules_and_script() {
+        let s = spec();
+        assert!(!post_clone_needed(&s, false));
+        assert!(post_clone_needed(&s, true));
+        assert!(post_clone_needed(
+            &VmSpec {
+                backend: Some(Backend::Firecracker),
+                ..spec()
+            },
+            false
+        ));
+        assert!(post_clone_needed(
+            &VmSpec {
+                os: Some(Os::Windows),
+                ..spec()
+            },
+            false
+        ));
+        assert_eq!(
+            restore_mode(
+                &VmSpec {
+                    os: Some(Os::Windows),
+                    ..spec()
+                },
+                "ondemand"
+            ),
+            "copy"
+        );
+        assert_eq!(restore_mode(&s, "ondemand"), "ondemand");
+        assert_eq!(
+            restore_mode(
+                &VmSpec {
+                    backend: Some(Backend::Firecracker),
+                    ..spec()
+                },
+                "x"
+            ),
+            ""
+        );
+        let script = linux_fixup_script(
+            "vm1",
+            false,
+            false,
+            &[NicInfo {
+                mac: "02:00:00:00:00:01".into(),
+                ip: String::new(),
+                prefix: 0,
+                gateway: String::new(),
+            }],
+        );
+        assert!(
+            script.starts_with("echo 3 > /proc/sys/vm/drop_caches\necho vm1 > /etc/hostname\n")
+        );
+        assert!(script.contains("printf '[Match]\\nMACAddress=02:00:00:00:00:01\\n\\n[Network]\\nDHCP=ipv4\\n\\n[DHCPv4]\\nClientIdentifier=mac\\n' > /etc/systemd/network/10-020000000001.network"));
+        assert!(script.ends_with("systemctl restart systemd-networkd"));
+    }
+}

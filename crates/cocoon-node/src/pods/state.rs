@@ -1,0 +1,121 @@
+//! The in-memory tables of `node.md` §4: tracked pods, VMs by pod and by name, restart times,
+//! resumed-op claims and lifecycle intents. Rebuilt from the API and the runtime on restart.
+//!
+//! Everything sits behind one mutex held only for map operations (never across an await).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::intent::Intent;
+use crate::runtime::VmRecord;
+
+/// A tracked VM: the runtime record plus the cached IP (§11.2).
+#[derive(Debug, Clone)]
+pub struct TrackedVm {
+    /// Runtime record (id, name, hypervisor, state, NICs, PID).
+    pub record: VmRecord,
+    /// Cached IP: the static IP, a lease, or the pre-assigned IP of an unmanaged pod.
+    pub ip: String,
+    /// Synthetic record of an unmanaged pod (never touched in the runtime).
+    pub synthetic: bool,
+    /// When this agent saw the VM start.
+    pub started: Time,
+}
+
+impl TrackedVm {
+    /// Wraps a runtime record.
+    pub fn new(record: VmRecord) -> Self {
+        let ip = record.ip().to_owned();
+        TrackedVm {
+            record,
+            ip,
+            synthetic: false,
+            started: Time(k8s_openapi::jiff::Timestamp::now()),
+        }
+    }
+
+    /// VM id.
+    pub fn id(&self) -> &str {
+        &self.record.id
+    }
+
+    /// VM name.
+    pub fn name(&self) -> &str {
+        self.record.name()
+    }
+}
+
+/// The tables of §4, keyed by `<namespace>/<name>`.
+#[derive(Default)]
+pub struct Tables {
+    /// Tracked pods (latest copy).
+    pub pods: HashMap<String, Pod>,
+    /// Pod key → VM.
+    pub vms_by_pod: HashMap<String, TrackedVm>,
+    /// VM name → VM (includes orphans kept for adoption).
+    pub vms_by_name: HashMap<String, TrackedVm>,
+    /// VM id → time of the last in-place restart.
+    pub last_restart: HashMap<String, Instant>,
+    /// VM ids with a deferred recheck running.
+    pub pending_recheck: HashSet<String>,
+    /// Pod keys claimed by a resumed startup operation.
+    pub resumed: HashSet<String>,
+    /// Lifecycle intents.
+    pub intents: HashMap<String, Intent>,
+    /// Kept `status.startTime` per pod.
+    pub start_times: HashMap<String, Time>,
+    /// Pods whose `ready` is published when the probe first succeeds (hint mode, lifted
+    /// hibernate failure).
+    pub ready_pending: HashSet<String>,
+    /// Pod keys restoring via a derived marker (in memory only).
+    pub derived_restore: HashSet<String>,
+}
+
+impl Tables {
+    /// Tracks `vm` for `key` in both maps (copy-on-write replacement).
+    pub fn track_vm(&mut self, key: &str, vm: TrackedVm) {
+        self.vms_by_name.insert(vm.name().to_owned(), vm.clone());
+        self.vms_by_pod.insert(key.to_owned(), vm);
+    }
+
+    /// Drops the VM of `key` from both maps.
+    pub fn untrack_vm(&mut self, key: &str) -> Option<TrackedVm> {
+        let vm = self.vms_by_pod.remove(key)?;
+        if self
+            .vms_by_name
+            .get(vm.name())
+            .is_some_and(|v| v.id() == vm.id())
+        {
+            self.vms_by_name.remove(vm.name());
+        }
+        Some(vm)
+    }
+
+    /// Forgets a pod: VM tables, intent, start time, markers.
+    pub fn forget(&mut self, key: &str) {
+        self.untrack_vm(key);
+        self.pods.remove(key);
+        self.intents.remove(key);
+        self.start_times.remove(key);
+        self.ready_pending.remove(key);
+        self.derived_restore.remove(key);
+    }
+
+    /// UID of the tracked pod under `key`.
+    pub fn tracked_uid(&self, key: &str) -> Option<&str> {
+        self.pods.get(key).and_then(|p| p.metadata.uid.as_deref())
+    }
+
+    /// The pod key tracking VM `id` or `name` (a name match needs both names non-empty).
+    pub fn key_for_vm(&self, id: &str, name: &str) -> Option<String> {
+        self.vms_by_pod
+            .iter()
+            .find(|(_, v)| {
+                (!id.is_empty() && v.id() == id) || (!name.is_empty() && v.name() == name)
+            })
+            .map(|(k, _)| k.clone())
+    }
+}

@@ -1,0 +1,346 @@
+//! Snapshot sources and transfers for bring-up and wake (`node.md` §6.4–§6.6, §8.3): registry
+//! push/pull through the runtime's export/import streams, clone-base and fork snapshots,
+//! image materialisation, hibernate evidence and the wake source.
+//!
+//! Single flights are per-key async locks whose holder re-checks the local store first.
+
+use std::time::Instant;
+
+use cocoon_api::contract::metrics::node as m;
+use cocoon_api::contract::tags;
+use cocoon_api::naming::{fork_snapshot_name, hibernate_import_snapshot_name};
+use cocoon_registry::{Kind, PushOptions, Reference, classify};
+use tokio::io::AsyncWriteExt;
+use tracing::{info, warn};
+
+use super::rules::{Evidence, parse_ref};
+use super::{Handler, PodError, Result, failed};
+use crate::runtime::{ImportHandle, SnapshotRecord};
+
+/// Where a wake or restore clones from.
+pub struct WakeSource {
+    /// Local snapshot name.
+    pub local: String,
+    /// Its record.
+    pub snapshot: SnapshotRecord,
+    /// A one-shot import, removed after the clone.
+    pub import: bool,
+}
+
+impl Handler {
+    /// Pulls `<repo>:<tag>` into the local snapshot `local` (registry.md §6).
+    pub(crate) async fn pull_into(&self, repo: &str, tag: &str, local: &str) -> Result<(), String> {
+        let Some(reg) = &self.registry else {
+            return Err("no registry configured".into());
+        };
+        let start = Instant::now();
+        let ImportHandle { mut sink, done } = self
+            .rt
+            .snapshot_import(local)
+            .await
+            .map_err(|e| e.to_string())?;
+        let pulled = reg.pull_snapshot_to_tar(repo, tag, local, &mut sink).await;
+        if pulled.is_ok() {
+            let _ = sink.shutdown().await;
+        }
+        drop(sink);
+        let imported = done.await;
+        self.metrics
+            .snapshot_pull_duration
+            .observe(start.elapsed().as_secs_f64());
+        pulled.map_err(|e| e.to_string())?;
+        imported.map_err(|e| e.to_string())
+    }
+
+    /// Pushes the local snapshot `name` to `<repo>:<tag>`, recording `base_image`.
+    pub(crate) async fn push_from(
+        &self,
+        name: &str,
+        repo: &str,
+        tag: &str,
+        base_image: &str,
+    ) -> Result<(), String> {
+        let Some(reg) = &self.registry else {
+            return Err("no registry configured".into());
+        };
+        let start = Instant::now();
+        let export = self
+            .rt
+            .snapshot_export(name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let pushed = reg
+            .push_snapshot_tar(repo, export.stream, &PushOptions::new(tag, base_image))
+            .await;
+        let exported = export.done.await;
+        self.metrics
+            .snapshot_push_duration
+            .observe(start.elapsed().as_secs_f64());
+        pushed.map_err(|e| e.to_string())?;
+        exported.map_err(|e| e.to_string())
+    }
+
+    /// `hibernateEvidence(vm)` (§6.3).
+    pub(crate) async fn hibernate_evidence(&self, vm: &str) -> Result<Evidence, String> {
+        match &self.registry {
+            None => match self.rt.snapshot_inspect(vm).await {
+                Ok(_) => Ok(Evidence::Found {
+                    recorded_image: String::new(),
+                }),
+                Err(e) if e.is_snapshot_not_found() => Ok(Evidence::None),
+                Err(e) => Err(format!("inspect local snapshot {vm}: {e}")),
+            },
+            Some(reg) => match reg.manifest_annotations(vm, tags::HIBERNATE).await {
+                Ok(a) => Ok(Evidence::Found {
+                    recorded_image: a
+                        .get(cocoon_api::contract::oci::ANNOTATION_BASE_IMAGE)
+                        .cloned()
+                        .unwrap_or_default(),
+                }),
+                Err(e) if e.is_not_found() => Ok(Evidence::None),
+                Err(e) => Err(format!(
+                    "hibernate evidence for {vm}: get hibernate manifest: {e} (refusing fresh boot)"
+                )),
+            },
+        }
+    }
+
+    /// Removes `<vm>` and `fork-<vm>` locally; errors are logged.
+    pub(crate) async fn drop_local_snapshots(&self, vm: &str) {
+        let fork = fork_snapshot_name(vm);
+        let (a, b) = tokio::join!(
+            self.rt.snapshot_remove_if_exists(vm),
+            self.rt.snapshot_remove_if_exists(&fork)
+        );
+        for r in [a, b] {
+            if let Err(e) = r {
+                warn!(vm, error = %e, "removing a local snapshot failed");
+            }
+        }
+    }
+
+    /// `resolveWakeSource(vm)` (§8.3).
+    pub(crate) async fn resolve_wake_source(&self, vm: &str) -> Result<WakeSource, String> {
+        match self.rt.snapshot_inspect(vm).await {
+            Ok(local) => {
+                let verdict = match &self.registry {
+                    None => Ok(true),
+                    Some(reg) => match reg.snapshot_info(vm, tags::HIBERNATE).await {
+                        Ok(None) => Ok(false),
+                        Ok(Some(info)) if info.snapshot_id != local.id => {
+                            info!(vm, registry = %info.snapshot_id, local = %local.id, "local snapshot is stale");
+                            Ok(false)
+                        }
+                        Ok(Some(_)) => Ok(true),
+                        Err(e) => Err(e.to_string()),
+                    },
+                };
+                match verdict {
+                    Ok(true) => {
+                        self.metrics.snapshot_verify("ok");
+                        return Ok(WakeSource {
+                            local: vm.to_owned(),
+                            snapshot: local,
+                            import: false,
+                        });
+                    }
+                    Ok(false) => {
+                        self.metrics.snapshot_verify("stale");
+                        self.drop_local_snapshots(vm).await;
+                    }
+                    Err(e) => {
+                        self.metrics.snapshot_verify("error");
+                        return Err(format!("verify local snapshot {vm}: {e}"));
+                    }
+                }
+            }
+            Err(e) if e.is_snapshot_not_found() => {}
+            Err(e) => return Err(format!("inspect local snapshot {vm}: {e}")),
+        }
+        if self.registry.is_none() {
+            return Err(format!(
+                "wake {vm}: no local snapshot and no puller configured"
+            ));
+        }
+        let import = hibernate_import_snapshot_name(vm);
+        let res = self.pull_into(vm, tags::HIBERNATE, &import).await;
+        self.metrics.snapshot_pull(if res.is_ok() {
+            m::RESULT_OK
+        } else {
+            m::RESULT_FAILED
+        });
+        res.map_err(|e| format!("pull hibernation snapshot {vm}: {e}"))?;
+        let snapshot = self
+            .rt
+            .snapshot_inspect(&import)
+            .await
+            .map_err(|e| format!("inspect imported snapshot {import}: {e}"))?;
+        Ok(WakeSource {
+            local: import,
+            snapshot,
+            import: true,
+        })
+    }
+
+    /// `ensureSnapshot(repo, tag, local)` (§6.4). `None` = no snapshot (the clone then fails
+    /// inside the runtime).
+    pub(crate) async fn ensure_snapshot(
+        &self,
+        repo: &str,
+        tag: &str,
+        local: &str,
+    ) -> Result<Option<SnapshotRecord>, String> {
+        if repo.is_empty() {
+            return Ok(None);
+        }
+        if let Ok(s) = self.rt.snapshot_inspect(local).await {
+            return Ok(Some(s));
+        }
+        if self.registry.is_none() {
+            return Ok(None);
+        }
+        let lock = self.flight(&format!("snapshot {local}"));
+        let _held = lock.lock().await;
+        if let Ok(s) = self.rt.snapshot_inspect(local).await {
+            return Ok(Some(s));
+        }
+        self.pull_into(repo, tag, local).await?;
+        self.rt
+            .snapshot_inspect(local)
+            .await
+            .map(Some)
+            .map_err(|e| format!("inspect imported snapshot {local}: {e}"))
+    }
+
+    /// `ensureForkSnapshot(src)` (§6.5): one save per lineage baseline.
+    pub(crate) async fn ensure_fork_snapshot(&self, src: &str) -> Result<String, String> {
+        let name = fork_snapshot_name(src);
+        let lock = self.flight(&format!("fork {name}"));
+        let _held = lock.lock().await;
+        if self.rt.snapshot_inspect(&name).await.is_ok() {
+            return Ok(name);
+        }
+        let indexed = self
+            .tables()
+            .vms_by_name
+            .get(src)
+            .map(|v| v.id().to_owned());
+        let id = match indexed {
+            Some(id) => id,
+            None => {
+                self.rt
+                    .inspect(src)
+                    .await
+                    .map_err(|e| format!("inspect fork source vm {src}: {e}"))?
+                    .id
+            }
+        };
+        self.rt
+            .snapshot_save(&name, &id)
+            .await
+            .map_err(|e| format!("snapshot fork source vm {src} as {name}: {e}"))?;
+        Ok(name)
+    }
+
+    /// `ensureRunImage(image, force)` (§6.6): the ref to pass to `vm run`.
+    pub(crate) async fn ensure_run_image(
+        &self,
+        image: &str,
+        force: bool,
+    ) -> Result<String, String> {
+        if image.is_empty() {
+            return Ok(String::new());
+        }
+        let lock = self.flight(&if force {
+            format!("force {image}")
+        } else {
+            image.to_owned()
+        });
+        let _held = lock.lock().await;
+        let lower = image.to_ascii_lowercase();
+        let pull = || async {
+            self.rt
+                .ensure_image(image, force)
+                .await
+                .map(|()| image.to_owned())
+                .map_err(|e| e.to_string())
+        };
+        let Some(reg) = self
+            .registry
+            .as_ref()
+            .filter(|_| !lower.starts_with("http://") && !lower.starts_with("https://"))
+        else {
+            return pull().await;
+        };
+        let (repo, tag) = parse_ref(image);
+        let kind = match Reference::parse(&tag) {
+            Ok(r) => match reg.get_manifest(&repo, &r).await {
+                Ok(f) => cocoon_registry::Manifest::parse(&f.bytes)
+                    .map(|mf| classify(&mf, f.media_type.as_deref()))
+                    .ok(),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        match kind {
+            Some(Kind::Snapshot { .. }) => Err(format!(
+                "image {image} is a snapshot artifact; use mode=clone instead of mode=run"
+            )),
+            Some(Kind::CloudImage) => {
+                let local = format!("{repo}:{tag}");
+                if !force {
+                    match self.rt.image_present(&local).await {
+                        Ok(()) => return Ok(local),
+                        Err(e) if e.is_image_not_found() => {}
+                        Err(e) => return Err(format!("inspect local image {local}: {e}")),
+                    }
+                }
+                let ImportHandle { mut sink, done } = self
+                    .rt
+                    .image_import(&local)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let streamed = reg.stream_cloud_image(&repo, &tag, &mut sink).await;
+                if streamed.is_ok() {
+                    let _ = sink.shutdown().await;
+                }
+                drop(sink);
+                let imported = done.await;
+                streamed.map_err(|e| e.to_string())?;
+                imported.map_err(|e| e.to_string())?;
+                Ok(local)
+            }
+            _ => pull().await,
+        }
+    }
+
+    /// `ensureSnapshotBaseImage(snap)` (§6.6).
+    pub(crate) async fn ensure_snapshot_base_image(
+        &self,
+        snap: Option<&SnapshotRecord>,
+    ) -> Result<(), String> {
+        let Some(s) = snap.filter(|s| !s.image.is_empty()) else {
+            return Ok(());
+        };
+        let lower = s.image.to_ascii_lowercase();
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            return Ok(());
+        }
+        if !s.image_digest.is_empty() && self.rt.image_present(&s.image_digest).await.is_ok() {
+            return Ok(());
+        }
+        if self.rt.image_present(&s.image).await.is_ok() {
+            return Ok(());
+        }
+        self.ensure_run_image(&s.image, false)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("ensure snapshot base image {}: {e}", s.image))
+    }
+}
+
+impl From<String> for PodError {
+    fn from(s: String) -> Self {
+        failed(s)
+    }
+}
