@@ -13,7 +13,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::NodeConfig;
+use crate::kubelet::{
+    BackendError, KubeletServer, MetricsServer, PodBackend, PodStats, TlsMaterial,
+};
 use crate::metrics::NodeMetrics;
+use crate::node::HostReader;
 use crate::node::{NodeHeartbeat, NodeRegistration};
 use crate::pods::{self, Handler, PodConfig, Timing};
 use crate::runtime::Runtime;
@@ -152,8 +156,31 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
     };
     let resources = crate::node::capacity::read_resources(&config)
         .map_err(|e| AgentError::Config(e.to_string()))?;
-    let registration = NodeRegistration::from_config(&config, resources, config.kubelet_port);
     let shutdown = CancellationToken::new();
+    // The kubelet API binds first: with port 0 the Node must advertise the port it got.
+    let tls = TlsMaterial::load_or_generate(
+        &config.tls_cert,
+        &config.tls_key,
+        &config.node_name,
+        config.node_ip,
+    )
+    .map_err(|e| AgentError::Config(e.to_string()))?;
+    let backend = Arc::new(LateBackend::default());
+    let kubelet = KubeletServer::start(
+        std::net::SocketAddr::new(config.node_ip, config.kubelet_port),
+        &tls,
+        backend.clone(),
+        HostReader::new(config.cocoon_root_dir.clone()),
+        &config.node_name,
+        &shutdown,
+    )
+    .await
+    .map_err(|e| AgentError::Config(e.to_string()))?;
+    let metrics_server = MetricsServer::start(config.metrics_addr, metrics.clone(), &shutdown)
+        .await
+        .map_err(|e| AgentError::Config(e.to_string()))?;
+    info!(kubelet_port = kubelet.port(), metrics = %config.metrics_addr, "listeners up");
+    let registration = NodeRegistration::from_config(&config, resources, kubelet.port());
     let signal = shutdown.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -168,7 +195,82 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         metrics,
         registration: Some(registration),
     };
-    run_agent(parts, shutdown, None).await
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let late = backend.clone();
+    tokio::spawn(async move {
+        if let Ok(handler) = rx.await {
+            late.set(handler);
+        }
+    });
+    let result = run_agent(parts, shutdown, Some(tx)).await;
+    // Shutdown: the HTTP servers get their grace period after pod handling stopped.
+    kubelet.shutdown().await;
+    metrics_server.shutdown().await;
+    result
+}
+
+/// The kubelet API's view of the pods: answers once the startup reconcile handed over the
+/// handler (before that, no pod has a live VM as far as the API is concerned).
+#[derive(Default)]
+struct LateBackend(std::sync::OnceLock<Arc<Handler>>);
+
+impl LateBackend {
+    fn set(&self, handler: Arc<Handler>) {
+        let _ = self.0.set(handler);
+    }
+}
+
+#[async_trait::async_trait]
+impl PodBackend for LateBackend {
+    async fn logs(
+        &self,
+        namespace: &str,
+        pod: &str,
+        _container: &str,
+        tail: u32,
+    ) -> Result<Option<Vec<u8>>, BackendError> {
+        let Some(h) = self.0.get() else {
+            return Ok(None);
+        };
+        let Some(vm) = h.tracked_vm(&format!("{namespace}/{pod}")) else {
+            return Ok(None);
+        };
+        if vm.synthetic {
+            return Ok(None);
+        }
+        h.rt.logs(vm.id(), Some(u64::from(tail)))
+            .await
+            .map(Some)
+            .map_err(|e| BackendError(e.to_string()))
+    }
+
+    async fn stats(&self) -> Result<Vec<PodStats>, BackendError> {
+        let Some(h) = self.0.get() else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for key in h.tracked_keys() {
+            let (Some(vm), Some(pod)) = (h.tracked_vm(&key), h.tracked_pod(&key)) else {
+                continue;
+            };
+            if vm.synthetic {
+                continue;
+            }
+            let Ok(st) = h.rt.vm_stats(&vm.record).await else {
+                continue;
+            };
+            out.push(PodStats {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                cpu_usage_ns: st.cpu_time_ns,
+                memory_rss_bytes: st.rss_bytes,
+                network_rx_bytes: st.taps.iter().map(|t| t.rx_bytes).sum(),
+                network_tx_bytes: st.taps.iter().map(|t| t.tx_bytes).sum(),
+            });
+        }
+        Ok(out)
+    }
 }
 
 async fn wait_for_signal() {
