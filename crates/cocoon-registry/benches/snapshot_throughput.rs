@@ -1,0 +1,447 @@
+//! Push and pull throughput of a 2 GiB snapshot against the machine's raw limits measured in
+//! the same run (raw read of the same files, raw HTTP upload/download of the same bytes to
+//! the same registry), plus the peak RSS of push and pull (each run in a child process).
+//!
+//! Run: `cargo bench -p cocoon-registry --bench snapshot_throughput`. Under `cargo test` it
+//! only prints how to run it (cargo bench passes `--bench`; cargo test does not).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::convert::Infallible;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use cocoon_registry::reference::Hasher;
+use cocoon_registry::sparse::{ExtentReader, layout_of};
+use cocoon_registry::{PushOptions, RegistryClient, RegistryConfig};
+use common::{FileSpec, TempDir, write_snapshot_dir};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+const MIB: u64 = 1 << 20;
+const BUF: usize = 1 << 20;
+/// Measurement rounds; the best of each measure is reported (peak RSS: the worst).
+const ROUNDS: usize = 2;
+
+/// Best rates (MiB/s) and worst peak RSS (KiB) over the rounds.
+#[derive(Default)]
+struct Best {
+    raw_up: f64,
+    raw_up_par: f64,
+    raw_down: f64,
+    raw_down_par: f64,
+    push: f64,
+    pull: f64,
+    tar: f64,
+    push_hwm: u64,
+    pull_hwm: u64,
+    tar_hwm: u64,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        child(&args[2..]);
+        return;
+    }
+    if !args.iter().any(|a| a == "--bench") {
+        println!(
+            "snapshot_throughput: run with `cargo bench -p cocoon-registry --bench snapshot_throughput`"
+        );
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(run());
+}
+
+/// The snapshot: about 2 GiB of layer bytes in several files, two of them sparse.
+fn snapshot_files() -> Vec<FileSpec> {
+    vec![
+        FileSpec::dense("config.json", 4096),
+        FileSpec::dense("state.json", 64 * 1024),
+        FileSpec::dense("cidata.img", MIB),
+        FileSpec::dense("memory-ranges", 1024 * MIB),
+        FileSpec::dense("overlay.qcow2", 768 * MIB),
+        FileSpec::sparse(
+            "cow.raw",
+            512 * MIB,
+            vec![(0, 128 * MIB), (256 * MIB, 128 * MIB)],
+        ),
+        FileSpec::sparse("data.raw", 64 * MIB, vec![(32 * MIB, MIB)]),
+    ]
+}
+
+struct Layer {
+    path: PathBuf,
+    file: Arc<File>,
+    extents: Vec<cocoon_registry::manifest::Segment>,
+    size: u64,
+    digest: String,
+}
+
+fn layers(dir: &Path, files: &[FileSpec]) -> Vec<Layer> {
+    files
+        .iter()
+        .map(|f| {
+            let path = dir.join(f.name);
+            let file = Arc::new(File::open(&path).expect("open"));
+            let layout = layout_of(&file).expect("layout");
+            let mut r = ExtentReader::new(file.clone(), layout.extents());
+            let mut h = Hasher::new();
+            let mut buf = vec![0u8; BUF];
+            loop {
+                let n = r.read_into(&mut buf).expect("read");
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            Layer {
+                path,
+                file,
+                size: layout.packed_size(),
+                extents: layout.extents(),
+                digest: h.finish().to_string(),
+            }
+        })
+        .collect()
+}
+
+fn mbps(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / MIB as f64 / secs
+}
+
+async fn run() {
+    let reg = cocoon_testenv::Registry::start_temp(None)
+        .await
+        .expect("registry");
+    let work = TempDir::new("cocoon-registry-bench");
+    let src = work.path().join("snapshot");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let files = snapshot_files();
+    let t = Instant::now();
+    write_snapshot_dir(&src, "bench-vm", "sid-bench", &files, 42);
+    let logical: u64 = files.iter().map(|f| f.size).sum();
+    println!(
+        "snapshot: {} files, {} MiB logical, written in {:.1}s",
+        files.len(),
+        logical / MIB,
+        t.elapsed().as_secs_f64()
+    );
+    let layers = layers(&src, &files);
+    let bytes: u64 = layers.iter().map(|l| l.size).sum();
+    println!("layer bytes (what crosses the wire): {} MiB", bytes / MIB);
+
+    // 1. Raw read of the same layer bytes.
+    let t = Instant::now();
+    let mut buf = vec![0u8; BUF];
+    for l in &layers {
+        let mut r = ExtentReader::new(l.file.clone(), l.extents.clone());
+        while r.read_into(&mut buf).expect("read") > 0 {}
+    }
+    let raw_read = mbps(bytes, t.elapsed().as_secs_f64());
+
+    let http: Client<
+        HttpConnector,
+        http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>,
+    > = Client::builder(TokioExecutor::new()).build_http();
+    let base = reg.url();
+    // The machine is shared (other jobs come and go), so every measure is taken in each of
+    // ROUNDS rounds and the best is kept; each round uses fresh repositories so nothing is
+    // skipped as already present.
+    let mut best = Best::default();
+    for round in 0..ROUNDS {
+        let (raw_seq, raw_par, ours) = (
+            format!("raw-seq-{round}"),
+            format!("raw-par-{round}"),
+            format!("bench-vm-{round}"),
+        );
+        // 2. Raw HTTP upload: POST + monolithic PUT of each layer, digests known in advance;
+        // one blob at a time, then all at once (the push transfers in parallel too).
+        let t = Instant::now();
+        for l in &layers {
+            raw_upload(&http, &base, &raw_seq, l).await;
+        }
+        best.raw_up = best.raw_up.max(mbps(bytes, t.elapsed().as_secs_f64()));
+        let t = Instant::now();
+        futures::future::join_all(layers.iter().map(|l| raw_upload(&http, &base, &raw_par, l)))
+            .await;
+        best.raw_up_par = best.raw_up_par.max(mbps(bytes, t.elapsed().as_secs_f64()));
+
+        // 3. Our push, in a child process (its own peak RSS).
+        let push = run_child(&["push", reg.addr(), &ours, src.to_str().unwrap_or_default()]);
+        best.push = best.push.max(mbps(bytes, push.secs));
+        best.push_hwm = best.push_hwm.max(push.hwm_kib);
+
+        // 4. Raw HTTP download of the same blobs into files (no hashing, no hole handling).
+        let raw_dir = work.path().join("raw-download");
+        std::fs::create_dir_all(&raw_dir).expect("mkdir");
+        let t = Instant::now();
+        for l in &layers {
+            raw_download(&http, &base, &raw_seq, l, &raw_dir).await;
+        }
+        best.raw_down = best.raw_down.max(mbps(bytes, t.elapsed().as_secs_f64()));
+        std::fs::remove_dir_all(&raw_dir).ok();
+        std::fs::create_dir_all(&raw_dir).expect("mkdir");
+        let t = Instant::now();
+        futures::future::join_all(
+            layers
+                .iter()
+                .map(|l| raw_download(&http, &base, &raw_par, l, &raw_dir)),
+        )
+        .await;
+        best.raw_down_par = best
+            .raw_down_par
+            .max(mbps(bytes, t.elapsed().as_secs_f64()));
+        std::fs::remove_dir_all(&raw_dir).ok();
+
+        // 5. Our pull, in a child process.
+        let dst = work.path().join("pulled");
+        let pull = run_child(&["pull", reg.addr(), &ours, dst.to_str().unwrap_or_default()]);
+        std::fs::remove_dir_all(&dst).ok();
+        best.pull = best.pull.max(mbps(bytes, pull.secs));
+        best.pull_hwm = best.pull_hwm.max(pull.hwm_kib);
+        // 6. Our pull as an import tar into a sink (the node agent's path to `cocoon snapshot import`).
+        let pull_tar = run_child(&["pull-tar", reg.addr(), &ours, ""]);
+        best.tar = best.tar.max(mbps(bytes, pull_tar.secs));
+        best.tar_hwm = best.tar_hwm.max(pull_tar.hwm_kib);
+        println!(
+            "round {round}: push {:.0}, pull {:.0} MiB/s (raw up {:.0}/{:.0}, raw down {:.0}/{:.0})",
+            mbps(bytes, push.secs),
+            mbps(bytes, pull.secs),
+            best.raw_up,
+            best.raw_up_par,
+            best.raw_down,
+            best.raw_down_par
+        );
+    }
+    let Best {
+        raw_up,
+        raw_up_par,
+        raw_down,
+        raw_down_par,
+        push: push_rate,
+        pull: pull_rate,
+        tar: tar_rate,
+        ..
+    } = best;
+    println!();
+    // Each of ours is compared with the raw transfer one blob at a time (the plain "raw
+    // upload/download") and with all blobs at once (as parallel as ours).
+    let row = |name: &str, rate: f64| println!("{name:<44} {rate:>8.0}");
+    let ours = |name: &str, rate: f64, seq: f64, par: f64, hwm_kib: u64| {
+        println!(
+            "{name:<44} {rate:>8.0} {:>6.0}% / {:>3.0}% {:>8.1} MiB",
+            100.0 * rate / seq,
+            100.0 * rate / par,
+            hwm_kib as f64 / 1024.0
+        )
+    };
+    println!(
+        "{:<44} {:>8} {:>13} {:>12}",
+        "measure", "MiB/s", "vs raw seq/par", "peak RSS"
+    );
+    row("raw read (same files)", raw_read);
+    row("raw HTTP upload, one blob at a time", raw_up);
+    row("raw HTTP upload, all blobs at once", raw_up_par);
+    ours(
+        "push_snapshot_dir",
+        push_rate,
+        raw_up,
+        raw_up_par,
+        best.push_hwm,
+    );
+    row("raw HTTP download to files, one at a time", raw_down);
+    row("raw HTTP download to files, all at once", raw_down_par);
+    ours(
+        "pull_snapshot_to_dir",
+        pull_rate,
+        raw_down,
+        raw_down_par,
+        best.pull_hwm,
+    );
+    println!(
+        "{:<44} {tar_rate:>8.0} {:>13} {:>8.1} MiB",
+        "pull_snapshot_to_tar (into a sink, no disk)",
+        "-",
+        best.tar_hwm as f64 / 1024.0
+    );
+    println!(
+        "machine: {} CPUs",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+}
+
+async fn raw_upload(
+    http: &Client<HttpConnector, http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>,
+    base: &str,
+    repo: &str,
+    l: &Layer,
+) {
+    let empty = || {
+        http_body_util::Empty::new()
+            .map_err(|n: Infallible| match n {})
+            .boxed_unsync()
+    };
+    let req = hyper::Request::post(format!("{base}/v2/{repo}/blobs/uploads/"))
+        .body(empty())
+        .expect("req");
+    let resp = http.request(req).await.expect("POST");
+    assert_eq!(resp.status(), 202, "raw upload POST");
+    let loc = resp
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .expect("Location")
+        .to_string();
+    let loc = if loc.starts_with("http") {
+        loc
+    } else {
+        format!("{base}{loc}")
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Frame<Bytes>>>(2);
+    let (file, extents) = (l.file.clone(), l.extents.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut r = ExtentReader::new(file, extents);
+        loop {
+            let c = r.next_chunk(BUF).expect("read");
+            if c.is_empty() || tx.blocking_send(Ok(Frame::data(c))).is_err() {
+                break;
+            }
+        }
+    });
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) });
+    let body = StreamBody::new(stream).boxed_unsync();
+    let req = hyper::Request::put(format!("{loc}&digest={}", l.digest))
+        .header("content-length", l.size)
+        .header("content-type", "application/octet-stream")
+        .body(body)
+        .expect("req");
+    let resp = http.request(req).await.expect("PUT");
+    assert_eq!(resp.status(), 201, "raw upload PUT");
+}
+
+async fn raw_download(
+    http: &Client<HttpConnector, http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>,
+    base: &str,
+    repo: &str,
+    l: &Layer,
+    dir: &Path,
+) {
+    let empty = http_body_util::Empty::new()
+        .map_err(|n: Infallible| match n {})
+        .boxed_unsync();
+    let req = hyper::Request::get(format!("{base}/v2/{repo}/blobs/{}", l.digest))
+        .body(empty)
+        .expect("req");
+    let resp = http.request(req).await.expect("GET");
+    assert_eq!(resp.status(), 200, "raw download");
+    let out = File::create(dir.join(l.path.file_name().unwrap_or_default())).expect("create");
+    let mut body = resp.into_body();
+    let mut off = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Ok(d) = frame.expect("frame").into_data() {
+            out.write_all_at(&d, off).expect("write");
+            off += d.len() as u64;
+        }
+    }
+    assert_eq!(off, l.size);
+}
+
+struct ChildResult {
+    secs: f64,
+    hwm_kib: u64,
+}
+
+fn run_child(args: &[&str]) -> ChildResult {
+    let exe = std::env::current_exe().expect("current exe");
+    let out = Command::new(exe)
+        .arg("--child")
+        .args(args)
+        .output()
+        .expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child {args:?} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .unwrap_or_default();
+    let get = |k: &str| {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    ChildResult {
+        secs: get("secs"),
+        hwm_kib: get("hwm_kib") as u64,
+    }
+}
+
+/// Peak resident set size of this process (`VmHWM`).
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn child(args: &[String]) {
+    let (op, addr, repo, path) = (
+        args[0].as_str(),
+        args[1].as_str(),
+        args[2].as_str(),
+        args[3].as_str(),
+    );
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let client =
+        RegistryClient::new(RegistryConfig::for_registry(addr).expect("cfg")).expect("client");
+    let secs = rt.block_on(async {
+        let t = Instant::now();
+        match op {
+            "push" => {
+                client
+                    .push_snapshot_dir(
+                        repo,
+                        Path::new(path),
+                        &PushOptions::new("latest", "bench-image"),
+                    )
+                    .await
+                    .expect("push");
+            }
+            "pull" => {
+                client
+                    .pull_snapshot_to_dir(repo, "latest", Path::new(path), "bench-vm-pulled")
+                    .await
+                    .expect("pull");
+            }
+            "pull-tar" => {
+                client
+                    .pull_snapshot_to_tar(repo, "latest", "bench-vm-pulled", tokio::io::sink())
+                    .await
+                    .expect("pull");
+            }
+            other => panic!("unknown child op {other}"),
+        }
+        t.elapsed().as_secs_f64()
+    });
+    println!("RESULT secs={secs} hwm_kib={}", vm_hwm_kib());
+}

@@ -1,0 +1,619 @@
+//! Registry credentials (anonymous, basic, bearer, identity token) from the environment and the
+//! Docker config keychain (auths, credHelpers, credsStore); parsing of WWW-Authenticate.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use base64::Engine as _;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Environment variable: user name for basic auth (with [`ENV_PASSWORD`]).
+pub const ENV_USERNAME: &str = "OCI_REGISTRY_USERNAME";
+/// Environment variable: password for basic auth (with [`ENV_USERNAME`]).
+pub const ENV_PASSWORD: &str = "OCI_REGISTRY_PASSWORD";
+/// Environment variable: a registry bearer token sent as is on every request.
+pub const ENV_TOKEN: &str = "OCI_REGISTRY_TOKEN";
+/// Environment variable: directory holding the Docker `config.json` (Docker's own name).
+pub const ENV_DOCKER_CONFIG: &str = "DOCKER_CONFIG";
+
+/// Credentials for one registry host.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum Credentials {
+    /// No credentials; bearer challenges are answered with anonymous tokens.
+    #[default]
+    Anonymous,
+    /// User name and password: sent as Basic auth, and to token endpoints.
+    Basic { username: String, password: String },
+    /// A registry token sent as `Authorization: Bearer` on every request.
+    Bearer { token: String },
+    /// An OAuth2 refresh token (Docker's `identitytoken`), exchanged at the token endpoint.
+    IdentityToken { token: String },
+}
+
+impl std::fmt::Debug for Credentials {
+    // Never print secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::Anonymous => f.write_str("Anonymous"),
+            Credentials::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            Credentials::Bearer { .. } => f.write_str("Bearer(***)"),
+            Credentials::IdentityToken { .. } => f.write_str("IdentityToken(***)"),
+        }
+    }
+}
+
+impl Credentials {
+    /// Basic credentials.
+    pub fn basic(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Credentials::Basic {
+            username: username.into(),
+            password: password.into(),
+        }
+    }
+
+    /// The `Authorization` value for Basic auth, when these are basic credentials.
+    pub(crate) fn basic_header(&self) -> Option<String> {
+        match self {
+            Credentials::Basic { username, password } => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Where credentials come from; resolved again whenever the registry asks for them, so that
+/// short-lived helper tokens are refreshed.
+#[derive(Debug, Clone, Default)]
+pub enum CredentialSource {
+    /// Fixed credentials.
+    Static(Credentials),
+    /// The Docker config keychain for the registry host.
+    DockerConfig {
+        /// The `config.json` path.
+        path: PathBuf,
+        /// Directory of `docker-credential-*` helpers; `None` searches `PATH`.
+        helper_dir: Option<PathBuf>,
+    },
+    /// Anonymous.
+    #[default]
+    Anonymous,
+}
+
+impl CredentialSource {
+    /// The source the environment selects, in order: [`ENV_TOKEN`]; [`ENV_USERNAME`] with
+    /// [`ENV_PASSWORD`]; the Docker config at `$DOCKER_CONFIG/config.json` or
+    /// `$HOME/.docker/config.json` when it exists; else anonymous.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<CredentialSource> {
+        let get = |k: &str| env(k).filter(|v| !v.is_empty());
+        if let Some(token) = get(ENV_TOKEN) {
+            return Ok(CredentialSource::Static(Credentials::Bearer { token }));
+        }
+        match (get(ENV_USERNAME), get(ENV_PASSWORD)) {
+            (Some(username), Some(password)) => {
+                return Ok(CredentialSource::Static(Credentials::Basic {
+                    username,
+                    password,
+                }));
+            }
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    ENV_PASSWORD,
+                    format!("must be set with {ENV_USERNAME}"),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    ENV_USERNAME,
+                    format!("must be set with {ENV_PASSWORD}"),
+                ));
+            }
+            (None, None) => {}
+        }
+        let path = match (get(ENV_DOCKER_CONFIG), get("HOME")) {
+            (Some(dir), _) => Some(PathBuf::from(dir).join("config.json")),
+            (None, Some(home)) => Some(PathBuf::from(home).join(".docker").join("config.json")),
+            (None, None) => None,
+        };
+        Ok(match path {
+            Some(path) if path.is_file() => CredentialSource::DockerConfig {
+                path,
+                helper_dir: None,
+            },
+            _ => CredentialSource::Anonymous,
+        })
+    }
+
+    /// The credentials for `host` (`host[:port]`), running a credential helper if the Docker
+    /// config names one. Blocking: call from a blocking context.
+    pub fn resolve(&self, host: &str) -> Result<Credentials> {
+        match self {
+            CredentialSource::Static(c) => Ok(c.clone()),
+            CredentialSource::Anonymous => Ok(Credentials::Anonymous),
+            CredentialSource::DockerConfig { path, helper_dir } => {
+                let bytes = std::fs::read(path)
+                    .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+                let cfg = DockerConfig::parse(&bytes)
+                    .map_err(|e| e.context(format!("docker config {}", path.display())))?;
+                cfg.credentials_for(host, &|helper, server| {
+                    run_helper(helper_dir.as_deref(), helper, server)
+                })
+            }
+        }
+    }
+}
+
+/// The parts of Docker's `config.json` that carry credentials.
+#[derive(Debug, Default, Deserialize)]
+pub struct DockerConfig {
+    #[serde(default)]
+    auths: BTreeMap<String, AuthEntry>,
+    #[serde(default, rename = "credHelpers")]
+    cred_helpers: BTreeMap<String, String>,
+    #[serde(default, rename = "credsStore")]
+    creds_store: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct AuthEntry {
+    #[serde(default)]
+    auth: Option<String>,
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    identitytoken: Option<String>,
+    #[serde(default)]
+    registrytoken: Option<String>,
+}
+
+/// What a `docker-credential-<name> get` printed.
+#[derive(Debug, Deserialize)]
+struct HelperOutput {
+    #[serde(rename = "Username", default)]
+    username: String,
+    #[serde(rename = "Secret", default)]
+    secret: String,
+}
+
+/// Runs a credential helper: `(helper name, server) → helper stdout, or None when the helper
+/// has no credentials for the server`.
+pub type HelperRunner<'a> = dyn Fn(&str, &str) -> Result<Option<Vec<u8>>> + 'a;
+
+impl DockerConfig {
+    /// Parses `config.json` bytes.
+    pub fn parse(bytes: &[u8]) -> Result<DockerConfig> {
+        serde_json::from_slice(bytes).map_err(|e| Error::invalid("config.json", e.to_string()))
+    }
+
+    /// Credentials for `host`, Docker's order: a `credHelpers` entry for the host, else the
+    /// `credsStore` helper, else the `auths` entry; a helper without credentials for the host
+    /// falls through to `auths`.
+    pub fn credentials_for(&self, host: &str, run: &HelperRunner<'_>) -> Result<Credentials> {
+        let want = normalize_server(host);
+        let helper = self
+            .cred_helpers
+            .iter()
+            .find(|(k, _)| normalize_server(k) == want)
+            .map(|(_, v)| v.as_str())
+            .or(self.creds_store.as_deref())
+            .filter(|h| !h.is_empty());
+        if let Some(helper) = helper {
+            // Helpers are keyed by the server as Docker writes it: the bare host.
+            if let Some(out) = run(helper, host)? {
+                let parsed: HelperOutput = serde_json::from_slice(&out).map_err(|e| {
+                    Error::invalid(format!("docker-credential-{helper} output"), e.to_string())
+                })?;
+                return Ok(if parsed.username == "<token>" {
+                    Credentials::IdentityToken {
+                        token: parsed.secret,
+                    }
+                } else {
+                    Credentials::Basic {
+                        username: parsed.username,
+                        password: parsed.secret,
+                    }
+                });
+            }
+        }
+        let Some(entry) = self
+            .auths
+            .iter()
+            .find(|(k, _)| normalize_server(k) == want)
+            .map(|(_, v)| v)
+        else {
+            return Ok(Credentials::Anonymous);
+        };
+        if let Some(t) = entry.registrytoken.as_deref().filter(|t| !t.is_empty()) {
+            return Ok(Credentials::Bearer {
+                token: t.to_string(),
+            });
+        }
+        if let Some(t) = entry.identitytoken.as_deref().filter(|t| !t.is_empty()) {
+            return Ok(Credentials::IdentityToken {
+                token: t.to_string(),
+            });
+        }
+        if let Some(auth) = entry.auth.as_deref().filter(|a| !a.is_empty()) {
+            let field = format!("auths.{host}.auth");
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(auth.trim())
+                .map_err(|e| Error::invalid(&field, format!("not base64: {e}")))?;
+            let text = String::from_utf8(decoded)
+                .map_err(|_| Error::invalid(&field, "not UTF-8 after base64 decoding"))?;
+            let Some((u, p)) = text.split_once(':') else {
+                return Err(Error::invalid(&field, "must encode user:password"));
+            };
+            return Ok(Credentials::basic(u, p));
+        }
+        match (&entry.username, &entry.password) {
+            (Some(u), Some(p)) if !u.is_empty() => Ok(Credentials::basic(u, p)),
+            _ => Ok(Credentials::Anonymous),
+        }
+    }
+}
+
+/// `https://index.docker.io/v1/` → `docker.io`; `https://host:5000/x` → `host:5000`.
+fn normalize_server(s: &str) -> String {
+    let s = s.trim();
+    let s = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .unwrap_or(s);
+    let host = s.split('/').next().unwrap_or(s).to_ascii_lowercase();
+    match host.as_str() {
+        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => {
+            "docker.io".to_string()
+        }
+        _ => host,
+    }
+}
+
+/// Runs `docker-credential-<helper> get` with the server on stdin.
+fn run_helper(dir: Option<&Path>, helper: &str, server: &str) -> Result<Option<Vec<u8>>> {
+    if helper.is_empty() || helper.contains(['/', '\0']) {
+        return Err(Error::invalid(
+            "credHelpers",
+            format!("invalid helper name {helper:?}"),
+        ));
+    }
+    let bin = format!("docker-credential-{helper}");
+    let program = match dir {
+        Some(d) => d.join(&bin),
+        None => PathBuf::from(&bin),
+    };
+    let mut child = Command::new(&program)
+        .arg("get")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io(format!("running {bin}"), e))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(server.as_bytes())
+            .map_err(|e| Error::io(format!("writing to {bin}"), e))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::io(format!("waiting for {bin}"), e))?;
+    if out.status.success() {
+        return Ok(Some(out.stdout));
+    }
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The helper protocol's way of saying "nothing stored for this server".
+    if text.to_ascii_lowercase().contains("credentials not found") {
+        return Ok(None);
+    }
+    Err(Error::io(
+        format!("{bin} get"),
+        std::io::Error::other(format!("{} ({})", out.status, text.trim())),
+    ))
+}
+
+/// A parsed `WWW-Authenticate` challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Challenge {
+    Basic,
+    Bearer {
+        realm: String,
+        service: Option<String>,
+        scope: Option<String>,
+    },
+}
+
+/// Parses the first challenge of a `WWW-Authenticate` value; `None` for unknown schemes.
+pub fn parse_challenge(value: &str) -> Option<Challenge> {
+    let value = value.trim();
+    let (scheme, rest) = match value.find(char::is_whitespace) {
+        Some(i) => (&value[..i], value[i..].trim_start()),
+        None => (value, ""),
+    };
+    let params = parse_params(rest);
+    let get = |k: &str| {
+        params
+            .iter()
+            .find(|(pk, _)| pk.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v.clone())
+    };
+    if scheme.eq_ignore_ascii_case("basic") {
+        Some(Challenge::Basic)
+    } else if scheme.eq_ignore_ascii_case("bearer") {
+        Some(Challenge::Bearer {
+            realm: get("realm")?,
+            service: get("service"),
+            scope: get("scope"),
+        })
+    } else {
+        None
+    }
+}
+
+/// `k1="v1",k2=v2` with quoted strings that may contain commas and `\"` escapes.
+fn parse_params(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace() || *c == ',') {
+            chars.next();
+        }
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' || c == ',' {
+                break;
+            }
+            key.push(c);
+            chars.next();
+        }
+        if key.is_empty() && chars.peek().is_none() {
+            break;
+        }
+        let mut val = String::new();
+        if chars.peek() == Some(&'=') {
+            chars.next();
+            if chars.peek() == Some(&'"') {
+                chars.next();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => {
+                            if let Some(n) = chars.next() {
+                                val.push(n);
+                            }
+                        }
+                        '"' => break,
+                        c => val.push(c),
+                    }
+                }
+            } else {
+                while let Some(&c) = chars.peek() {
+                    if c == ',' {
+                        break;
+                    }
+                    val.push(c);
+                    chars.next();
+                }
+            }
+        }
+        let key = key.trim().to_string();
+        if !key.is_empty() {
+            out.push((key, val.trim().to_string()));
+        }
+        if chars.peek().is_none() {
+            break;
+        }
+    }
+    out
+}
+
+/// The token endpoint's answer (`token` or `access_token`, optional lifetime).
+#[derive(Debug, Deserialize)]
+pub(crate) struct TokenResponse {
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub access_token: Option<String>,
+    #[serde(default)]
+    pub expires_in: Option<u64>,
+}
+
+impl TokenResponse {
+    pub(crate) fn into_token(self) -> Option<(String, Option<u64>)> {
+        let t = self
+            .token
+            .filter(|t| !t.is_empty())
+            .or(self.access_token.filter(|t| !t.is_empty()))?;
+        Some((t, self.expires_in))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    #[test]
+    fn challenges_parse_like_distribution_sends_them() {
+        assert_eq!(
+            parse_challenge(r#"Basic realm="cocoon-testenv""#),
+            Some(Challenge::Basic)
+        );
+        assert_eq!(
+            parse_challenge(
+                r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:samalba/my-app:pull,push""#
+            ),
+            Some(Challenge::Bearer {
+                realm: "https://auth.docker.io/token".into(),
+                service: Some("registry.docker.io".into()),
+                scope: Some("repository:samalba/my-app:pull,push".into()),
+            })
+        );
+        assert_eq!(
+            parse_challenge(r#"bearer realm=https://t.example/token"#),
+            Some(Challenge::Bearer {
+                realm: "https://t.example/token".into(),
+                service: None,
+                scope: None,
+            })
+        );
+        assert_eq!(parse_challenge("Bearer service=x"), None, "no realm");
+        assert_eq!(parse_challenge("Negotiate abc"), None);
+    }
+
+    #[test]
+    fn env_selects_token_then_basic_then_docker_config() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(pk, _)| *pk == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let src = CredentialSource::from_env(&env(&[(ENV_TOKEN, "t"), (ENV_USERNAME, "u")]));
+        assert!(matches!(
+            src,
+            Ok(CredentialSource::Static(Credentials::Bearer { .. }))
+        ));
+        let src = CredentialSource::from_env(&env(&[(ENV_USERNAME, "u"), (ENV_PASSWORD, "p")]));
+        assert!(matches!(
+            src,
+            Ok(CredentialSource::Static(Credentials::Basic { .. }))
+        ));
+        let err = CredentialSource::from_env(&env(&[(ENV_USERNAME, "u")])).err();
+        assert_eq!(
+            err.map(|e| e.to_string()),
+            Some(format!("{ENV_PASSWORD}: must be set with {ENV_USERNAME}"))
+        );
+        let src = CredentialSource::from_env(&env(&[("HOME", "/nonexistent-home")]));
+        assert!(matches!(src, Ok(CredentialSource::Anonymous)));
+    }
+
+    #[test]
+    fn docker_config_auths_entries() {
+        let cfg = format!(
+            r#"{{"auths":{{
+                "reg.example:5000": {{"auth":"{}"}},
+                "https://index.docker.io/v1/": {{"auth":"{}"}},
+                "https://tok.example": {{"identitytoken":"refresh-1"}},
+                "plain.example": {{"username":"pu","password":"pp"}},
+                "bad.example": {{"auth":"{}"}}
+            }}}}"#,
+            b64("alice:s3:cret"),
+            b64("hub:pw"),
+            b64("no-colon"),
+        );
+        let cfg = DockerConfig::parse(cfg.as_bytes()).expect("parse");
+        let no_helper =
+            |_: &str, _: &str| -> Result<Option<Vec<u8>>> { panic!("no helper configured") };
+        let get = |h: &str| cfg.credentials_for(h, &no_helper);
+        assert_eq!(
+            get("reg.example:5000").ok(),
+            Some(Credentials::basic("alice", "s3:cret"))
+        );
+        assert_eq!(
+            get("registry-1.docker.io").ok(),
+            Some(Credentials::basic("hub", "pw"))
+        );
+        assert_eq!(
+            get("tok.example").ok(),
+            Some(Credentials::IdentityToken {
+                token: "refresh-1".into()
+            })
+        );
+        assert_eq!(
+            get("plain.example").ok(),
+            Some(Credentials::basic("pu", "pp"))
+        );
+        assert_eq!(get("other.example").ok(), Some(Credentials::Anonymous));
+        let e = get("bad.example")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.starts_with("auths.bad.example.auth:"), "{e}");
+    }
+
+    #[test]
+    fn docker_config_helpers_take_precedence_and_fall_through_when_empty() {
+        let cfg = DockerConfig::parse(
+            format!(
+                r#"{{"credsStore":"store","credHelpers":{{"gcr.example":"gcr"}},
+                    "auths":{{"file.example":{{"auth":"{}"}}}}}}"#,
+                b64("f:p")
+            )
+            .as_bytes(),
+        )
+        .expect("parse");
+        let run = |helper: &str, server: &str| -> Result<Option<Vec<u8>>> {
+            Ok(match (helper, server) {
+                ("gcr", "gcr.example") => {
+                    Some(br#"{"ServerURL":"gcr.example","Username":"oauth2accesstoken","Secret":"ya29"}"#.to_vec())
+                }
+                ("store", "tok.example") => {
+                    Some(br#"{"Username":"<token>","Secret":"idt"}"#.to_vec())
+                }
+                _ => None,
+            })
+        };
+        let get = |h: &str| cfg.credentials_for(h, &run).ok();
+        assert_eq!(
+            get("gcr.example"),
+            Some(Credentials::basic("oauth2accesstoken", "ya29"))
+        );
+        assert_eq!(
+            get("tok.example"),
+            Some(Credentials::IdentityToken {
+                token: "idt".into()
+            })
+        );
+        assert_eq!(get("file.example"), Some(Credentials::basic("f", "p")));
+        assert_eq!(get("none.example"), Some(Credentials::Anonymous));
+    }
+
+    #[test]
+    fn credential_helpers_are_executed() {
+        let dir = std::env::temp_dir().join(format!("cocoon-reg-helper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let script = dir.join("docker-credential-fake");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\nread server\nif [ \"$1\" = get ] && [ \"$server\" = reg.example ]; then\n  echo '{\"Username\":\"hu\",\"Secret\":\"hs\"}'\nelse\n  echo 'credentials not found in native keychain'; exit 1\nfi\n",
+        )
+        .expect("write");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let cfg_path = dir.join("config.json");
+        std::fs::write(&cfg_path, br#"{"credsStore":"fake"}"#).expect("write");
+        let src = CredentialSource::DockerConfig {
+            path: cfg_path,
+            helper_dir: Some(dir.clone()),
+        };
+        assert_eq!(
+            src.resolve("reg.example").ok(),
+            Some(Credentials::basic("hu", "hs"))
+        );
+        assert_eq!(
+            src.resolve("other.example").ok(),
+            Some(Credentials::Anonymous)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn debug_never_prints_secrets() {
+        let s = format!("{:?}", Credentials::basic("u", "hunter2"));
+        assert!(!s.contains("hunter2"));
+    }
+}

@@ -1,0 +1,854 @@
+//! The registry operations of registry.md §2 on logical repositories (VM names): manifests,
+//! delete by digest behind a probe, tags, blob probe/download/upload (chunked, resumable).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cocoon_api::contract::oci;
+use http::{Method, StatusCode, header};
+use url::Url;
+
+use crate::config::RegistryConfig;
+use crate::error::{Error, Result, ResultExt};
+use crate::http::{
+    Body, BodyReader, Http, Limit, MAX_SMALL_BODY, Req, Scope, file_body, header_str, redact,
+};
+use crate::manifest::{Kind, Manifest, SnapshotConfig, classify};
+use crate::reference::{
+    Digest, Hasher, Reference, RegistryBase, validate_repository, validate_tag,
+};
+use crate::retry::retry;
+use crate::sparse::ExtentReader;
+use crate::validate::{MAX_CONFIG_SIZE, check_config_descriptor};
+
+/// Read/upload buffer size for blob bodies.
+pub(crate) const IO_BUF: usize = 1 << 20;
+
+/// What a manifest HEAD reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestHead {
+    /// `Docker-Content-Digest`, when the registry sent a valid one.
+    pub digest: Option<Digest>,
+    /// `Content-Type`.
+    pub media_type: Option<String>,
+}
+
+/// A fetched manifest: the exact bytes, the media type, and the digest over the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedManifest {
+    pub bytes: Bytes,
+    pub media_type: Option<String>,
+    pub digest: Digest,
+}
+
+/// How `delete_tag` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The manifest (and every tag pointing at it) was deleted.
+    Deleted(Digest),
+    /// The tag was not there (or vanished between probe and delete).
+    Absent,
+}
+
+/// What a snapshot tag records: the manifest annotations and the config's snapshot id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    pub digest: Digest,
+    /// The manifest annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// `cocoonstack.snapshot.baseimage`, when recorded.
+    pub base_image: Option<String>,
+    /// The snapshot identity (`snapshotId` of the config blob).
+    pub snapshot_id: String,
+    /// The whole config blob.
+    pub config: SnapshotConfig,
+}
+
+/// A blob download whose size and sha256 are verified as it is read. The data before the
+/// final `None` is unverified: the caller must discard it if `next` fails.
+pub struct BlobStream {
+    body: BodyReader,
+    verifier: Verifier,
+}
+
+impl BlobStream {
+    /// The next chunk; `Ok(None)` only after size and digest were verified.
+    pub async fn next(&mut self) -> Result<Option<Bytes>> {
+        match self.body.next().await? {
+            Some(b) => {
+                self.verifier.update(&b)?;
+                Ok(Some(b))
+            }
+            None => {
+                self.verifier.finish()?;
+                Ok(None)
+            }
+        }
+    }
+
+    pub(crate) fn into_parts(self) -> (BodyReader, Verifier) {
+        (self.body, self.verifier)
+    }
+}
+
+/// Checks a byte stream against a descriptor's size and digest.
+#[derive(Debug)]
+pub struct Verifier {
+    what: String,
+    expected: Digest,
+    size: u64,
+    seen: u64,
+    hasher: Option<Hasher>,
+}
+
+impl Verifier {
+    /// Expects `size` bytes hashing to `expected`; `what` names the blob in errors.
+    pub fn new(what: impl Into<String>, expected: Digest, size: u64) -> Verifier {
+        Verifier {
+            what: what.into(),
+            expected,
+            size,
+            seen: 0,
+            hasher: Some(Hasher::new()),
+        }
+    }
+
+    /// Feeds bytes; more than the expected size fails at once.
+    pub fn update(&mut self, b: &[u8]) -> Result<()> {
+        self.seen += b.len() as u64;
+        if self.seen > self.size {
+            return Err(Error::SizeMismatch {
+                what: self.what.clone(),
+                expected: self.size,
+                actual: self.seen,
+            });
+        }
+        if let Some(h) = self.hasher.as_mut() {
+            h.update(b);
+        }
+        Ok(())
+    }
+
+    /// Checks the total size and the digest.
+    pub fn finish(&mut self) -> Result<()> {
+        if self.seen != self.size {
+            return Err(Error::SizeMismatch {
+                what: self.what.clone(),
+                expected: self.size,
+                actual: self.seen,
+            });
+        }
+        let actual = self.hasher.take().unwrap_or_default().finish();
+        if actual != self.expected {
+            return Err(Error::DigestMismatch {
+                what: self.what.clone(),
+                expected: self.expected.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of a blob to upload from a file: a layer's extents of that file.
+#[derive(Debug, Clone)]
+pub struct FileBlob {
+    pub file: Arc<File>,
+    pub extents: Vec<crate::manifest::Segment>,
+    pub size: u64,
+    pub digest: Digest,
+}
+
+/// A client for one registry (`OCI_REGISTRY`). Cheap to clone; clones share the connection
+/// pool and the auth cache.
+#[derive(Clone)]
+pub struct RegistryClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: RegistryConfig,
+    http: Http,
+}
+
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryClient")
+            .field("base", &self.inner.cfg.base.to_string())
+            .finish()
+    }
+}
+
+impl RegistryClient {
+    /// A client for `cfg`.
+    pub fn new(cfg: RegistryConfig) -> Result<RegistryClient> {
+        cfg.validate()?;
+        let http = Http::new(&cfg)?;
+        Ok(RegistryClient {
+            inner: Arc::new(Inner { cfg, http }),
+        })
+    }
+
+    /// A client configured from the environment ([`RegistryConfig::from_env`]).
+    pub fn from_env() -> Result<RegistryClient> {
+        Self::new(RegistryConfig::from_env()?)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.inner.cfg
+    }
+
+    /// The registry base.
+    pub fn base(&self) -> &RegistryBase {
+        &self.inner.cfg.base
+    }
+
+    pub(crate) fn http(&self) -> &Http {
+        &self.inner.http
+    }
+
+    fn small(&self) -> Limit {
+        Limit::Total(self.inner.http.request_timeout)
+    }
+
+    fn path(&self, repo: &str) -> Result<String> {
+        validate_repository(repo)?;
+        Ok(self.inner.cfg.base.repository_path(repo))
+    }
+
+    fn manifest_url(&self, path: &str, reference: &Reference) -> Result<Url> {
+        self.http()
+            .url(&format!("{path}/manifests/{}", reference.as_str()))
+    }
+
+    /// `HEAD /v2/<R>/manifests/<ref>`: `Some` on 200, `None` on 404, an error otherwise.
+    pub async fn head_manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+    ) -> Result<Option<ManifestHead>> {
+        let path = self.path(repo)?;
+        let url = self.manifest_url(&path, reference)?;
+        let scope = Scope::repo(&path, "pull");
+        retry(&self.inner.cfg.retry, "head manifest", || async {
+            let req = Req::new(Method::HEAD, url.clone(), Some(scope.clone()), self.small())
+                .header(header::ACCEPT, oci::MANIFEST_ACCEPT)?;
+            let resp = self.http().send(&req).await?;
+            match resp.status() {
+                StatusCode::OK => Ok(Some(ManifestHead {
+                    digest: header_str(&resp, "docker-content-digest")
+                        .and_then(|d| Digest::parse(d).ok()),
+                    media_type: header_str(&resp, "content-type").map(str::to_string),
+                })),
+                StatusCode::NOT_FOUND => Ok(None),
+                _ => Err(self.http().status_error(resp, "manifest").await),
+            }
+        })
+        .await
+    }
+
+    /// Whether `<repo>:<tag>` exists (registry.md §2 has_manifest).
+    pub async fn has_manifest(&self, repo: &str, tag: &str) -> Result<bool> {
+        let reference = Reference::parse(tag)?;
+        Ok(self.head_manifest(repo, &reference).await?.is_some())
+    }
+
+    /// `GET /v2/<R>/manifests/<ref>`; 404 is [`Error::NotFound`] (`manifest not found`).
+    /// For a digest reference the bytes are checked against it.
+    pub async fn get_manifest(&self, repo: &str, reference: &Reference) -> Result<FetchedManifest> {
+        let path = self.path(repo)?;
+        let url = self.manifest_url(&path, reference)?;
+        let scope = Scope::repo(&path, "pull");
+        let fetched = retry(&self.inner.cfg.retry, "get manifest", || async {
+            let req = Req::new(Method::GET, url.clone(), Some(scope.clone()), self.small())
+                .header(header::ACCEPT, oci::MANIFEST_ACCEPT)?;
+            let resp = self.http().send(&req).await?;
+            if resp.status() != StatusCode::OK {
+                return Err(self.http().status_error(resp, "manifest").await);
+            }
+            let media_type = header_str(&resp, "content-type").map(str::to_string);
+            let bytes = self.http().read_small(resp, MAX_SMALL_BODY).await?;
+            let digest = Digest::of(&bytes);
+            Ok(FetchedManifest {
+                bytes,
+                media_type,
+                digest,
+            })
+        })
+        .await?;
+        if let Reference::Digest(want) = reference
+            && *want != fetched.digest
+        {
+            return Err(Error::DigestMismatch {
+                what: format!("manifest {repo}@{want}"),
+                expected: want.to_string(),
+                actual: fetched.digest.to_string(),
+            });
+        }
+        Ok(fetched)
+    }
+
+    /// The manifest's annotations (the recorded base image among them).
+    pub async fn manifest_annotations(
+        &self,
+        repo: &str,
+        tag: &str,
+    ) -> Result<BTreeMap<String, String>> {
+        let m = self.get_manifest(repo, &Reference::parse(tag)?).await?;
+        Ok(Manifest::parse(&m.bytes)?.annotations)
+    }
+
+    /// `PUT /v2/<R>/manifests/<tag>` with `Content-Type: media_type`; returns the digest of
+    /// the bytes (which the registry stores unchanged).
+    pub async fn put_manifest(
+        &self,
+        repo: &str,
+        tag: &str,
+        bytes: Bytes,
+        media_type: &str,
+    ) -> Result<Digest> {
+        validate_tag(tag)?;
+        let path = self.path(repo)?;
+        let url = self.manifest_url(&path, &Reference::Tag(tag.to_string()))?;
+        let scope = Scope::repo(&path, "pull,push");
+        let digest = Digest::of(&bytes);
+        retry(&self.inner.cfg.retry, "put manifest", || async {
+            let req = Req::new(Method::PUT, url.clone(), Some(scope.clone()), self.small())
+                .header(header::CONTENT_TYPE, media_type)?
+                .body(Body::Full(bytes.clone()));
+            let resp = self.http().send(&req).await?;
+            match resp.status() {
+                StatusCode::CREATED | StatusCode::OK => Ok(()),
+                _ => Err(self.http().status_error(resp, "manifest").await),
+            }
+        })
+        .await?;
+        Ok(digest)
+    }
+
+    /// Deletes the manifest `digest` (registry.md §2.1 step 2): `true` when deleted, `false`
+    /// when it was already gone.
+    pub async fn delete_manifest(&self, repo: &str, digest: &Digest) -> Result<bool> {
+        let path = self.path(repo)?;
+        let url = self.manifest_url(&path, &Reference::Digest(digest.clone()))?;
+        let scope = Scope::repo(&path, "pull,delete");
+        retry(&self.inner.cfg.retry, "delete manifest", || async {
+            let req = Req::new(
+                Method::DELETE,
+                url.clone(),
+                Some(scope.clone()),
+                self.small(),
+            );
+            let resp = self.http().send(&req).await?;
+            match resp.status().as_u16() {
+                200 | 202 | 204 => Ok(true),
+                404 => Ok(false),
+                405 => Err(Error::DeleteUnsupported { status: 405 }),
+                _ => {
+                    let e = self.http().status_error(resp, "manifest").await;
+                    match &e {
+                        Error::Protocol {
+                            status: Some(400),
+                            code: Some(c),
+                            ..
+                        } if c == "UNSUPPORTED" => Err(Error::DeleteUnsupported { status: 400 }),
+                        _ => Err(e),
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// Deletes `<repo>:<tag>` if present (registry.md §2.1 and §2.2): probe with HEAD, resolve
+    /// the digest (GET and hash when the header is missing), `DELETE` by digest; a 404 at any
+    /// step means already gone. Nothing is sent past the probe for an absent tag, so a
+    /// missing repository is never created. Deleting by digest removes every tag pointing at
+    /// that manifest.
+    pub async fn delete_tag(&self, repo: &str, tag: &str) -> Result<DeleteOutcome> {
+        let reference = Reference::Tag(tag.to_string());
+        validate_tag(tag)?;
+        let probe = |e: Error| e.context(format!("probe snapshot {repo}:{tag}"));
+        let Some(head) = self.head_manifest(repo, &reference).await.map_err(probe)? else {
+            return Ok(DeleteOutcome::Absent);
+        };
+        let digest = match head.digest {
+            Some(d) => d,
+            None => match self.get_manifest(repo, &reference).await {
+                Ok(m) => m.digest,
+                Err(e) if e.is_not_found() => return Ok(DeleteOutcome::Absent),
+                Err(e) => return Err(probe(e)),
+            },
+        };
+        let deleted = self
+            .delete_manifest(repo, &digest)
+            .await
+            .context(|| format!("delete snapshot {repo}:{tag}"))?;
+        tracing::info!(repo, tag, %digest, deleted, "delete tag");
+        Ok(if deleted {
+            DeleteOutcome::Deleted(digest)
+        } else {
+            DeleteOutcome::Absent
+        })
+    }
+
+    /// The name registry.md §2.2 gives the probe-then-delete every deletion goes through.
+    pub async fn delete_tag_if_present(&self, repo: &str, tag: &str) -> Result<DeleteOutcome> {
+        self.delete_tag(repo, tag).await
+    }
+
+    /// `GET /v2/<R>/tags/list`, following pagination; a missing repository has no tags.
+    pub async fn list_tags(&self, repo: &str) -> Result<Vec<String>> {
+        let path = self.path(repo)?;
+        let scope = Scope::repo(&path, "pull");
+        #[derive(serde::Deserialize)]
+        struct Tags {
+            #[serde(default)]
+            tags: Option<Vec<String>>,
+        }
+        let first = self.http().url(&format!("{path}/tags/list?n=1000"))?;
+        let mut out = Vec::new();
+        let mut next = Some(first);
+        while let Some(url) = next.take() {
+            let (body, link) = match self.get_page(&url, &scope, "repository").await {
+                Ok(v) => v,
+                Err(e) if e.is_not_found() => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            };
+            let page: Tags = serde_json::from_slice(&body)
+                .map_err(|e| Error::protocol(format!("tags list of {repo}: {e}")))?;
+            out.extend(page.tags.unwrap_or_default());
+            next = link;
+        }
+        Ok(out)
+    }
+
+    /// `GET /v2/_catalog`, following pagination (logical names under the prefix only).
+    pub async fn catalog(&self) -> Result<Vec<String>> {
+        #[derive(serde::Deserialize)]
+        struct Catalog {
+            #[serde(default)]
+            repositories: Option<Vec<String>>,
+        }
+        let prefix = self.inner.cfg.base.prefix().to_string();
+        let mut out = Vec::new();
+        let mut next = Some(self.http().url("_catalog?n=1000")?);
+        while let Some(url) = next.take() {
+            let (body, link) = self.get_page(&url, &Scope::catalog(), "catalog").await?;
+            let page: Catalog = serde_json::from_slice(&body)
+                .map_err(|e| Error::protocol(format!("catalog: {e}")))?;
+            for r in page.repositories.unwrap_or_default() {
+                if prefix.is_empty() {
+                    out.push(r);
+                } else if let Some(rest) = r.strip_prefix(&format!("{prefix}/")) {
+                    out.push(rest.to_string());
+                }
+            }
+            next = link;
+        }
+        Ok(out)
+    }
+
+    async fn get_page(&self, url: &Url, scope: &Scope, what: &str) -> Result<(Bytes, Option<Url>)> {
+        retry(&self.inner.cfg.retry, what, || async {
+            let req = Req::new(Method::GET, url.clone(), Some(scope.clone()), self.small());
+            let resp = self.http().send(&req).await?;
+            if resp.status() != StatusCode::OK {
+                return Err(self.http().status_error(resp, what).await);
+            }
+            let link = header_str(&resp, "link")
+                .and_then(parse_next_link)
+                .map(|l| self.http().resolve_location(url, &l))
+                .transpose()?;
+            Ok((self.http().read_small(resp, 16 << 20).await?, link))
+        })
+        .await
+    }
+
+    /// `HEAD /v2/<R>/blobs/<digest>`: 200 → true, 404 → false.
+    pub async fn has_blob(&self, repo: &str, digest: &Digest) -> Result<bool> {
+        let path = self.path(repo)?;
+        self.has_blob_at(&path, digest).await
+    }
+
+    async fn has_blob_at(&self, path: &str, digest: &Digest) -> Result<bool> {
+        let url = self.http().url(&format!("{path}/blobs/{digest}"))?;
+        let scope = Scope::repo(path, "pull,push");
+        retry(&self.inner.cfg.retry, "head blob", || async {
+            let req = Req::new(Method::HEAD, url.clone(), Some(scope.clone()), self.small());
+            let resp = self.http().send(&req).await?;
+            match resp.status() {
+                StatusCode::OK => Ok(true),
+                StatusCode::NOT_FOUND => Ok(false),
+                _ => Err(self.http().status_error(resp, "blob").await),
+            }
+        })
+        .await
+    }
+
+    /// `GET /v2/<R>/blobs/<digest>` as a stream verified against `size` and the digest.
+    pub async fn get_blob(&self, repo: &str, digest: &Digest, size: u64) -> Result<BlobStream> {
+        let path = self.path(repo)?;
+        let url = self.http().url(&format!("{path}/blobs/{digest}"))?;
+        let scope = Scope::repo(&path, "pull");
+        let idle = self.inner.http.idle_timeout;
+        let resp = retry(&self.inner.cfg.retry, "get blob", || async {
+            let req = Req::new(
+                Method::GET,
+                url.clone(),
+                Some(scope.clone()),
+                Limit::Idle(idle),
+            );
+            let resp = self.http().send(&req).await?;
+            if resp.status() != StatusCode::OK {
+                return Err(self.http().status_error(resp, "blob").await);
+            }
+            Ok(resp)
+        })
+        .await?;
+        let what = format!("blob {repo}@{digest}");
+        if let Some(len) = header_str(&resp, "content-length").and_then(|l| l.parse::<u64>().ok())
+            && len != size
+        {
+            return Err(Error::SizeMismatch {
+                what,
+                expected: size,
+                actual: len,
+            });
+        }
+        Ok(BlobStream {
+            body: BodyReader::new(resp, idle),
+            verifier: Verifier::new(what, digest.clone(), size),
+        })
+    }
+
+    /// Reads a whole (small) blob into memory, verified; at most `max` bytes.
+    pub async fn get_blob_bytes(
+        &self,
+        repo: &str,
+        digest: &Digest,
+        size: u64,
+        max: u64,
+    ) -> Result<Bytes> {
+        if size > max {
+            return Err(Error::protocol(format!(
+                "blob {digest} too large: {size} > {max}"
+            )));
+        }
+        let mut s = self.get_blob(repo, digest, size).await?;
+        let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        while let Some(b) = s.next().await? {
+            out.extend_from_slice(&b);
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// Uploads an in-memory blob (monolithic) unless the registry has it; returns its digest.
+    pub async fn put_blob_bytes(&self, repo: &str, bytes: Bytes) -> Result<Digest> {
+        let path = self.path(repo)?;
+        let digest = Digest::of(&bytes);
+        if self.has_blob_at(&path, &digest).await? {
+            return Ok(digest);
+        }
+        retry(&self.inner.cfg.retry, "put blob", || async {
+            let loc = self.start_upload(&path).await?;
+            self.finish_upload(&path, loc, &digest, Body::Full(bytes.clone()), self.small())
+                .await
+        })
+        .await?;
+        Ok(digest)
+    }
+
+    /// Uploads a blob from a file: monolithic up to the chunk size, PATCH chunks above it
+    /// (a failed chunk resumes from the offset the registry reports). Does not probe first.
+    pub(crate) async fn put_file_blob(&self, path: &str, blob: &FileBlob) -> Result<()> {
+        retry(&self.inner.cfg.retry, "upload blob", || async {
+            let loc = self.start_upload(path).await?;
+            let idle = Limit::Idle(self.inner.http.idle_timeout);
+            if blob.size <= self.inner.cfg.chunk_size {
+                let body = stream_body(blob, 0, blob.size);
+                self.finish_upload(path, loc, &blob.digest, body, idle)
+                    .await
+            } else {
+                let loc = self.upload_chunks(path, loc, blob).await?;
+                let commit = Limit::Total(self.inner.http.commit_timeout);
+                self.finish_upload(path, loc, &blob.digest, Body::Empty, commit)
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// `POST /v2/<R>/blobs/uploads/` → the session URL.
+    async fn start_upload(&self, path: &str) -> Result<Url> {
+        let url = self.http().url(&format!("{path}/blobs/uploads/"))?;
+        let scope = Scope::repo(path, "pull,push");
+        let req = Req::new(Method::POST, url.clone(), Some(scope), self.small());
+        let resp = self.http().send(&req).await?;
+        if resp.status() != StatusCode::ACCEPTED {
+            return Err(self.http().status_error(resp, "upload").await);
+        }
+        let loc = header_str(&resp, "location")
+            .ok_or_else(|| Error::protocol("upload POST answered without Location"))?;
+        self.http().resolve_location(&url, loc)
+    }
+
+    /// `PUT <session>?digest=<d>` with the remaining body (all of it when monolithic).
+    async fn finish_upload(
+        &self,
+        path: &str,
+        mut loc: Url,
+        digest: &Digest,
+        body: Body,
+        limit: Limit,
+    ) -> Result<()> {
+        loc.query_pairs_mut().append_pair("digest", digest.as_str());
+        let req = Req::new(
+            Method::PUT,
+            loc,
+            Some(Scope::repo(path, "pull,push")),
+            limit,
+        )
+        .header(header::CONTENT_TYPE, "application/octet-stream")?
+        .body(body);
+        let resp = self.http().send(&req).await?;
+        match resp.status() {
+            StatusCode::CREATED | StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
+            _ => Err(self.http().status_error(resp, "blob upload").await),
+        }
+    }
+
+    /// PATCHes the blob in chunks; returns the session URL for the closing PUT.
+    async fn upload_chunks(&self, path: &str, mut loc: Url, blob: &FileBlob) -> Result<Url> {
+        let chunk = self.inner.cfg.chunk_size;
+        let scope = Scope::repo(path, "pull,push");
+        let idle = Limit::Idle(self.inner.http.idle_timeout);
+        let mut offset = 0u64;
+        let mut failures = 0u32;
+        while offset < blob.size {
+            let end = (offset + chunk).min(blob.size);
+            let req = Req::new(Method::PATCH, loc.clone(), Some(scope.clone()), idle)
+                .header(header::CONTENT_TYPE, "application/octet-stream")?
+                .header(header::CONTENT_RANGE, &format!("{offset}-{}", end - 1))?
+                .body(stream_body(blob, offset, end - offset));
+            let result = match self.http().send(&req).await {
+                Ok(resp) if resp.status() == StatusCode::ACCEPTED => {
+                    let l = header_str(&resp, "location")
+                        .ok_or_else(|| Error::protocol("upload PATCH answered without Location"))?;
+                    Ok(self.http().resolve_location(&loc, l)?)
+                }
+                Ok(resp) => Err(self.http().status_error(resp, "blob upload").await),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(next) => {
+                    loc = next;
+                    offset = end;
+                    failures = 0;
+                }
+                Err(e) => {
+                    failures += 1;
+                    let Some(delay) = self.inner.cfg.retry.delay_after(failures, &e, 0.5) else {
+                        return Err(e);
+                    };
+                    tracing::debug!(url = %redact(&loc), offset, error = %e, "chunk failed; asking the registry where the upload stands");
+                    tokio::time::sleep(delay).await;
+                    // A failure here gives up the session; the caller's retry starts over.
+                    let (l, committed) = self.upload_status(&loc, &scope).await.map_err(|_| e)?;
+                    loc = l;
+                    offset = committed;
+                }
+            }
+        }
+        Ok(loc)
+    }
+
+    /// `GET <session>` → (session URL, bytes the registry holds).
+    async fn upload_status(&self, loc: &Url, scope: &Scope) -> Result<(Url, u64)> {
+        let req = Req::new(Method::GET, loc.clone(), Some(scope.clone()), self.small());
+        let resp = self.http().send(&req).await?;
+        if resp.status() != StatusCode::NO_CONTENT {
+            return Err(self.http().status_error(resp, "upload").await);
+        }
+        let next = match header_str(&resp, "location") {
+            Some(l) => self.http().resolve_location(loc, l)?,
+            None => loc.clone(),
+        };
+        let committed = header_str(&resp, "range")
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(_, end)| end.trim().parse::<u64>().ok())
+            .map(|end| end + 1)
+            .ok_or_else(|| Error::protocol("upload status without Range"))?;
+        Ok((next, committed))
+    }
+
+    /// The recorded identity of a snapshot tag: manifest annotations plus the config's
+    /// snapshot id. `None` when the tag does not exist.
+    pub async fn snapshot_info(&self, repo: &str, tag: &str) -> Result<Option<SnapshotInfo>> {
+        let reference = Reference::parse(tag)?;
+        let fetched = match self.get_manifest(repo, &reference).await {
+            Ok(m) => m,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let m = Manifest::parse(&fetched.bytes)?;
+        let kind = classify(&m, fetched.media_type.as_deref());
+        if !matches!(kind, Kind::Snapshot { .. }) {
+            return Err(Error::WrongKind {
+                kind: kind.to_string(),
+                wanted: "snapshot".into(),
+            });
+        }
+        let (cdigest, csize) = check_config_descriptor(&m)?;
+        let cfg_bytes = self
+            .get_blob_bytes(repo, &cdigest, csize, MAX_CONFIG_SIZE)
+            .await?;
+        let config: SnapshotConfig = serde_json::from_slice(&cfg_bytes)
+            .map_err(|e| Error::protocol(format!("parse snapshot config: {e}")))?;
+        Ok(Some(SnapshotInfo {
+            digest: fetched.digest,
+            base_image: m.annotations.get(oci::ANNOTATION_BASE_IMAGE).cloned(),
+            annotations: m.annotations,
+            snapshot_id: config.snapshot_id.clone(),
+            config,
+        }))
+    }
+
+    /// The wire repository path of `repo` (validated).
+    pub(crate) fn repo_path(&self, repo: &str) -> Result<String> {
+        self.path(repo)
+    }
+
+    pub(crate) async fn has_blob_path(&self, path: &str, digest: &Digest) -> Result<bool> {
+        self.has_blob_at(path, digest).await
+    }
+}
+
+/// A replayable streaming body of `len` layer bytes starting at layer offset `start`.
+fn stream_body(blob: &FileBlob, start: u64, len: u64) -> Body {
+    let file = blob.file.clone();
+    let extents = blob.extents.clone();
+    Body::Stream {
+        len,
+        make: Box::new(move |progress| {
+            let mut reader = ExtentReader::new(file.clone(), extents.clone());
+            reader.seek(start);
+            file_body(reader, len, IO_BUF, progress)
+        }),
+    }
+}
+
+/// The `next` target of a `Link: <url>; rel="next"` header.
+fn parse_next_link(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        let is_next = params
+            .split(';')
+            .any(|p| p.trim().replace(' ', "") == "rel=\"next\"" || p.trim() == "rel=next");
+        let t = target.trim();
+        (is_next && t.starts_with('<') && t.ends_with('>')).then(|| t[1..t.len() - 1].to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_links_are_parsed() {
+        assert_eq!(
+            parse_next_link(r#"</v2/_catalog?last=b&n=2>; rel="next""#).as_deref(),
+            Some("/v2/_catalog?last=b&n=2")
+        );
+        assert_eq!(parse_next_link(r#"<http://x/y>; rel="prev""#), None);
+        assert_eq!(parse_next_link("garbage"), None);
+    }
+
+    /// A listener that accepts connections and never answers: every call must end in a
+    /// transient timeout, retried as configured.
+    #[tokio::test]
+    async fn a_silent_registry_times_out_and_is_retried_as_transient() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(sock); // keep it open, say nothing
+            }
+        });
+        let mut cfg = RegistryConfig::for_registry(&addr.to_string()).expect("cfg");
+        cfg.request_timeout = std::time::Duration::from_millis(200);
+        cfg.retry = crate::RetryPolicy {
+            attempts: 2,
+            base_delay: std::time::Duration::from_millis(10),
+            max_delay: std::time::Duration::from_millis(10),
+        };
+        let c = RegistryClient::new(cfg).expect("client");
+        let started = std::time::Instant::now();
+        let err = c
+            .has_manifest("vm-a", "hibernate")
+            .await
+            .expect_err("must time out");
+        assert_eq!(err.class(), crate::ErrorClass::Transport, "{err}");
+        assert!(
+            matches!(err, Error::Transport { timeout: true, .. }),
+            "{err}"
+        );
+        assert!(err.is_transient());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "one retry"
+        );
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_transport_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("port");
+        let mut cfg = RegistryConfig::for_registry(&format!("127.0.0.1:{port}")).expect("cfg");
+        cfg.retry = crate::RetryPolicy::none();
+        let c = RegistryClient::new(cfg).expect("client");
+        let err = c
+            .has_manifest("vm-a", "hibernate")
+            .await
+            .expect_err("refused");
+        assert_eq!(err.class(), crate::ErrorClass::Transport, "{err}");
+        assert!(!err.is_not_found());
+    }
+
+    #[test]
+    fn verifier_checks_size_and_digest() {
+        let d = Digest::of(b"hello");
+        let mut v = Verifier::new("b", d.clone(), 5);
+        v.update(b"hel").expect("update");
+        v.update(b"lo").expect("update");
+        assert!(v.finish().is_ok());
+
+        let mut v = Verifier::new("b", d.clone(), 5);
+        v.update(b"hellx").expect("update");
+        assert!(matches!(v.finish(), Err(Error::DigestMismatch { .. })));
+
+        let mut v = Verifier::new("b", d.clone(), 5);
+        assert!(matches!(
+            v.update(b"hello!"),
+            Err(Error::SizeMismatch { .. })
+        ));
+
+        let mut v = Verifier::new("b", d, 5);
+        v.update(b"hell").expect("update");
+        assert!(matches!(v.finish(), Err(Error::SizeMismatch { .. })));
+    }
+}

@@ -1,0 +1,455 @@
+//! Snapshot pull (registry.md §6) into a directory or an import tar, and cloud-image disk
+//! streaming (§7): validated before writing, every blob verified while it streams, holes kept.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use cocoon_api::contract::oci;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::JoinSet;
+
+use crate::client::RegistryClient;
+
+/// Bytes of one download in flight between the network and its writer thread.
+const PULL_IN_FLIGHT: usize = 2 << 20;
+use crate::error::{Error, Result, ResultExt};
+use crate::manifest::{
+    Descriptor, Kind, Manifest, Segment, SnapshotConfig, SnapshotEnvelope, classify,
+    pick_index_child,
+};
+use crate::reference::{Digest, Reference};
+use crate::retry::retry;
+use crate::sparse::HoleWriter;
+use crate::tar::{PAX_SPARSE_MAP, PAX_SPARSE_SIZE, end_of_archive, padding, regular_file_header};
+use crate::validate::{
+    MAX_CONFIG_SIZE, PullFile, SNAPSHOT_JSON, check_config_descriptor, plan_snapshot,
+};
+
+/// A validated snapshot, ready to be written.
+#[derive(Debug, Clone)]
+pub struct SnapshotPlan {
+    /// The digest of the snapshot manifest (the index child when the tag is an index).
+    pub manifest_digest: Digest,
+    /// The wire format version (1, or 2 for a v2 artifact without encoded layers).
+    pub version: u8,
+    /// The config blob.
+    pub config: SnapshotConfig,
+    /// The files, in layer order.
+    pub files: Vec<PullFile>,
+}
+
+/// The outcome of a pull.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullReport {
+    pub manifest_digest: Digest,
+    /// The snapshot identity recorded at push time.
+    pub snapshot_id: String,
+    /// Layer bytes downloaded.
+    pub bytes_downloaded: u64,
+    /// Files written, with their logical sizes.
+    pub files: Vec<(String, u64)>,
+}
+
+impl RegistryClient {
+    /// Steps 1–4 of registry.md §6: manifest (following an index to its `linux/amd64`
+    /// child), classification, config blob, layer validation.
+    pub async fn plan_snapshot_pull(&self, repo: &str, reference: &str) -> Result<SnapshotPlan> {
+        let (m, digest) = self.resolve_manifest(repo, reference).await?;
+        let version = match classify(&m, None) {
+            Kind::Snapshot { version } => version,
+            kind => {
+                return Err(Error::WrongKind {
+                    kind: kind.to_string(),
+                    wanted: "snapshot".into(),
+                });
+            }
+        };
+        let (cdigest, csize) = check_config_descriptor(&m)?;
+        let bytes = self
+            .get_blob_bytes(repo, &cdigest, csize, MAX_CONFIG_SIZE)
+            .await
+            .context(|| "fetch snapshot config".to_string())?;
+        let config: SnapshotConfig = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::protocol(format!("parse snapshot config: {e}")))?;
+        let files = plan_snapshot(&m, version, &config)?;
+        Ok(SnapshotPlan {
+            manifest_digest: digest,
+            version,
+            config,
+            files,
+        })
+    }
+
+    /// The manifest at `reference`, with an image index resolved to its chosen child.
+    async fn resolve_manifest(&self, repo: &str, reference: &str) -> Result<(Manifest, Digest)> {
+        let r = Reference::parse(reference)?;
+        let fetched = self.get_manifest(repo, &r).await?;
+        let m = Manifest::parse(&fetched.bytes)?;
+        if classify(&m, fetched.media_type.as_deref()) != Kind::ImageIndex {
+            return Ok((m, fetched.digest));
+        }
+        let child = pick_index_child(&m)?;
+        let d = Digest::parse(&child.digest)
+            .map_err(|e| Error::protocol(format!("index child: {e}")))?;
+        let fetched = self.get_manifest(repo, &Reference::Digest(d)).await?;
+        Ok((Manifest::parse(&fetched.bytes)?, fetched.digest))
+    }
+
+    /// Pulls `<repo>:<reference>` into directory `dest` (which must not exist): `snapshot.json`
+    /// named `local_name`, and every file with its mode and holes. The files are written into
+    /// a sibling staging directory renamed to `dest` only when all blobs verified, so `dest`
+    /// appears complete or not at all. Data is not fsynced.
+    pub async fn pull_snapshot_to_dir(
+        &self,
+        repo: &str,
+        reference: &str,
+        dest: &Path,
+        local_name: &str,
+    ) -> Result<PullReport> {
+        if dest.exists() {
+            return Err(Error::invalid(
+                "destination",
+                format!("{} already exists", dest.display()),
+            ));
+        }
+        let plan = self.plan_snapshot_pull(repo, reference).await?;
+        let staging = staging_dir(dest)?;
+        let result = self.fill_dir(repo, &plan, &staging, local_name).await;
+        match result {
+            Ok(report) => {
+                std::fs::rename(&staging, dest).map_err(|e| {
+                    Error::io(
+                        format!("renaming {} to {}", staging.display(), dest.display()),
+                        e,
+                    )
+                })?;
+                tracing::info!(repo, reference, dest = %dest.display(), bytes = report.bytes_downloaded, "snapshot pulled");
+                Ok(report)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staging);
+                Err(e)
+            }
+        }
+    }
+
+    async fn fill_dir(
+        &self,
+        repo: &str,
+        plan: &SnapshotPlan,
+        dir: &Path,
+        local_name: &str,
+    ) -> Result<PullReport> {
+        let env = SnapshotEnvelope::from_config(&plan.config, local_name);
+        let env_path = dir.join(SNAPSHOT_JSON);
+        std::fs::write(&env_path, env.to_bytes())
+            .map_err(|e| Error::io(format!("writing {}", env_path.display()), e))?;
+        let sem = Arc::new(Semaphore::new(self.config().transfer_concurrency));
+        let received = Arc::new(AtomicU64::new(0));
+        let mut tasks = JoinSet::new();
+        for f in plan.files.iter().cloned() {
+            let (client, sem, received) = (self.clone(), sem.clone(), received.clone());
+            let path = dir.join(&f.name);
+            let repo = repo.to_string();
+            tasks.spawn(async move {
+                let _permit = sem
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| Error::protocol("pull cancelled"))?;
+                retry(&client.config().retry, "download blob", || {
+                    client.download_file(&repo, &f, &path, &received)
+                })
+                .await
+                .context(|| format!("pull {}", f.name))
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.map_err(|e| Error::io("pull task", std::io::Error::other(e.to_string())))??;
+        }
+        Ok(PullReport {
+            manifest_digest: plan.manifest_digest.clone(),
+            snapshot_id: plan.config.snapshot_id.clone(),
+            bytes_downloaded: received.load(Ordering::Relaxed),
+            files: plan
+                .files
+                .iter()
+                .map(|f| (f.name.clone(), f.logical_size()))
+                .collect(),
+        })
+    }
+
+    /// Downloads one layer into `path`: the network side batches frames into 1 MiB buffers
+    /// for a blocking thread that verifies and writes them around the holes.
+    async fn download_file(
+        &self,
+        repo: &str,
+        f: &PullFile,
+        path: &Path,
+        received: &AtomicU64,
+    ) -> Result<()> {
+        let stream = self.get_blob(repo, &f.digest, f.size).await?;
+        let (mut body, verifier) = stream.into_parts();
+        let file = create_file(path, f.mode)?;
+        let extents = match &f.sparse {
+            Some(s) => s.segments.clone(),
+            None if f.size == 0 => vec![],
+            None => vec![Segment {
+                offset: 0,
+                length: f.size,
+            }],
+        };
+        let logical = f.logical_size();
+        // Frames go to the writer thread as hyper hands them over (no re-batching copy); a
+        // byte budget bounds what is in flight.
+        let budget = Arc::new(Semaphore::new(PULL_IN_FLIGHT));
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, OwnedSemaphorePermit)>();
+        let writer = tokio::task::spawn_blocking(move || -> Result<()> {
+            let mut verifier = verifier;
+            let mut w = HoleWriter::new(&file, extents, logical);
+            while let Some((b, _permit)) = rx.blocking_recv() {
+                verifier.update(&b)?;
+                w.write(&b)
+                    .map_err(|e| Error::io("writing pulled file", e))?;
+            }
+            verifier.finish()?;
+            w.finish().map_err(|e| Error::io("sizing pulled file", e))
+        });
+        let feed = async {
+            while let Some(chunk) = body.next().await? {
+                received.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                let n = u32::try_from(chunk.len().min(PULL_IN_FLIGHT)).unwrap_or(u32::MAX);
+                let permit = budget
+                    .clone()
+                    .acquire_many_owned(n)
+                    .await
+                    .map_err(|_| Error::protocol("pull cancelled"))?;
+                if tx.send((chunk, permit)).is_err() {
+                    return Ok(()); // the writer stopped; its error is reported below
+                }
+            }
+            Ok::<(), Error>(())
+        };
+        let fed = feed.await;
+        drop(tx);
+        let written = writer
+            .await
+            .map_err(|e| Error::io("writer task", std::io::Error::other(e.to_string())))?;
+        // A transport error explains a short stream better than the size mismatch it causes.
+        fed?;
+        written
+    }
+
+    /// Pulls `<repo>:<reference>` as the tar `cocoon snapshot import --name <local_name>`
+    /// reads (registry.md §6 step 5): `snapshot.json` first, then each file in layer order
+    /// with its mode and sparse PAX records. On error the archive is left unterminated, so
+    /// the importer fails instead of registering a partial snapshot; the caller closes the
+    /// sink before waiting for the importer.
+    pub async fn pull_snapshot_to_tar<W: AsyncWrite + Unpin>(
+        &self,
+        repo: &str,
+        reference: &str,
+        local_name: &str,
+        mut w: W,
+    ) -> Result<PullReport> {
+        let plan = self.plan_snapshot_pull(repo, reference).await?;
+        let werr = |e: std::io::Error| Error::io("writing the import stream", e);
+        let mtime = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let env = SnapshotEnvelope::from_config(&plan.config, local_name).to_bytes();
+        w.write_all(&regular_file_header(
+            SNAPSHOT_JSON,
+            env.len() as u64,
+            0o644,
+            mtime,
+            &[],
+        ))
+        .await
+        .map_err(werr)?;
+        w.write_all(&env).await.map_err(werr)?;
+        w.write_all(&vec![0u8; padding(env.len() as u64)])
+            .await
+            .map_err(werr)?;
+        let mut received = 0u64;
+        for f in &plan.files {
+            let size_text;
+            let pax: Vec<(&str, &str)> = match &f.sparse {
+                Some(s) => {
+                    size_text = s.logical_size.to_string();
+                    vec![
+                        (PAX_SPARSE_MAP, s.map_text.as_str()),
+                        (PAX_SPARSE_SIZE, size_text.as_str()),
+                    ]
+                }
+                None => vec![],
+            };
+            w.write_all(&regular_file_header(&f.name, f.size, f.mode, mtime, &pax))
+                .await
+                .map_err(werr)?;
+            // Bytes already written cannot be taken back, so a failure mid-blob is final.
+            let mut stream = self
+                .get_blob(repo, &f.digest, f.size)
+                .await
+                .context(|| format!("pull {}", f.name))?;
+            while let Some(chunk) = stream.next().await.context(|| format!("pull {}", f.name))? {
+                received += chunk.len() as u64;
+                w.write_all(&chunk).await.map_err(werr)?;
+            }
+            w.write_all(&vec![0u8; padding(f.size)])
+                .await
+                .map_err(werr)?;
+        }
+        w.write_all(&end_of_archive()).await.map_err(werr)?;
+        w.flush().await.map_err(werr)?;
+        Ok(PullReport {
+            manifest_digest: plan.manifest_digest,
+            snapshot_id: plan.config.snapshot_id,
+            bytes_downloaded: received,
+            files: plan
+                .files
+                .iter()
+                .map(|f| (f.name.clone(), f.logical_size()))
+                .collect(),
+        })
+    }
+
+    /// Streams a cloud image's disk (registry.md §7) into `w`: the disk layers sorted by
+    /// title and concatenated (split `.part` files reassemble), each verified. Returns the
+    /// bytes written.
+    pub async fn stream_cloud_image<W: AsyncWrite + Unpin>(
+        &self,
+        repo: &str,
+        reference: &str,
+        mut w: W,
+    ) -> Result<u64> {
+        let (m, _) = self.resolve_manifest(repo, reference).await?;
+        let kind = classify(&m, None);
+        if kind != Kind::CloudImage {
+            return Err(Error::WrongKind {
+                kind: kind.to_string(),
+                wanted: "cloud-image".into(),
+            });
+        }
+        let mut total = 0u64;
+        for layer in cloud_image_disk_layers(&m)? {
+            let digest = Digest::parse(&layer.digest)
+                .map_err(|e| Error::protocol(format!("disk layer: {e}")))?;
+            let size = u64::try_from(layer.size)
+                .map_err(|_| Error::protocol("negative disk layer size"))?;
+            let mut s = self.get_blob(repo, &digest, size).await?;
+            while let Some(chunk) = s.next().await? {
+                w.write_all(&chunk)
+                    .await
+                    .map_err(|e| Error::io("writing the image stream", e))?;
+                total += chunk.len() as u64;
+            }
+        }
+        w.flush()
+            .await
+            .map_err(|e| Error::io("writing the image stream", e))?;
+        Ok(total)
+    }
+}
+
+/// The disk layers of a cloud image, sorted by title (registry.md §7). The legacy Windows
+/// types are the four disk types with a `windows.disk` infix.
+pub fn cloud_image_disk_layers(m: &Manifest) -> Result<Vec<Descriptor>> {
+    let mut disks: Vec<Descriptor> = m
+        .layers
+        .iter()
+        .filter(|l| oci::DISK_LAYER_MEDIA_TYPES.contains(&l.media_type.as_str()))
+        .cloned()
+        .collect();
+    if disks.is_empty() {
+        return Err(Error::protocol("cloud image manifest has no disk layers"));
+    }
+    disks.sort_by(|a, b| a.title().unwrap_or("").cmp(b.title().unwrap_or("")));
+    Ok(disks)
+}
+
+fn staging_dir(dest: &Path) -> Result<PathBuf> {
+    let parent = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = dest.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Error::invalid(
+            "destination",
+            format!("{} has no file name", dest.display()),
+        )
+    })?;
+    let staging = parent.join(format!(".{name}.pulling-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)
+        .map_err(|e| Error::io(format!("creating {}", staging.display()), e))?;
+    Ok(staging)
+}
+
+fn create_file(path: &Path, mode: u32) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::Digest;
+
+    fn layer(mt: &str, title: &str) -> Descriptor {
+        let mut d = Descriptor::new(mt, &Digest::of(title.as_bytes()), 1);
+        d.annotations
+            .insert(oci::ANNOTATION_TITLE.into(), title.into());
+        d
+    }
+
+    #[test]
+    fn cloud_image_disk_layers_sort_by_title_and_skip_others() {
+        let m = Manifest {
+            schema_version: 2,
+            media_type: None,
+            artifact_type: Some(oci::ARTIFACT_OS_IMAGE_V1.into()),
+            config: None,
+            layers: vec![
+                layer(oci::MEDIA_DISK_QCOW2_PART, "disk.qcow2.part.002"),
+                layer("application/vnd.oci.image.layer.v1.tar", "readme"),
+                layer(oci::MEDIA_WINDOWS_DISK_QCOW2_PART, "disk.qcow2.part.001"),
+                layer(oci::MEDIA_DISK_QCOW2_PART, "disk.qcow2.part.000"),
+            ],
+            manifests: vec![],
+            subject: None,
+            annotations: Default::default(),
+        };
+        let titles: Vec<_> = cloud_image_disk_layers(&m)
+            .expect("layers")
+            .iter()
+            .map(|d| d.title().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(
+            titles,
+            [
+                "disk.qcow2.part.000",
+                "disk.qcow2.part.001",
+                "disk.qcow2.part.002"
+            ]
+        );
+        let none = Manifest {
+            layers: vec![layer("text/plain", "x")],
+            ..m
+        };
+        assert_eq!(
+            cloud_image_disk_layers(&none).err().map(|e| e.to_string()),
+            Some("cloud image manifest has no disk layers".into())
+        );
+    }
+}
