@@ -30,6 +30,8 @@ pub struct RawConfig {
     pub hibernate_timeout: Option<String>,
     pub wake_timeout: Option<String>,
     pub requeue_interval: Option<String>,
+    /// How long a CocoonSet may stay Suspending (`--suspend-timeout` / `COCOON_SUSPEND_TIMEOUT`).
+    pub suspend_timeout: Option<String>,
 }
 
 /// The operator's effective configuration.
@@ -42,7 +44,12 @@ pub struct OperatorConfig {
     pub cocoonset_concurrency: u16,
     pub hibernation_concurrency: u16,
     pub hibernation_timing: Timing,
+    /// The CocoonSet suspend deadline (`cocoonset.md` 6C), default 3m0s.
+    pub suspend_timeout: Duration,
 }
+
+/// The spec's suspend deadline: `Suspending` → `Failed` after this long.
+pub const DEFAULT_SUSPEND_TIMEOUT: Duration = Duration::from_secs(180);
 
 fn set(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
@@ -162,6 +169,11 @@ impl RawConfig {
                 ConfigError::HibernationConcurrency,
             )?,
             hibernation_timing,
+            suspend_timeout: duration(
+                "--suspend-timeout",
+                &self.suspend_timeout,
+                DEFAULT_SUSPEND_TIMEOUT,
+            )?,
         })
     }
 }
@@ -185,6 +197,30 @@ mod tests {
         assert!(c.leader_elect);
         assert_eq!((c.cocoonset_concurrency, c.hibernation_concurrency), (4, 4));
         assert_eq!(c.hibernation_timing, Timing::default());
+        assert_eq!(c.suspend_timeout, Duration::from_secs(180));
+    }
+
+    #[test]
+    fn suspend_timeout_takes_go_durations() {
+        let r = RawConfig {
+            suspend_timeout: Some("1m30s".into()),
+            ..raw()
+        };
+        assert_eq!(
+            r.resolve().map(|c| c.suspend_timeout),
+            Ok(Duration::from_secs(90))
+        );
+        let bad = RawConfig {
+            suspend_timeout: Some("soon".into()),
+            ..raw()
+        };
+        assert!(matches!(
+            bad.resolve(),
+            Err(ConfigError::Duration {
+                name: "--suspend-timeout",
+                ..
+            })
+        ));
     }
 
     #[test]

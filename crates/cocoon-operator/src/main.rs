@@ -70,6 +70,9 @@ struct RunArgs {
     /// Re-check interval while waiting on the node agent (default 5s).
     #[arg(long, env = "COCOON_REQUEUE_INTERVAL", value_name = "DURATION")]
     requeue_interval: Option<String>,
+    /// How long a CocoonSet may stay Suspending before it reports Failed (default 3m0s).
+    #[arg(long, env = "COCOON_SUSPEND_TIMEOUT", value_name = "DURATION")]
+    suspend_timeout: Option<String>,
     /// Log level (error, warn, info, debug, trace).
     #[arg(long, env = "OPERATOR_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -122,6 +125,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         hibernate_timeout: args.hibernate_timeout,
         wake_timeout: args.wake_timeout,
         requeue_interval: args.requeue_interval,
+        suspend_timeout: args.suspend_timeout,
     }
     .resolve()?;
     let registry = cocoon_operator::registry::connect(&config.oci_registry)
@@ -162,7 +166,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         recorder,
         metrics.clone(),
         registry,
-        cocoonset::plan::Timing::default(),
+        cocoonset::plan::Timing {
+            suspend_deadline: config.suspend_timeout,
+            ..cocoonset::plan::Timing::default()
+        },
     ));
     // /readyz answers ok only once both controllers' caches have synced.
     let (hib_ready, set_ready) = (

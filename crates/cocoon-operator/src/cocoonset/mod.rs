@@ -4,12 +4,16 @@
 //! Observe → decide → act. [`pods`] and [`plan`] hold the pure rules of `cocoonset.md`
 //! (factories, drift, classification, triage, create protocol, status, teardown); this file is
 //! the shell that walks the loop's steps 1–14 and applies their decisions. Steps 6 (suspend),
-//! 8 (migration), 9 (release wake) and 10 (unsuspend/reclaim) are marked hooks that hand over
-//! ("not handled") until parts 2 and 3 fill them in.
+//! 9 (release wake) and 10 (unsuspend/reclaim) are in `flows.rs` over the pure rules of
+//! [`suspend`]; step 8 (migration) is still a marked hook that hands over ("not handled").
 
+mod flows;
 pub mod plan;
 pub mod pods;
 pub mod quantity;
+pub mod suspend;
+#[cfg(test)]
+mod suspend_tests;
 #[cfg(test)]
 mod tests;
 
@@ -647,31 +651,7 @@ impl<'a> Pass<'a> {
         Ok(())
     }
 
-    // ----- hooks of parts 2 and 3 ------------------------------------------------------
-
-    /// Step 6 — suspend (part 2). Not handled yet: a suspended spec runs the normal flow.
-    async fn suspend(&mut self) -> Result<Step, Error> {
-        if self.cs.spec.suspend {
-            debug!(namespace = %self.ns, name = %self.name, "spec.suspend is not implemented yet (part 2)");
-        }
-        Ok(Step::Continue)
-    }
-
-    /// Step 8 — cross-node migration of the main (part 3). Not handled yet.
-    async fn migrate(&mut self) -> Result<Step, Error> {
-        Ok(Step::Continue)
-    }
-
-    /// Step 9 — release-policy wake (part 2). Not handled yet.
-    async fn release_wake(&mut self) -> Result<Step, Error> {
-        Ok(Step::Continue)
-    }
-
-    /// Step 10 — unsuspend bookkeeping and reclaim (part 2). Not handled yet; step 7.1 calls
-    /// its 10.1–10.5 part through here too.
-    async fn unsuspend_and_reclaim(&mut self) -> Result<Step, Error> {
-        Ok(Step::Continue)
-    }
+    // Steps 6, 8, 9 and 10 live in `flows.rs`.
 
     // ----- step 7 ----------------------------------------------------------------------
 
@@ -688,7 +668,7 @@ impl<'a> Pass<'a> {
                 Ok(Step::Continue)
             }
             FailedStep::Rebuild { reason } => {
-                // 7.1's clear of a leftover hibernate intent belongs to step 10 (part 2).
+                self.clear_leftover_hibernate(&main).await?;
                 match self.triage_pod(&main, Some(reason)).await? {
                     Triage::Leave { .. } | Triage::DeadLetter { .. } => {
                         // Dead-lettered at this generation: report Failed as 7.3 does, so
@@ -701,7 +681,10 @@ impl<'a> Pass<'a> {
                     )),
                 }
             }
-            FailedStep::Fail(_) => self.report_failed(&main).await,
+            FailedStep::Fail(_) => {
+                self.clear_leftover_hibernate(&main).await?;
+                self.report_failed(&main).await
+            }
         }
     }
 
@@ -1134,13 +1117,29 @@ async fn create_through_protocol(
     mut pod: Pod,
     facts: CreateFacts<'static>,
 ) -> (Result<Created, Error>, Option<String>) {
-    let vm = pods::vm_name(&pod).to_string();
+    let (_, decision) = match prepare_create(ctx, &mut pod, facts).await {
+        Ok(x) => x,
+        Err(e) => return (Err(e), None),
+    };
+    let forget = decision.forget.then(|| pods::vm_name(&pod).to_string());
+    (post_pod(ctx, api, &pod).await, forget)
+}
+
+/// §7 steps 1–4: read the tag, drop it under the image rule or the sub-agent pre-create drop
+/// (an error fails the pass, nothing is created), and mark the pod for restore. Returns what
+/// the read found and the plan, so the wake can tell "no snapshot" from "restore".
+async fn prepare_create(
+    ctx: &Context,
+    pod: &mut Pod,
+    facts: CreateFacts<'static>,
+) -> Result<(TagRead, CreatePlan), Error> {
+    let vm = pods::vm_name(pod).to_string();
     let image = pod
         .annotations()
         .get(ann::IMAGE)
         .cloned()
         .unwrap_or_default();
-    let skip_registry = !pods::is_managed(&pod) || vm.is_empty();
+    let skip_registry = !pods::is_managed(pod) || vm.is_empty();
     let tag = if skip_registry {
         TagRead::Skipped
     } else {
@@ -1158,43 +1157,38 @@ async fn create_through_protocol(
                     .unwrap_or_default(),
             },
             Err(e) => {
-                return (
-                    Err(Error::Registry(format!("get hibernate manifest {vm}: {e}"))),
-                    None,
-                );
+                return Err(Error::Registry(format!("get hibernate manifest {vm}: {e}")));
             }
         }
     };
     let decision: CreatePlan = plan::plan_create(&CreateFacts {
         image: &image,
-        tag,
+        tag: tag.clone(),
         ..facts
     });
-    let mut forget = None;
     if decision.drop_tag {
         ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
-            return (
-                Err(Error::Registry(format!(
-                    "delete {vm}:{}: {e}",
-                    tags::HIBERNATE
-                ))),
-                None,
-            );
+            return Err(Error::Registry(format!(
+                "delete {vm}:{}: {e}",
+                tags::HIBERNATE
+            )));
         }
         info!(vm = %vm, "dropped a :hibernate tag the new pod could not boot over");
     }
-    if decision.forget {
-        forget = Some(vm.clone());
-    }
     if decision.restore {
-        pods::mark_restore(&mut pod);
+        pods::mark_restore(pod);
     }
+    Ok((tag, decision))
+}
+
+/// Posts a pod; AlreadyExists (the old pod still terminating, or a racing pass) is reported,
+/// not failed.
+async fn post_pod(ctx: &Context, api: &Api<Pod>, pod: &Pod) -> Result<Created, Error> {
     ctx.stats.write(line!());
-    let outcome = match api.create(&PostParams::default(), &pod).await {
+    match api.create(&PostParams::default(), pod).await {
         Ok(_) => Ok(Created::Yes),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),
         Err(e) => Err(Error::Kube(e)),
-    };
-    (outcome, forget)
+    }
 }

@@ -39,6 +39,12 @@ pub struct Timing {
     pub rebuild_budget: u32,
     /// Sub-agent creates in flight at once.
     pub create_fanout: usize,
+    /// Polling while Suspending / Suspended (step 6).
+    pub suspend_poll: Duration,
+    /// Polling of the migration and the release wake (steps 8 and 9).
+    pub migrate_poll: Duration,
+    /// How long a set may stay Suspending before it reports Failed (6C).
+    pub suspend_deadline: Duration,
 }
 
 impl Default for Timing {
@@ -54,6 +60,9 @@ impl Default for Timing {
             ],
             rebuild_budget: 4,
             create_fanout: 8,
+            suspend_poll: Duration::from_secs(5),
+            migrate_poll: Duration::from_secs(5),
+            suspend_deadline: Duration::from_secs(180),
         }
     }
 }

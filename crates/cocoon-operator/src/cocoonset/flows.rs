@@ -1,0 +1,424 @@
+//! The shell of steps 6 (suspend), 8 (migration hook), 9 (release-policy wake) and 10
+//! (unsuspend bookkeeping and reclaim) of `cocoonset.md`, and the 7.1 clear of a leftover
+//! hibernate intent. Decisions come from [`super::suspend`]; this file observes and acts.
+//!
+//! Crash safety: every durable marker is written before the side effect it guards — the
+//! reclaim record before any hibernate annotation (6A.2), `suspending-since` on entry into
+//! Suspending (6C), the delete stash and the node hint before a seat-release delete (6B.3),
+//! the `Waking` status before the wake's create (9.1.4), the first record write before an
+//! unsuspend clears any annotation (10.3). A fresh controller with empty memory therefore
+//! resumes from the API objects alone.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
+use chrono::Utc;
+use cocoon_api::contract::events::{self as ev, operator as reasons};
+use cocoon_api::contract::{
+    AnnotationCodec, HibernateFlags, HibernatedOnNode, ReclaimRecord, SuspendingSince,
+    annotations as ann, bool_delta, placement, tags,
+};
+use cocoon_api::crd::hibernation::CocoonHibernation;
+use cocoon_api::crd::set::{CocoonSetPhase, HibernatePolicy};
+use cocoon_api::naming::{self, Role};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use tracing::{debug, info, warn};
+
+use super::suspend::{self, Deadline, GateItem, WakeStep};
+use super::{Created, Error, Pass, Step, create_through_protocol, pods, post_pod, prepare_create};
+use crate::metrics::PlacementLabels;
+
+impl Pass<'_> {
+    fn phase(&self) -> Option<CocoonSetPhase> {
+        self.cs.status.as_ref().and_then(|s| s.phase)
+    }
+
+    async fn write_phase(&mut self, phase: Option<CocoonSetPhase>) -> Result<(), Error> {
+        let status = self.status_now(phase);
+        self.write_status(status).await
+    }
+
+    async fn write_record(&mut self, record: &ReclaimRecord) -> Result<(), Error> {
+        let delta = record.delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await
+    }
+
+    /// Patches a pod's annotations and mirrors the change into this pass's classification.
+    async fn patch_classified(
+        &mut self,
+        name: &str,
+        delta: &cocoon_api::contract::AnnotationDelta,
+    ) -> Result<(), Error> {
+        self.patch_pod_annotations(name, delta).await?;
+        self.changed = true;
+        let mirror = |p: &mut Pod| cocoon_api::contract::apply_delta(p.annotations_mut(), delta);
+        if let Some(p) = self.classified.all_by_name.get_mut(name) {
+            mirror(p);
+        }
+        for p in self
+            .classified
+            .main
+            .iter_mut()
+            .chain(self.classified.sub.values_mut())
+            .chain(self.classified.toolbox.values_mut())
+        {
+            if p.name_any() == name {
+                mirror(p);
+            }
+        }
+        Ok(())
+    }
+
+    async fn clear_suspending_since(&mut self) -> Result<(), Error> {
+        let delta = SuspendingSince(None).delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await
+    }
+
+    async fn list_hibernations(&self) -> Result<Vec<CocoonHibernation>, Error> {
+        let api: Api<CocoonHibernation> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(api.list(&ListParams::default()).await?.items)
+    }
+
+    // ----- step 6 ----------------------------------------------------------------------
+
+    /// Step 6: only when `spec.suspend`; always returns.
+    pub(super) async fn suspend(&mut self) -> Result<Step, Error> {
+        if !self.cs.spec.suspend {
+            return Ok(Step::Continue);
+        }
+        let release = self.cs.spec.hibernate_policy == HibernatePolicy::Release;
+        if release {
+            // 6B.1: nothing live to snapshot (a set suspended before its first boot has no
+            // snapshot, and needs none).
+            if !suspend::release_has_live_pod(&self.classified) {
+                self.clear_suspending_since().await?;
+                self.write_phase(Some(CocoonSetPhase::Suspended)).await?;
+                return Ok(Step::Return(Action::await_change()));
+            }
+        } else if self.classified.main.is_none() {
+            return self.suspend_create_main().await;
+        }
+        self.record_and_hibernate().await?;
+        let (complete, probe_error) = self.suspend_gate().await;
+        if !complete {
+            return self.suspend_not_complete(probe_error).await;
+        }
+        self.clear_suspending_since().await?;
+        if release {
+            return self.release_seats().await;
+        }
+        self.write_phase(Some(CocoonSetPhase::Suspended)).await?;
+        Ok(Step::Return(Action::await_change()))
+    }
+
+    /// 6A.1: a missing main is created with unconditional restore intent, so a main deleted
+    /// while suspended comes back from its snapshot (and hibernates again on the next pass).
+    async fn suspend_create_main(&mut self) -> Result<Step, Error> {
+        let pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
+        let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
+        let (outcome, forget) = create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
+        let forget: Vec<String> = forget.into_iter().collect();
+        self.forget_vms(&forget).await?;
+        Ok(Step::Return(Action::requeue(match outcome? {
+            Created::Yes => self.ctx.timing.requeue_after_write,
+            Created::AlreadyExists => self.ctx.timing.wait_for_main,
+        })))
+    }
+
+    /// 6A.2: the record first (durable), then the hibernate annotations.
+    async fn record_and_hibernate(&mut self) -> Result<(), Error> {
+        let record = ReclaimRecord::from_meta(&self.cs.metadata);
+        let next = suspend::record_for_suspend(&record, &self.classified);
+        self.write_record(&next).await?;
+        for name in suspend::hibernate_targets(&self.classified) {
+            self.patch_classified(&name, &bool_delta(ann::HIBERNATE, true))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// 6A.3: whether every managed VM is hibernated at this generation with its tag in the
+    /// registry, and the probe error that stopped the walk, if any.
+    async fn suspend_gate(&self) -> (bool, Option<String>) {
+        let generation = self.generation();
+        for pod in self.classified.all_by_name.values() {
+            match suspend::gate_item(pod, generation) {
+                GateItem::Skip => {}
+                GateItem::Incomplete => return (false, None),
+                GateItem::Probe(vm) => {
+                    self.ctx
+                        .stats
+                        .registry_calls
+                        .fetch_add(1, Ordering::Relaxed);
+                    match self.ctx.registry.has_manifest(&vm, tags::HIBERNATE).await {
+                        Ok(true) => {}
+                        Ok(false) => return (false, None),
+                        Err(e) => return (false, Some(e.to_string())),
+                    }
+                }
+            }
+        }
+        (true, None)
+    }
+
+    /// 6C.
+    async fn suspend_not_complete(&mut self, probe_error: Option<String>) -> Result<Step, Error> {
+        let since = SuspendingSince::from_meta(&self.cs.metadata);
+        let deadline = self.ctx.timing.suspend_deadline;
+        match suspend::suspend_deadline(self.phase(), since, Utc::now(), deadline) {
+            Deadline::Restart(stamp) => {
+                let delta = stamp.desired();
+                self.patch_set_annotations(delta).await?;
+            }
+            Deadline::Running => {}
+            Deadline::Exceeded => {
+                let msg = ev::suspend_timed_out_message(deadline, probe_error.as_deref());
+                warn!(namespace = %self.ns, name = %self.name, %msg, "suspend timed out");
+                self.event(true, reasons::SUSPEND_TIMED_OUT, msg).await;
+                self.write_phase(Some(CocoonSetPhase::Failed)).await?;
+                return Ok(Step::Return(Action::requeue(self.ctx.timing.suspend_poll)));
+            }
+        }
+        self.write_phase(Some(CocoonSetPhase::Suspending)).await?;
+        // A probe error goes to the runtime so the registry gets backoff; the deadline above
+        // still counts it, so an unreachable registry ends in Failed rather than waiting.
+        if let Some(e) = probe_error {
+            return Err(Error::Registry(format!("suspend gate: {e}")));
+        }
+        Ok(Step::Return(Action::requeue(self.ctx.timing.suspend_poll)))
+    }
+
+    /// 6B.3: free the seats once every snapshot is in the registry.
+    async fn release_seats(&mut self) -> Result<Step, Error> {
+        let all: Vec<Pod> = self.classified.all_by_name.values().cloned().collect();
+        self.stash(all.iter()).await?;
+        if let Some(node) = self
+            .classified
+            .main
+            .as_ref()
+            .map(|m| pods::bound_node(m).to_string())
+            .filter(|n| !n.is_empty())
+        {
+            let delta = HibernatedOnNode(node).delta(self.cs.annotations());
+            self.patch_set_annotations(delta).await?;
+        }
+        for name in suspend::release_victims(&self.classified) {
+            let keep = HibernateFlags {
+                keep_snapshot_on_delete: true,
+                ..HibernateFlags::default()
+            };
+            let delta = bool_delta(ann::KEEP_SNAPSHOT_ON_DELETE, keep.keep_snapshot_on_delete);
+            // Best effort: a missing flag costs the wake a registry pull, while blocking the
+            // delete would keep the seat the policy exists to free.
+            if let Err(e) = self.patch_pod_annotations(&name, &delta).await {
+                warn!(pod = %name, error = %e, "could not flag keep-snapshot-on-delete; releasing anyway");
+            }
+            self.delete_pod(&name).await?;
+            self.changed = true;
+            self.ctx
+                .metrics
+                .slot_release_pods_deleted
+                .get_or_create(&self.set_labels())
+                .inc();
+            info!(namespace = %self.ns, pod = %name, "released the seat of a hibernated pod");
+        }
+        self.write_phase(Some(CocoonSetPhase::Suspended)).await?;
+        Ok(Step::Return(Action::requeue(self.ctx.timing.suspend_poll)))
+    }
+
+    // ----- step 7.1 ----------------------------------------------------------------------
+
+    /// 7.1: a terminal main first loses a leftover hibernate intent (10.1–10.5), unless a
+    /// migration is pending, whose quiesce that annotation is.
+    pub(super) async fn clear_leftover_hibernate(&mut self, main: &Pod) -> Result<(), Error> {
+        let desired = self.cs.spec.node_name.as_str();
+        let bound = pods::bound_node(main);
+        let migration_pending = !desired.is_empty() && !bound.is_empty() && bound != desired;
+        if migration_pending {
+            return Ok(());
+        }
+        self.unsuspend_bookkeeping().await
+    }
+
+    // ----- step 8 ----------------------------------------------------------------------
+
+    /// Step 8 — cross-node migration of the main. NOT HANDLED YET (issue #8): a pin to
+    /// another node leaves the main where it runs; nothing is quiesced or deleted.
+    pub(super) async fn migrate(&mut self) -> Result<Step, Error> {
+        if !self.cs.spec.node_name.is_empty() {
+            debug!(namespace = %self.ns, name = %self.name, "cross-node migration is not implemented");
+        }
+        Ok(Step::Continue)
+    }
+
+    // ----- step 9 ----------------------------------------------------------------------
+
+    /// Step 9: the release-policy wake.
+    pub(super) async fn release_wake(&mut self) -> Result<Step, Error> {
+        let hint = HibernatedOnNode::from_meta(&self.cs.metadata).0;
+        let main = self.classified.main.clone();
+        match suspend::wake_step(self.phase(), &hint, main.as_ref()) {
+            WakeStep::HandOver => Ok(Step::Continue),
+            WakeStep::Start => self.wake_start(&hint).await,
+            WakeStep::WaitLive { unschedulable } => {
+                if let (Some(msg), Some(m)) = (unschedulable, main.as_ref()) {
+                    self.ctx
+                        .metrics
+                        .slot_release_wake_unschedulable
+                        .get_or_create(&self.set_labels())
+                        .inc();
+                    let text = ev::main_unschedulable_message(&m.name_any(), &msg);
+                    self.event(true, reasons::WAKE_NO_CAPACITY, text).await;
+                }
+                self.write_phase(Some(CocoonSetPhase::Waking)).await?;
+                Ok(Step::Return(Action::requeue(self.ctx.timing.migrate_poll)))
+            }
+            WakeStep::Complete { placement } => {
+                let vm = naming::vm_name_for_agent(&self.ns, &self.name, 0);
+                self.ctx
+                    .stats
+                    .registry_calls
+                    .fetch_add(1, Ordering::Relaxed);
+                self.ctx
+                    .registry
+                    .delete_tag(&vm, tags::HIBERNATE)
+                    .await
+                    .map_err(|e| Error::Registry(format!("wake: {e}")))?;
+                if let Some(p) = placement {
+                    self.ctx
+                        .metrics
+                        .slot_release_wake
+                        .get_or_create(&PlacementLabels {
+                            namespace: self.ns.clone(),
+                            cocoonset: self.name.clone(),
+                            placement: p.to_string(),
+                        })
+                        .inc();
+                    info!(namespace = %self.ns, name = %self.name, placement = p, "released main woken");
+                }
+                let delta = HibernatedOnNode::default().delta(self.cs.annotations());
+                self.patch_set_annotations(delta).await?;
+                self.write_phase(None).await?;
+                Ok(Step::Return(Action::requeue(
+                    self.ctx.timing.requeue_after_write,
+                )))
+            }
+            WakeStep::ConfirmGone => {
+                let name = naming::pod_name_for_agent(&self.name, 0);
+                self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+                match self.pod_api.get_opt(&name).await? {
+                    None => Ok(Step::Return(Action::requeue(self.ctx.timing.migrate_poll))),
+                    Some(p) if p.metadata.deletion_timestamp.is_some() => {
+                        Ok(Step::Return(Action::requeue(self.ctx.timing.migrate_poll)))
+                    }
+                    Some(_) => Ok(Step::Continue),
+                }
+            }
+        }
+    }
+
+    /// 9.1: recreate the released main from its snapshot, near its old node when it has room.
+    async fn wake_start(&mut self, hint: &str) -> Result<Step, Error> {
+        let mut pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
+        let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
+        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts)
+            .await
+            .map_err(|e| Error::Registry(format!("wake: {e}")))?;
+        if decision.forget {
+            self.forget_vms(&[pods::vm_name(&pod).to_string()]).await?;
+        }
+        if suspend::wake_boots_fresh(&tag, &decision) {
+            // No snapshot to restore (never booted, or dropped by the image rule): the
+            // normal flow boots the main fresh.
+            let delta = HibernatedOnNode::default().delta(self.cs.annotations());
+            self.patch_set_annotations(delta).await?;
+            return Ok(Step::Continue);
+        }
+        // Waking is the durable marker of a wake in flight: written before the create.
+        self.write_phase(Some(CocoonSetPhase::Waking)).await?;
+        if !hint.is_empty()
+            && let Some(ps) = pod.spec.as_mut()
+            && ps.affinity.is_none()
+        {
+            ps.affinity = Some(placement::preferred_hostname_affinity(hint));
+        }
+        post_pod(self.ctx, &self.pod_api, &pod).await?;
+        self.changed = true;
+        Ok(Step::Return(Action::requeue(self.ctx.timing.migrate_poll)))
+    }
+
+    // ----- step 10 ---------------------------------------------------------------------
+
+    /// Step 10 (`spec.suspend` is false here).
+    pub(super) async fn unsuspend_and_reclaim(&mut self) -> Result<Step, Error> {
+        self.unsuspend_bookkeeping().await?;
+        self.reclaim().await?;
+        Ok(Step::Continue)
+    }
+
+    /// 10.1–10.5. No registry call; nothing at all when there is no annotation to clear and
+    /// no suspended list.
+    async fn unsuspend_bookkeeping(&mut self) -> Result<(), Error> {
+        let record = ReclaimRecord::from_meta(&self.cs.metadata);
+        let any_annotated = self
+            .classified
+            .all_by_name
+            .values()
+            .any(suspend::is_hibernate_annotated);
+        if !any_annotated && record.suspended.is_empty() {
+            return Ok(());
+        }
+        let owned_by_cr = if any_annotated {
+            suspend::hibernation_owned(&self.list_hibernations().await?)
+        } else {
+            BTreeSet::new()
+        };
+        let hibernated = suspend::unsuspend_targets(&self.classified, &owned_by_cr);
+        if hibernated.is_empty() && record.suspended.is_empty() {
+            return Ok(());
+        }
+        let present = suspend::present_vms(&self.classified);
+        let first =
+            suspend::unsuspend_first_write(&record, &hibernated, &present, self.generation());
+        self.write_record(&first).await?;
+        for p in &hibernated {
+            self.patch_classified(&p.name_any(), &bool_delta(ann::HIBERNATE, false))
+                .await?;
+        }
+        let mut second = ReclaimRecord::from_meta(&self.cs.metadata);
+        second.suspended.clear();
+        self.write_record(&second).await?;
+        info!(namespace = %self.ns, name = %self.name, woken = ?suspend::names(&hibernated), "unsuspended");
+        Ok(())
+    }
+
+    /// 10.6: drop the tags of recorded VMs whose pods have woken. A refused delete keeps the
+    /// VM recorded and fails the pass, so scaling and the status wait for the retry.
+    async fn reclaim(&mut self) -> Result<(), Error> {
+        let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
+        let woken = suspend::reclaimable(&record, &self.classified);
+        if woken.is_empty() {
+            return Ok(());
+        }
+        let mut failures = Vec::new();
+        for vm in &woken {
+            self.ctx
+                .stats
+                .registry_calls
+                .fetch_add(1, Ordering::Relaxed);
+            match self.ctx.registry.delete_tag(vm, tags::HIBERNATE).await {
+                Ok(()) => record.remove_vm(vm),
+                Err(e) => failures.push(format!("{vm}:{}: {e}", tags::HIBERNATE)),
+            }
+        }
+        self.write_record(&record).await?;
+        if !failures.is_empty() {
+            return Err(Error::Registry(format!("reclaim: {}", failures.join("; "))));
+        }
+        Ok(())
+    }
+}
