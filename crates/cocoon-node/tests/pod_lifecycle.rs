@@ -275,6 +275,8 @@ async fn run_hibernate_wake_and_delete() {
         let ns = create_namespace(&client, "node-life").await?;
         let tmp = tempfile::tempdir()?;
         let node = unique_name("node");
+        // A Node object must exist, or the pod garbage collector deletes pods bound to it.
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
         let agent = start_agent(env, &node, &root(&tmp, &node)).await?;
         let reg = registry(env);
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -378,6 +380,9 @@ async fn wake_on_another_node_pulls_from_the_registry() {
         let ns = create_namespace(&client, "node-x").await?;
         let tmp = tempfile::tempdir()?;
         let (na, nb) = (unique_name("node"), unique_name("node"));
+        // Node objects must exist, or the pod garbage collector deletes pods bound to them.
+        let _na_obj = cocoon_testenv::TestNode::in_pool(&client, &na, "default").await?;
+        let _nb_obj = cocoon_testenv::TestNode::in_pool(&client, &nb, "default").await?;
         let a = start_agent(env, &na, &root(&tmp, &na)).await?;
         let b = start_agent(env, &nb, &root(&tmp, &nb)).await?;
         let reg = registry(env);
@@ -441,6 +446,8 @@ async fn agent_killed_mid_hibernate_resumes_without_losing_state() {
         let ns = create_namespace(&client, "node-crash").await?;
         let tmp = tempfile::tempdir()?;
         let node = unique_name("node");
+        // A Node object must exist, or the pod garbage collector deletes pods bound to it.
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
         let dir = root(&tmp, &node);
         let agent = start_agent(env, &node, &dir).await?;
         let reg = registry(env);
@@ -495,6 +502,8 @@ async fn crashed_vm_restarts_in_place_then_repeated_crash_evicts() {
         let ns = create_namespace(&client, "node-evict").await?;
         let tmp = tempfile::tempdir()?;
         let node = unique_name("node");
+        // A Node object must exist, or the pod garbage collector deletes pods bound to it.
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
         let agent = start_agent(env, &node, &root(&tmp, &node)).await?;
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(
@@ -540,6 +549,8 @@ async fn fork_from_shares_one_baseline_snapshot() {
         let ns = create_namespace(&client, "node-fork").await?;
         let tmp = tempfile::tempdir()?;
         let node = unique_name("node");
+        // A Node object must exist, or the pod garbage collector deletes pods bound to it.
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
         let agent = start_agent(env, &node, &root(&tmp, &node)).await?;
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(
