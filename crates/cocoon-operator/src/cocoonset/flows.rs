@@ -1,10 +1,11 @@
-//! The shell of steps 6 (suspend), 8 (migration hook), 9 (release-policy wake) and 10
+//! The shell of steps 6 (suspend), 8 (migration), 9 (release-policy wake) and 10
 //! (unsuspend bookkeeping and reclaim) of `cocoonset.md`, and the 7.1 clear of a leftover
-//! hibernate intent. Decisions come from [`super::suspend`]; this file observes and acts.
+//! hibernate intent. Decisions come from [`super::suspend`] and [`super::migrate`]; this file
+//! observes and acts.
 //!
 //! Crash safety: every durable marker is written before the side effect it guards — the
 //! reclaim record before any hibernate annotation (6A.2), `suspending-since` on entry into
-//! Suspending (6C), the delete stash and the node hint before a seat-release delete (6B.3),
+//! Suspending (6C), `Migrating` before the migration's quiesce (8.5), the delete stash and the node hint before a seat-release delete (6B.3),
 //! the `Waking` status before the wake's create (9.1.4), the first record write before an
 //! unsuspend clears any annotation (10.3). A fresh controller with empty memory therefore
 //! resumes from the API objects alone.
@@ -27,6 +28,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use tracing::{debug, info, warn};
 
+use super::migrate::{self, Advance, Engage};
 use super::suspend::{self, Deadline, GateItem, WakeStep};
 use super::{Created, Error, Pass, Step, create_through_protocol, pods, post_pod, prepare_create};
 use crate::metrics::PlacementLabels;
@@ -246,13 +248,157 @@ impl Pass<'_> {
 
     // ----- step 8 ----------------------------------------------------------------------
 
-    /// Step 8 — cross-node migration of the main. NOT HANDLED YET (issue #8): a pin to
-    /// another node leaves the main where it runs; nothing is quiesced or deleted.
+    /// Step 8 — cross-node migration of the main (slot 0). Crash safety: `Migrating` is
+    /// written before the quiesce, the old pod dies only after its snapshot is in the
+    /// registry and the node agent reports it hibernated, and the snapshot is dropped only
+    /// once the restored VM runs, so every pass resumes from the API objects and the tag.
     pub(super) async fn migrate(&mut self) -> Result<Step, Error> {
-        if !self.cs.spec.node_name.is_empty() {
-            debug!(namespace = %self.ns, name = %self.name, "cross-node migration is not implemented");
+        let desired = self.cs.spec.node_name.clone();
+        let migrating = self.phase() == Some(CocoonSetPhase::Migrating);
+        let main = self.classified.main.clone();
+        match migrate::engage(&desired, migrating, main.as_ref()) {
+            Engage::HandOver => return Ok(Step::Continue),
+            Engage::DeleteStalePin => {
+                let name = naming::pod_name_for_agent(&self.name, 0);
+                info!(namespace = %self.ns, pod = %name, pin = %desired, "deleting an unscheduled main pinned to a node the set no longer names");
+                self.delete_pod(&name).await?;
+                self.changed = true;
+                return Ok(Step::Return(Action::requeue(
+                    self.ctx.timing.requeue_after_write,
+                )));
+            }
+            Engage::Probe => {}
         }
-        Ok(Step::Continue)
+        let main_name = naming::pod_name_for_agent(&self.name, 0);
+        if migrate::hibernation_blocks(&self.list_hibernations().await?, &main_name) {
+            debug!(namespace = %self.ns, pod = %main_name, "a CocoonHibernation owns the main; migration waits");
+            return Ok(Step::Continue);
+        }
+        let vm = naming::vm_name_for_agent(&self.ns, &self.name, 0);
+        self.ctx
+            .stats
+            .registry_calls
+            .fetch_add(1, Ordering::Relaxed);
+        let tag = self
+            .ctx
+            .registry
+            .has_manifest(&vm, tags::HIBERNATE)
+            .await
+            .map_err(|e| Error::Registry(format!("migrate: {e}")))?;
+        let poll = Action::requeue(self.ctx.timing.migrate_poll);
+        match migrate::advance(&desired, migrating, main.as_ref(), tag) {
+            Advance::HandOver => Ok(Step::Continue),
+            Advance::Quiesce => {
+                // The durable marker first: a restart mid-quiesce still knows the annotation
+                // is this migration's, not a leftover.
+                self.mark_migrating().await?;
+                self.patch_classified(&main_name, &bool_delta(ann::HIBERNATE, true))
+                    .await?;
+                info!(namespace = %self.ns, name = %self.name, target = %desired, "migration started: quiescing the main");
+                Ok(Step::Return(poll))
+            }
+            Advance::DropLeftover => {
+                self.drop_main_tag(&vm).await?;
+                info!(namespace = %self.ns, vm = %vm, "dropped a leftover :hibernate tag before migrating");
+                self.mark_migrating().await?;
+                Ok(Step::Return(poll))
+            }
+            Advance::AwaitQuiesce => {
+                self.mark_migrating().await?;
+                Ok(Step::Return(poll))
+            }
+            Advance::EvictOld => {
+                let delta = bool_delta(ann::KEEP_SNAPSHOT_ON_DELETE, true);
+                // Best effort, as in seat release: without the flag the target pulls the
+                // snapshot from the registry instead of the source node.
+                if let Err(e) = self.patch_pod_annotations(&main_name, &delta).await {
+                    warn!(pod = %main_name, error = %e, "could not flag keep-snapshot-on-delete; migrating anyway");
+                }
+                self.delete_pod(&main_name).await?;
+                self.changed = true;
+                info!(namespace = %self.ns, pod = %main_name, target = %desired, "quiesced main deleted for migration");
+                self.mark_migrating().await?;
+                Ok(Step::Return(poll))
+            }
+            Advance::Recreate => self.migrate_recreate().await,
+            Advance::WakeInPlace => {
+                self.patch_classified(&main_name, &bool_delta(ann::HIBERNATE, false))
+                    .await?;
+                info!(namespace = %self.ns, pod = %main_name, "migration re-targeted back: waking the main in place");
+                self.mark_migrating().await?;
+                Ok(Step::Return(poll))
+            }
+            Advance::AwaitLive { unschedulable } => {
+                if let Some(msg) = unschedulable {
+                    self.ctx
+                        .metrics
+                        .migrate_unschedulable
+                        .get_or_create(&self.set_labels())
+                        .inc();
+                    let msg = migrate::redact_target(&msg, &desired);
+                    let text = ev::main_unschedulable_message(&main_name, &msg);
+                    self.event(true, reasons::MIGRATE_NO_CAPACITY, text).await;
+                }
+                self.mark_migrating().await?;
+                Ok(Step::Return(poll))
+            }
+            Advance::DropSnapshot => {
+                self.drop_main_tag(&vm).await?;
+                info!(namespace = %self.ns, name = %self.name, node = %desired, "migration complete: snapshot dropped");
+                self.mark_migrating().await?;
+                Ok(Step::Return(poll))
+            }
+        }
+    }
+
+    async fn mark_migrating(&mut self) -> Result<(), Error> {
+        self.write_phase(Some(CocoonSetPhase::Migrating))
+            .await
+            .map_err(|e| match e {
+                Error::Kube(k) => Error::MigratingStatus(k),
+                other => other,
+            })
+    }
+
+    async fn drop_main_tag(&self, vm: &str) -> Result<(), Error> {
+        self.ctx
+            .stats
+            .registry_calls
+            .fetch_add(1, Ordering::Relaxed);
+        self.ctx
+            .registry
+            .delete_tag(vm, tags::HIBERNATE)
+            .await
+            .map_err(|e| Error::Registry(format!("migrate: {e}")))
+    }
+
+    /// 8.6.2: the old main is gone; recreate it under the current pin from the snapshot,
+    /// unless the image rule dropped the snapshot (step 11 then boots it fresh).
+    async fn migrate_recreate(&mut self) -> Result<Step, Error> {
+        let mut pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
+        let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
+        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts)
+            .await
+            .map_err(|e| Error::Registry(format!("migrate: {e}")))?;
+        if decision.forget {
+            self.forget_vms(&[pods::vm_name(&pod).to_string()]).await?;
+        }
+        if suspend::wake_boots_fresh(&tag, &decision) {
+            info!(namespace = %self.ns, name = %self.name, "no snapshot to migrate onto (image changed); the main boots fresh");
+            return Ok(Step::Continue);
+        }
+        match post_pod(self.ctx, &self.pod_api, &pod).await? {
+            // The old pod is still terminating (the cache no longer lists it).
+            Created::AlreadyExists => {
+                Ok(Step::Return(Action::requeue(self.ctx.timing.migrate_poll)))
+            }
+            Created::Yes => {
+                self.changed = true;
+                info!(namespace = %self.ns, name = %self.name, target = %self.cs.spec.node_name, "main recreated from its snapshot");
+                self.mark_migrating().await?;
+                Ok(Step::Return(Action::requeue(self.ctx.timing.migrate_poll)))
+            }
+        }
     }
 
     // ----- step 9 ----------------------------------------------------------------------

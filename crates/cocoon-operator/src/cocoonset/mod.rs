@@ -5,9 +5,12 @@
 //! (factories, drift, classification, triage, create protocol, status, teardown); this file is
 //! the shell that walks the loop's steps 1–14 and applies their decisions. Steps 6 (suspend),
 //! 9 (release wake) and 10 (unsuspend/reclaim) are in `flows.rs` over the pure rules of
-//! [`suspend`]; step 8 (migration) is still a marked hook that hands over ("not handled").
+//! [`suspend`]; step 8 (migration) is in `flows.rs` over the pure rules of [`migrate`].
 
 mod flows;
+pub mod migrate;
+#[cfg(test)]
+mod migrate_tests;
 pub mod plan;
 pub mod pods;
 pub mod quantity;
@@ -66,12 +69,15 @@ pub enum Error {
     Invalid(String),
     #[error("pod cache did not sync")]
     Cache,
+    /// Step 8's durable `Migrating` marker could not be written.
+    #[error("migrate: patch migrating status: {0}")]
+    MigratingStatus(kube::Error),
 }
 
 impl Error {
     fn kind(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
+            Error::Kube(_) | Error::MigratingStatus(_) => "kube",
             Error::Registry(_) => "registry",
             Error::Missing(_) | Error::Invalid(_) => "invalid",
             Error::Cache => "cache",

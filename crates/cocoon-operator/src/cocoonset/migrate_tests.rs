@@ -1,0 +1,466 @@
+//! Table tests of step 8 (cross-node migration of the main) of `cocoonset.md`.
+
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::crd::hibernation::{
+    CocoonHibernation, CocoonHibernationSpec, CocoonHibernationStatus, Desire, HibernationPhase,
+    PodRef,
+};
+use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodStatus,
+};
+use kube::ResourceExt;
+
+use super::migrate::{self, Advance, Engage};
+use super::pods;
+
+const NS: &str = "ns";
+
+fn set(pin: &str) -> CocoonSet {
+    let mut spec = CocoonSetSpec::with_image("img:1");
+    spec.node_name = pin.into();
+    let mut cs = CocoonSet::new("demo", spec);
+    cs.metadata.namespace = Some(NS.into());
+    cs.metadata.uid = Some("uid-1".into());
+    cs.metadata.generation = Some(3);
+    cs
+}
+
+/// The main as the factory builds it under `pin`, bound to `node` ("" = unscheduled).
+fn main_pod(pin: &str, node: &str) -> Pod {
+    let mut p = pods::build_agent_pod(&set(pin), NS, 0, "", None);
+    if !node.is_empty()
+        && let Some(s) = p.spec.as_mut()
+    {
+        s.node_name = Some(node.into());
+    }
+    p
+}
+
+fn with(mut p: Pod, k: &str, v: &str) -> Pod {
+    p.annotations_mut().insert(k.into(), v.into());
+    p
+}
+
+fn live(mut p: Pod) -> Pod {
+    p = with(p, ann::VM_ID, "vm-id");
+    p = with(p, ann::LIFECYCLE_STATE, "ready");
+    p = with(p, ann::LIFECYCLE_OBSERVED_GENERATION, "3");
+    let st = p.status.get_or_insert_with(PodStatus::default);
+    st.phase = Some("Running".into());
+    st.container_statuses = Some(vec![ContainerStatus {
+        name: "agent".into(),
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }]);
+    p
+}
+
+fn quiesced(p: Pod) -> Pod {
+    with(p, ann::HIBERNATE, "true")
+}
+
+/// Quiesced, and the node agent reported `hibernated` (VM id cleared).
+fn hibernated(p: Pod, generation: &str) -> Pod {
+    let mut p = quiesced(p);
+    p.annotations_mut().remove(ann::VM_ID);
+    p = with(p, ann::LIFECYCLE_STATE, "hibernated");
+    with(p, ann::LIFECYCLE_OBSERVED_GENERATION, generation)
+}
+
+fn unschedulable(mut p: Pod, msg: &str) -> Pod {
+    let st = p.status.get_or_insert_with(PodStatus::default);
+    st.phase = Some("Pending".into());
+    st.conditions = Some(vec![PodCondition {
+        type_: "PodScheduled".into(),
+        status: "False".into(),
+        reason: Some("Unschedulable".into()),
+        message: Some(msg.into()),
+        ..PodCondition::default()
+    }]);
+    p
+}
+
+#[test]
+fn stale_pin_reads_only_the_pod() {
+    let cases: Vec<(&str, Pod, &str, bool)> = vec![
+        (
+            "unscheduled under the old pin",
+            main_pod("n1", ""),
+            "n2",
+            true,
+        ),
+        ("unscheduled, pin removed", main_pod("n1", ""), "", true),
+        (
+            "unscheduled under the current pin",
+            main_pod("n2", ""),
+            "n2",
+            false,
+        ),
+        (
+            "bound under the old pin: a migration, not a stale pin",
+            main_pod("n1", "n1"),
+            "n2",
+            false,
+        ),
+        (
+            "unscheduled with no affinity",
+            main_pod("", ""),
+            "n2",
+            false,
+        ),
+        ("no affinity, no pin", main_pod("", ""), "", false),
+    ];
+    for (what, pod, desired, want) in cases {
+        assert_eq!(migrate::stale_pin(desired, &pod), want, "{what}");
+    }
+}
+
+#[test]
+fn engage_table() {
+    use Engage::*;
+    let cases: Vec<(&str, &str, bool, Option<Pod>, Engage)> = vec![
+        (
+            "stale pin wins over everything",
+            "n2",
+            false,
+            Some(main_pod("n1", "")),
+            DeleteStalePin,
+        ),
+        (
+            "removed pin on a pending main",
+            "",
+            true,
+            Some(main_pod("n1", "")),
+            DeleteStalePin,
+        ),
+        (
+            "no pin, not migrating",
+            "",
+            false,
+            Some(live(main_pod("", "n1"))),
+            HandOver,
+        ),
+        ("no pin, no main", "", false, None, HandOver),
+        (
+            "pin, main settled on target",
+            "n1",
+            false,
+            Some(live(main_pod("n1", "n1"))),
+            HandOver,
+        ),
+        (
+            "pin, main still booting unbound on target",
+            "n1",
+            false,
+            Some(main_pod("n1", "")),
+            HandOver,
+        ),
+        (
+            "pin, main elsewhere",
+            "n2",
+            false,
+            Some(live(main_pod("", "n1"))),
+            Probe,
+        ),
+        (
+            "pin, main on target but hibernate-annotated",
+            "n1",
+            false,
+            Some(quiesced(main_pod("n1", "n1"))),
+            Probe,
+        ),
+        ("pin, no main", "n1", false, None, Probe),
+        (
+            "migrating, main on target",
+            "n1",
+            true,
+            Some(live(main_pod("n1", "n1"))),
+            Probe,
+        ),
+        ("migrating, pin removed mid-flight", "", true, None, Probe),
+    ];
+    for (what, desired, migrating, main, want) in cases {
+        assert_eq!(
+            migrate::engage(desired, migrating, main.as_ref()),
+            want,
+            "{what}"
+        );
+    }
+}
+
+fn cr(
+    pod: &str,
+    desire: Desire,
+    phase: Option<HibernationPhase>,
+    observed: i64,
+) -> CocoonHibernation {
+    let mut h = CocoonHibernation::new(
+        "h",
+        CocoonHibernationSpec {
+            pod_ref: PodRef { name: pod.into() },
+            desire,
+        },
+    );
+    h.metadata.generation = Some(2);
+    h.status = Some(CocoonHibernationStatus {
+        observed_generation: observed,
+        phase,
+        ..CocoonHibernationStatus::default()
+    });
+    h
+}
+
+#[test]
+fn hibernation_guards() {
+    use HibernationPhase::*;
+    let cases: Vec<(&str, Vec<CocoonHibernation>, bool)> = vec![
+        ("none", vec![], false),
+        (
+            "another pod's CR",
+            vec![cr("other", Desire::Hibernate, Some(Hibernated), 2)],
+            false,
+        ),
+        (
+            "desire Hibernate",
+            vec![cr("demo-0", Desire::Hibernate, Some(Hibernated), 2)],
+            true,
+        ),
+        (
+            "desire Hibernate, no status yet",
+            vec![cr("demo-0", Desire::Hibernate, None, 0)],
+            true,
+        ),
+        (
+            "Hibernating",
+            vec![cr("demo-0", Desire::Wake, Some(Hibernating), 2)],
+            true,
+        ),
+        (
+            "wake in flight",
+            vec![cr("demo-0", Desire::Wake, Some(Waking), 2)],
+            true,
+        ),
+        (
+            "failed wake still retrying",
+            vec![cr("demo-0", Desire::Wake, Some(Hibernated), 2)],
+            true,
+        ),
+        (
+            "Active but spec change unobserved",
+            vec![cr("demo-0", Desire::Wake, Some(Active), 1)],
+            true,
+        ),
+        (
+            "settled Active",
+            vec![cr("demo-0", Desire::Wake, Some(Active), 2)],
+            false,
+        ),
+    ];
+    for (what, crs, want) in cases {
+        assert_eq!(migrate::hibernation_blocks(&crs, "demo-0"), want, "{what}");
+    }
+}
+
+/// (what, spec.nodeName, migrating, main, tag present, expected).
+type AdvanceCase = (&'static str, &'static str, bool, Option<Pod>, bool, Advance);
+
+#[test]
+fn advance_table() {
+    use Advance::*;
+    let on_old = || main_pod("", "n1");
+    let on_target = || main_pod("n2", "n2");
+    let cases: Vec<AdvanceCase> = vec![
+        // 8.5 no tag
+        (
+            "no tag, no pin (aborted)",
+            "",
+            true,
+            Some(live(on_old())),
+            false,
+            HandOver,
+        ),
+        ("no tag, no main", "n2", true, None, false, HandOver),
+        (
+            "no tag, main unbound",
+            "n2",
+            true,
+            Some(main_pod("n2", "")),
+            false,
+            HandOver,
+        ),
+        (
+            "no tag, main on target",
+            "n2",
+            true,
+            Some(live(on_target())),
+            false,
+            HandOver,
+        ),
+        (
+            "no tag, main elsewhere: start",
+            "n2",
+            false,
+            Some(live(on_old())),
+            false,
+            Quiesce,
+        ),
+        (
+            "no tag, quiesce set, snapshot not landed",
+            "n2",
+            true,
+            Some(quiesced(live(on_old()))),
+            false,
+            Quiesce,
+        ),
+        // 8.6.1 off target
+        (
+            "leftover tag, live main",
+            "n2",
+            false,
+            Some(live(on_old())),
+            true,
+            DropLeftover,
+        ),
+        (
+            "migrating, quiesce not yet in the cache: re-assert, never drop",
+            "n2",
+            true,
+            Some(live(on_old())),
+            true,
+            Quiesce,
+        ),
+        (
+            "leftover tag, main not live yet",
+            "n2",
+            false,
+            Some(on_old()),
+            true,
+            HandOver,
+        ),
+        (
+            "quiesced, tag landed, not yet hibernated",
+            "n2",
+            true,
+            Some(quiesced(live(on_old()))),
+            true,
+            AwaitQuiesce,
+        ),
+        (
+            "quiesced and hibernated",
+            "n2",
+            true,
+            Some(hibernated(on_old(), "3")),
+            true,
+            EvictOld,
+        ),
+        (
+            "unsuspend + pin edit: hibernated at an older generation",
+            "n2",
+            false,
+            Some(hibernated(on_old(), "2")),
+            true,
+            EvictOld,
+        ),
+        // 8.6.2 main gone
+        ("main gone, tag present", "n2", true, None, true, Recreate),
+        (
+            "main gone, pin removed mid-flight",
+            "",
+            true,
+            None,
+            true,
+            Recreate,
+        ),
+        // 8.6.3 annotated on target / no pin
+        (
+            "re-target back mid-migration",
+            "n1",
+            true,
+            Some(hibernated(main_pod("n1", "n1"), "3")),
+            true,
+            WakeInPlace,
+        ),
+        (
+            "pin removed mid-quiesce",
+            "",
+            true,
+            Some(quiesced(live(on_old()))),
+            true,
+            WakeInPlace,
+        ),
+        (
+            "plain unsuspend of a pinned set",
+            "n1",
+            false,
+            Some(hibernated(main_pod("n1", "n1"), "3")),
+            true,
+            HandOver,
+        ),
+        // 8.6.4 not live
+        (
+            "restored main pending",
+            "n2",
+            true,
+            Some(main_pod("n2", "")),
+            true,
+            AwaitLive {
+                unschedulable: None,
+            },
+        ),
+        (
+            "restored main unschedulable",
+            "n2",
+            true,
+            Some(unschedulable(main_pod("n2", ""), "0/3 nodes are available")),
+            true,
+            AwaitLive {
+                unschedulable: Some("0/3 nodes are available".into()),
+            },
+        ),
+        (
+            "not migrating, main booting: CR wake may be in flight",
+            "n2",
+            false,
+            Some(on_target()),
+            true,
+            HandOver,
+        ),
+        // 8.6.5
+        (
+            "restored and live",
+            "n2",
+            true,
+            Some(live(on_target())),
+            true,
+            DropSnapshot,
+        ),
+        (
+            "restored and live, no pin",
+            "",
+            true,
+            Some(live(main_pod("", "n3"))),
+            true,
+            DropSnapshot,
+        ),
+    ];
+    for (what, desired, migrating, main, tag, want) in cases {
+        assert_eq!(
+            migrate::advance(desired, migrating, main.as_ref(), tag),
+            want,
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn no_capacity_message_does_not_name_the_target() {
+    assert_eq!(
+        migrate::redact_target("0/2 nodes are available: node n2 is full", "n2"),
+        "0/2 nodes are available: node <target node> is full"
+    );
+    assert_eq!(migrate::redact_target("0/2 nodes", ""), "0/2 nodes");
+}

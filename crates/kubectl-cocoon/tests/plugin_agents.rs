@@ -1,0 +1,231 @@
+//! The plugin's set verbs end to end against the real controllers (both, in-process, scoped to
+//! the test namespace) and real node agents on the simulated runtime (in-process, one per
+//! TestNode): suspend and resume keep each VM's guest state; `status` shows the members.
+
+use std::path::Path;
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cocoon_api::naming::vm_name_for_pod;
+use cocoon_api::{CocoonSet, CocoonSetSpec};
+use cocoon_node::agent::{AgentParts, run_agent};
+use cocoon_node::metrics::NodeMetrics;
+use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
+use cocoon_node::runtime::Runtime;
+use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
+use cocoon_operator::metrics::Metrics;
+use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_operator::{cocoonset, hibernation};
+use cocoon_registry::{RegistryClient, RegistryConfig};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+type BoxError = Box<dyn std::error::Error>;
+
+fn registry(addr: &str) -> RegistryClient {
+    RegistryClient::new(RegistryConfig::for_registry(addr).expect("registry config"))
+        .expect("registry client")
+}
+
+/// Both controllers, scoped to `ns`, stopped when the token is cancelled.
+fn start_operator(client: &Client, ns: &str, registry_addr: &str, stop: &CancellationToken) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "cocoon-operator".into(),
+            instance: None,
+        },
+    );
+    let metrics = Arc::new(Metrics::new());
+    let reg: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(registry_addr)));
+    let sets = Arc::new(cocoonset::Context::new(
+        client.clone(),
+        recorder.clone(),
+        metrics.clone(),
+        reg.clone(),
+        cocoonset::plan::Timing::default(),
+    ));
+    let chs = Arc::new(hibernation::Context::new(
+        client.clone(),
+        recorder,
+        metrics,
+        reg,
+        hibernation::decide::Timing::default(),
+    ));
+    let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
+    let (ns1, ns2) = (ns.to_string(), ns.to_string());
+    let (s1, s2) = (stop.clone(), stop.clone());
+    let r1 = readiness.clone();
+    tokio::spawn(async move {
+        cocoonset::run(sets, Some(&ns1), 4, async move { s1.cancelled().await }, r1).await
+    });
+    tokio::spawn(async move {
+        hibernation::run(
+            chs,
+            Some(&ns2),
+            4,
+            async move { s2.cancelled().await },
+            readiness,
+        )
+        .await
+    });
+}
+
+/// A real node agent on the simulator for `node`, stopped with the token.
+async fn start_agent(
+    client: Client,
+    node: &str,
+    root: &Path,
+    registry_addr: &str,
+    stop: &CancellationToken,
+) -> Result<SimHandle, BoxError> {
+    let mut cfg = SimConfig::new(root);
+    cfg.permissive_pull = true;
+    cfg.lease_delay = Duration::from_millis(50);
+    let leases = cfg.lease_path.clone();
+    let rt = SimRuntime::open(cfg)?;
+    let sim = rt.handle();
+    let runtime: Arc<dyn Runtime> = Arc::new(rt);
+    let parts = AgentParts {
+        pods: PodConfig {
+            node_name: node.to_owned(),
+            orphan_policy: OrphanPolicy::Destroy,
+            leases_path: leases,
+            restore_mode: "ondemand".into(),
+            cocoon_root_dir: root.to_owned(),
+            timing: AgentTiming::default(),
+        },
+        client,
+        runtime,
+        registry: Some(registry(registry_addr)),
+        metrics: Arc::new(NodeMetrics::new(root.to_owned())),
+        registration: None,
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let t = stop.clone();
+    tokio::spawn(async move {
+        if let Err(e) = run_agent(parts, t, Some(tx)).await {
+            eprintln!("agent failed: {e}");
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(60), rx).await??;
+    Ok(sim)
+}
+
+async fn plugin(env: &cocoon_testenv::Shared, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path())
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run kubectl-cocoon")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn suspend_and_resume_keep_every_vm_state() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "plugin-e2e").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let node = cocoon_testenv::unique_name("node");
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, &pool).await?;
+        let stop = CancellationToken::new();
+        let tmp = tempfile::tempdir()?;
+        let sim = start_agent(env.client()?, &node, tmp.path(), env.registry_addr(), &stop).await?;
+        start_operator(&client, &ns, env.registry_addr(), &stop);
+
+        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
+        spec.node_pool = pool.clone();
+        spec.agent.mode = cocoon_api::crd::set::AgentMode::Run;
+        spec.agent.replicas = 1;
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        sets.create(&PostParams::default(), &CocoonSet::new("demo", spec))
+            .await?;
+        let vms = [
+            vm_name_for_pod(&ns, "demo-0"),
+            vm_name_for_pod(&ns, "demo-1"),
+        ];
+        let tokens =
+            cocoon_testenv::wait_until("both VMs running", Duration::from_secs(90), || async {
+                let a = sim.guest_token(&vms[0]).ok()?;
+                let b = sim.guest_token(&vms[1]).ok()?;
+                Some((a, b))
+            })
+            .await?;
+        let out = plugin(env, &["-n", &ns, "resume", "demo", "--timeout", "90s"]).await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "already running: {}",
+            text(&out.stderr)
+        );
+
+        let out = plugin(
+            env,
+            &[
+                "-n",
+                &ns,
+                "suspend",
+                "demo",
+                "--timeout",
+                "3m",
+                "-o",
+                "json",
+            ],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(0), "suspend: {}", text(&out.stderr));
+        let obj: Value = serde_json::from_slice(&out.stdout)?;
+        assert_eq!(obj["status"]["phase"], "Suspended");
+        assert!(
+            sim.guest_token(&vms[0]).is_err(),
+            "the main VM was removed after its snapshot"
+        );
+        let reg = registry(env.registry_addr());
+        for vm in &vms {
+            assert!(
+                reg.has_manifest(vm, "hibernate").await?,
+                "{vm}:hibernate in the registry"
+            );
+        }
+
+        let out = plugin(env, &["-n", &ns, "resume", "demo", "--timeout", "3m"]).await;
+        assert_eq!(out.status.code(), Some(0), "resume: {}", text(&out.stderr));
+        assert_eq!(
+            sim.guest_token(&vms[0])?,
+            tokens.0,
+            "the main came back with its state"
+        );
+        assert_eq!(
+            sim.guest_token(&vms[1])?,
+            tokens.1,
+            "the sub-agent came back with its state"
+        );
+
+        let out = plugin(env, &["-n", &ns, "status", "demo"]).await;
+        assert_eq!(out.status.code(), Some(0));
+        let table = text(&out.stdout);
+        assert!(table.contains("Running"), "{table}");
+        assert!(
+            table.contains(&vms[0]) && table.contains(&vms[1]),
+            "{table}"
+        );
+
+        stop.cancel();
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
