@@ -229,3 +229,61 @@ async fn suspend_and_resume_keep_every_vm_state() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn status_watch_streams_json_lines() {
+    cocoon_testenv::run_test(|env| async move {
+        use tokio::io::AsyncBufReadExt;
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "plugin-watch").await?;
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("watched", CocoonSetSpec::with_image("img")),
+        )
+        .await?;
+        // stdout is a pipe, so the watch streams one JSON object per change instead of redrawing.
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+            .arg("--kubeconfig")
+            .arg(env.kubeconfig_path())
+            .args(["-n", &ns, "status", "-w", "-o", "json"])
+            .env_remove("KUBECONFIG")
+            .stdout(std::process::Stdio::piped())
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await??;
+        let v: Value = serde_json::from_str(first.as_deref().unwrap_or(""))?;
+        assert_eq!(v["name"], "watched");
+        assert_eq!(v["namespace"], ns.as_str());
+        // A change produces another line.
+        let patch = serde_json::json!({"spec": {"suspend": true}});
+        sets.patch(
+            "watched",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+        let next = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(l)) => {
+                        let v: Value = serde_json::from_str(&l).unwrap_or_default();
+                        if v["spec"]["suspend"] == true {
+                            return Some(v);
+                        }
+                    }
+                    _ => return None,
+                }
+            }
+        })
+        .await?;
+        assert!(next.is_some(), "the suspend edit was streamed");
+        child.kill().await?;
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
