@@ -287,3 +287,75 @@ async fn status_watch_streams_json_lines() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_moves_the_main_with_its_state_and_unpin_settles() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "plugin-mig").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let (na, nb) = (
+            cocoon_testenv::unique_name("node"),
+            cocoon_testenv::unique_name("node"),
+        );
+        let _a = cocoon_testenv::TestNode::in_pool(&client, &na, &pool).await?;
+        let _b = cocoon_testenv::TestNode::in_pool(&client, &nb, &pool).await?;
+        let stop = CancellationToken::new();
+        let (ta, tb) = (tempfile::tempdir()?, tempfile::tempdir()?);
+        let sim_a = start_agent(env.client()?, &na, ta.path(), env.registry_addr(), &stop).await?;
+        let sim_b = start_agent(env.client()?, &nb, tb.path(), env.registry_addr(), &stop).await?;
+        start_operator(&client, &ns, env.registry_addr(), &stop);
+
+        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
+        spec.node_pool = pool.clone();
+        spec.agent.mode = cocoon_api::crd::set::AgentMode::Run;
+        spec.node_name = na.clone();
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        sets.create(&PostParams::default(), &CocoonSet::new("mig", spec))
+            .await?;
+        let vm = vm_name_for_pod(&ns, "mig-0");
+        let token = cocoon_testenv::wait_until(
+            "main running on node a",
+            Duration::from_secs(90),
+            || async { sim_a.guest_token(&vm).ok() },
+        )
+        .await?;
+
+        let out = plugin(
+            env,
+            &["-n", &ns, "migrate", "mig", "--to", &nb, "--timeout", "3m"],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(0), "migrate: {}", text(&out.stderr));
+        assert_eq!(
+            sim_b.guest_token(&vm)?,
+            token,
+            "the main moved with its state"
+        );
+        assert!(
+            sim_a.guest_token(&vm).is_err(),
+            "nothing left running on the old node"
+        );
+        let set = sets.get("mig").await?;
+        assert_eq!(
+            set.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("kubectl.cocoonstack.io/previous-node-name"))
+                .map(String::as_str),
+            Some(na.as_str()),
+            "the replaced pin is remembered for --cancel"
+        );
+        // An unknown node is refused before anything is written.
+        let out = plugin(env, &["-n", &ns, "pin", "mig", "no-such-node"]).await;
+        assert_eq!(out.status.code(), Some(1));
+        let out = plugin(env, &["-n", &ns, "unpin", "mig", "--timeout", "60s"]).await;
+        assert_eq!(out.status.code(), Some(0), "unpin: {}", text(&out.stderr));
+        assert_eq!(sets.get("mig").await?.spec.node_name, "");
+
+        stop.cancel();
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
