@@ -45,6 +45,16 @@ struct Best {
     push_hwm: u64,
     pull_hwm: u64,
     tar_hwm: u64,
+    /// Least CPU (user + system seconds of our process) per GiB moved, per measure.
+    cpu: std::collections::BTreeMap<&'static str, f64>,
+}
+
+impl Best {
+    fn cpu(&mut self, key: &'static str, cpu_secs: f64, bytes: u64) {
+        let per_gib = cpu_secs / (bytes as f64 / (1u64 << 30) as f64);
+        let e = self.cpu.entry(key).or_insert(f64::INFINITY);
+        *e = e.min(per_gib);
+    }
 }
 
 fn main() {
@@ -167,32 +177,36 @@ async fn run() {
         );
         // 2. Raw HTTP upload: POST + monolithic PUT of each layer, digests known in advance;
         // one blob at a time, then all at once (the push transfers in parallel too).
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu_secs());
         for l in &layers {
             raw_upload(&http, &base, &raw_seq, l).await;
         }
         best.raw_up = best.raw_up.max(mbps(bytes, t.elapsed().as_secs_f64()));
-        let t = Instant::now();
+        best.cpu("raw_up", cpu_secs() - c, bytes);
+        let (t, c) = (Instant::now(), cpu_secs());
         futures::future::join_all(layers.iter().map(|l| raw_upload(&http, &base, &raw_par, l)))
             .await;
         best.raw_up_par = best.raw_up_par.max(mbps(bytes, t.elapsed().as_secs_f64()));
+        best.cpu("raw_up_par", cpu_secs() - c, bytes);
 
         // 3. Our push, in a child process (its own peak RSS).
         let push = run_child(&["push", reg.addr(), &ours, src.to_str().unwrap_or_default()]);
         best.push = best.push.max(mbps(bytes, push.secs));
         best.push_hwm = best.push_hwm.max(push.hwm_kib);
+        best.cpu("push", push.cpu, bytes);
 
         // 4. Raw HTTP download of the same blobs into files (no hashing, no hole handling).
         let raw_dir = work.path().join("raw-download");
         std::fs::create_dir_all(&raw_dir).expect("mkdir");
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu_secs());
         for l in &layers {
             raw_download(&http, &base, &raw_seq, l, &raw_dir).await;
         }
         best.raw_down = best.raw_down.max(mbps(bytes, t.elapsed().as_secs_f64()));
+        best.cpu("raw_down", cpu_secs() - c, bytes);
         std::fs::remove_dir_all(&raw_dir).ok();
         std::fs::create_dir_all(&raw_dir).expect("mkdir");
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu_secs());
         futures::future::join_all(
             layers
                 .iter()
@@ -202,6 +216,7 @@ async fn run() {
         best.raw_down_par = best
             .raw_down_par
             .max(mbps(bytes, t.elapsed().as_secs_f64()));
+        best.cpu("raw_down_par", cpu_secs() - c, bytes);
         std::fs::remove_dir_all(&raw_dir).ok();
 
         // 5. Our pull, in a child process.
@@ -210,10 +225,12 @@ async fn run() {
         std::fs::remove_dir_all(&dst).ok();
         best.pull = best.pull.max(mbps(bytes, pull.secs));
         best.pull_hwm = best.pull_hwm.max(pull.hwm_kib);
+        best.cpu("pull", pull.cpu, bytes);
         // 6. Our pull as an import tar into a sink (the node agent's path to `cocoon snapshot import`).
         let pull_tar = run_child(&["pull-tar", reg.addr(), &ours, ""]);
         best.tar = best.tar.max(mbps(bytes, pull_tar.secs));
         best.tar_hwm = best.tar_hwm.max(pull_tar.hwm_kib);
+        best.cpu("pull_tar", pull_tar.cpu, bytes);
         println!(
             "round {round}: push {:.0}, pull {:.0} MiB/s (raw up {:.0}/{:.0}, raw down {:.0}/{:.0})",
             mbps(bytes, push.secs),
@@ -224,56 +241,81 @@ async fn run() {
             best.raw_down_par
         );
     }
-    let Best {
-        raw_up,
-        raw_up_par,
-        raw_down,
-        raw_down_par,
-        push: push_rate,
-        pull: pull_rate,
-        tar: tar_rate,
-        ..
-    } = best;
+    let (raw_up, raw_up_par, raw_down, raw_down_par) = (
+        best.raw_up,
+        best.raw_up_par,
+        best.raw_down,
+        best.raw_down_par,
+    );
+    let cpu = |k: &str| best.cpu.get(k).copied().unwrap_or(f64::NAN);
     println!();
     // Each of ours is compared with the raw transfer one blob at a time (the plain "raw
-    // upload/download") and with all blobs at once (as parallel as ours).
-    let row = |name: &str, rate: f64| println!("{name:<44} {rate:>8.0}");
-    let ours = |name: &str, rate: f64, seq: f64, par: f64, hwm_kib: u64| {
+    // upload/download") and with all blobs at once (as parallel as ours). CPU is what our
+    // process used (the registry's is not counted), per GiB moved.
+    let row = |name: &str, rate: f64, key: &str| {
         println!(
-            "{name:<44} {rate:>8.0} {:>6.0}% / {:>3.0}% {:>8.1} MiB",
-            100.0 * rate / seq,
-            100.0 * rate / par,
+            "{name:<44} {rate:>8.0} {:>15} {:>9.2} {:>12}",
+            "",
+            cpu(key),
+            ""
+        )
+    };
+    let ours = |name: &str, rate: f64, seq: f64, par: f64, key: &str, hwm_kib: u64| {
+        let ratios = if seq.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{:.0}% / {:.0}%", 100.0 * rate / seq, 100.0 * rate / par)
+        };
+        println!(
+            "{name:<44} {rate:>8.0} {ratios:>15} {:>9.2} {:>8.1} MiB",
+            cpu(key),
             hwm_kib as f64 / 1024.0
         )
     };
     println!(
-        "{:<44} {:>8} {:>13} {:>12}",
-        "measure", "MiB/s", "vs raw seq/par", "peak RSS"
+        "{:<44} {:>8} {:>15} {:>9} {:>12}",
+        "measure", "MiB/s", "vs raw seq/par", "CPU s/GiB", "peak RSS"
     );
-    row("raw read (same files)", raw_read);
-    row("raw HTTP upload, one blob at a time", raw_up);
-    row("raw HTTP upload, all blobs at once", raw_up_par);
+    println!("{:<44} {raw_read:>8.0}", "raw read (same files)");
+    row("raw HTTP upload, one blob at a time", raw_up, "raw_up");
+    row(
+        "raw HTTP upload, all blobs at once",
+        raw_up_par,
+        "raw_up_par",
+    );
     ours(
         "push_snapshot_dir",
-        push_rate,
+        best.push,
         raw_up,
         raw_up_par,
+        "push",
         best.push_hwm,
     );
-    row("raw HTTP download to files, one at a time", raw_down);
-    row("raw HTTP download to files, all at once", raw_down_par);
+    row(
+        "raw HTTP download to files, one at a time",
+        raw_down,
+        "raw_down",
+    );
+    row(
+        "raw HTTP download to files, all at once",
+        raw_down_par,
+        "raw_down_par",
+    );
     ours(
         "pull_snapshot_to_dir",
-        pull_rate,
+        best.pull,
         raw_down,
         raw_down_par,
+        "pull",
         best.pull_hwm,
     );
-    println!(
-        "{:<44} {tar_rate:>8.0} {:>13} {:>8.1} MiB",
+    ours(
         "pull_snapshot_to_tar (into a sink, no disk)",
-        "-",
-        best.tar_hwm as f64 / 1024.0
+        best.tar,
+        f64::NAN,
+        f64::NAN,
+        "pull_tar",
+        best.tar_hwm,
     );
     println!(
         "machine: {} CPUs",
@@ -363,15 +405,21 @@ async fn raw_download(
 struct ChildResult {
     secs: f64,
     hwm_kib: u64,
+    cpu: f64,
 }
 
 fn run_child(args: &[&str]) -> ChildResult {
     let exe = std::env::current_exe().expect("current exe");
-    let out = Command::new(exe)
+    let child = Command::new(exe)
         .arg("--child")
         .args(args)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("child");
+    // The pid lets a profiler attribute samples (`perf report --pid`).
+    eprintln!("child {} pid {}", args[0], child.id());
+    let out = child.wait_with_output().expect("child");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -391,7 +439,19 @@ fn run_child(args: &[&str]) -> ChildResult {
     ChildResult {
         secs: get("secs"),
         hwm_kib: get("hwm_kib") as u64,
+        cpu: get("cpu"),
     }
+}
+
+/// User plus system CPU seconds this process has used so far.
+fn cpu_secs() -> f64 {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return f64::NAN;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Peak resident set size of this process (`VmHWM`).
@@ -414,6 +474,7 @@ fn child(args: &[String]) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let client =
         RegistryClient::new(RegistryConfig::for_registry(addr).expect("cfg")).expect("client");
+    let cpu0 = cpu_secs();
     let secs = rt.block_on(async {
         let t = Instant::now();
         match op {
@@ -443,5 +504,9 @@ fn child(args: &[String]) {
         }
         t.elapsed().as_secs_f64()
     });
-    println!("RESULT secs={secs} hwm_kib={}", vm_hwm_kib());
+    println!(
+        "RESULT secs={secs} hwm_kib={} cpu={}",
+        vm_hwm_kib(),
+        cpu_secs() - cpu0
+    );
 }

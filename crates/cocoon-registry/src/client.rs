@@ -812,6 +812,45 @@ mod tests {
         server.abort();
     }
 
+    /// A blob download that stops mid-body fails after the no-progress limit instead of
+    /// hanging.
+    #[tokio::test]
+    async fn a_stalled_download_times_out() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let _ = sock
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+                    .await;
+                held.push(sock); // ninety bytes never come
+            }
+        });
+        let mut cfg = RegistryConfig::for_registry(&addr.to_string()).expect("cfg");
+        cfg.transfer_idle_timeout = std::time::Duration::from_millis(300);
+        let c = RegistryClient::new(cfg).expect("client");
+        let digest = Digest::of(&[0u8; 100]);
+        let mut blob = c
+            .get_blob("vm-a", &digest, 100)
+            .await
+            .expect("headers arrive");
+        assert_eq!(blob.next().await.ok().flatten().map(|b| b.len()), Some(10));
+        let started = std::time::Instant::now();
+        let err = blob.next().await.expect_err("stalled");
+        assert!(
+            matches!(err, Error::Transport { timeout: true, .. }),
+            "{err}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        server.abort();
+    }
+
     #[tokio::test]
     async fn a_refused_connection_is_a_transport_error() {
         let port = std::net::TcpListener::bind("127.0.0.1:0")

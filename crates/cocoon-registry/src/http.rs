@@ -250,8 +250,6 @@ impl Http {
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(32)
             .pool_idle_timeout(Duration::from_secs(90))
-            // Larger reads hand bigger frames to blob writers: fewer wake-ups and syscalls.
-            .http1_max_buf_size(1 << 20)
             .build(https);
         Ok(Http {
             client,
@@ -634,10 +632,14 @@ pub(crate) fn header_str<'a>(resp: &'a Response<Incoming>, name: &str) -> Option
     resp.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Reads a streaming response body frame by frame, failing when no frame arrives in time.
+/// Reads a streaming response body frame by frame, failing when no data arrives for `idle`.
+/// The watchdog is one long-lived timer re-armed only when it fires, so a data frame costs
+/// no timer work (per-frame timeouts were a large share of a parallel pull's CPU).
 pub(crate) struct BodyReader {
     body: Incoming,
     idle: Duration,
+    watchdog: Pin<Box<tokio::time::Sleep>>,
+    last_data: Instant,
 }
 
 impl BodyReader {
@@ -645,20 +647,29 @@ impl BodyReader {
         BodyReader {
             body: resp.into_body(),
             idle,
+            watchdog: Box::pin(tokio::time::sleep(idle)),
+            last_data: Instant::now(),
         }
     }
 
     /// The next data chunk; `None` at the end.
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>> {
         loop {
-            let frame = tokio::time::timeout(self.idle, self.body.frame())
-                .await
-                .map_err(|_| {
-                    Error::timeout(format!(
-                        "download: no data for {}s",
-                        self.idle.as_secs_f32()
-                    ))
-                })?;
+            let frame = tokio::select! {
+                biased;
+                f = self.body.frame() => f,
+                _ = self.watchdog.as_mut() => {
+                    let deadline = self.last_data + self.idle;
+                    if Instant::now() >= deadline {
+                        return Err(Error::timeout(format!(
+                            "download: no data for {}s",
+                            self.idle.as_secs_f32()
+                        )));
+                    }
+                    self.watchdog.as_mut().reset(deadline.into());
+                    continue;
+                }
+            };
             match frame {
                 None => return Ok(None),
                 Some(Err(e)) => {
@@ -668,6 +679,7 @@ impl BodyReader {
                     if let Ok(d) = f.into_data()
                         && !d.is_empty()
                     {
+                        self.last_data = Instant::now();
                         return Ok(Some(d));
                     }
                 }

@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use cocoon_api::contract::oci;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use crate::client::RegistryClient;
 
-/// Bytes of one download in flight between the network and its writer thread.
-const PULL_IN_FLIGHT: usize = 2 << 20;
+/// Bytes handed from the network to a download's writer thread at a time.
+const PULL_BATCH: usize = 1 << 20;
 use crate::error::{Error, Result, ResultExt};
 use crate::manifest::{
     Descriptor, Kind, Manifest, Segment, SnapshotConfig, SnapshotEnvelope, classify,
@@ -203,33 +203,40 @@ impl RegistryClient {
             }],
         };
         let logical = f.logical_size();
-        // Frames go to the writer thread as hyper hands them over (no re-batching copy); a
-        // byte budget bounds what is in flight.
-        let budget = Arc::new(Semaphore::new(PULL_IN_FLIGHT));
-        let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, OwnedSemaphorePermit)>();
+        // Frames go to the writer thread in batches of about 1 MiB: the frames themselves,
+        // one wake-up per batch, at most two batches queued. (Copying them into recycled
+        // buffers instead measured ~60% more CPU: hyper then reads in smaller pieces.)
+        let (tx, mut rx) = mpsc::channel::<Vec<Bytes>>(2);
         let writer = tokio::task::spawn_blocking(move || -> Result<()> {
             let mut verifier = verifier;
             let mut w = HoleWriter::new(&file, extents, logical);
-            while let Some((b, _permit)) = rx.blocking_recv() {
-                verifier.update(&b)?;
-                w.write(&b)
-                    .map_err(|e| Error::io("writing pulled file", e))?;
+            while let Some(batch) = rx.blocking_recv() {
+                for b in &batch {
+                    verifier.update(b)?;
+                    w.write(b)
+                        .map_err(|e| Error::io("writing pulled file", e))?;
+                }
             }
             verifier.finish()?;
             w.finish().map_err(|e| Error::io("sizing pulled file", e))
         });
         let feed = async {
+            let mut batch = Vec::with_capacity(64);
+            let mut batched = 0usize;
             while let Some(chunk) = body.next().await? {
                 received.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                let n = u32::try_from(chunk.len().min(PULL_IN_FLIGHT)).unwrap_or(u32::MAX);
-                let permit = budget
-                    .clone()
-                    .acquire_many_owned(n)
-                    .await
-                    .map_err(|_| Error::protocol("pull cancelled"))?;
-                if tx.send((chunk, permit)).is_err() {
-                    return Ok(()); // the writer stopped; its error is reported below
+                batched += chunk.len();
+                batch.push(chunk);
+                if batched >= PULL_BATCH {
+                    batched = 0;
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(64));
+                    if tx.send(full).await.is_err() {
+                        return Ok(()); // the writer stopped; its error is reported below
+                    }
                 }
+            }
+            if !batch.is_empty() {
+                let _ = tx.send(batch).await;
             }
             Ok::<(), Error>(())
         };
