@@ -306,7 +306,10 @@ async fn errors_and_usage() {
         let out = run(env, &["version"]).await;
         assert_eq!(out.status.code(), Some(0));
         let v = text(&out.stdout);
-        assert!(v.contains(&format!("Client Version: {}", env!("CARGO_PKG_VERSION"))), "{v}");
+        assert!(
+            v.contains(&format!("Client Version: {}", env!("CARGO_PKG_VERSION"))),
+            "{v}"
+        );
         assert!(v.contains("Operator Version: unknown"), "{v}");
         // An empty namespace lists nothing, successfully.
         let out = run(env, &["-n", &ns, "status"]).await;

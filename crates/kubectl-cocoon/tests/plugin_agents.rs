@@ -359,3 +359,78 @@ async fn migrate_moves_the_main_with_its_state_and_unpin_settles() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hibernate_and_wake_one_pod_with_a_real_agent_and_guarded_multi_target_writes() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "plugin-pod").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let node = cocoon_testenv::unique_name("node");
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, &pool).await?;
+        let stop = CancellationToken::new();
+        let tmp = tempfile::tempdir()?;
+        let sim = start_agent(env.client()?, &node, tmp.path(), env.registry_addr(), &stop).await?;
+        start_operator(&client, &ns, env.registry_addr(), &stop);
+
+        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
+        spec.node_pool = pool.clone();
+        spec.agent.mode = cocoon_api::crd::set::AgentMode::Run;
+        spec.toolboxes = vec![cocoon_api::crd::set::ToolboxSpec {
+            name: "tb".into(),
+            image: "ubuntu:24.04".into(),
+            ..Default::default()
+        }];
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let mut set = CocoonSet::new("one", spec);
+        set.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        sets.create(&PostParams::default(), &set).await?;
+        let vm = vm_name_for_pod(&ns, "one-tb");
+        let token =
+            cocoon_testenv::wait_until("toolbox VM running", Duration::from_secs(90), || async {
+                sim.guest_token(&vm).ok()
+            })
+            .await?;
+        cocoon_testenv::wait_until("set Running", Duration::from_secs(90), || async {
+            let s = sets.get("one").await.ok()?;
+            (s.status?.phase? == cocoon_api::crd::set::CocoonSetPhase::Running).then_some(())
+        })
+        .await?;
+
+        let out = plugin(env, &["-n", &ns, "hibernate", "one-tb", "--timeout", "3m"]).await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "hibernate: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            sim.guest_token(&vm).is_err(),
+            "the toolbox VM was removed after its snapshot"
+        );
+        let out = plugin(env, &["-n", &ns, "wake", "one-tb", "--timeout", "3m"]).await;
+        assert_eq!(out.status.code(), Some(0), "wake: {}", text(&out.stderr));
+        assert_eq!(sim.guest_token(&vm)?, token, "woken with its state");
+
+        // Several targets (-l) without a terminal and without -y: refused as a usage error.
+        let out = plugin(env, &["-n", &ns, "suspend", "-l", "team=a"]).await;
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("-y/--yes"));
+        // Dry runs change nothing and do not wait.
+        let out = plugin(env, &["-n", &ns, "suspend", "one", "--dry-run=client"]).await;
+        assert_eq!(out.status.code(), Some(0));
+        let printed: Value = serde_json::from_slice(&out.stdout)?;
+        assert_eq!(printed["patch"]["spec"]["suspend"], true);
+        let out = plugin(env, &["-n", &ns, "suspend", "one", "--dry-run=server"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(
+            !sets.get("one").await?.spec.suspend,
+            "a dry run does not suspend"
+        );
+
+        stop.cancel();
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
