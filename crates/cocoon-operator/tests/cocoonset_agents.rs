@@ -1,0 +1,482 @@
+//! The CocoonSet controller end to end with REAL node agents: two in-process agents
+//! (`cocoon_node::agent::run_agent` on the simulated runtime, permissive pull), each serving a
+//! TestNode in a pool of their own, the real scheduler binding the main and the toolboxes, and
+//! both controllers in-process, scoped to the test namespace. Nothing here writes what the node
+//! agent writes: VM ids, IPs, lifecycle states and pod readiness all come from the agents.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::crd::set::{
+    AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
+};
+use cocoon_api::naming::{vm_name_for_agent, vm_name_for_toolbox};
+use cocoon_node::agent::{AgentParts, run_agent};
+use cocoon_node::metrics::NodeMetrics;
+use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
+use cocoon_node::runtime::Runtime;
+use cocoon_node::runtime::sim::{SimConfig, SimRuntime};
+use cocoon_operator::cocoonset::{self, plan::Timing};
+use cocoon_operator::hibernation;
+use cocoon_operator::metrics::Metrics;
+use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_registry::{RegistryClient, RegistryConfig};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+type BoxError = Box<dyn std::error::Error>;
+
+const WAIT: Duration = Duration::from_secs(120);
+const SET: &str = "demo";
+
+fn registry(addr: &str) -> RegistryClient {
+    RegistryClient::new(RegistryConfig::for_registry(addr).expect("registry config"))
+        .expect("registry client")
+}
+
+/// Both controllers, scoped to `ns`, until the token is cancelled.
+fn start_operator(client: &Client, ns: &str, registry_addr: &str, stop: &CancellationToken) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "cocoon-operator".into(),
+            instance: None,
+        },
+    );
+    let metrics = Arc::new(Metrics::new());
+    let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(registry_addr)));
+    let timing = Timing {
+        requeue_after_write: Duration::from_millis(300),
+        wait_for_main: Duration::from_secs(1),
+        ..Timing::default()
+    };
+    let sets = Arc::new(cocoonset::Context::new(
+        client.clone(),
+        recorder.clone(),
+        metrics.clone(),
+        tags.clone(),
+        timing,
+    ));
+    let chs = Arc::new(hibernation::Context::new(
+        client.clone(),
+        recorder,
+        metrics,
+        tags,
+        hibernation::decide::Timing::default(),
+    ));
+    let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
+    let (ns_a, ns_b) = (ns.to_owned(), ns.to_owned());
+    let (stop_a, stop_b) = (stop.clone(), stop.clone());
+    let ready_a = readiness.clone();
+    tokio::spawn(async move {
+        let until = async move { stop_a.cancelled().await };
+        cocoonset::run(sets, Some(&ns_a), 4, until, ready_a).await
+    });
+    tokio::spawn(async move {
+        let until = async move { stop_b.cancelled().await };
+        hibernation::run(chs, Some(&ns_b), 4, until, readiness).await
+    });
+}
+
+/// One node: its name and the runtime its real agent drives.
+struct Agent {
+    node: String,
+    runtime: Arc<dyn Runtime>,
+}
+
+/// A real node agent for `node` on the simulator rooted at `root`, until the token is cancelled.
+async fn start_agent(
+    client: Client,
+    node: &str,
+    root: &Path,
+    registry_addr: &str,
+    stop: &CancellationToken,
+) -> Result<Agent, BoxError> {
+    let mut cfg = SimConfig::new(root);
+    cfg.permissive_pull = true;
+    cfg.lease_delay = Duration::from_millis(50);
+    let leases = cfg.lease_path.clone();
+    let runtime: Arc<dyn Runtime> = Arc::new(SimRuntime::open(cfg)?);
+    let parts = AgentParts {
+        pods: PodConfig {
+            node_name: node.to_owned(),
+            orphan_policy: OrphanPolicy::Destroy,
+            leases_path: leases,
+            restore_mode: "ondemand".into(),
+            cocoon_root_dir: root.to_owned(),
+            timing: AgentTiming::default(),
+        },
+        client,
+        runtime: runtime.clone(),
+        registry: Some(registry(registry_addr)),
+        metrics: Arc::new(NodeMetrics::new(root.to_owned())),
+        registration: None,
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let token = stop.clone();
+    let name = node.to_owned();
+    tokio::spawn(async move {
+        if let Err(e) = run_agent(parts, token, Some(tx)).await {
+            eprintln!("agent {name} failed: {e}");
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(60), rx).await??;
+    Ok(Agent {
+        node: node.to_owned(),
+        runtime,
+    })
+}
+
+/// Every VM the agents' runtimes hold, as (node, VM name, VM id).
+async fn all_vms(agents: &[Agent]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for a in agents {
+        for r in a.runtime.list().await.unwrap_or_default() {
+            out.push((a.node.clone(), r.config.name.clone(), r.id.clone()));
+        }
+    }
+    out
+}
+
+/// Pushes a minimal snapshot artifact as `<vm>:<tag>`.
+async fn push_tag(reg: &RegistryClient, vm: &str, tag: &str) -> Result<(), BoxError> {
+    let config = Bytes::from(format!(
+        r#"{{"snapshotId":"{}","image":"ubuntu:24.10"}}"#,
+        cocoon_testenv::unique_name("snap")
+    ));
+    let size = config.len();
+    let digest = reg.put_blob_bytes(vm, config).await?;
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
+        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
+                   "digest": digest.to_string(), "size": size},
+        "layers": [],
+        "annotations": {"cocoonstack.snapshot.baseimage": "ubuntu:24.10"}
+    });
+    reg.put_manifest(
+        vm,
+        tag,
+        Bytes::from(serde_json::to_vec(&manifest)?),
+        "application/vnd.oci.image.manifest.v1+json",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Current generation observed, phase Running, every member reported with its VM id and IP
+/// (a DHCP address can reach the pod a moment after Ready), and `ready` holds on the status.
+fn running_with(
+    cs: &CocoonSet,
+    ready: impl Fn(&cocoon_api::crd::set::CocoonSetStatus) -> bool,
+) -> bool {
+    cs.status.as_ref().is_some_and(|s| {
+        s.phase == Some(CocoonSetPhase::Running)
+            && Some(s.observed_generation) == cs.metadata.generation
+            && s.agents
+                .iter()
+                .all(|a| !a.vm_id.is_empty() && !a.ip.is_empty())
+            && s.toolboxes
+                .iter()
+                .all(|t| !t.vm_id.is_empty() && !t.ip.is_empty())
+            && ready(s)
+    })
+}
+
+async fn wait_set(
+    sets: &Api<CocoonSet>,
+    what: &str,
+    check: impl Fn(&CocoonSet) -> bool,
+) -> Result<CocoonSet, cocoon_testenv::Error> {
+    cocoon_testenv::wait_until(&format!("{SET}: {what}"), WAIT, || async {
+        let cs = sets.get_opt(SET).await.ok().flatten()?;
+        check(&cs).then_some(cs)
+    })
+    .await
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn set_lifecycle_with_real_agents() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cs-agents").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let stop = CancellationToken::new();
+        let roots = [tempfile::tempdir()?, tempfile::tempdir()?];
+        let mut nodes = Vec::new();
+        let mut agents = Vec::new();
+        for root in &roots {
+            let name = cocoon_testenv::unique_name("csa-node");
+            let node = cocoon_testenv::TestNode::in_pool(&client, &name, &pool).await?;
+            node.wait_schedulable(WAIT).await?;
+            nodes.push(node);
+            agents.push(
+                start_agent(
+                    env.client()?,
+                    &name,
+                    root.path(),
+                    env.registry_addr(),
+                    &stop,
+                )
+                .await?,
+            );
+        }
+        start_operator(&client, &ns, env.registry_addr(), &stop);
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let reg = registry(env.registry_addr());
+
+        // (a) main + 2 sub-agents + a run toolbox + a static toolbox reach Running.
+        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
+        spec.node_pool = pool.clone();
+        spec.agent.mode = AgentMode::Run;
+        spec.agent.replicas = 2;
+        spec.snapshot_policy = SnapshotPolicy::MainOnly;
+        spec.toolboxes = vec![
+            ToolboxSpec {
+                name: "tb".into(),
+                image: "ubuntu:24.04".into(),
+                ..ToolboxSpec::default()
+            },
+            ToolboxSpec {
+                name: "st".into(),
+                mode: ToolboxMode::Static,
+                static_ip: "10.9.9.9".into(),
+                static_vm_id: "ext-1".into(),
+                vnc_port: 5901,
+                ..ToolboxSpec::default()
+            },
+        ];
+        sets.create(&PostParams::default(), &CocoonSet::new(SET, spec))
+            .await?;
+        let cs = wait_set(&sets, "Running 3/3, toolboxes 2/2", |cs| {
+            running_with(cs, |s| s.ready_agents == 3 && s.ready_toolboxes == 2)
+        })
+        .await?;
+        let st = cs.status.clone().unwrap_or_default();
+        assert_eq!(
+            (
+                st.ready_agents,
+                st.desired_agents,
+                st.ready_toolboxes,
+                st.desired_toolboxes
+            ),
+            (3, 3, 2, 2)
+        );
+        let main_vm = vm_name_for_agent(&ns, SET, 0);
+        assert_eq!(
+            st.agents.iter().map(|a| a.slot).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert_eq!(
+            (
+                st.agents[0].role.as_str(),
+                st.agents[0].forked_from.as_str()
+            ),
+            ("main", "")
+        );
+        for a in &st.agents {
+            assert!(!a.vm_id.is_empty(), "slot {} has a VM id: {a:?}", a.slot);
+            assert!(!a.ip.is_empty(), "slot {} has an IP: {a:?}", a.slot);
+            assert_eq!(a.phase, "Running", "slot {}", a.slot);
+            assert_eq!(a.vm_name, vm_name_for_agent(&ns, SET, a.slot));
+        }
+        for a in &st.agents[1..] {
+            assert_eq!(
+                (a.role.as_str(), a.forked_from.as_str()),
+                ("sub-agent", main_vm.as_str())
+            );
+        }
+        // The reported ids are the agents' real VMs, each on the node its pod is bound to.
+        let vms = all_vms(&agents).await;
+        let main_node = node_of(&pods.get(&format!("{SET}-0")).await?);
+        assert!(
+            agents.iter().any(|a| a.node == main_node),
+            "main bound to a pool node"
+        );
+        for a in &st.agents {
+            let pod = pods.get(&a.pod_name).await?;
+            assert_eq!(
+                node_of(&pod),
+                main_node,
+                "{} on the main's node",
+                a.pod_name
+            );
+            assert!(
+                vms.contains(&(main_node.clone(), a.vm_name.clone(), a.vm_id.clone())),
+                "{} ({}) is a VM on {main_node}: {vms:?}",
+                a.vm_name,
+                a.vm_id
+            );
+            if a.slot > 0 {
+                assert_eq!(
+                    pod.annotations().get(ann::FORK_FROM).map(String::as_str),
+                    Some(main_vm.as_str())
+                );
+            }
+        }
+        let tb = st
+            .toolboxes
+            .iter()
+            .find(|t| t.name == "tb")
+            .cloned()
+            .unwrap_or_default();
+        assert!(!tb.vm_id.is_empty() && !tb.ip.is_empty(), "{tb:?}");
+        assert!(
+            vms.iter().any(
+                |(_, name, id)| *name == vm_name_for_toolbox(&ns, SET, "tb") && *id == tb.vm_id
+            ),
+            "the run toolbox is a real VM: {vms:?}"
+        );
+        let stb = st
+            .toolboxes
+            .iter()
+            .find(|t| t.name == "st")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (
+                stb.vm_id.as_str(),
+                stb.ip.as_str(),
+                stb.vnc_port,
+                stb.phase.as_str()
+            ),
+            ("ext-1", "10.9.9.9", 5901, "Running")
+        );
+        assert!(
+            !vms.iter().any(|(_, _, id)| id == "ext-1"),
+            "the static toolbox is never created in a runtime"
+        );
+
+        // (b) replicas 2 -> 1: slot 2's pod and VM go away.
+        sets.patch(
+            SET,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"agent": {"replicas": 1}}})),
+        )
+        .await?;
+        let cs = wait_set(&sets, "Running 2/2", |cs| {
+            running_with(cs, |s| {
+                s.ready_agents == 2 && s.desired_agents == 2 && s.agents.len() == 2
+            })
+        })
+        .await?;
+        let gone_vm = vm_name_for_agent(&ns, SET, 2);
+        cocoon_testenv::wait_until("slot 2's pod and VM gone", WAIT, || async {
+            let pod_gone = matches!(pods.get_opt(&format!("{SET}-2")).await, Ok(None));
+            let vm_gone = !all_vms(&agents)
+                .await
+                .iter()
+                .any(|(_, name, _)| *name == gone_vm);
+            (pod_gone && vm_gone).then_some(())
+        })
+        .await?;
+        let st = cs.status.clone().unwrap_or_default();
+        assert_eq!(
+            st.agents.iter().map(|a| a.slot).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        assert_eq!((st.ready_toolboxes, st.desired_toolboxes), (2, 2));
+
+        // (c) an image edit rebuilds both agents as new VMs.
+        let old_ids: BTreeSet<String> = st.agents.iter().map(|a| a.vm_id.clone()).collect();
+        sets.patch(
+            SET,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"agent": {"image": "ubuntu:24.10"}}})),
+        )
+        .await?;
+        let cs = wait_set(&sets, "Running on fresh VMs", |cs| {
+            running_with(cs, |s| {
+                s.ready_agents == 2
+                    && s.agents.len() == 2
+                    && s.agents
+                        .iter()
+                        .all(|a| !a.vm_id.is_empty() && !old_ids.contains(&a.vm_id))
+            })
+        })
+        .await?;
+        let st = cs.status.clone().unwrap_or_default();
+        let vms = all_vms(&agents).await;
+        for a in &st.agents {
+            assert!(
+                !a.ip.is_empty(),
+                "slot {} has an IP after the rebuild",
+                a.slot
+            );
+            let pod = pods.get(&a.pod_name).await?;
+            assert_eq!(
+                pod.annotations().get(ann::IMAGE).map(String::as_str),
+                Some("ubuntu:24.10")
+            );
+            assert!(
+                vms.iter()
+                    .any(|(_, name, id)| *name == a.vm_name && *id == a.vm_id),
+                "{} ({}) is a live VM: {vms:?}",
+                a.vm_name,
+                a.vm_id
+            );
+        }
+        assert!(
+            !vms.iter().any(|(_, _, id)| old_ids.contains(id)),
+            "the old VMs were removed: {vms:?}"
+        );
+        assert_eq!(st.agents[1].forked_from, main_vm);
+
+        // (d) deletion removes every pod and VM and the tags; main-only keeps the main's :latest.
+        let sub_vm = vm_name_for_agent(&ns, SET, 1);
+        for vm in [&main_vm, &sub_vm, &gone_vm] {
+            push_tag(&reg, vm, "hibernate").await?;
+        }
+        push_tag(&reg, &sub_vm, "latest").await?;
+        sets.delete(SET, &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("set gone", WAIT, || async {
+            matches!(sets.get_opt(SET).await, Ok(None)).then_some(())
+        })
+        .await?;
+        assert!(
+            pods.list(&ListParams::default()).await?.items.is_empty(),
+            "no pod left"
+        );
+        for vm in [&main_vm, &sub_vm, &gone_vm] {
+            assert!(
+                !reg.has_manifest(vm, "hibernate").await?,
+                "{vm}:hibernate deleted"
+            );
+        }
+        assert!(
+            !reg.has_manifest(&sub_vm, "latest").await?,
+            "the sub-agent's :latest deleted"
+        );
+        assert!(
+            reg.has_manifest(&main_vm, "latest").await?,
+            "main-only keeps the main's :latest (the agent pushed it when the main was deleted)"
+        );
+        cocoon_testenv::wait_until("no VM left on the nodes", WAIT, || async {
+            all_vms(&agents).await.is_empty().then_some(())
+        })
+        .await?;
+
+        stop.cancel();
+        drop(nodes);
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
