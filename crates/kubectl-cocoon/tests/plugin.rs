@@ -302,6 +302,27 @@ async fn errors_and_usage() {
         let help = text(&out.stdout);
         assert!(help.contains("Usage: kubectl cocoon"), "{help}");
         assert!(help.contains("3  the wait timed out"));
+        // RBAC: a user with no grants is told at once what was denied (exit 1, no retry loop).
+        let out = run(
+            env,
+            &[
+                "-n",
+                &ns,
+                "--as",
+                "nobody",
+                "suspend",
+                "x",
+                "--timeout",
+                "60s",
+            ],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stderr).contains("forbidden"),
+            "{}",
+            text(&out.stderr)
+        );
         // version: the operator Deployment is not installed here.
         let out = run(env, &["version"]).await;
         assert_eq!(out.status.code(), Some(0));

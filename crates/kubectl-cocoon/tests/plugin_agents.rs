@@ -214,6 +214,13 @@ async fn suspend_and_resume_keep_every_vm_state() {
             "the sub-agent came back with its state"
         );
 
+        let out = plugin(env, &["-n", &ns, "describe", "demo"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let described = text(&out.stdout);
+        assert!(
+            described.contains("Events:") && described.contains("Ready=True"),
+            "{described}"
+        );
         let out = plugin(env, &["-n", &ns, "status", "demo"]).await;
         assert_eq!(out.status.code(), Some(0));
         let table = text(&out.stdout);
