@@ -6,6 +6,7 @@ pub mod cocoonset;
 pub mod conditions;
 pub mod config;
 pub mod hibernation;
+pub mod leader;
 pub mod metrics;
 pub mod registry;
 pub mod stripes;

@@ -144,9 +144,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     .await
     .context("bind the admin listeners")?;
     info!(metrics = %maddr, probes = %paddr, registry = %config.oci_registry, "cocoon-operator starting");
-    if config.leader_elect {
-        info!("leader election is not built yet; this replica reconciles as the only writer");
-    }
+    let leadership = if config.leader_elect {
+        cocoon_operator::leader::Leadership::elected()
+    } else {
+        cocoon_operator::leader::Leadership::always()
+    };
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -154,23 +156,29 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             instance: std::env::var("POD_NAME").ok(),
         },
     );
-    let hib = Arc::new(hibernation::Context::new(
-        client.clone(),
-        recorder.clone(),
-        metrics.clone(),
-        registry.clone(),
-        config.hibernation_timing,
-    ));
-    let sets = Arc::new(cocoonset::Context::new(
-        client.clone(),
-        recorder,
-        metrics.clone(),
-        registry,
-        cocoonset::plan::Timing {
-            suspend_deadline: config.suspend_timeout,
-            ..cocoonset::plan::Timing::default()
-        },
-    ));
+    let hib = Arc::new(
+        hibernation::Context::new(
+            client.clone(),
+            recorder.clone(),
+            metrics.clone(),
+            registry.clone(),
+            config.hibernation_timing,
+        )
+        .with_leadership(leadership.clone()),
+    );
+    let sets = Arc::new(
+        cocoonset::Context::new(
+            client.clone(),
+            recorder,
+            metrics.clone(),
+            registry,
+            cocoonset::plan::Timing {
+                suspend_deadline: config.suspend_timeout,
+                ..cocoonset::plan::Timing::default()
+            },
+        )
+        .with_leadership(leadership.clone()),
+    );
     // /readyz answers ok only once both controllers' caches have synced.
     let (hib_ready, set_ready) = (
         Arc::new(Readiness::default()),
@@ -191,6 +199,30 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let (mut stop_hib, mut stop_set) = (stop_tx.subscribe(), stop_tx.subscribe());
+    if config.leader_elect {
+        // Every replica keeps its caches warm; only the Lease holder reconciles.
+        let namespace = args_lease_namespace();
+        let identity = std::env::var("POD_NAME")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| format!("cocoon-operator-{}", std::process::id()));
+        info!(lease = cocoon_operator::leader::LEASE_NAME, namespace = %namespace, identity = %identity, "leader election on");
+        let mut stop_lease = stop_tx.subscribe();
+        let (c, l) = (client.clone(), leadership.clone());
+        tokio::spawn(async move {
+            cocoon_operator::leader::run(
+                c,
+                &namespace,
+                identity,
+                cocoon_operator::leader::ElectionTiming::default(),
+                l,
+                async move {
+                    let _ = stop_lease.recv().await;
+                },
+            )
+            .await;
+        });
+    }
     tokio::spawn(async move {
         shutdown_signal().await;
         let _ = stop_tx.send(());
@@ -220,6 +252,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         res = serve => res.context("admin server")?,
     }
     Ok(())
+}
+
+/// The operator's own namespace for its Lease: `POD_NAMESPACE` (the Downward API), else
+/// `cocoon-system`.
+fn args_lease_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "cocoon-system".to_string())
 }
 
 fn main() -> anyhow::Result<()> {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::cocoonset::RebuildHistory;
 use cocoon_api::crd::set::{
     AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
 };
@@ -19,13 +20,14 @@ use cocoon_node::agent::{AgentParts, run_agent};
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
 use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{SimConfig, SimRuntime};
+use cocoon_node::runtime::sim::{FailRule, SimConfig, SimHandle, SimRuntime, Verb};
 use cocoon_operator::cocoonset::{self, plan::Timing};
 use cocoon_operator::hibernation;
 use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
@@ -44,6 +46,22 @@ fn registry(addr: &str) -> RegistryClient {
 
 /// Both controllers, scoped to `ns`, until the token is cancelled.
 fn start_operator(client: &Client, ns: &str, registry_addr: &str, stop: &CancellationToken) {
+    let timing = Timing {
+        requeue_after_write: Duration::from_millis(300),
+        wait_for_main: Duration::from_secs(1),
+        ..Timing::default()
+    };
+    start_operator_with(client, ns, registry_addr, timing, stop);
+}
+
+/// As [`start_operator`], with the CocoonSet controller on `timing`.
+fn start_operator_with(
+    client: &Client,
+    ns: &str,
+    registry_addr: &str,
+    timing: Timing,
+    stop: &CancellationToken,
+) {
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -53,11 +71,6 @@ fn start_operator(client: &Client, ns: &str, registry_addr: &str, stop: &Cancell
     );
     let metrics = Arc::new(Metrics::new());
     let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(registry_addr)));
-    let timing = Timing {
-        requeue_after_write: Duration::from_millis(300),
-        wait_for_main: Duration::from_secs(1),
-        ..Timing::default()
-    };
     let sets = Arc::new(cocoonset::Context::new(
         client.clone(),
         recorder.clone(),
@@ -86,10 +99,11 @@ fn start_operator(client: &Client, ns: &str, registry_addr: &str, stop: &Cancell
     });
 }
 
-/// One node: its name and the runtime its real agent drives.
+/// One node: its name, the runtime its real agent drives, and that simulator's controls.
 struct Agent {
     node: String,
     runtime: Arc<dyn Runtime>,
+    sim: SimHandle,
 }
 
 /// A real node agent for `node` on the simulator rooted at `root`, until the token is cancelled.
@@ -104,7 +118,9 @@ async fn start_agent(
     cfg.permissive_pull = true;
     cfg.lease_delay = Duration::from_millis(50);
     let leases = cfg.lease_path.clone();
-    let runtime: Arc<dyn Runtime> = Arc::new(SimRuntime::open(cfg)?);
+    let sim_rt = SimRuntime::open(cfg)?;
+    let sim = sim_rt.handle();
+    let runtime: Arc<dyn Runtime> = Arc::new(sim_rt);
     let parts = AgentParts {
         pods: PodConfig {
             node_name: node.to_owned(),
@@ -132,6 +148,7 @@ async fn start_agent(
     Ok(Agent {
         node: node.to_owned(),
         runtime,
+        sim,
     })
 }
 
@@ -475,6 +492,279 @@ async fn set_lifecycle_with_real_agents() {
 
         stop.cancel();
         drop(nodes);
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// Every event in `ns` (events.k8s.io/v1, as both Recorders write them) as (reason, note).
+async fn events(client: &Client, ns: &str) -> Vec<(String, String)> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The notes of the events with `reason` in `ns`, once at least `n` of them exist.
+async fn wait_events(
+    client: &Client,
+    ns: &str,
+    reason: &str,
+    n: usize,
+) -> Result<Vec<String>, cocoon_testenv::Error> {
+    cocoon_testenv::wait_until(&format!("{n} event(s) {reason}"), WAIT, || async {
+        let notes: Vec<String> = events(client, ns)
+            .await
+            .into_iter()
+            .filter(|(r, _)| r == reason)
+            .map(|(_, note)| note)
+            .collect();
+        (notes.len() >= n).then_some(notes)
+    })
+    .await
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failing_sub_agent_is_dead_lettered_then_lifted_with_a_real_agent() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cs-dead").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let stop = CancellationToken::new();
+        let root = tempfile::tempdir()?;
+        let name = cocoon_testenv::unique_name("csd-node");
+        let node = cocoon_testenv::TestNode::in_pool(&client, &name, &pool).await?;
+        node.wait_schedulable(WAIT).await?;
+        let agent = start_agent(
+            env.client()?,
+            &name,
+            root.path(),
+            env.registry_addr(),
+            &stop,
+        )
+        .await?;
+        // The §6 backoff (0/1/5/30 s) shrunk so the four rebuilds take about two seconds.
+        let timing = Timing {
+            requeue_after_write: Duration::from_millis(300),
+            wait_for_main: Duration::from_secs(1),
+            rebuild_backoff: vec![
+                Duration::ZERO,
+                Duration::from_millis(200),
+                Duration::from_millis(500),
+                Duration::from_secs(1),
+            ],
+            ..Timing::default()
+        };
+        assert_eq!(timing.rebuild_budget, 4, "the default budget");
+        start_operator_with(&client, &ns, env.registry_addr(), timing, &stop);
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let main_pod = format!("{SET}-0");
+        let sub_pod = format!("{SET}-1");
+        let main_vm = vm_name_for_agent(&ns, SET, 0);
+        let sub_vm = vm_name_for_agent(&ns, SET, 1);
+
+        // The sub-agent's fork-from clone always fails on the node: the real agent reports
+        // lifecycle `failed` (CreateBringUpFailed) for every incarnation of demo-1.
+        agent.sim.fail(
+            FailRule::new(Verb::Clone, "simulated: fork clone refused").target(sub_vm.as_str()),
+        );
+        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
+        spec.node_pool = pool.clone();
+        spec.agent.mode = AgentMode::Run;
+        spec.agent.replicas = 1;
+        sets.create(&PostParams::default(), &CocoonSet::new(SET, spec))
+            .await?;
+
+        // Four budgeted rebuilds, then the dead-letter at the current generation.
+        let dead =
+            cocoon_testenv::wait_until(&format!("{sub_pod} dead-lettered"), WAIT, || async {
+                let p = pods.get_opt(&sub_pod).await.ok().flatten()?;
+                p.annotations().get(ann::DEAD_LETTER).cloned()
+            })
+            .await?;
+        let cs = sets.get(SET).await?;
+        let generation = cs.metadata.generation.unwrap_or_default();
+        assert_eq!(
+            dead,
+            generation.to_string(),
+            "dead-lettered at this generation"
+        );
+        let dead_notes = wait_events(&client, &ns, "SubAgentDeadLetter", 1).await?;
+        let terminal =
+            |note: &str| note.contains("(terminal (phase=") && note.contains(" lifecycle=failed)");
+        assert!(
+            dead_notes.iter().all(|n| {
+                n.starts_with(&format!("pod {sub_pod} exhausted 4 rebuilds ("))
+                    && n.ends_with("); left in dead-letter")
+                    && terminal(n)
+            }),
+            "{dead_notes:?}"
+        );
+        let rebuilding = wait_events(&client, &ns, "SubAgentRebuilding", 4).await?;
+        for k in 1..=4 {
+            let prefix = format!("pod {sub_pod} attempt {k}/4 (");
+            assert!(
+                rebuilding
+                    .iter()
+                    .any(|n| n.starts_with(&prefix) && terminal(n)),
+                "attempt {k}/4 announced: {rebuilding:?}"
+            );
+        }
+        assert_eq!(rebuilding.len(), 4, "exactly four rebuilds: {rebuilding:?}");
+        let bring_up = wait_events(&client, &ns, "CreateBringUpFailed", 1).await?;
+        assert!(
+            bring_up
+                .iter()
+                .any(|n| n.contains("simulated: fork clone refused")),
+            "the agent reported the injected clone failure: {bring_up:?}"
+        );
+        let history = RebuildHistory::decode(
+            cs.annotations()
+                .get(ann::REBUILD_HISTORY)
+                .map(String::as_str)
+                .unwrap_or_default(),
+        );
+        assert_eq!(history.get(&sub_pod).map(|e| e.count), Some(4));
+        assert!(
+            history.get(&main_pod).is_none(),
+            "the main was never rebuilt"
+        );
+        let sub = pods.get(&sub_pod).await?;
+        assert_eq!(
+            sub.annotations()
+                .get(ann::LIFECYCLE_STATE)
+                .map(String::as_str),
+            Some("failed"),
+            "the dead-lettered pod is left as it failed"
+        );
+        assert!(
+            !all_vms(std::slice::from_ref(&agent))
+                .await
+                .iter()
+                .any(|(_, vm, _)| *vm == sub_vm),
+            "no sub-agent VM was ever created"
+        );
+
+        // The main stays up: Running and Ready on its first VM; the set is short of one agent.
+        let main_id = pods
+            .get(&main_pod)
+            .await?
+            .annotations()
+            .get(ann::VM_ID)
+            .cloned()
+            .unwrap_or_default();
+        let cs = wait_set(&sets, "Scaling 1/2 with the main Running", |cs| {
+            cs.status.as_ref().is_some_and(|s| {
+                s.phase == Some(CocoonSetPhase::Scaling)
+                    && s.observed_generation == generation
+                    && (s.ready_agents, s.desired_agents) == (1, 2)
+                    && s.agents
+                        .first()
+                        .is_some_and(|a| a.slot == 0 && a.phase == "Running" && !a.ip.is_empty())
+            })
+        })
+        .await?;
+        let st = cs.status.clone().unwrap_or_default();
+        assert_eq!(st.agents[0].vm_id, main_id);
+        assert!(!main_id.is_empty());
+        assert!(pod_ready(&pods.get(&main_pod).await?), "the main is Ready");
+        assert!(
+            all_vms(std::slice::from_ref(&agent)).await.contains(&(
+                agent.node.clone(),
+                main_vm.clone(),
+                main_id.clone()
+            )),
+            "the main's VM is live"
+        );
+
+        // Clear the injection and edit the spec: the dead-letter is lifted, the budget reset,
+        // and the set returns to Running with the sub-agent up.
+        agent.sim.clear_failures();
+        sets.patch(
+            SET,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"agent": {"image": "ubuntu:24.10"}}})),
+        )
+        .await?;
+        let cs = wait_set(&sets, "Running 2/2 after the edit", |cs| {
+            cs.metadata.generation > Some(generation)
+                && running_with(cs, |s| s.ready_agents == 2 && s.agents.len() == 2)
+        })
+        .await?;
+        let st = cs.status.clone().unwrap_or_default();
+        let sub = pods.get(&sub_pod).await?;
+        assert!(
+            !sub.annotations().contains_key(ann::DEAD_LETTER),
+            "the dead-letter is lifted"
+        );
+        assert!(pod_ready(&sub), "the sub-agent is Ready");
+        assert_eq!(
+            sub.annotations().get(ann::IMAGE).map(String::as_str),
+            Some("ubuntu:24.10")
+        );
+        let sub_st = &st.agents[1];
+        assert_eq!(
+            (sub_st.slot, sub_st.forked_from.as_str()),
+            (1, main_vm.as_str())
+        );
+        assert!(
+            all_vms(std::slice::from_ref(&agent)).await.contains(&(
+                agent.node.clone(),
+                sub_vm.clone(),
+                sub_st.vm_id.clone()
+            )),
+            "the sub-agent is a live VM"
+        );
+        let history = RebuildHistory::decode(
+            cs.annotations()
+                .get(ann::REBUILD_HISTORY)
+                .map(String::as_str)
+                .unwrap_or_default(),
+        );
+        assert!(
+            history.get(&sub_pod).is_none_or(|e| e.count < 4),
+            "the sub-agent's budget was reset"
+        );
+        let dead_events = events(&client, &ns)
+            .await
+            .into_iter()
+            .filter(|(r, _)| r == "SubAgentDeadLetter")
+            .count();
+        assert_eq!(
+            dead_events,
+            dead_notes.len(),
+            "no new dead-letter after the edit"
+        );
+
+        sets.delete(SET, &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("set gone", WAIT, || async {
+            matches!(sets.get_opt(SET).await, Ok(None)).then_some(())
+        })
+        .await?;
+        cocoon_testenv::wait_until("no VM left on the node", WAIT, || async {
+            all_vms(std::slice::from_ref(&agent))
+                .await
+                .is_empty()
+                .then_some(())
+        })
+        .await?;
+        stop.cancel();
+        drop(node);
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, BoxError>(())
     })

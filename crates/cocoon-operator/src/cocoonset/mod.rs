@@ -117,6 +117,8 @@ pub struct Context {
     pub stats: Stats,
     pods: Mutex<Option<Store<Pod>>>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Only the Lease holder reconciles; the others keep their caches warm.
+    leadership: crate::leader::Leadership,
 }
 
 impl Context {
@@ -136,7 +138,14 @@ impl Context {
             stats: Stats::default(),
             pods: Mutex::default(),
             failures: Mutex::default(),
+            leadership: crate::leader::Leadership::always(),
         }
+    }
+
+    /// Reconcile only while `leadership` is held (leader election on).
+    pub fn with_leadership(mut self, leadership: crate::leader::Leadership) -> Self {
+        self.leadership = leadership;
+        self
     }
 
     fn pod_store(&self) -> Option<Store<Pod>> {
@@ -299,6 +308,10 @@ fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
 }
 
 async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.leadership.is_leader() {
+        // A standby: look again soon, write nothing.
+        return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+    }
     let started = Instant::now();
     let result = reconcile_inner(&cs, &ctx).await;
     ctx.metrics

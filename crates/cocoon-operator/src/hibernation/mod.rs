@@ -68,6 +68,8 @@ pub struct Context {
     /// Per-CR error count for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
     store: Mutex<Option<Store<CocoonHibernation>>>,
+    /// Only the Lease holder reconciles; the others keep their caches warm.
+    leadership: crate::leader::Leadership,
 }
 
 impl Context {
@@ -88,7 +90,14 @@ impl Context {
             observed: Mutex::default(),
             failures: Mutex::default(),
             store: Mutex::default(),
+            leadership: crate::leader::Leadership::always(),
         }
+    }
+
+    /// Reconcile only while `leadership` is held (leader election on).
+    pub fn with_leadership(mut self, leadership: crate::leader::Leadership) -> Self {
+        self.leadership = leadership;
+        self
     }
 
     fn last_announced(&self, uid: &str) -> Option<Announced> {
@@ -240,6 +249,10 @@ fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, ctx: Arc<Context>) -> A
 }
 
 async fn reconcile(cr: Arc<CocoonHibernation>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.leadership.is_leader() {
+        // A standby: look again soon, write nothing.
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
     let started = Instant::now();
     let result = reconcile_inner(&cr, &ctx).await;
     ctx.metrics
