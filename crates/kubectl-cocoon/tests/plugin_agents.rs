@@ -441,3 +441,91 @@ async fn hibernate_and_wake_one_pod_with_a_real_agent_and_guarded_multi_target_w
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_runs_under_its_service_account_rbac() {
+    cocoon_testenv::run_test(|env| async move {
+        let admin = env.client()?;
+        // Install the shipped namespace, ServiceAccount and ClusterRole/Binding for real.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/operator");
+        for f in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
+            let out = env
+                .kubectl()
+                .args(["apply", "-f"])
+                .arg(dir.join(f))
+                .output()?;
+            assert!(out.status.success(), "{f}: {}", text(&out.stderr));
+        }
+        // The operator's client acts as exactly that ServiceAccount.
+        let mut cfg = env.client_config().clone();
+        cfg.auth_info.impersonate =
+            Some("system:serviceaccount:cocoon-system:cocoon-operator".into());
+        let operator_client = Client::try_from(cfg)?;
+
+        let ns = cocoon_testenv::create_namespace(&admin, "plugin-rbac").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let node = cocoon_testenv::unique_name("node");
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&admin, &node, &pool).await?;
+        let stop = CancellationToken::new();
+        let tmp = tempfile::tempdir()?;
+        let sim = start_agent(env.client()?, &node, tmp.path(), env.registry_addr(), &stop).await?;
+        start_operator(&operator_client, &ns, env.registry_addr(), &stop);
+
+        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
+        spec.node_pool = pool.clone();
+        spec.agent.mode = cocoon_api::crd::set::AgentMode::Run;
+        let sets: Api<CocoonSet> = Api::namespaced(admin.clone(), &ns);
+        sets.create(&PostParams::default(), &CocoonSet::new("rbac", spec))
+            .await?;
+        let vm = vm_name_for_pod(&ns, "rbac-0");
+        let token = cocoon_testenv::wait_until("main running", Duration::from_secs(90), || async {
+            sim.guest_token(&vm).ok()
+        })
+        .await?;
+        let out = plugin(
+            env,
+            &[
+                "-n",
+                &ns,
+                "suspend",
+                "rbac",
+                "--timeout",
+                "3m",
+                "--failure-grace",
+                "0s",
+            ],
+        )
+        .await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "suspend under the operator's RBAC: {}",
+            text(&out.stderr)
+        );
+        let out = plugin(
+            env,
+            &[
+                "-n",
+                &ns,
+                "resume",
+                "rbac",
+                "--timeout",
+                "3m",
+                "--failure-grace",
+                "0s",
+            ],
+        )
+        .await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "resume under the operator's RBAC: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(sim.guest_token(&vm)?, token);
+        stop.cancel();
+        cocoon_testenv::delete_namespace(&admin, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
