@@ -27,6 +27,33 @@ impl Readiness {
     }
 }
 
+/// Readiness that needs several caches: each part reports its first complete list once, and the
+/// whole is ready when every part has.
+pub struct SyncGate {
+    left: std::sync::atomic::AtomicUsize,
+    readiness: Arc<Readiness>,
+}
+
+impl SyncGate {
+    pub fn new(parts: usize, readiness: Arc<Readiness>) -> Arc<Self> {
+        Arc::new(SyncGate {
+            left: std::sync::atomic::AtomicUsize::new(parts),
+            readiness,
+        })
+    }
+
+    /// A marker for one part; calling it more than once counts once.
+    pub fn part(self: &Arc<Self>) -> impl Fn() + Send + Sync + 'static {
+        let gate = self.clone();
+        let done = AtomicBool::new(false);
+        move || {
+            if !done.swap(true, Ordering::SeqCst) && gate.left.fetch_sub(1, Ordering::SeqCst) == 1 {
+                gate.readiness.set_ready();
+            }
+        }
+    }
+}
+
 async fn metrics(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
     (
         [(

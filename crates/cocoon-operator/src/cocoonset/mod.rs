@@ -175,17 +175,17 @@ pub async fn run(
     if let Ok(mut slot) = ctx.pods.lock() {
         *slot = Some(pod_reader.clone());
     }
-    {
-        let (a, b) = (set_reader.clone(), pod_reader.clone());
-        tokio::spawn(async move {
-            if a.wait_until_ready().await.is_ok() && b.wait_until_ready().await.is_ok() {
-                readiness.set_ready();
-            }
-        });
-    }
+    // Ready once both caches delivered their first complete list.
+    let gate = crate::admin::SyncGate::new(2, readiness);
+    let (sets_synced, pods_synced) = (gate.part(), gate.part());
     let set_events = set_changes(
         watcher(sets, watcher::Config::default().any_semantic())
             .default_backoff()
+            .inspect(move |ev| {
+                if matches!(ev, Ok(watcher::Event::InitDone)) {
+                    sets_synced();
+                }
+            })
             .reflect(set_writer),
     );
     // Only pods carrying the set label are cached: ownership is then checked per pass.
@@ -195,6 +195,11 @@ pub async fn run(
     let pod_events = pod_changes(
         watcher(pods, pod_config)
             .default_backoff()
+            .inspect(move |ev| {
+                if matches!(ev, Ok(watcher::Event::InitDone)) {
+                    pods_synced();
+                }
+            })
             .reflect(pod_writer),
     );
     Controller::for_stream(set_events, set_reader)

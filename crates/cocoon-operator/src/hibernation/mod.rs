@@ -151,18 +151,24 @@ pub async fn run(
         ),
         None => (Api::all(client.clone()), Api::all(client)),
     };
-    let controller = Controller::new(crs, watcher::Config::default().any_semantic())
+    // The CR cache is fed here (not inside Controller::new) so that its first complete list
+    // can mark readiness.
+    let (store, writer) = kube::runtime::reflector::store::<CocoonHibernation>();
+    let synced = crate::admin::SyncGate::new(1, readiness).part();
+    let cr_events = watcher(crs, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .inspect(move |ev| {
+            if matches!(ev, Ok(WatchEvent::InitDone)) {
+                synced();
+            }
+        })
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(cr_events, store.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
-    let store = controller.store();
     if let Ok(mut slot) = ctx.store.lock() {
         *slot = Some(store.clone());
     }
-    let synced = store.clone();
-    tokio::spawn(async move {
-        if synced.wait_until_ready().await.is_ok() {
-            readiness.set_ready();
-        }
-    });
     let pod_changes = annotation_changes(watcher(pods, watcher::Config::default().any_semantic()));
     controller
         .watches_stream(pod_changes, move |pod| crs_for_pod(&store, &pod))
