@@ -6,12 +6,12 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::cocoonset::RebuildHistory;
+use cocoon_api::contract::cocoonset::{RebuildEntry, RebuildHistory};
 use cocoon_api::crd::set::{
     AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
 };
@@ -23,13 +23,15 @@ use cocoon_node::runtime::Runtime;
 use cocoon_node::runtime::sim::{FailRule, SimConfig, SimHandle, SimRuntime, Verb};
 use cocoon_operator::cocoonset::{self, plan::Timing};
 use cocoon_operator::hibernation;
-use cocoon_operator::metrics::Metrics;
+use cocoon_operator::metrics::{Metrics, SetLabels};
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -54,14 +56,14 @@ fn start_operator(client: &Client, ns: &str, registry_addr: &str, stop: &Cancell
     start_operator_with(client, ns, registry_addr, timing, stop);
 }
 
-/// As [`start_operator`], with the CocoonSet controller on `timing`.
+/// As [`start_operator`], with the CocoonSet controller on `timing`; returns its metrics.
 fn start_operator_with(
     client: &Client,
     ns: &str,
     registry_addr: &str,
     timing: Timing,
     stop: &CancellationToken,
-) {
+) -> Arc<Metrics> {
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -81,7 +83,7 @@ fn start_operator_with(
     let chs = Arc::new(hibernation::Context::new(
         client.clone(),
         recorder,
-        metrics,
+        metrics.clone(),
         tags,
         hibernation::decide::Timing::default(),
     ));
@@ -97,6 +99,7 @@ fn start_operator_with(
         let until = async move { stop_b.cancelled().await };
         hibernation::run(chs, Some(&ns_b), 4, until, readiness).await
     });
+    metrics
 }
 
 /// One node: its name, the runtime its real agent drives, and that simulator's controls.
@@ -498,37 +501,100 @@ async fn set_lifecycle_with_real_agents() {
     .await;
 }
 
-/// Every event in `ns` (events.k8s.io/v1, as both Recorders write them) as (reason, note).
-async fn events(client: &Client, ns: &str) -> Vec<(String, String)> {
+/// Every event in `ns` (events.k8s.io/v1, as both Recorders write them).
+async fn events(client: &Client, ns: &str) -> Vec<Event> {
     let api: Api<Event> = Api::namespaced(client.clone(), ns);
     api.list(&ListParams::default())
         .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-                .collect()
-        })
+        .map(|l| l.items)
         .unwrap_or_default()
 }
 
-/// The notes of the events with `reason` in `ns`, once at least `n` of them exist.
+/// How many occurrences an event stands for: the Recorder folds a repeat with the same key
+/// (type, reason, action, regarding object) into the first event's `series`, keeping its note.
+fn occurrences(e: &Event) -> i32 {
+    e.series.as_ref().map_or(1, |s| s.count)
+}
+
+/// The events with `reason` in `ns`, once they stand for at least `n` occurrences.
 async fn wait_events(
     client: &Client,
     ns: &str,
     reason: &str,
-    n: usize,
-) -> Result<Vec<String>, cocoon_testenv::Error> {
+    n: i32,
+) -> Result<Vec<Event>, cocoon_testenv::Error> {
     cocoon_testenv::wait_until(&format!("{n} event(s) {reason}"), WAIT, || async {
-        let notes: Vec<String> = events(client, ns)
+        let found: Vec<Event> = events(client, ns)
             .await
             .into_iter()
-            .filter(|(r, _)| r == reason)
-            .map(|(_, note)| note)
+            .filter(|e| e.reason.as_deref() == Some(reason))
             .collect();
-        (notes.len() >= n).then_some(notes)
+        (found.iter().map(occurrences).sum::<i32>() >= n).then_some(found)
     })
     .await
+}
+
+fn note(e: &Event) -> &str {
+    e.note.as_deref().unwrap_or_default()
+}
+
+/// Every distinct `rebuild-history` entry of `pod` on the set, in order, as a watch sees them
+/// (a new entry whenever its count changes), until `stop`. Returns once the watch has listed,
+/// so a set created afterwards has every write seen.
+async fn record_history(
+    sets: Api<CocoonSet>,
+    pod: String,
+    stop: CancellationToken,
+) -> Result<Arc<Mutex<Vec<RebuildEntry>>>, BoxError> {
+    let seen = Arc::new(Mutex::new(Vec::<RebuildEntry>::new()));
+    let out = seen.clone();
+    let (listed, listed_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={SET}"));
+        let mut stream = watcher(sets, cfg).default_backoff().boxed();
+        let mut listed = Some(listed);
+        loop {
+            let next = tokio::select! {
+                _ = stop.cancelled() => break,
+                next = stream.next() => next,
+            };
+            let cs = match next {
+                None => break,
+                Some(Ok(watcher::Event::InitDone)) => {
+                    if let Some(tx) = listed.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
+                }
+                Some(Ok(watcher::Event::Apply(cs) | watcher::Event::InitApply(cs))) => cs,
+                Some(_) => continue,
+            };
+            let history = RebuildHistory::decode(
+                cs.annotations()
+                    .get(ann::REBUILD_HISTORY)
+                    .map(String::as_str)
+                    .unwrap_or_default(),
+            );
+            if let (Some(e), Ok(mut v)) = (history.get(&pod), out.lock())
+                && v.last().map(|l| l.count) != Some(e.count)
+            {
+                v.push(e.clone());
+            }
+        }
+    });
+    tokio::time::timeout(WAIT, listed_rx).await??;
+    Ok(seen)
+}
+
+/// The pod incarnations (UIDs) the node agent reported CreateBringUpFailed for with `error`.
+async fn bring_up_failures(client: &Client, ns: &str, error: &str) -> BTreeSet<String> {
+    events(client, ns)
+        .await
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("CreateBringUpFailed"))
+        .filter(|e| note(e).contains(error))
+        .filter_map(|e| e.regarding.as_ref().and_then(|r| r.uid.clone()))
+        .collect()
 }
 
 fn pod_ready(p: &Pod) -> bool {
@@ -570,19 +636,22 @@ async fn failing_sub_agent_is_dead_lettered_then_lifted_with_a_real_agent() {
             ..Timing::default()
         };
         assert_eq!(timing.rebuild_budget, 4, "the default budget");
-        start_operator_with(&client, &ns, env.registry_addr(), timing, &stop);
+        let timing_backoff = timing.rebuild_backoff.clone();
+        let metrics = start_operator_with(&client, &ns, env.registry_addr(), timing, &stop);
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let main_pod = format!("{SET}-0");
         let sub_pod = format!("{SET}-1");
+        let watched = record_history(sets.clone(), sub_pod.clone(), stop.child_token()).await?;
         let main_vm = vm_name_for_agent(&ns, SET, 0);
         let sub_vm = vm_name_for_agent(&ns, SET, 1);
 
         // The sub-agent's fork-from clone always fails on the node: the real agent reports
         // lifecycle `failed` (CreateBringUpFailed) for every incarnation of demo-1.
-        agent.sim.fail(
-            FailRule::new(Verb::Clone, "simulated: fork clone refused").target(sub_vm.as_str()),
-        );
+        const INJECTED: &str = "simulated: fork clone refused";
+        agent
+            .sim
+            .fail(FailRule::new(Verb::Clone, INJECTED).target(sub_vm.as_str()));
         let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
         spec.node_pool = pool.clone();
         spec.agent.mode = AgentMode::Run;
@@ -604,35 +673,78 @@ async fn failing_sub_agent_is_dead_lettered_then_lifted_with_a_real_agent() {
             generation.to_string(),
             "dead-lettered at this generation"
         );
-        let dead_notes = wait_events(&client, &ns, "SubAgentDeadLetter", 1).await?;
         let terminal =
             |note: &str| note.contains("(terminal (phase=") && note.contains(" lifecycle=failed)");
-        assert!(
-            dead_notes.iter().all(|n| {
-                n.starts_with(&format!("pod {sub_pod} exhausted 4 rebuilds ("))
-                    && n.ends_with("); left in dead-letter")
-                    && terminal(n)
-            }),
-            "{dead_notes:?}"
+        let dead_letters = wait_events(&client, &ns, "SubAgentDeadLetter", 1).await?;
+        assert_eq!(
+            dead_letters.iter().map(occurrences).sum::<i32>(),
+            1,
+            "one dead-letter: {dead_letters:?}"
         );
-        let rebuilding = wait_events(&client, &ns, "SubAgentRebuilding", 4).await?;
-        for k in 1..=4 {
-            let prefix = format!("pod {sub_pod} attempt {k}/4 (");
+        let n = note(&dead_letters[0]);
+        assert_eq!(dead_letters[0].type_.as_deref(), Some("Warning"));
+        assert!(
+            n.starts_with(&format!("pod {sub_pod} exhausted 4 rebuilds ("))
+                && n.ends_with("); left in dead-letter")
+                && terminal(n),
+            "{n}"
+        );
+        // Attempts 1..4, each persisted to the history before its delete (a watch sees every
+        // write), each after its backoff: 0, then 200 ms, 500 ms and 1 s after the previous one.
+        let seen = watched.lock().map(|v| v.clone()).unwrap_or_default();
+        assert_eq!(
+            seen.iter().map(|e| e.count).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4],
+            "{seen:?}"
+        );
+        for (k, pair) in seen.windows(2).enumerate() {
+            let (Some(prev), Some(next)) = (pair[0].last_deleted, pair[1].last_deleted) else {
+                panic!("lastDeleted recorded: {seen:?}");
+            };
+            let gap = (next - prev).to_std().unwrap_or_default();
+            let owed = timing_backoff[k + 1];
             assert!(
-                rebuilding
-                    .iter()
-                    .any(|n| n.starts_with(&prefix) && terminal(n)),
-                "attempt {k}/4 announced: {rebuilding:?}"
+                gap >= owed,
+                "attempt {} came {gap:?} after the previous one, owed {owed:?}",
+                k + 2
             );
         }
-        assert_eq!(rebuilding.len(), 4, "exactly four rebuilds: {rebuilding:?}");
-        let bring_up = wait_events(&client, &ns, "CreateBringUpFailed", 1).await?;
-        assert!(
-            bring_up
-                .iter()
-                .any(|n| n.contains("simulated: fork clone refused")),
-            "the agent reported the injected clone failure: {bring_up:?}"
+        // The events: kube's Recorder folds repeats of one (type, reason, action, regarding)
+        // into the first event's series and keeps its note, so the four SubAgentRebuilding
+        // occurrences show as attempt 1/4 with series.count 4 (see the report).
+        let rebuilding = wait_events(&client, &ns, "SubAgentRebuilding", 4).await?;
+        assert_eq!(
+            rebuilding.iter().map(occurrences).sum::<i32>(),
+            4,
+            "exactly four rebuilds: {rebuilding:?}"
         );
+        let mut attempts = BTreeSet::new();
+        for e in &rebuilding {
+            let n = note(e);
+            // `pod demo-1 attempt <k>/4 (terminal (phase=<phase> lifecycle=failed))`
+            let k = n
+                .strip_prefix(&format!("pod {sub_pod} attempt "))
+                .and_then(|rest| rest.split_once("/4 ("))
+                .and_then(|(k, _)| k.parse::<u32>().ok())
+                .filter(|_| terminal(n));
+            assert!(k.is_some(), "a SubAgentRebuilding note: {n}");
+            attempts.extend(k);
+        }
+        assert!(
+            attempts.contains(&1) && attempts.iter().all(|k| (1..=4).contains(k)),
+            "{attempts:?}"
+        );
+        let labels = SetLabels {
+            namespace: ns.clone(),
+            cocoonset: SET.into(),
+        };
+        assert_eq!(metrics.subagent_rebuild.get_or_create(&labels).get(), 4);
+        assert_eq!(metrics.subagent_dead_letter.get_or_create(&labels).get(), 1);
+        // The real agent failed every incarnation: the first pod and its four rebuilds.
+        cocoon_testenv::wait_until("CreateBringUpFailed for 5 incarnations", WAIT, || async {
+            (bring_up_failures(&client, &ns, INJECTED).await.len() >= 5).then_some(())
+        })
+        .await?;
         let history = RebuildHistory::decode(
             cs.annotations()
                 .get(ann::REBUILD_HISTORY)
@@ -692,6 +804,12 @@ async fn failing_sub_agent_is_dead_lettered_then_lifted_with_a_real_agent() {
             "the main's VM is live"
         );
 
+        assert_eq!(
+            bring_up_failures(&client, &ns, INJECTED).await.len(),
+            5,
+            "no sixth incarnation while dead-lettered"
+        );
+
         // Clear the injection and edit the spec: the dead-letter is lifted, the budget reset,
         // and the set returns to Running with the sub-agent up.
         agent.sim.clear_failures();
@@ -740,14 +858,9 @@ async fn failing_sub_agent_is_dead_lettered_then_lifted_with_a_real_agent() {
             history.get(&sub_pod).is_none_or(|e| e.count < 4),
             "the sub-agent's budget was reset"
         );
-        let dead_events = events(&client, &ns)
-            .await
-            .into_iter()
-            .filter(|(r, _)| r == "SubAgentDeadLetter")
-            .count();
         assert_eq!(
-            dead_events,
-            dead_notes.len(),
+            metrics.subagent_dead_letter.get_or_create(&labels).get(),
+            1,
             "no new dead-letter after the edit"
         );
 
