@@ -238,6 +238,16 @@ pub fn resumed_after_restart_message(op: &str) -> String {
     format!("op={op}")
 }
 
+/// The Event `action`: the reason plus a hash of the message. kube's recorder folds events with
+/// the same type, reason, action and object into one series and keeps the first message, so the
+/// message must take part in the key or later texts (`attempt 2/4 …`) would never be seen.
+pub fn event_action(reason: &str, message: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    message.hash(&mut h);
+    format!("{reason}-{:016x}", h.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +318,26 @@ mod tests {
         let msg = node_failure_message("create", &long);
         assert!(msg.len() <= NODE_FAILURE_MESSAGE_MAX_BYTES);
         assert!(msg.starts_with("create: é"));
+    }
+
+    #[test]
+    fn event_actions_differ_by_message_and_stay_short() {
+        let a = event_action(
+            "SubAgentRebuilding",
+            "pod demo-1 attempt 1/4 (spec drifted)",
+        );
+        let b = event_action(
+            "SubAgentRebuilding",
+            "pod demo-1 attempt 2/4 (spec drifted)",
+        );
+        assert_ne!(a, b);
+        assert_eq!(
+            a,
+            event_action(
+                "SubAgentRebuilding",
+                "pod demo-1 attempt 1/4 (spec drifted)"
+            )
+        );
+        assert!(a.starts_with("SubAgentRebuilding-") && a.len() <= 128);
     }
 }

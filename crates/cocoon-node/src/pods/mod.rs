@@ -383,7 +383,7 @@ impl Handler {
             },
             reason: reason.to_owned(),
             note: Some(message.to_owned()),
-            action: reason.to_owned(),
+            action: cocoon_api::contract::events::event_action(reason, message),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &pod.object_ref(&())).await {

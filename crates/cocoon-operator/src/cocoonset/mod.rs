@@ -459,8 +459,8 @@ impl<'a> Pass<'a> {
                 EventType::Normal
             },
             reason: reason.to_string(),
+            action: cocoon_api::contract::events::event_action(reason, &message),
             note: Some(message),
-            action: reason.to_string(),
             secondary: None,
         };
         if let Err(e) = self

@@ -125,7 +125,7 @@ impl Context {
             },
             reason: ev.reason.to_string(),
             note: Some(ev.message.clone()),
-            action: ev.reason.to_string(),
+            action: cocoon_api::contract::events::event_action(ev.reason, &ev.message),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &cr.object_ref(&())).await {
