@@ -117,6 +117,10 @@ pub struct Context {
     pub stats: Stats,
     pods: Mutex<Option<Store<Pod>>>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Set once the pod cache delivered its first complete list. A flag rather than
+    /// `Store::wait_until_ready`: waiters parked on that before the list completed were seen
+    /// never to wake (three sets of a hundred stuck, each holding a concurrency slot).
+    pods_synced: std::sync::atomic::AtomicBool,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
 }
@@ -138,6 +142,7 @@ impl Context {
             stats: Stats::default(),
             pods: Mutex::default(),
             failures: Mutex::default(),
+            pods_synced: std::sync::atomic::AtomicBool::new(false),
             leadership: crate::leader::Leadership::always(),
         }
     }
@@ -178,15 +183,16 @@ pub async fn run(
     // Ready once both caches delivered their first complete list.
     let gate = crate::admin::SyncGate::new(2, readiness);
     let (sets_synced, pods_synced) = (gate.part(), gate.part());
+    let pods_flag = ctx.clone();
     let set_events = set_changes(
         watcher(sets, watcher::Config::default().any_semantic())
             .default_backoff()
+            .reflect(set_writer)
             .inspect(move |ev| {
                 if matches!(ev, Ok(watcher::Event::InitDone)) {
                     sets_synced();
                 }
-            })
-            .reflect(set_writer),
+            }),
     );
     // Only pods carrying the set label are cached: ownership is then checked per pass.
     let pod_config = watcher::Config::default()
@@ -195,12 +201,13 @@ pub async fn run(
     let pod_events = pod_changes(
         watcher(pods, pod_config)
             .default_backoff()
+            .reflect(pod_writer)
             .inspect(move |ev| {
                 if matches!(ev, Ok(watcher::Event::InitDone)) {
+                    pods_flag.pods_synced.store(true, Ordering::SeqCst);
                     pods_synced();
                 }
-            })
-            .reflect(pod_writer),
+            }),
     );
     Controller::for_stream(set_events, set_reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
@@ -341,7 +348,10 @@ enum Step {
 
 async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error> {
     let store = ctx.pod_store().ok_or(Error::Cache)?;
-    store.wait_until_ready().await.map_err(|_| Error::Cache)?;
+    if !ctx.pods_synced.load(Ordering::SeqCst) {
+        // Look again shortly instead of holding a concurrency slot.
+        return Ok(Action::requeue(Duration::from_millis(300)));
+    }
     ctx.stats.passes.fetch_add(1, Ordering::Relaxed);
     let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
     // Step 4's listing (and step 2's, terminating pods included) comes from the cache.

@@ -157,12 +157,12 @@ pub async fn run(
     let synced = crate::admin::SyncGate::new(1, readiness).part();
     let cr_events = watcher(crs, watcher::Config::default().any_semantic())
         .default_backoff()
+        .reflect(writer)
         .inspect(move |ev| {
             if matches!(ev, Ok(WatchEvent::InitDone)) {
                 synced();
             }
         })
-        .reflect(writer)
         .applied_objects();
     let controller = Controller::for_stream(cr_events, store.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
