@@ -46,10 +46,18 @@ impl Fake {
         let dir = tempfile::tempdir().expect("tmp");
         std::fs::create_dir_all(dir.path().join("r")).expect("mkdir");
         let script = SCRIPT.replace("@DIR@", &dir.path().display().to_string());
-        let bin = dir.path().join("cocoon");
-        std::fs::write(&bin, script).expect("write script");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let src = dir.path().join("cocoon.src");
+        std::fs::write(&src, script).expect("write script");
+        // The executable is written by another process: a file this process held open for
+        // writing could be inherited by a child forked concurrently by another test, and
+        // exec'ing it would then fail with ETXTBSY ("Text file busy").
+        let status = std::process::Command::new("install")
+            .args(["-m", "0755"])
+            .arg(&src)
+            .arg(dir.path().join("cocoon"))
+            .status()
+            .expect("run install");
+        assert!(status.success(), "install the stand-in");
         Fake { dir }
     }
 

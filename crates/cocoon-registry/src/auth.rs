@@ -587,13 +587,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cocoon-reg-helper-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mkdir");
         let script = dir.join("docker-credential-fake");
+        let src = dir.join("docker-credential-fake.src");
         std::fs::write(
-            &script,
+            &src,
             "#!/bin/sh\nread server\nif [ \"$1\" = get ] && [ \"$server\" = reg.example ]; then\n  echo '{\"Username\":\"hu\",\"Secret\":\"hs\"}'\nelse\n  echo 'credentials not found in native keychain'; exit 1\nfi\n",
         )
         .expect("write");
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // Installed by another process: an executable this process held open for writing could
+        // leak into a child forked by a concurrent test and make exec fail with ETXTBSY.
+        let status = std::process::Command::new("install")
+            .args(["-m", "0755"])
+            .arg(&src)
+            .arg(&script)
+            .status()
+            .expect("run install");
+        assert!(status.success(), "install the helper");
         let cfg_path = dir.join("config.json");
         std::fs::write(&cfg_path, br#"{"credsStore":"fake"}"#).expect("write");
         let src = CredentialSource::DockerConfig {
