@@ -534,6 +534,27 @@ impl Drop for BlockedCount<'_> {
 }
 
 /// Sets the abort flag when the completion future is dropped before it finished.
+/// The handle of a simulated import. Its completion is created outside the future, so that
+/// dropping it unpolled aborts the transfer too, as dropping the CLI's completion kills its child.
+fn import_handle(
+    sink: tokio::io::DuplexStream,
+    task: tokio::task::JoinHandle<Result<()>>,
+    aborted: Arc<AtomicBool>,
+    label: String,
+) -> ImportHandle {
+    let guard = AbortOnDrop(Some(aborted));
+    let done = async move {
+        let mut guard = guard;
+        let res = task.await.map_err(|e| io_err(&label, e));
+        guard.0 = None;
+        res?
+    };
+    ImportHandle {
+        sink: Box::pin(sink),
+        done: Box::pin(done),
+    }
+}
+
 struct AbortOnDrop(Option<Arc<AtomicBool>>);
 
 impl Drop for AbortOnDrop {
@@ -1910,22 +1931,12 @@ impl Runtime for SimRuntime {
                 tarfmt::read_snapshot_tar(Throttle::new(bridge, rate, Some(flag.clone())), &dir);
             task_inner.finish_import(&task_name, &dir, res, flag.load(Ordering::SeqCst))
         });
-        let label = name.to_owned();
-        // Created outside the future so that dropping it unpolled aborts too, as dropping
-        // the CLI's completion kills its child.
-        let guard = AbortOnDrop(Some(aborted));
-        let done = async move {
-            let mut guard = guard;
-            let res = task
-                .await
-                .map_err(|e| io_err(&format!("snapshot import {label}"), e));
-            guard.0 = None;
-            res?
-        };
-        Ok(ImportHandle {
-            sink: Box::pin(sink),
-            done: Box::pin(done),
-        })
+        Ok(import_handle(
+            sink,
+            task,
+            aborted,
+            format!("snapshot import {name}"),
+        ))
     }
 
     async fn snapshot_export(&self, name: &str) -> Result<ExportHandle> {
@@ -2107,22 +2118,12 @@ impl Runtime for SimRuntime {
                 }
             }
         });
-        let label = name.to_owned();
-        // Created outside the future so that dropping it unpolled aborts too, as dropping
-        // the CLI's completion kills its child.
-        let guard = AbortOnDrop(Some(aborted));
-        let done = async move {
-            let mut guard = guard;
-            let res = task
-                .await
-                .map_err(|e| io_err(&format!("cocoon image import {label}"), e));
-            guard.0 = None;
-            res?
-        };
-        Ok(ImportHandle {
-            sink: Box::pin(sink),
-            done: Box::pin(done),
-        })
+        Ok(import_handle(
+            sink,
+            task,
+            aborted,
+            format!("cocoon image import {name}"),
+        ))
     }
 
     async fn watch_events(&self) -> Result<EventStream> {
