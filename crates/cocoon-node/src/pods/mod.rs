@@ -616,6 +616,16 @@ impl Handler {
             warn!(pod = %key, error = %e, "ready status write failed; the lifecycle reconciler retries");
             return false;
         }
+        // The DHCP lease may have landed after the create wrote the runtime annotations and
+        // before the first probe (which then never reports a transition): publish the address
+        // with the ready state, so `vm.cocoonstack.io/ip` never stays empty on a ready VM.
+        let ip = self.resolve_ip(key);
+        if !ip.is_empty()
+            && annotation(&pod, ann::VM_IP) != Some(ip.as_str())
+            && let Some(vm) = self.tracked_vm(key).filter(|v| !v.synthetic)
+        {
+            self.write_runtime(&pod, &vm, 0).await;
+        }
         self.flush(key, &pod).await;
         true
     }
