@@ -320,11 +320,25 @@ async fn wait_set(
     what: &str,
     check: impl Fn(&CocoonSet) -> bool,
 ) -> Result<CocoonSet, cocoon_testenv::Error> {
-    cocoon_testenv::wait_until(&format!("{name}: {what}"), WAIT, || async {
-        let cs = sets.get_opt(name).await.ok().flatten()?;
-        check(&cs).then_some(cs)
-    })
+    // A watch sees every status version: Failed is left again within moments (the status
+    // change brings the retry), so polling could miss it.
+    let timeout = |last: String| cocoon_testenv::Error::Timeout {
+        what: format!("{name}: {what}"),
+        after: WAIT,
+        last,
+    };
+    let cond = |cs: Option<&CocoonSet>| cs.is_some_and(&check);
+    match tokio::time::timeout(
+        WAIT,
+        kube::runtime::wait::await_condition(sets.clone(), name, cond),
+    )
     .await
+    {
+        Ok(Ok(Some(cs))) => Ok(cs),
+        Ok(Ok(None)) => Err(timeout("the set is gone".into())),
+        Ok(Err(e)) => Err(timeout(format!("watch failed: {e}"))),
+        Err(_) => Err(timeout("condition false".into())),
+    }
 }
 
 fn phase_is(cs: &CocoonSet, p: CocoonSetPhase) -> bool {
