@@ -73,6 +73,9 @@ struct RunArgs {
     /// How long a CocoonSet may stay Suspending before it reports Failed (default 3m0s).
     #[arg(long, env = "COCOON_SUSPEND_TIMEOUT", value_name = "DURATION")]
     suspend_timeout: Option<String>,
+    /// Reconcile only the resources of this namespace (default: every namespace).
+    #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
+    watch_namespace: Option<String>,
     /// Log level (error, warn, info, debug, trace).
     #[arg(long, env = "OPERATOR_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -227,10 +230,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         let _ = stop_tx.send(());
     });
+    let watch_namespace = args
+        .watch_namespace
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty());
     let controllers = futures::future::join(
         hibernation::run(
             hib.clone(),
-            None,
+            watch_namespace,
             config.hibernation_concurrency,
             async move {
                 let _ = stop_hib.recv().await;
@@ -239,7 +247,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         cocoonset::run(
             sets,
-            None,
+            watch_namespace,
             config.cocoonset_concurrency,
             async move {
                 let _ = stop_set.recv().await;

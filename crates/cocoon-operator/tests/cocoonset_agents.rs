@@ -5,193 +5,32 @@
 //! agent writes: VM ids, IPs, lifecycle states and pod readiness all come from the agents.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::cocoonset::{RebuildEntry, RebuildHistory};
 use cocoon_api::crd::set::{
     AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
 };
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_toolbox};
-use cocoon_node::agent::{AgentParts, run_agent};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{FailRule, SimConfig, SimHandle, SimRuntime, Verb};
-use cocoon_operator::cocoonset::{self, plan::Timing};
-use cocoon_operator::hibernation;
-use cocoon_operator::metrics::{Metrics, SetLabels};
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
-use cocoon_registry::{RegistryClient, RegistryConfig};
+use cocoon_node::runtime::sim::{FailRule, Verb};
+use cocoon_operator::cocoonset::plan::Timing;
+use cocoon_operator::metrics::SetLabels;
+use cocoon_testsupport::{
+    Agent, AgentOptions, BoxError, Operator, OperatorOptions, all_vms, node_of, push_tag,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-type BoxError = Box<dyn std::error::Error>;
-
 const WAIT: Duration = Duration::from_secs(120);
 const SET: &str = "demo";
-
-fn registry(addr: &str) -> RegistryClient {
-    RegistryClient::new(RegistryConfig::for_registry(addr).expect("registry config"))
-        .expect("registry client")
-}
-
-/// Both controllers, scoped to `ns`, until the token is cancelled.
-fn start_operator(client: &Client, ns: &str, registry_addr: &str, stop: &CancellationToken) {
-    let timing = Timing {
-        requeue_after_write: Duration::from_millis(300),
-        wait_for_main: Duration::from_secs(1),
-        ..Timing::default()
-    };
-    start_operator_with(client, ns, registry_addr, timing, stop);
-}
-
-/// As [`start_operator`], with the CocoonSet controller on `timing`; returns its metrics.
-fn start_operator_with(
-    client: &Client,
-    ns: &str,
-    registry_addr: &str,
-    timing: Timing,
-    stop: &CancellationToken,
-) -> Arc<Metrics> {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
-    let metrics = Arc::new(Metrics::new());
-    let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(registry_addr)));
-    let sets = Arc::new(cocoonset::Context::new(
-        client.clone(),
-        recorder.clone(),
-        metrics.clone(),
-        tags.clone(),
-        timing,
-    ));
-    let chs = Arc::new(hibernation::Context::new(
-        client.clone(),
-        recorder,
-        metrics.clone(),
-        tags,
-        hibernation::decide::Timing::default(),
-    ));
-    let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-    let (ns_a, ns_b) = (ns.to_owned(), ns.to_owned());
-    let (stop_a, stop_b) = (stop.clone(), stop.clone());
-    let ready_a = readiness.clone();
-    tokio::spawn(async move {
-        let until = async move { stop_a.cancelled().await };
-        cocoonset::run(sets, Some(&ns_a), 4, until, ready_a).await
-    });
-    tokio::spawn(async move {
-        let until = async move { stop_b.cancelled().await };
-        hibernation::run(chs, Some(&ns_b), 4, until, readiness).await
-    });
-    metrics
-}
-
-/// One node: its name, the runtime its real agent drives, and that simulator's controls.
-struct Agent {
-    node: String,
-    runtime: Arc<dyn Runtime>,
-    sim: SimHandle,
-}
-
-/// A real node agent for `node` on the simulator rooted at `root`, until the token is cancelled.
-async fn start_agent(
-    client: Client,
-    node: &str,
-    root: &Path,
-    registry_addr: &str,
-    stop: &CancellationToken,
-) -> Result<Agent, BoxError> {
-    let mut cfg = SimConfig::new(root);
-    cfg.permissive_pull = true;
-    cfg.lease_delay = Duration::from_millis(50);
-    let leases = cfg.lease_path.clone();
-    let sim_rt = SimRuntime::open(cfg)?;
-    let sim = sim_rt.handle();
-    let runtime: Arc<dyn Runtime> = Arc::new(sim_rt);
-    let parts = AgentParts {
-        pods: PodConfig {
-            node_name: node.to_owned(),
-            orphan_policy: OrphanPolicy::Destroy,
-            leases_path: leases,
-            restore_mode: "ondemand".into(),
-            cocoon_root_dir: root.to_owned(),
-            timing: AgentTiming::default(),
-        },
-        client,
-        runtime: runtime.clone(),
-        registry: Some(registry(registry_addr)),
-        metrics: Arc::new(NodeMetrics::new(root.to_owned())),
-        registration: None,
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let token = stop.clone();
-    let name = node.to_owned();
-    tokio::spawn(async move {
-        if let Err(e) = run_agent(parts, token, Some(tx)).await {
-            eprintln!("agent {name} failed: {e}");
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(60), rx).await??;
-    Ok(Agent {
-        node: node.to_owned(),
-        runtime,
-        sim,
-    })
-}
-
-/// Every VM the agents' runtimes hold, as (node, VM name, VM id).
-async fn all_vms(agents: &[Agent]) -> Vec<(String, String, String)> {
-    let mut out = Vec::new();
-    for a in agents {
-        for r in a.runtime.list().await.unwrap_or_default() {
-            out.push((a.node.clone(), r.config.name.clone(), r.id.clone()));
-        }
-    }
-    out
-}
-
-/// Pushes a minimal snapshot artifact as `<vm>:<tag>`.
-async fn push_tag(reg: &RegistryClient, vm: &str, tag: &str) -> Result<(), BoxError> {
-    let config = Bytes::from(format!(
-        r#"{{"snapshotId":"{}","image":"ubuntu:24.10"}}"#,
-        cocoon_testenv::unique_name("snap")
-    ));
-    let size = config.len();
-    let digest = reg.put_blob_bytes(vm, config).await?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
-        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
-                   "digest": digest.to_string(), "size": size},
-        "layers": [],
-        "annotations": {"cocoonstack.snapshot.baseimage": "ubuntu:24.10"}
-    });
-    reg.put_manifest(
-        vm,
-        tag,
-        Bytes::from(serde_json::to_vec(&manifest)?),
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    .await?;
-    Ok(())
-}
 
 /// Current generation observed, phase Running, every member reported with its VM id and IP
 /// (a DHCP address can reach the pod a moment after Ready), and `ready` holds on the status.
@@ -224,13 +63,6 @@ async fn wait_set(
     .await
 }
 
-fn node_of(p: &Pod) -> String {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn set_lifecycle_with_real_agents() {
     cocoon_testenv::run_test(|env| async move {
@@ -247,20 +79,20 @@ async fn set_lifecycle_with_real_agents() {
             node.wait_schedulable(WAIT).await?;
             nodes.push(node);
             agents.push(
-                start_agent(
+                Agent::start(
                     env.client()?,
                     &name,
                     root.path(),
                     env.registry_addr(),
-                    &stop,
+                    AgentOptions::default(),
                 )
                 .await?,
             );
         }
-        start_operator(&client, &ns, env.registry_addr(), &stop);
+        let _operator = Operator::start(&client, &ns, env.registry_addr(), OperatorOptions::fast());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let reg = registry(env.registry_addr());
+        let reg = cocoon_testsupport::registry(env.registry_addr());
 
         // (a) main + 2 sub-agents + a run toolbox + a static toolbox reach Running.
         let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
@@ -615,12 +447,12 @@ async fn failing_sub_agent_is_dead_lettered_then_lifted_with_a_real_agent() {
         let name = cocoon_testenv::unique_name("csd-node");
         let node = cocoon_testenv::TestNode::in_pool(&client, &name, &pool).await?;
         node.wait_schedulable(WAIT).await?;
-        let agent = start_agent(
+        let agent = Agent::start(
             env.client()?,
             &name,
             root.path(),
             env.registry_addr(),
-            &stop,
+            AgentOptions::default(),
         )
         .await?;
         // The §6 backoff (0/1/5/30 s) shrunk so the four rebuilds take about two seconds.
@@ -637,7 +469,16 @@ async fn failing_sub_agent_is_dead_lettered_then_lifted_with_a_real_agent() {
         };
         assert_eq!(timing.rebuild_budget, 4, "the default budget");
         let timing_backoff = timing.rebuild_backoff.clone();
-        let metrics = start_operator_with(&client, &ns, env.registry_addr(), timing, &stop);
+        let operator = Operator::start(
+            &client,
+            &ns,
+            env.registry_addr(),
+            OperatorOptions {
+                sets: timing,
+                ..OperatorOptions::default()
+            },
+        );
+        let metrics = operator.metrics.clone();
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let main_pod = format!("{SET}-0");

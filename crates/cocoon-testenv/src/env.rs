@@ -22,6 +22,20 @@ use crate::wait::{Probe, poll};
 
 /// Starting on a port another process grabbed is retried this many times.
 const PORT_ATTEMPTS: usize = 3;
+/// The API server's audit policy and log, in the run directory.
+const AUDIT_POLICY_FILE: &str = "audit-policy.yaml";
+/// See [`AUDIT_POLICY_FILE`]; read it with [`crate::AuditLog`].
+pub const AUDIT_LOG_FILE: &str = "audit.log";
+/// Metadata-level records of every request made by a service account of `cocoon-system`
+/// (where the shipped manifests put the operator); nothing else is recorded.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: [\"system:serviceaccounts:cocoon-system\"]
+- level: None
+";
 /// Per-request bound for readiness probes, so a wedged connection cannot eat the deadline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -283,6 +297,10 @@ impl TestEnv {
     async fn start_apiserver(&self, pki: &Pki, etcd_port: u16, timeout: Duration) -> Result<u16> {
         let kubeconfig = self.kubeconfig_path();
         let run_dir = self.run_dir.clone();
+        let audit_policy = self.run_dir.join(AUDIT_POLICY_FILE);
+        std::fs::write(&audit_policy, AUDIT_POLICY)
+            .map_err(|e| Error::io(format!("writing {}", audit_policy.display()), e))?;
+        let audit_log = self.run_dir.join(AUDIT_LOG_FILE);
         let ports = self
             .start_component(
                 "kube-apiserver",
@@ -310,6 +328,17 @@ impl TestEnv {
                         "--allow-privileged=true".into(),
                         // Pods in brand-new namespaces would otherwise wait for sa/default.
                         "--disable-admission-plugins=ServiceAccount".into(),
+                        // As hardened clusters run: setting blockOwnerDeletion on an owner
+                        // reference needs `update` on the owner's finalizers subresource.
+                        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
+                        // Requests of service accounts in cocoon-system (the shipped RBAC under
+                        // test) are audited, so a test can compare what they call with what
+                        // their roles grant.
+                        format!("--audit-policy-file={}", audit_policy.display()),
+                        format!("--audit-log-path={}", audit_log.display()),
+                        "--audit-log-format=json".into(),
+                        "--audit-log-mode=blocking".into(),
+                        "--audit-log-maxbackup=1".into(),
                         // With a loopback advertise address the endpoint reconciler only fails.
                         "--endpoint-reconciler-type=none".into(),
                         format!(
@@ -320,6 +349,10 @@ impl TestEnv {
                             "--kubelet-client-key={}",
                             pki.key("apiserver-kubelet-client").display()
                         ),
+                        // Reach node agents' kubelet APIs (exec, logs) at their InternalIP:
+                        // the default prefers the Hostname address, and test node names do
+                        // not resolve.
+                        "--kubelet-preferred-address-types=InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP".into(),
                         "--default-not-ready-toleration-seconds=30".into(),
                         "--default-unreachable-toleration-seconds=30".into(),
                         "--profiling=false".into(),

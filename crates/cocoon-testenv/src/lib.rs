@@ -8,6 +8,7 @@
 //! ([`create_namespace`]) and node name ([`unique_name`]), and get schedulable nodes from
 //! [`TestNode`].
 
+pub mod audit;
 pub mod crds;
 mod env;
 mod error;
@@ -21,6 +22,7 @@ mod rundir;
 mod shared;
 mod wait;
 
+pub use audit::{AuditLog, AuditRecord};
 pub use env::{ComponentMemory, Options, StartupReport, TestEnv};
 pub use error::{Error, Result};
 pub use node::TestNode;

@@ -153,6 +153,14 @@ impl Shared {
         })
     }
 
+    /// The API server's audit log (requests of `cocoon-system` service accounts), when this
+    /// process knows the environment's run directory.
+    pub fn audit_log(&self) -> Option<crate::AuditLog> {
+        self.run_dir
+            .as_ref()
+            .map(|d| crate::AuditLog::at(d.join(crate::env::AUDIT_LOG_FILE)))
+    }
+
     /// A new admin client for the calling runtime. Never cache it across tests: a client
     /// is bound to the runtime it was made on, and each `#[tokio::test]` has its own.
     pub fn client(&self) -> Result<Client> {

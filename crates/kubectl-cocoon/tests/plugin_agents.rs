@@ -2,119 +2,14 @@
 //! the test namespace) and real node agents on the simulated runtime (in-process, one per
 //! TestNode): suspend and resume keep each VM's guest state; `status` shows the members.
 
-use std::path::Path;
 use std::process::Output;
-use std::sync::Arc;
 use std::time::Duration;
 
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_api::{CocoonSet, CocoonSetSpec};
-use cocoon_node::agent::{AgentParts, run_agent};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
-use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
-use cocoon_operator::{cocoonset, hibernation};
-use cocoon_registry::{RegistryClient, RegistryConfig};
-use kube::Client;
+use cocoon_testsupport::{Agent, AgentOptions, BoxError, Operator, OperatorOptions};
 use kube::api::{Api, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
-
-type BoxError = Box<dyn std::error::Error>;
-
-fn registry(addr: &str) -> RegistryClient {
-    RegistryClient::new(RegistryConfig::for_registry(addr).expect("registry config"))
-        .expect("registry client")
-}
-
-/// Both controllers, scoped to `ns`, stopped when the token is cancelled.
-fn start_operator(client: &Client, ns: &str, registry_addr: &str, stop: &CancellationToken) {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
-    let metrics = Arc::new(Metrics::new());
-    let reg: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(registry_addr)));
-    let sets = Arc::new(cocoonset::Context::new(
-        client.clone(),
-        recorder.clone(),
-        metrics.clone(),
-        reg.clone(),
-        cocoonset::plan::Timing::default(),
-    ));
-    let chs = Arc::new(hibernation::Context::new(
-        client.clone(),
-        recorder,
-        metrics,
-        reg,
-        hibernation::decide::Timing::default(),
-    ));
-    let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-    let (ns1, ns2) = (ns.to_string(), ns.to_string());
-    let (s1, s2) = (stop.clone(), stop.clone());
-    let r1 = readiness.clone();
-    tokio::spawn(async move {
-        cocoonset::run(sets, Some(&ns1), 4, async move { s1.cancelled().await }, r1).await
-    });
-    tokio::spawn(async move {
-        hibernation::run(
-            chs,
-            Some(&ns2),
-            4,
-            async move { s2.cancelled().await },
-            readiness,
-        )
-        .await
-    });
-}
-
-/// A real node agent on the simulator for `node`, stopped with the token.
-async fn start_agent(
-    client: Client,
-    node: &str,
-    root: &Path,
-    registry_addr: &str,
-    stop: &CancellationToken,
-) -> Result<SimHandle, BoxError> {
-    let mut cfg = SimConfig::new(root);
-    cfg.permissive_pull = true;
-    cfg.lease_delay = Duration::from_millis(50);
-    let leases = cfg.lease_path.clone();
-    let rt = SimRuntime::open(cfg)?;
-    let sim = rt.handle();
-    let runtime: Arc<dyn Runtime> = Arc::new(rt);
-    let parts = AgentParts {
-        pods: PodConfig {
-            node_name: node.to_owned(),
-            orphan_policy: OrphanPolicy::Destroy,
-            leases_path: leases,
-            restore_mode: "ondemand".into(),
-            cocoon_root_dir: root.to_owned(),
-            timing: AgentTiming::default(),
-        },
-        client,
-        runtime,
-        registry: Some(registry(registry_addr)),
-        metrics: Arc::new(NodeMetrics::new(root.to_owned())),
-        registration: None,
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let t = stop.clone();
-    tokio::spawn(async move {
-        if let Err(e) = run_agent(parts, t, Some(tx)).await {
-            eprintln!("agent failed: {e}");
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(60), rx).await??;
-    Ok(sim)
-}
 
 async fn plugin(env: &cocoon_testenv::Shared, args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
@@ -141,10 +36,22 @@ async fn suspend_and_resume_keep_every_vm_state() {
         let pool = cocoon_testenv::unique_name("pool");
         let node = cocoon_testenv::unique_name("node");
         let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, &pool).await?;
-        let stop = CancellationToken::new();
         let tmp = tempfile::tempdir()?;
-        let sim = start_agent(env.client()?, &node, tmp.path(), env.registry_addr(), &stop).await?;
-        start_operator(&client, &ns, env.registry_addr(), &stop);
+        let agent_sim = Agent::start(
+            env.client()?,
+            &node,
+            tmp.path(),
+            env.registry_addr(),
+            AgentOptions::default(),
+        )
+        .await?;
+        let sim = agent_sim.sim.clone();
+        let _operator = Operator::start(
+            &client,
+            &ns,
+            env.registry_addr(),
+            OperatorOptions::default(),
+        );
 
         let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
         spec.node_pool = pool.clone();
@@ -193,7 +100,7 @@ async fn suspend_and_resume_keep_every_vm_state() {
             sim.guest_token(&vms[0]).is_err(),
             "the main VM was removed after its snapshot"
         );
-        let reg = registry(env.registry_addr());
+        let reg = cocoon_testsupport::registry(env.registry_addr());
         for vm in &vms {
             assert!(
                 reg.has_manifest(vm, "hibernate").await?,
@@ -230,7 +137,6 @@ async fn suspend_and_resume_keep_every_vm_state() {
             "{table}"
         );
 
-        stop.cancel();
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, BoxError>(())
     })
@@ -307,11 +213,31 @@ async fn migrate_moves_the_main_with_its_state_and_unpin_settles() {
         );
         let _a = cocoon_testenv::TestNode::in_pool(&client, &na, &pool).await?;
         let _b = cocoon_testenv::TestNode::in_pool(&client, &nb, &pool).await?;
-        let stop = CancellationToken::new();
         let (ta, tb) = (tempfile::tempdir()?, tempfile::tempdir()?);
-        let sim_a = start_agent(env.client()?, &na, ta.path(), env.registry_addr(), &stop).await?;
-        let sim_b = start_agent(env.client()?, &nb, tb.path(), env.registry_addr(), &stop).await?;
-        start_operator(&client, &ns, env.registry_addr(), &stop);
+        let agent_sim_a = Agent::start(
+            env.client()?,
+            &na,
+            ta.path(),
+            env.registry_addr(),
+            AgentOptions::default(),
+        )
+        .await?;
+        let sim_a = agent_sim_a.sim.clone();
+        let agent_sim_b = Agent::start(
+            env.client()?,
+            &nb,
+            tb.path(),
+            env.registry_addr(),
+            AgentOptions::default(),
+        )
+        .await?;
+        let sim_b = agent_sim_b.sim.clone();
+        let _operator = Operator::start(
+            &client,
+            &ns,
+            env.registry_addr(),
+            OperatorOptions::default(),
+        );
 
         let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
         spec.node_pool = pool.clone();
@@ -360,7 +286,6 @@ async fn migrate_moves_the_main_with_its_state_and_unpin_settles() {
         assert_eq!(out.status.code(), Some(0), "unpin: {}", text(&out.stderr));
         assert_eq!(sets.get("mig").await?.spec.node_name, "");
 
-        stop.cancel();
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, BoxError>(())
     })
@@ -375,10 +300,22 @@ async fn hibernate_and_wake_one_pod_with_a_real_agent_and_guarded_multi_target_w
         let pool = cocoon_testenv::unique_name("pool");
         let node = cocoon_testenv::unique_name("node");
         let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, &pool).await?;
-        let stop = CancellationToken::new();
         let tmp = tempfile::tempdir()?;
-        let sim = start_agent(env.client()?, &node, tmp.path(), env.registry_addr(), &stop).await?;
-        start_operator(&client, &ns, env.registry_addr(), &stop);
+        let agent_sim = Agent::start(
+            env.client()?,
+            &node,
+            tmp.path(),
+            env.registry_addr(),
+            AgentOptions::default(),
+        )
+        .await?;
+        let sim = agent_sim.sim.clone();
+        let _operator = Operator::start(
+            &client,
+            &ns,
+            env.registry_addr(),
+            OperatorOptions::default(),
+        );
 
         let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
         spec.node_pool = pool.clone();
@@ -435,96 +372,7 @@ async fn hibernate_and_wake_one_pod_with_a_real_agent_and_guarded_multi_target_w
             "a dry run does not suspend"
         );
 
-        stop.cancel();
         cocoon_testenv::delete_namespace(&client, &ns).await?;
-        Ok::<_, BoxError>(())
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn operator_runs_under_its_service_account_rbac() {
-    cocoon_testenv::run_test(|env| async move {
-        let admin = env.client()?;
-        // Install the shipped namespace, ServiceAccount and ClusterRole/Binding for real.
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/operator");
-        for f in ["namespace.yaml", "serviceaccount.yaml", "rbac.yaml"] {
-            let out = env
-                .kubectl()
-                .args(["apply", "-f"])
-                .arg(dir.join(f))
-                .output()?;
-            assert!(out.status.success(), "{f}: {}", text(&out.stderr));
-        }
-        // The operator's client acts as exactly that ServiceAccount.
-        let mut cfg = env.client_config().clone();
-        cfg.auth_info.impersonate =
-            Some("system:serviceaccount:cocoon-system:cocoon-operator".into());
-        let operator_client = Client::try_from(cfg)?;
-
-        let ns = cocoon_testenv::create_namespace(&admin, "plugin-rbac").await?;
-        let pool = cocoon_testenv::unique_name("pool");
-        let node = cocoon_testenv::unique_name("node");
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&admin, &node, &pool).await?;
-        let stop = CancellationToken::new();
-        let tmp = tempfile::tempdir()?;
-        let sim = start_agent(env.client()?, &node, tmp.path(), env.registry_addr(), &stop).await?;
-        start_operator(&operator_client, &ns, env.registry_addr(), &stop);
-
-        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
-        spec.node_pool = pool.clone();
-        spec.agent.mode = cocoon_api::crd::set::AgentMode::Run;
-        let sets: Api<CocoonSet> = Api::namespaced(admin.clone(), &ns);
-        sets.create(&PostParams::default(), &CocoonSet::new("rbac", spec))
-            .await?;
-        let vm = vm_name_for_pod(&ns, "rbac-0");
-        let token = cocoon_testenv::wait_until("main running", Duration::from_secs(90), || async {
-            sim.guest_token(&vm).ok()
-        })
-        .await?;
-        let out = plugin(
-            env,
-            &[
-                "-n",
-                &ns,
-                "suspend",
-                "rbac",
-                "--timeout",
-                "3m",
-                "--failure-grace",
-                "0s",
-            ],
-        )
-        .await;
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "suspend under the operator's RBAC: {}",
-            text(&out.stderr)
-        );
-        let out = plugin(
-            env,
-            &[
-                "-n",
-                &ns,
-                "resume",
-                "rbac",
-                "--timeout",
-                "3m",
-                "--failure-grace",
-                "0s",
-            ],
-        )
-        .await;
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "resume under the operator's RBAC: {}",
-            text(&out.stderr)
-        );
-        assert_eq!(sim.guest_token(&vm)?, token);
-        stop.cancel();
-        cocoon_testenv::delete_namespace(&admin, &ns).await?;
         Ok::<_, BoxError>(())
     })
     .await;

@@ -1,0 +1,366 @@
+//! Test scaffolding shared by the end-to-end tests and benches of the workspace: the operator's
+//! two controllers and real node agents on the simulated runtime, started in-process against the
+//! real control plane and registry of `cocoon-testenv`, and stopped or killed (aborted mid-flight,
+//! as a crashed process would be) on demand.
+//!
+//! Nothing here stands in for a real part: these are the production controllers and agents,
+//! wired the way the binaries wire them, with shorter timings where a test asks for them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cocoon_api::crd::set::CocoonSet;
+use cocoon_node::agent::{AgentParts, run_agent};
+use cocoon_node::metrics::NodeMetrics;
+use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
+use cocoon_node::runtime::Runtime;
+use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
+use cocoon_operator::metrics::Metrics;
+use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_operator::{admin::Readiness, cocoonset, hibernation};
+use cocoon_registry::{RegistryClient, RegistryConfig};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The error type of the helpers (test code unwraps or `?`s it).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A registry client for the test registry at `addr` (plain HTTP on loopback).
+pub fn registry(addr: &str) -> RegistryClient {
+    RegistryClient::new(RegistryConfig::for_registry(addr).expect("registry config"))
+        .expect("registry client")
+}
+
+/// How the in-process operator runs.
+#[derive(Clone, Debug)]
+pub struct OperatorOptions {
+    /// CocoonSet controller timings.
+    pub sets: cocoonset::plan::Timing,
+    /// CocoonHibernation controller timings.
+    pub hibernation: hibernation::decide::Timing,
+    /// Concurrent reconciles per controller.
+    pub concurrency: u16,
+}
+
+impl Default for OperatorOptions {
+    /// Production timings, concurrency 4.
+    fn default() -> Self {
+        OperatorOptions {
+            sets: cocoonset::plan::Timing::default(),
+            hibernation: hibernation::decide::Timing::default(),
+            concurrency: 4,
+        }
+    }
+}
+
+impl OperatorOptions {
+    /// Production rules with the short requeues tests want (a write is re-read after 300 ms, a
+    /// pending main re-checked every second).
+    pub fn fast() -> Self {
+        OperatorOptions {
+            sets: cocoonset::plan::Timing {
+                requeue_after_write: Duration::from_millis(300),
+                wait_for_main: Duration::from_secs(1),
+                ..cocoonset::plan::Timing::default()
+            },
+            ..OperatorOptions::default()
+        }
+    }
+}
+
+/// Both controllers of `cocoon-operator run`, scoped to one namespace.
+pub struct Operator {
+    /// The metrics both controllers write.
+    pub metrics: Arc<Metrics>,
+    token: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Operator {
+    /// Starts both controllers watching `ns`, with their tag registry at `registry_addr`.
+    pub fn start(client: &Client, ns: &str, registry_addr: &str, opts: OperatorOptions) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "cocoon-operator".into(),
+                instance: None,
+            },
+        );
+        let metrics = Arc::new(Metrics::new());
+        let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(registry_addr)));
+        let sets = Arc::new(cocoonset::Context::new(
+            client.clone(),
+            recorder.clone(),
+            metrics.clone(),
+            tags.clone(),
+            opts.sets,
+        ));
+        let chs = Arc::new(hibernation::Context::new(
+            client.clone(),
+            recorder,
+            metrics.clone(),
+            tags,
+            opts.hibernation,
+        ));
+        let token = CancellationToken::new();
+        let readiness = Arc::new(Readiness::default());
+        let mut tasks = Vec::new();
+        {
+            let (ns, stop, ready) = (ns.to_owned(), token.clone(), readiness.clone());
+            tasks.push(tokio::spawn(async move {
+                let until = async move { stop.cancelled().await };
+                cocoonset::run(sets, Some(&ns), opts.concurrency, until, ready).await
+            }));
+        }
+        {
+            let (ns, stop) = (ns.to_owned(), token.clone());
+            tasks.push(tokio::spawn(async move {
+                let until = async move { stop.cancelled().await };
+                hibernation::run(chs, Some(&ns), opts.concurrency, until, readiness).await
+            }));
+        }
+        Operator {
+            metrics,
+            token,
+            tasks,
+        }
+    }
+
+    /// Kills both controllers where they stand (their futures are dropped mid-flight, as a
+    /// crashed process's would be), and waits until they are gone.
+    pub async fn kill(mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+
+    /// Stops both controllers gracefully and waits for them.
+    pub async fn stop(mut self) {
+        self.token.cancel();
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.token.cancel();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// How an in-process node agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Pod controller timings.
+    pub timing: AgentTiming,
+    /// Orphan policy at startup.
+    pub orphan_policy: OrphanPolicy,
+    /// Simulated-runtime latencies, sizes and failures (applied over the defaults below).
+    pub tweak: fn(&mut SimConfig),
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            timing: AgentTiming::default(),
+            orphan_policy: OrphanPolicy::Destroy,
+            tweak: |_| {},
+        }
+    }
+}
+
+impl AgentOptions {
+    /// Short reconcile and retry periods, for tests that restart agents or watch drift.
+    pub fn fast() -> Self {
+        AgentOptions {
+            timing: AgentTiming {
+                drift_first: Duration::from_secs(1),
+                drift_every: Duration::from_secs(2),
+                lifecycle_reconcile: Duration::from_secs(1),
+                retry_start: Duration::from_millis(200),
+                retry_max: Duration::from_secs(2),
+                ..AgentTiming::default()
+            },
+            ..AgentOptions::default()
+        }
+    }
+}
+
+/// A real node agent (`cocoon-operator node`) for one node, on the simulated runtime rooted at a
+/// directory. The simulator persists its VM table there, so an agent started again on the same
+/// root finds its VMs as a restarted process would.
+pub struct Agent {
+    /// The node it serves.
+    pub node: String,
+    /// The simulator's state directory.
+    pub root: PathBuf,
+    /// The runtime the agent drives.
+    pub runtime: Arc<dyn Runtime>,
+    /// The simulator's controls (state tokens, failure injection, counters).
+    pub sim: SimHandle,
+    token: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Starts an agent for `node` and returns once its startup reconcile is done.
+    pub async fn start(
+        client: Client,
+        node: &str,
+        root: &Path,
+        registry_addr: &str,
+        opts: AgentOptions,
+    ) -> Result<Agent, BoxError> {
+        let mut cfg = SimConfig::new(root);
+        cfg.permissive_pull = true;
+        cfg.lease_delay = Duration::from_millis(50);
+        cfg.tick_interval = Duration::from_millis(200);
+        (opts.tweak)(&mut cfg);
+        let leases = cfg.lease_path.clone();
+        let sim_rt = SimRuntime::open(cfg)?;
+        let sim = sim_rt.handle();
+        let runtime: Arc<dyn Runtime> = Arc::new(sim_rt);
+        let parts = AgentParts {
+            pods: PodConfig {
+                node_name: node.to_owned(),
+                orphan_policy: opts.orphan_policy,
+                leases_path: leases,
+                restore_mode: "ondemand".into(),
+                cocoon_root_dir: root.to_owned(),
+                timing: opts.timing,
+            },
+            client,
+            runtime: runtime.clone(),
+            registry: Some(registry(registry_addr)),
+            metrics: Arc::new(NodeMetrics::new(root.to_owned())),
+            registration: None,
+        };
+        let token = CancellationToken::new();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (t, name) = (token.clone(), node.to_owned());
+        let task = tokio::spawn(async move {
+            if let Err(e) = run_agent(parts, t, Some(tx)).await {
+                eprintln!("agent {name} failed: {e}");
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), rx).await??;
+        Ok(Agent {
+            node: node.to_owned(),
+            root: root.to_owned(),
+            runtime,
+            sim,
+            token,
+            task: Some(task),
+        })
+    }
+
+    /// Kills the agent where it stands (every task it spawned is cancelled, as with a killed
+    /// process) and waits until it is gone. The simulator's state directory stays.
+    pub async fn kill(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+
+    /// Stops the agent gracefully and waits for it.
+    pub async fn stop(&mut self) {
+        self.token.cancel();
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+
+    /// Every VM this agent's runtime holds, as (VM name, VM id).
+    pub async fn vms(&self) -> Vec<(String, String)> {
+        self.runtime
+            .list()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| (r.config.name.clone(), r.id.clone()))
+            .collect()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.token.cancel();
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+/// Every VM the agents' runtimes hold, as (node, VM name, VM id).
+pub async fn all_vms(agents: &[Agent]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for a in agents {
+        for (name, id) in a.vms().await {
+            out.push((a.node.clone(), name, id));
+        }
+    }
+    out
+}
+
+/// Pushes a minimal snapshot artifact (config blob only, no layers) as `<vm>:<tag>`.
+pub async fn push_tag(reg: &RegistryClient, vm: &str, tag: &str) -> Result<(), BoxError> {
+    let config = Bytes::from(format!(
+        r#"{{"snapshotId":"{}","image":"ubuntu:24.10"}}"#,
+        cocoon_testenv::unique_name("snap")
+    ));
+    let size = config.len();
+    let digest = reg.put_blob_bytes(vm, config).await?;
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
+        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
+                   "digest": digest.to_string(), "size": size},
+        "layers": [],
+        "annotations": {"cocoonstack.snapshot.baseimage": "ubuntu:24.10"}
+    });
+    reg.put_manifest(
+        vm,
+        tag,
+        Bytes::from(serde_json::to_vec(&manifest)?),
+        "application/vnd.oci.image.manifest.v1+json",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits (up to `within`) until the CocoonSet `name` exists and satisfies `check`.
+pub async fn wait_set(
+    sets: &Api<CocoonSet>,
+    name: &str,
+    what: &str,
+    within: Duration,
+    check: impl Fn(&CocoonSet) -> bool,
+) -> Result<CocoonSet, cocoon_testenv::Error> {
+    cocoon_testenv::wait_until(&format!("{name}: {what}"), within, || async {
+        let cs = sets.get_opt(name).await.ok().flatten()?;
+        check(&cs).then_some(cs)
+    })
+    .await
+}
+
+/// The node a pod is bound to ("" when unscheduled).
+pub fn node_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
