@@ -14,13 +14,14 @@ use tracing::{info, warn};
 
 use crate::config::NodeConfig;
 use crate::kubelet::{
-    BackendError, KubeletServer, MetricsServer, PodBackend, PodStats, TlsMaterial,
+    BackendError, ExecError, ExecIo, KubeletServer, MetricsServer, PodBackend, PodStats,
+    TlsMaterial,
 };
 use crate::metrics::NodeMetrics;
 use crate::node::HostReader;
 use crate::node::{NodeHeartbeat, NodeRegistration};
 use crate::pods::{self, Handler, PodConfig, Timing};
-use crate::runtime::Runtime;
+use crate::runtime::{ExecRequest, Runtime};
 
 /// Errors that stop the agent.
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +103,7 @@ pub async fn run_agent(
         "startup reconcile done"
     );
     handler.spawn(handler.clone().watch_vm_events());
+    handler.spawn(handler.clone().run_vm_sampler());
     let heartbeat = match &parts.registration {
         Some(reg) => {
             crate::node::register_or_update(&parts.client, reg).await?;
@@ -165,7 +167,7 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         config.node_ip,
     )
     .map_err(|e| AgentError::Config(e.to_string()))?;
-    let backend = Arc::new(LateBackend::default());
+    let backend = Arc::new(AgentPodBackend::default());
     let kubelet = KubeletServer::start(
         std::net::SocketAddr::new(config.node_ip, config.kubelet_port),
         &tls,
@@ -210,18 +212,20 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
 }
 
 /// The kubelet API's view of the pods: answers once the startup reconcile handed over the
-/// handler (before that, no pod has a live VM as far as the API is concerned).
+/// handler (before that, no pod has a live VM as far as the API is concerned). The kubelet
+/// server starts before the agent, so the handler is set later ([`AgentPodBackend::set`]).
 #[derive(Default)]
-struct LateBackend(std::sync::OnceLock<Arc<Handler>>);
+pub struct AgentPodBackend(std::sync::OnceLock<Arc<Handler>>);
 
-impl LateBackend {
-    fn set(&self, handler: Arc<Handler>) {
+impl AgentPodBackend {
+    /// Hands over the agent's pod handler; later calls are ignored.
+    pub fn set(&self, handler: Arc<Handler>) {
         let _ = self.0.set(handler);
     }
 }
 
 #[async_trait::async_trait]
-impl PodBackend for LateBackend {
+impl PodBackend for AgentPodBackend {
     async fn logs(
         &self,
         namespace: &str,
@@ -242,6 +246,32 @@ impl PodBackend for LateBackend {
             .await
             .map(Some)
             .map_err(|e| BackendError(e.to_string()))
+    }
+
+    async fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        _container: &str,
+        io: ExecIo,
+    ) -> Result<(), ExecError> {
+        let no_vm = || ExecError::NoLiveVm {
+            namespace: namespace.to_owned(),
+            pod: pod.to_owned(),
+        };
+        let h = self.0.get().ok_or_else(no_vm)?;
+        let vm = h
+            .tracked_vm(&format!("{namespace}/{pod}"))
+            .filter(|vm| !vm.synthetic)
+            .ok_or_else(no_vm)?;
+        let mut req = ExecRequest::new(vm.id(), io.command);
+        req.stdin = io.stdin;
+        req.stdout = io.stdout;
+        req.stderr = io.stderr;
+        h.rt.exec(req).await.map_err(|e| match e.exit_code() {
+            Some(code) => ExecError::ExitCode(code),
+            None => ExecError::Failed(e.to_string()),
+        })
     }
 
     async fn stats(&self) -> Result<Vec<PodStats>, BackendError> {

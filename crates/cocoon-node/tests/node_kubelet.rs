@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cocoon_node::kubelet::{
-    ATTACH_NOT_IMPLEMENTED, BackendError, KubeletServer, MetricsServer, NO_LIVE_VM_BODY,
-    PORT_FORWARD_NOT_IMPLEMENTED, PodBackend, PodStats, TlsMaterial,
+    ATTACH_NOT_IMPLEMENTED, BackendError, ExecError, ExecIo, KubeletServer, MetricsServer,
+    NO_LIVE_VM_BODY, PORT_FORWARD_NOT_IMPLEMENTED, PodBackend, PodStats, TlsMaterial,
 };
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::HostReader;
@@ -37,6 +37,19 @@ impl PodBackend for FakePods {
             ("ns", "broken") => Err(BackendError("cocoon vm logs: exit 3".into())),
             _ => Ok(None),
         }
+    }
+
+    async fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        _container: &str,
+        _io: ExecIo,
+    ) -> Result<(), ExecError> {
+        Err(ExecError::NoLiveVm {
+            namespace: namespace.into(),
+            pod: pod.into(),
+        })
     }
 
     async fn stats(&self) -> Result<Vec<PodStats>, BackendError> {

@@ -1,18 +1,24 @@
-//! The kubelet HTTPS API of `node.md` §13 (container logs, stats, the not-implemented streaming
-//! routes) and the plain-HTTP `/metrics` listener, both stopped by a cancellation token.
+//! The kubelet HTTPS API of `node.md` §13 (container logs, exec, stats, the not-implemented
+//! streaming routes) and the plain-HTTP `/metrics` listener, both stopped by a cancellation
+//! token.
 //!
-//! The pod side plugs in through [`PodBackend`]: it answers logs for one pod and per-pod usage
-//! figures; node-level figures come from the host (`/proc`, statfs) here. TLS uses rustls
-//! with the ring provider passed explicitly; connections are served by hyper's HTTP/1.1 server
-//! with an axum router. Not-implemented routes answer HTTP 501 with the spec's message.
+//! The pod side plugs in through [`PodBackend`]: it answers logs and exec for one pod and
+//! per-pod usage figures; node-level figures come from the host (`/proc`, statfs) here. TLS
+//! uses rustls with the ring provider passed explicitly; connections are served by hyper's
+//! HTTP/1.1 server (with upgrades, for exec) and an axum router. Not-implemented routes answer
+//! HTTP 501 with the spec's message.
 //!
 //! Routes (kubelet paths as the API server proxy uses them):
 //! * `GET /containerLogs/{ns}/{pod}/{container}?tailLines=N` (default tail 200)
-//! * `/exec/...`, `/attach/...`, `/portForward/...` → 501 with the message below
+//! * `GET|POST /exec/{ns}/{pod}/{container}?command=..&stdin=1&stdout=1&stderr=1`: the
+//!   remote-command protocol over SPDY/3.1 ([`exec`])
+//! * `/attach/...`, `/portForward/...` → 501 with the message below
 //! * `GET /stats/summary` (kubelet stats API v1alpha1 JSON subset)
 //! * `GET /metrics/resource` (Prometheus text)
 //! * `GET /healthz` → `ok`
 
+pub mod exec;
+pub mod spdy;
 pub mod tls;
 
 use std::fmt::Write as _;
@@ -27,13 +33,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::jiff::Timestamp;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::metrics::NodeMetrics;
 use crate::node::capacity::HostReader;
@@ -46,9 +52,6 @@ pub const NO_LIVE_VM_BODY: &str = "vk-cocoon: pod has no live VM\n";
 pub const ATTACH_NOT_IMPLEMENTED: &str = "vk-cocoon: AttachToContainer is not implemented";
 /// Error text of the port-forward route.
 pub const PORT_FORWARD_NOT_IMPLEMENTED: &str = "vk-cocoon: PortForward is not implemented";
-/// Error text of the exec route (the streaming protocol is not implemented yet).
-pub const EXEC_NOT_IMPLEMENTED: &str =
-    "vk-cocoon: RunInContainer over the kubelet streaming protocol is not implemented";
 /// Default `tailLines` of the logs route.
 pub const DEFAULT_TAIL_LINES: u32 = 200;
 /// Container name reported for every pod.
@@ -79,6 +82,47 @@ pub struct PodStats {
     pub network_tx_bytes: u64,
 }
 
+/// The standard streams of one exec, as the kubelet API hands them to the pod side.
+pub struct ExecIo {
+    /// argv (the request's `command` parameters).
+    pub command: Vec<String>,
+    /// A TTY was requested (stderr is then merged into stdout by the client's choice).
+    pub tty: bool,
+    /// The client's stdin, when requested; EOF when the client closes it.
+    pub stdin: Option<crate::runtime::ByteReader>,
+    /// The client's stdout, when requested.
+    pub stdout: Option<crate::runtime::ByteWriter>,
+    /// The client's stderr, when requested.
+    pub stderr: Option<crate::runtime::ByteWriter>,
+}
+
+impl std::fmt::Debug for ExecIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecIo")
+            .field("command", &self.command)
+            .field("tty", &self.tty)
+            .field("stdin", &self.stdin.is_some())
+            .field("stdout", &self.stdout.is_some())
+            .field("stderr", &self.stderr.is_some())
+            .finish()
+    }
+}
+
+/// How an exec ended, if not with exit code 0.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The pod has no live VM (untracked, hibernated, or unmanaged).
+    #[error("vk-cocoon: pod {namespace}/{pod} has no live VM")]
+    NoLiveVm { namespace: String, pod: String },
+    /// The guest command exited non-zero; the code reaches the client (`kubectl exec` exits
+    /// with it).
+    #[error("command terminated with non-zero exit code: exit {0}")]
+    ExitCode(i32),
+    /// The runtime failed to run the command.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// What the kubelet API needs from the pod side.
 #[async_trait]
 pub trait PodBackend: Send + Sync + 'static {
@@ -91,6 +135,17 @@ pub trait PodBackend: Send + Sync + 'static {
         container: &str,
         tail: u32,
     ) -> Result<Option<Vec<u8>>, BackendError>;
+
+    /// Runs `io.command` in the pod's VM (`cocoon vm exec`) with the given streams. A pod with
+    /// no live VM is [`ExecError::NoLiveVm`]; a non-zero guest exit is [`ExecError::ExitCode`].
+    /// The streams are dropped (closed) when the call returns.
+    async fn exec(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        io: ExecIo,
+    ) -> Result<(), ExecError>;
 
     /// Usage of every pod with a live VM.
     async fn stats(&self) -> Result<Vec<PodStats>, BackendError>;
@@ -114,23 +169,45 @@ struct ApiState {
     host: HostReader,
     node_name: String,
     started: Timestamp,
+    /// Exec sessions running on upgraded connections.
+    sessions: TaskTracker,
+    /// Cancelled when the server stops for good (after the shutdown grace).
+    cancel: CancellationToken,
 }
 
 type Shared = Arc<ApiState>;
 
 /// The router of the kubelet API (exposed for in-process tests without TLS).
 pub fn router(backend: Arc<dyn PodBackend>, host: HostReader, node_name: &str) -> Router {
+    router_with(
+        backend,
+        host,
+        node_name,
+        TaskTracker::new(),
+        CancellationToken::new(),
+    )
+}
+
+fn router_with(
+    backend: Arc<dyn PodBackend>,
+    host: HostReader,
+    node_name: &str,
+    sessions: TaskTracker,
+    cancel: CancellationToken,
+) -> Router {
     let state: Shared = Arc::new(ApiState {
         backend,
         host,
         node_name: node_name.to_string(),
         started: Timestamp::now(),
+        sessions,
+        cancel,
     });
     Router::new()
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
         .route(
-            "/exec/{*rest}",
-            any(|| not_implemented(EXEC_NOT_IMPLEMENTED)),
+            "/exec/{ns}/{pod}/{container}",
+            get(exec_route).post(exec_route),
         )
         .route(
             "/attach/{*rest}",
@@ -152,6 +229,24 @@ async fn not_implemented(msg: &'static str) -> Response {
 
 fn backend_failure(e: &BackendError) -> Response {
     (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+}
+
+async fn exec_route(
+    State(st): State<Shared>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    req: axum::extract::Request,
+) -> Response {
+    exec::handle(
+        st.backend.clone(),
+        &st.sessions,
+        &st.cancel,
+        exec::Target {
+            namespace,
+            pod,
+            container,
+        },
+        req,
+    )
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -362,9 +457,25 @@ impl KubeletServer {
         let local_addr = listener
             .local_addr()
             .map_err(|source| ServeError::Bind { addr, source })?;
-        let app = router(backend, host, node_name);
         let cancel = parent.child_token();
-        let task = tokio::spawn(accept_loop(listener, acceptor, app, cancel.clone()));
+        let tasks = TaskTracker::new();
+        // Exec sessions outlive their HTTP request; they stop once the grace is over.
+        let sessions_stop = CancellationToken::new();
+        let app = router_with(
+            backend,
+            host,
+            node_name,
+            tasks.clone(),
+            sessions_stop.clone(),
+        );
+        let task = tokio::spawn(accept_loop(
+            listener,
+            acceptor,
+            app,
+            cancel.clone(),
+            tasks,
+            sessions_stop,
+        ));
         tracing::info!(addr = %local_addr, self_signed = tls.self_signed, "kubelet API listening");
         Ok(KubeletServer {
             local_addr,
@@ -404,8 +515,9 @@ async fn accept_loop(
     acceptor: TlsAcceptor,
     app: Router,
     cancel: CancellationToken,
+    tasks: TaskTracker,
+    sessions_stop: CancellationToken,
 ) {
-    let graceful = GracefulShutdown::new();
     loop {
         let (tcp, peer) = tokio::select! {
             () = cancel.cancelled() => break,
@@ -422,8 +534,8 @@ async fn accept_loop(
         };
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(app.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
+        let stop = cancel.clone();
+        tasks.spawn(async move {
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
@@ -435,21 +547,37 @@ async fn accept_loop(
                     return;
                 }
             };
+            // Upgrades are on for exec; an upgraded connection leaves this future and lives
+            // on in its exec session.
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .serve_connection(TokioIo::new(tls), service);
-            if let Err(e) = watcher.watch(conn).await {
+                .serve_connection(TokioIo::new(tls), service)
+                .with_upgrades();
+            tokio::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                () = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!(%peer, error = %e, "kubelet API connection ended with error");
             }
         });
     }
     drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+    tasks.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, tasks.wait())
         .await
         .is_err()
     {
         tracing::warn!("kubelet API connections still open after the shutdown grace");
+        sessions_stop.cancel();
+        // Sessions end promptly once cancelled; connections still open are dropped below.
+        let _ = tokio::time::timeout(Duration::from_secs(1), tasks.wait()).await;
     }
+    sessions_stop.cancel();
 }
 
 /// A running `/metrics` listener.

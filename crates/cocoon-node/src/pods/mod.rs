@@ -29,6 +29,7 @@ pub mod intent;
 pub mod probe;
 pub mod reconcile;
 pub mod rules;
+pub mod samples;
 pub mod state;
 pub mod status;
 mod transfer;
@@ -113,6 +114,8 @@ pub struct Timing {
     pub recheck_max: Duration,
     /// See `recheck_start`.
     pub recheck_budget: Duration,
+    /// Per-VM metric rows are refreshed this often (chosen: 15 s, a common scrape interval).
+    pub vm_stats_every: Duration,
 }
 
 impl Default for Timing {
@@ -134,6 +137,7 @@ impl Default for Timing {
             recheck_start: Duration::from_secs(1),
             recheck_max: Duration::from_secs(30),
             recheck_budget: Duration::from_secs(30 * 60),
+            vm_stats_every: Duration::from_secs(15),
         }
     }
 }
@@ -198,6 +202,8 @@ pub struct Handler {
     pub(crate) metrics: Arc<NodeMetrics>,
     pub(crate) shutdown: CancellationToken,
     flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Registry pulls in flight, by destination snapshot (see `shared_pull`).
+    pulls: Arc<Mutex<HashMap<String, transfer::SharedPull>>>,
 }
 
 impl Handler {
@@ -228,6 +234,7 @@ impl Handler {
             metrics,
             shutdown,
             flights: Mutex::new(HashMap::new()),
+            pulls: Arc::default(),
         })
     }
 

@@ -2,20 +2,25 @@
 //! push/pull through the runtime's export/import streams, clone-base and fork snapshots,
 //! image materialisation, hibernate evidence and the wake source.
 //!
-//! Single flights are per-key async locks whose holder re-checks the local store first.
+//! Single flights are per-key async locks whose holder re-checks the local store first;
+//! registry pulls are additionally shared ([`Handler::shared_pull`]): one spawned task per
+//! destination snapshot, whose outcome every concurrent caller awaits.
 
 use std::time::Instant;
 
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::tags;
 use cocoon_api::naming::{fork_snapshot_name, hibernate_import_snapshot_name};
-use cocoon_registry::{Kind, PushOptions, Reference, classify};
+use cocoon_registry::{Kind, PushOptions, Reference, RegistryClient, classify};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
 use super::rules::{Evidence, parse_ref};
 use super::{Handler, PodError, Result, failed};
-use crate::runtime::{ImportHandle, SnapshotRecord};
+use crate::metrics::NodeMetrics;
+use crate::runtime::{ImportHandle, Runtime, SnapshotRecord};
 
 /// Where a wake or restore clones from.
 pub struct WakeSource {
@@ -28,28 +33,47 @@ pub struct WakeSource {
 }
 
 impl Handler {
-    /// Pulls `<repo>:<tag>` into the local snapshot `local` (registry.md §6).
-    pub(crate) async fn pull_into(&self, repo: &str, tag: &str, local: &str) -> Result<(), String> {
-        let Some(reg) = &self.registry else {
-            return Err("no registry configured".into());
+    /// Pulls `<repo>:<tag>` into the local snapshot `local` once for all concurrent callers.
+    ///
+    /// The pull runs in a task of its own, not in the caller's future: a caller that is
+    /// cancelled (its pod operation dropped) neither aborts the transfer nor makes the next
+    /// caller start it again; every caller, first or joining, awaits the same outcome. The
+    /// entry is dropped when the pull ends, so a later call pulls afresh. Agent shutdown
+    /// cancels the pull.
+    pub async fn shared_pull(&self, repo: &str, tag: &str, local: &str) -> Result<(), String> {
+        let pull = {
+            let mut pulls = self.pulls.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(p) = pulls.get(local) {
+                info!(snapshot = local, repo, tag, "joining the pull in flight");
+                p.clone()
+            } else {
+                let rt = self.rt.clone();
+                let registry = self.registry.clone();
+                let metrics = self.metrics.clone();
+                let table = self.pulls.clone();
+                let stop = self.shutdown.clone();
+                let (repo, tag, key) = (repo.to_owned(), tag.to_owned(), local.to_owned());
+                // The table lock is held until the entry is in, so the task cannot remove it
+                // before it exists.
+                let task = tokio::spawn(async move {
+                    let res = tokio::select! {
+                        r = pull_snapshot(&*rt, registry.as_ref(), &metrics, &repo, &tag, &key) => r,
+                        () = stop.cancelled() => Err("node agent shutting down".to_owned()),
+                    };
+                    table.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                    res
+                });
+                let shared: SharedPull = async move {
+                    task.await
+                        .unwrap_or_else(|e| Err(format!("pull task failed: {e}")))
+                }
+                .boxed()
+                .shared();
+                pulls.insert(local.to_owned(), shared.clone());
+                shared
+            }
         };
-        let start = Instant::now();
-        let ImportHandle { mut sink, done } = self
-            .rt
-            .snapshot_import(local)
-            .await
-            .map_err(|e| e.to_string())?;
-        let pulled = reg.pull_snapshot_to_tar(repo, tag, local, &mut sink).await;
-        if pulled.is_ok() {
-            let _ = sink.shutdown().await;
-        }
-        drop(sink);
-        let imported = done.await;
-        self.metrics
-            .snapshot_pull_duration
-            .observe(start.elapsed().as_secs_f64());
-        pulled.map_err(|e| e.to_string())?;
-        imported.map_err(|e| e.to_string())
+        pull.await
     }
 
     /// Pushes the local snapshot `name` to `<repo>:<tag>`, recording `base_image`.
@@ -163,7 +187,7 @@ impl Handler {
             ));
         }
         let import = hibernate_import_snapshot_name(vm);
-        let res = self.pull_into(vm, tags::HIBERNATE, &import).await;
+        let res = self.shared_pull(vm, tags::HIBERNATE, &import).await;
         self.metrics.snapshot_pull(if res.is_ok() {
             m::RESULT_OK
         } else {
@@ -204,7 +228,9 @@ impl Handler {
         if let Ok(s) = self.rt.snapshot_inspect(local).await {
             return Ok(Some(s));
         }
-        self.pull_into(repo, tag, local).await?;
+        // The lock orders the re-check; the transfer itself is shared, so a holder that is
+        // cancelled leaves it running for the next one.
+        self.shared_pull(repo, tag, local).await?;
         self.rt
             .snapshot_inspect(local)
             .await
@@ -337,6 +363,38 @@ impl Handler {
             .map(|_| ())
             .map_err(|e| format!("ensure snapshot base image {}: {e}", s.image))
     }
+}
+
+/// A pull in flight: the outcome of its task, awaitable by any number of callers.
+pub(crate) type SharedPull = Shared<BoxFuture<'static, Result<(), String>>>;
+
+/// Pulls `<repo>:<tag>` into the local snapshot `local` through the runtime's import stream
+/// (registry.md §6).
+async fn pull_snapshot(
+    rt: &dyn Runtime,
+    registry: Option<&RegistryClient>,
+    metrics: &NodeMetrics,
+    repo: &str,
+    tag: &str,
+    local: &str,
+) -> Result<(), String> {
+    let Some(reg) = registry else {
+        return Err("no registry configured".into());
+    };
+    let start = Instant::now();
+    let ImportHandle { mut sink, done } =
+        rt.snapshot_import(local).await.map_err(|e| e.to_string())?;
+    let pulled = reg.pull_snapshot_to_tar(repo, tag, local, &mut sink).await;
+    if pulled.is_ok() {
+        let _ = sink.shutdown().await;
+    }
+    drop(sink);
+    let imported = done.await;
+    metrics
+        .snapshot_pull_duration
+        .observe(start.elapsed().as_secs_f64());
+    pulled.map_err(|e| e.to_string())?;
+    imported.map_err(|e| e.to_string())
 }
 
 impl From<String> for PodError {

@@ -1,0 +1,467 @@
+//! A real node agent as a Node of the real control plane: the agent registers its Node
+//! (InternalIP 127.0.0.1, its kubelet port), serves the kubelet API over TLS and `/metrics`
+//! over HTTP.
+//!
+//! * `kubectl exec` and `kubectl logs` through the API server with the upstream kubectl
+//!   binary, into a simulated VM: stdout, stdin piped through, a non-zero exit code surfacing
+//!   as kubectl's exit code, a pod with no live VM, and logs. Both client paths are exercised:
+//!   kubectl's WebSocket (translated to SPDY by the API server) and kubectl's SPDY (proxied as
+//!   is).
+//! * Per-VM metrics (`cocoon_vk_vm_*`) on `/metrics`. (`/stats/summary` through the API
+//!   server's node proxy is refused for a loopback node address, so it is not used here.)
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
+use cocoon_api::naming::vm_name_for_pod;
+use cocoon_node::agent::{AgentParts, AgentPodBackend, run_agent};
+use cocoon_node::config::NodeConfig;
+use cocoon_node::kubelet::{KubeletServer, MetricsServer, NO_LIVE_VM_BODY, TlsMaterial};
+use cocoon_node::metrics::NodeMetrics;
+use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
+use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
+use cocoon_node::runtime::Runtime;
+use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime, Verb};
+use cocoon_registry::{RegistryClient, RegistryConfig};
+use cocoon_testenv::{
+    Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, PostParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// An in-process agent registered as a real Node whose kubelet API the API server can reach.
+struct KubeletAgent {
+    token: CancellationToken,
+    task: JoinHandle<()>,
+    kubelet: KubeletServer,
+    metrics: MetricsServer,
+    sim: SimHandle,
+    handler: Arc<Handler>,
+}
+
+impl KubeletAgent {
+    async fn stop(self) {
+        self.token.cancel();
+        let _ = self.task.await;
+        self.kubelet.shutdown().await;
+        self.metrics.shutdown().await;
+    }
+
+    /// `GET /metrics` of the agent's listener.
+    async fn scrape(&self) -> TestResult<String> {
+        let mut tcp = tokio::net::TcpStream::connect(self.metrics.local_addr()).await?;
+        tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut raw = Vec::new();
+        tcp.read_to_end(&mut raw).await?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").ok_or("no response head")?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("scrape: {head}").into());
+        }
+        Ok(body.to_owned())
+    }
+}
+
+fn node_config(env: &Shared, node: &str, root: &Path, port: u16) -> TestResult<NodeConfig> {
+    let vars: BTreeMap<&str, String> = [
+        ("VK_NODE_NAME", node.to_owned()),
+        ("VK_NODE_POOL", "default".to_owned()),
+        ("VK_NODE_IP", "127.0.0.1".to_owned()),
+        ("OCI_REGISTRY", env.registry_addr().to_owned()),
+        ("COCOON_ROOT_DIR", root.display().to_string()),
+        ("VK_KUBELET_PORT", port.to_string()),
+    ]
+    .into();
+    Ok(NodeConfig::from_lookup(|k| vars.get(k).cloned(), || None)?)
+}
+
+async fn start(env: &Shared, node: &str, root: &Path) -> TestResult<KubeletAgent> {
+    std::fs::create_dir_all(root)?;
+    let mut cfg = SimConfig::new(root);
+    cfg.permissive_pull = true;
+    cfg.lease_delay = Duration::from_millis(50);
+    cfg.tick_interval = Duration::from_millis(200);
+    let leases = cfg.lease_path.clone();
+    let rt = SimRuntime::open(cfg)?;
+    let sim = rt.handle();
+    let runtime: Arc<dyn Runtime> = Arc::new(rt);
+
+    let token = CancellationToken::new();
+    let backend = Arc::new(AgentPodBackend::default());
+    let tls = TlsMaterial::self_signed(node, "127.0.0.1".parse()?)?;
+    let kubelet = KubeletServer::start(
+        "127.0.0.1:0".parse()?,
+        &tls,
+        backend.clone(),
+        HostReader::new(root.to_owned()),
+        node,
+        &token,
+    )
+    .await?;
+    let metrics = Arc::new(NodeMetrics::new(root.to_owned()));
+    let metrics_server =
+        MetricsServer::start("127.0.0.1:0".parse()?, metrics.clone(), &token).await?;
+    let config = node_config(env, node, root, kubelet.port())?;
+    let resources = capacity::read_resources(&config)?;
+    let registration = NodeRegistration::from_config(&config, resources, kubelet.port());
+    let parts = AgentParts {
+        pods: PodConfig {
+            node_name: node.to_owned(),
+            orphan_policy: OrphanPolicy::Destroy,
+            leases_path: leases,
+            restore_mode: "ondemand".into(),
+            cocoon_root_dir: root.to_owned(),
+            timing: Timing {
+                drift_first: Duration::from_secs(1),
+                drift_every: Duration::from_secs(2),
+                lifecycle_reconcile: Duration::from_secs(1),
+                retry_start: Duration::from_millis(200),
+                retry_max: Duration::from_secs(2),
+                vm_stats_every: Duration::from_millis(200),
+                ..Timing::default()
+            },
+        },
+        client: env.client()?,
+        runtime,
+        registry: Some(RegistryClient::new(RegistryConfig::for_registry(
+            env.registry_addr(),
+        )?)?),
+        metrics,
+        registration: Some(registration),
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let t = token.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = run_agent(parts, t, Some(tx)).await {
+            eprintln!("agent failed: {e}");
+        }
+    });
+    let handler = tokio::time::timeout(WAIT, rx).await??;
+    backend.set(handler.clone());
+    Ok(KubeletAgent {
+        token,
+        task,
+        kubelet,
+        metrics: metrics_server,
+        sim,
+        handler,
+    })
+}
+
+fn vm_pod(ns: &str, name: &str, node: &str) -> Pod {
+    let annotations: BTreeMap<String, String> = [
+        (ann::VM_NAME, vm_name_for_pod(ns, name)),
+        (ann::IMAGE, "ubuntu-test:1".into()),
+        (ann::MODE, "run".into()),
+        (ann::MANAGED, "true".into()),
+        (ann::GENERATION, "1".into()),
+        (ann::SNAPSHOT_POLICY, "never".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "agent".into(),
+                image: Some("cocoon/vm".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn wait_vm_ready(api: &Api<Pod>, name: &str) -> TestResult {
+    wait_until(&format!("{name} ready with a VM"), WAIT, || async {
+        let p = api.get(name).await.ok()?;
+        let has_id = p
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ann::VM_ID));
+        (has_id && Lifecycle::from_meta(&p.metadata).state == Some(LifecycleState::Ready))
+            .then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Output of one kubectl run.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the upstream kubectl with `args`, optional stdin bytes, and `websockets` choosing
+/// kubectl's remote-command transport (WebSocket, or SPDY end to end).
+async fn kubectl(
+    env: &Shared,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    websockets: bool,
+) -> TestResult<Run> {
+    let mut cmd = tokio::process::Command::from(env.kubectl());
+    cmd.args(args)
+        .env(
+            "KUBECTL_REMOTE_COMMAND_WEBSOCKETS",
+            if websockets { "true" } else { "false" },
+        )
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn()?;
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(bytes).await?;
+        // Closing stdin is the client's EOF, which must reach the guest.
+        drop(pipe);
+    }
+    let out = tokio::time::timeout(WAIT, child.wait_with_output()).await??;
+    Ok(Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+async fn cleanup_node(env: &Shared, node: &str) -> TestResult {
+    let client = env.client()?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let _ = leases.delete(node, &DeleteParams::default()).await;
+    let nodes: Api<Node> = Api::all(client);
+    let _ = nodes.delete(node, &DeleteParams::default()).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubectl_exec_and_logs_through_the_api_server() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "node-exec").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node-exec");
+        let agent = start(env, &node, &tmp.path().join(&node)).await?;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(&PostParams::default(), &vm_pod(&ns, "a", &node))
+            .await?;
+        wait_vm_ready(&api, "a").await?;
+
+        for websockets in [true, false] {
+            let via = if websockets { "websocket" } else { "spdy" };
+            // stdout of a plain command.
+            let r = kubectl(
+                env,
+                &[
+                    "exec", "-n", &ns, "a", "-c", "agent", "--", "echo", "hello", "cocoon",
+                ],
+                None,
+                websockets,
+            )
+            .await?;
+            assert_eq!(r.code, Some(0), "{via}: echo: {r:?}");
+            assert_eq!(r.stdout, "hello cocoon\n", "{via}: echo: {r:?}");
+
+            // stdin piped through to the guest, and back out on stdout.
+            let input = format!("piped through {via}\nsecond line\n");
+            let r = kubectl(
+                env,
+                &["exec", "-i", "-n", &ns, "a", "--", "cat"],
+                Some(input.as_bytes()),
+                websockets,
+            )
+            .await?;
+            assert_eq!(r.code, Some(0), "{via}: cat: {r:?}");
+            assert_eq!(r.stdout, input, "{via}: cat: {r:?}");
+
+            // stderr and a non-zero exit code: kubectl exits with the guest's code.
+            let r = kubectl(
+                env,
+                &[
+                    "exec",
+                    "-n",
+                    &ns,
+                    "a",
+                    "--",
+                    "sh",
+                    "-c",
+                    "cat /no/such/file; exit 7",
+                ],
+                None,
+                websockets,
+            )
+            .await?;
+            assert_eq!(r.code, Some(7), "{via}: exit 7: {r:?}");
+            assert!(
+                r.stderr.contains("/no/such/file"),
+                "{via}: the guest's stderr is carried: {r:?}"
+            );
+        }
+
+        // The exec ran in the VM: a file written by one exec is read by the next.
+        let r = kubectl(
+            env,
+            &[
+                "exec",
+                "-n",
+                &ns,
+                "a",
+                "--",
+                "sh",
+                "-c",
+                "echo marker > /root/m && cat /root/m",
+            ],
+            None,
+            true,
+        )
+        .await?;
+        assert_eq!((r.code, r.stdout.as_str()), (Some(0), "marker\n"), "{r:?}");
+        assert_eq!(
+            agent
+                .sim
+                .guest_file(&vm_name_for_pod(&ns, "a"), "/root/m")?
+                .as_deref(),
+            Some("marker\n"),
+            "written into the simulated guest"
+        );
+
+        // Logs through the API server: the VM's console log.
+        let r = kubectl(env, &["logs", "-n", &ns, "a", "--tail=50"], None, true).await?;
+        assert_eq!(r.code, Some(0), "logs: {r:?}");
+        assert!(
+            r.stdout.contains("exec"),
+            "console log lists the execs: {r:?}"
+        );
+
+        // A pod whose VM is not up: exec fails with "no live VM", logs say so too.
+        let idle_vm = vm_name_for_pod(&ns, "idle");
+        agent.sim.block(Verb::Run, Some(&idle_vm));
+        api.create(&PostParams::default(), &vm_pod(&ns, "idle", &node))
+            .await?;
+        assert!(
+            agent.sim.wait_blocked(Verb::Run, 1, WAIT).await,
+            "bring-up of idle started"
+        );
+        assert!(agent.handler.tracked_vm(&format!("{ns}/idle")).is_none());
+        for websockets in [true, false] {
+            let r = kubectl(
+                env,
+                &["exec", "-n", &ns, "idle", "--", "true"],
+                None,
+                websockets,
+            )
+            .await?;
+            assert_ne!(r.code, Some(0), "no VM, no exec: {r:?}");
+            assert!(
+                r.stderr.contains("no live VM"),
+                "error names the cause: {r:?}"
+            );
+        }
+        let r = kubectl(env, &["logs", "-n", &ns, "idle"], None, true).await?;
+        assert_eq!(
+            (r.code, r.stdout.as_str()),
+            (Some(0), NO_LIVE_VM_BODY),
+            "{r:?}"
+        );
+        agent.sim.unblock(Verb::Run);
+
+        agent.stop().await;
+        cleanup_node(env, &node).await?;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn per_vm_metrics_follow_the_tracked_vms() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "node-metrics").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node-metrics");
+        let agent = start(env, &node, &tmp.path().join(&node)).await?;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(&PostParams::default(), &vm_pod(&ns, "m", &node))
+            .await?;
+        wait_vm_ready(&api, "m").await?;
+        let vm = vm_name_for_pod(&ns, "m");
+        let labels =
+            format!("{{vm=\"{vm}\",pod=\"m\",namespace=\"{ns}\",backend=\"cloud-hypervisor\"}}");
+
+        // The sampler refreshes the rows in the background; wait for the VM's row.
+        let body = wait_until("per-VM metric rows", WAIT, || async {
+            let body = agent.scrape().await.ok()?;
+            body.contains(&format!("cocoon_vk_vm_memory_rss_bytes{labels}"))
+                .then_some(body)
+        })
+        .await?;
+        let value = |name: &str| -> Option<f64> {
+            body.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}{labels} ")))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        for name in [
+            "cocoon_vk_vm_cpu_seconds_total",
+            "cocoon_vk_vm_memory_rss_bytes",
+            "cocoon_vk_vm_disk_cow_bytes",
+            "cocoon_vk_vm_network_rx_bytes_total",
+            "cocoon_vk_vm_network_tx_bytes_total",
+        ] {
+            assert!(value(name).is_some(), "missing {name}{labels} in\n{body}");
+        }
+        let stats = agent.sim.stats(&vm)?;
+        assert!(stats.rss_bytes > 0, "the simulator reports an RSS");
+        assert!(
+            value("cocoon_vk_vm_memory_rss_bytes").is_some_and(|v| v > 0.0),
+            "RSS exported"
+        );
+        assert!(
+            value("cocoon_vk_vm_disk_cow_bytes").is_some_and(|v| v > 0.0),
+            "the guest disk's allocated size"
+        );
+
+        // A deleted VM drops out of the rows.
+        api.delete("m", &DeleteParams::default()).await?;
+        wait_until("row removed", WAIT, || async {
+            let body = agent.scrape().await.ok()?;
+            (!body.contains(&labels)).then_some(())
+        })
+        .await?;
+
+        agent.stop().await;
+        cleanup_node(env, &node).await?;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}

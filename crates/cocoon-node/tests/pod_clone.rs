@@ -1,0 +1,563 @@
+//! Clone bring-up paths and wake recovery on the real control plane and the real registry,
+//! with in-process agents on the simulator: `mode=clone` from a registry snapshot artifact
+//! (no local snapshot, so it is pulled), concurrent clones of one artifact pulling it once
+//! (also when the caller that started the pull is cancelled), `clone-from-dir`, and a wake cut by an agent crash that the restarted agent finishes
+//! without losing the guest's state.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
+use cocoon_api::naming::{clone_base_snapshot_name, vm_name_for_pod};
+use cocoon_node::agent::{AgentParts, run_agent};
+use cocoon_node::metrics::NodeMetrics;
+use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
+use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime, Verb};
+use cocoon_node::runtime::{RunRequest, Runtime, tarfmt};
+use cocoon_registry::{PushOptions, RegistryClient, RegistryConfig};
+use cocoon_testenv::{
+    Shared, TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
+};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+type BoxError = Box<dyn std::error::Error>;
+type TestResult<T = ()> = Result<T, BoxError>;
+
+const WAIT: Duration = Duration::from_secs(60);
+const IMAGE: &str = "ubuntu-test:1";
+
+struct TestAgent {
+    token: CancellationToken,
+    task: JoinHandle<()>,
+    sim: SimHandle,
+    handler: Arc<Handler>,
+}
+
+impl TestAgent {
+    /// Stops the agent the way a crash would: every task ends mid-operation.
+    async fn kill(self) {
+        self.token.cancel();
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+fn registry(env: &Shared) -> TestResult<RegistryClient> {
+    Ok(RegistryClient::new(RegistryConfig::for_registry(
+        env.registry_addr(),
+    )?)?)
+}
+
+fn sim_config(root: &Path) -> SimConfig {
+    let mut cfg = SimConfig::new(root);
+    cfg.permissive_pull = true;
+    cfg.lease_delay = Duration::from_millis(50);
+    cfg.tick_interval = Duration::from_millis(200);
+    cfg
+}
+
+async fn start_agent(env: &Shared, node: &str, root: &Path) -> TestResult<TestAgent> {
+    let cfg = sim_config(root);
+    let leases = cfg.lease_path.clone();
+    let rt = SimRuntime::open(cfg)?;
+    let sim = rt.handle();
+    let runtime: Arc<dyn Runtime> = Arc::new(rt);
+    let parts = AgentParts {
+        pods: PodConfig {
+            node_name: node.to_owned(),
+            orphan_policy: OrphanPolicy::Destroy,
+            leases_path: leases,
+            restore_mode: "ondemand".into(),
+            cocoon_root_dir: root.to_owned(),
+            timing: Timing {
+                drift_first: Duration::from_secs(1),
+                drift_every: Duration::from_secs(2),
+                lifecycle_reconcile: Duration::from_secs(1),
+                retry_start: Duration::from_millis(200),
+                retry_max: Duration::from_secs(2),
+                ..Timing::default()
+            },
+        },
+        client: env.client()?,
+        runtime,
+        registry: Some(registry(env)?),
+        metrics: Arc::new(NodeMetrics::new(root.to_owned())),
+        registration: None,
+    };
+    let token = CancellationToken::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let t = token.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = run_agent(parts, t, Some(tx)).await {
+            eprintln!("agent failed: {e}");
+        }
+    });
+    let handler = tokio::time::timeout(WAIT, rx).await??;
+    Ok(TestAgent {
+        token,
+        task,
+        sim,
+        handler,
+    })
+}
+
+fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
+    let mut a: BTreeMap<String, String> = [
+        (ann::VM_NAME, vm_name_for_pod(ns, name)),
+        (ann::IMAGE, IMAGE.into()),
+        (ann::MODE, "run".into()),
+        (ann::MANAGED, "true".into()),
+        (ann::GENERATION, "1".into()),
+        (ann::SNAPSHOT_POLICY, "never".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    for (k, v) in extra {
+        a.insert((*k).to_owned(), (*v).to_owned());
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            annotations: Some(a),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "agent".into(),
+                image: Some("cocoon/vm".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn ann_of(p: &Pod, k: &str) -> Option<String> {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(k).cloned())
+}
+
+/// Waits until the pod is Running+Ready with a VM id and lifecycle `ready`.
+async fn wait_running(client: &Client, ns: &str, name: &str) -> TestResult<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let res = wait_until(&format!("{ns}/{name} running"), WAIT, || {
+        let api = api.clone();
+        async move {
+            let p = api.get(name).await.ok()?;
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            (ready
+                && ann_of(&p, ann::VM_ID).is_some()
+                && Lifecycle::from_meta(&p.metadata).state == Some(LifecycleState::Ready))
+            .then_some(p)
+        }
+    })
+    .await;
+    if res.is_err()
+        && let Ok(p) = api.get(name).await
+    {
+        eprintln!(
+            "{ns}/{name}: annotations={:?} status={:?}",
+            p.metadata.annotations, p.status
+        );
+    }
+    Ok(res?)
+}
+
+async fn wait_lifecycle(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    state: LifecycleState,
+    generation: i64,
+) -> TestResult<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    Ok(wait_until(
+        &format!("{ns}/{name} lifecycle {state}@{generation}"),
+        WAIT,
+        || {
+            let api = api.clone();
+            async move {
+                let p = api.get(name).await.ok()?;
+                let lc = Lifecycle::from_meta(&p.metadata);
+                (lc.state == Some(state) && lc.observed_generation >= generation).then_some(p)
+            }
+        },
+    )
+    .await?)
+}
+
+async fn patch_ann(client: &Client, ns: &str, name: &str, v: serde_json::Value) -> TestResult {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"annotations": v}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A "golden" VM on a standalone simulated host, saved as snapshot `golden`; returns the
+/// host (runtime, handle, its directory) and the guest's state token.
+struct Golden {
+    _dir: tempfile::TempDir,
+    rt: Arc<dyn Runtime>,
+    token: String,
+}
+
+async fn golden_host() -> TestResult<Golden> {
+    let dir = tempfile::tempdir()?;
+    let rt = SimRuntime::open(sim_config(dir.path()))?;
+    let sim = rt.handle();
+    let rt: Arc<dyn Runtime> = Arc::new(rt);
+    rt.ensure_image(IMAGE, false).await?;
+    let vm = rt
+        .run(RunRequest {
+            image: IMAGE.into(),
+            name: "golden-vm".into(),
+            network: "cocoon-dhcp".into(),
+            ..RunRequest::default()
+        })
+        .await?;
+    rt.snapshot_save("golden", &vm.id).await?;
+    let token = sim.guest_token("golden-vm")?;
+    Ok(Golden {
+        _dir: dir,
+        rt,
+        token,
+    })
+}
+
+/// Pushes the golden snapshot to `<repo>:<tag>` in the real registry.
+async fn push_golden(env: &Shared, golden: &Golden, repo: &str, tag: &str) -> TestResult {
+    let export = golden.rt.snapshot_export("golden").await?;
+    registry(env)?
+        .push_snapshot_tar(repo, export.stream, &PushOptions::new(tag, IMAGE))
+        .await?;
+    export.done.await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clone_pulls_a_registry_snapshot_artifact() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "node-clone").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let agent = start_agent(env, &node, &tmp.path().join(&node)).await?;
+        let golden = golden_host().await?;
+        let repo = unique_name("golden");
+        push_golden(env, &golden, &repo, "v1").await?;
+        let image = format!("{repo}:v1");
+        let local = clone_base_snapshot_name(&repo, "v1");
+        assert!(
+            agent.sim.snapshot_dir(&local).is_none(),
+            "no local snapshot before the clone"
+        );
+
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(
+            &PostParams::default(),
+            &vm_pod(
+                &ns,
+                "c",
+                &node,
+                &[(ann::MODE, "clone"), (ann::IMAGE, &image)],
+            ),
+        )
+        .await?;
+        wait_running(&client, &ns, "c").await?;
+        let vm = vm_name_for_pod(&ns, "c");
+        assert_eq!(
+            agent.sim.guest_token(&vm)?,
+            golden.token,
+            "the clone carries the artifact's guest state"
+        );
+        assert_eq!(
+            agent.sim.call_count(Verb::SnapshotImport),
+            1,
+            "pulled from the registry once"
+        );
+        assert!(
+            agent.sim.snapshot_dir(&local).is_some(),
+            "the pulled snapshot is kept as the clone base"
+        );
+
+        // A second clone of the same artifact uses the local base: no second pull.
+        api.create(
+            &PostParams::default(),
+            &vm_pod(
+                &ns,
+                "d",
+                &node,
+                &[(ann::MODE, "clone"), (ann::IMAGE, &image)],
+            ),
+        )
+        .await?;
+        wait_running(&client, &ns, "d").await?;
+        assert_eq!(agent.sim.call_count(Verb::SnapshotImport), 1);
+
+        agent.kill().await;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clone_from_dir_brings_up_the_directory_snapshot() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "node-dir").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let agent = start_agent(env, &node, &tmp.path().join(&node)).await?;
+        let golden = golden_host().await?;
+
+        // Stage the snapshot as a directory: its files plus snapshot.json.
+        let staged: PathBuf = tmp.path().join("staged-snapshot");
+        std::fs::create_dir_all(&staged)?;
+        let tar = golden
+            .rt
+            .snapshot_export("golden")
+            .await?
+            .read_to_end()
+            .await?;
+        tarfmt::read_snapshot_tar(tar.as_slice(), &staged)?;
+        let record = golden.rt.snapshot_inspect("golden").await?;
+        std::fs::write(
+            staged.join(tarfmt::ENVELOPE_NAME),
+            tarfmt::envelope_bytes(&record)?,
+        )?;
+        let staged = staged.canonicalize()?;
+        let dir = staged.to_str().ok_or("utf-8 path")?;
+
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(
+            &PostParams::default(),
+            &vm_pod(
+                &ns,
+                "f",
+                &node,
+                &[(ann::MODE, "clone"), (ann::CLONE_FROM_DIR, dir)],
+            ),
+        )
+        .await?;
+        wait_running(&client, &ns, "f").await?;
+        let vm = vm_name_for_pod(&ns, "f");
+        assert_eq!(
+            agent.sim.guest_token(&vm)?,
+            golden.token,
+            "the clone carries the directory snapshot's guest state"
+        );
+        let clones = agent.sim.calls_of(Verb::Clone);
+        assert!(
+            clones.iter().any(|c| c.args.to_string().contains(dir)),
+            "cloned --from-dir {dir}: {clones:?}"
+        );
+        assert_eq!(
+            agent.sim.call_count(Verb::SnapshotImport),
+            0,
+            "nothing pulled"
+        );
+
+        agent.kill().await;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wake_cut_by_an_agent_crash_finishes_after_restart() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "node-wake").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let dir = tmp.path().join(&node);
+        let agent = start_agent(env, &node, &dir).await?;
+        let reg = registry(env)?;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(&PostParams::default(), &vm_pod(&ns, "w", &node, &[]))
+            .await?;
+        wait_running(&client, &ns, "w").await?;
+        let vm = vm_name_for_pod(&ns, "w");
+        let token = agent.sim.guest_token(&vm)?;
+
+        patch_ann(
+            &client,
+            &ns,
+            "w",
+            json!({ann::HIBERNATE: "true", ann::GENERATION: "2"}),
+        )
+        .await?;
+        wait_lifecycle(&client, &ns, "w", LifecycleState::Hibernated, 2).await?;
+        assert!(reg.has_manifest(&vm, "hibernate").await?);
+
+        // Wake, and kill the agent while the wake's clone is in flight.
+        agent.sim.block(Verb::Clone, Some(&vm));
+        patch_ann(
+            &client,
+            &ns,
+            "w",
+            json!({ann::HIBERNATE: null, ann::GENERATION: "3"}),
+        )
+        .await?;
+        assert!(
+            agent.sim.wait_blocked(Verb::Clone, 1, WAIT).await,
+            "wake clone started"
+        );
+        agent.kill().await;
+
+        let again = start_agent(env, &node, &dir).await?;
+        let p = wait_running(&client, &ns, "w").await?;
+        let lc = Lifecycle::from_meta(&p.metadata);
+        assert!(lc.observed_generation >= 3, "wake observed: {lc:?}");
+        assert_eq!(again.sim.guest_token(&vm)?, token, "no VM state lost");
+        assert_eq!(
+            ann_of(&p, ann::VM_ID).as_deref(),
+            Some(again.sim.vm_info(&vm)?.id.as_str()),
+            "the annotated VM is the running one"
+        );
+        assert!(
+            reg.has_manifest(&vm, "hibernate").await?,
+            "the hibernation snapshot is still in the registry"
+        );
+
+        again.kill().await;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clones_of_one_artifact_pull_it_once() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "node-flight").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let agent = start_agent(env, &node, &tmp.path().join(&node)).await?;
+        let golden = golden_host().await?;
+        let repo = unique_name("golden");
+        push_golden(env, &golden, &repo, "v1").await?;
+        let image = format!("{repo}:v1");
+
+        // Hold the pull at its import so that every clone is waiting on it at once.
+        agent.sim.block(Verb::SnapshotImport, None);
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let names = ["p1", "p2", "p3"];
+        for name in names {
+            api.create(
+                &PostParams::default(),
+                &vm_pod(
+                    &ns,
+                    name,
+                    &node,
+                    &[(ann::MODE, "clone"), (ann::IMAGE, &image)],
+                ),
+            )
+            .await?;
+        }
+        assert!(
+            agent.sim.wait_blocked(Verb::SnapshotImport, 1, WAIT).await,
+            "the pull started"
+        );
+        // Every pod's create is inside its bring-up (tracked, no VM yet) before the release.
+        wait_until("all creates waiting on the pull", WAIT, || async {
+            names
+                .iter()
+                .all(|n| agent.handler.is_tracked(&format!("{ns}/{n}")))
+                .then_some(())
+        })
+        .await?;
+        agent.sim.unblock(Verb::SnapshotImport);
+        for name in names {
+            let p = wait_running(&client, &ns, name).await?;
+            assert!(ann_of(&p, ann::VM_ID).is_some());
+            assert_eq!(
+                agent.sim.guest_token(&vm_name_for_pod(&ns, name))?,
+                golden.token
+            );
+        }
+        assert_eq!(
+            agent.sim.call_count(Verb::SnapshotImport),
+            1,
+            "three clones, one pull"
+        );
+
+        agent.kill().await;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_caller_leaves_the_shared_pull_running() {
+    run_test(|env| async move {
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let agent = start_agent(env, &node, &tmp.path().join(&node)).await?;
+        let golden = golden_host().await?;
+        let repo = unique_name("golden");
+        push_golden(env, &golden, &repo, "v1").await?;
+        let local = clone_base_snapshot_name(&repo, "v1");
+
+        agent.sim.block(Verb::SnapshotImport, None);
+        let (h, r, l) = (agent.handler.clone(), repo.clone(), local.clone());
+        let first = tokio::spawn(async move { h.shared_pull(&r, "v1", &l).await });
+        assert!(
+            agent.sim.wait_blocked(Verb::SnapshotImport, 1, WAIT).await,
+            "the first caller's pull started"
+        );
+        // The caller that started the pull goes away; the pull must not.
+        first.abort();
+        assert!(first.await.is_err_and(|e| e.is_cancelled()));
+        let (h2, h3) = (agent.handler.clone(), agent.handler.clone());
+        let (r2, r3, l2, l3) = (repo.clone(), repo.clone(), local.clone(), local.clone());
+        let second = tokio::spawn(async move { h2.shared_pull(&r2, "v1", &l2).await });
+        let third = tokio::spawn(async move { h3.shared_pull(&r3, "v1", &l3).await });
+        agent.sim.unblock(Verb::SnapshotImport);
+        second.await??;
+        third.await??;
+        assert_eq!(
+            agent.sim.call_count(Verb::SnapshotImport),
+            1,
+            "the later callers joined the first pull"
+        );
+        assert!(
+            agent.sim.snapshot_dir(&local).is_some(),
+            "the pulled snapshot is registered"
+        );
+        agent.kill().await;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
