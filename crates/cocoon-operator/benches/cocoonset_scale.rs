@@ -13,7 +13,6 @@
 //! number of sets, default 30). Under `cargo test` it only prints how to run it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,25 +20,16 @@ use std::time::{Duration, Instant};
 use cocoon_api::crd::set::{
     AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxSpec,
 };
-use cocoon_node::agent::{AgentParts, run_agent};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{SimConfig, SimRuntime};
-use cocoon_operator::cocoonset::{self, plan::Timing};
-use cocoon_operator::hibernation;
-use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig};
 use cocoon_testenv::{Options, TestEnv};
+use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions};
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
-use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+type BenchResult<T = ()> = Result<T, cocoon_testsupport::BoxError>;
 
 const NODES: usize = 3;
 const DEFAULT_SETS: usize = 30;
@@ -167,104 +157,6 @@ async fn run(n_sets: usize) -> BenchResult {
     outcome
 }
 
-struct Operator {
-    ctx: Arc<cocoonset::Context>,
-    registry_calls: Arc<AtomicU64>,
-}
-
-/// Both controllers in-process, scoped to `ns`, with the production timing.
-fn start_operator(
-    client: &Client,
-    ns: &str,
-    reg: RegistryClient,
-    stop: &CancellationToken,
-) -> Operator {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
-    let metrics = Arc::new(Metrics::new());
-    let calls = Arc::new(AtomicU64::new(0));
-    let counted: Arc<dyn TagRegistry> = Arc::new(Counting {
-        inner: OciTagRegistry::new(reg.clone()),
-        calls: calls.clone(),
-    });
-    let plain: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(reg));
-    let ctx = Arc::new(cocoonset::Context::new(
-        client.clone(),
-        recorder.clone(),
-        metrics.clone(),
-        counted,
-        Timing::default(),
-    ));
-    let chs = Arc::new(hibernation::Context::new(
-        client.clone(),
-        recorder,
-        metrics,
-        plain,
-        hibernation::decide::Timing::default(),
-    ));
-    let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-    let (ns_a, ns_b) = (ns.to_owned(), ns.to_owned());
-    let (stop_a, stop_b) = (stop.clone(), stop.clone());
-    let (c, ready_a) = (ctx.clone(), readiness.clone());
-    tokio::spawn(async move {
-        let until = async move { stop_a.cancelled().await };
-        cocoonset::run(c, Some(&ns_a), 4, until, ready_a).await
-    });
-    tokio::spawn(async move {
-        let until = async move { stop_b.cancelled().await };
-        hibernation::run(chs, Some(&ns_b), 4, until, readiness).await
-    });
-    Operator {
-        ctx,
-        registry_calls: calls,
-    }
-}
-
-/// A real node agent for `node` on the simulator rooted at `root`, until the token is cancelled.
-async fn start_agent(
-    client: Client,
-    node: &str,
-    root: &Path,
-    reg: RegistryClient,
-    stop: &CancellationToken,
-) -> BenchResult {
-    let mut cfg = SimConfig::new(root);
-    cfg.permissive_pull = true;
-    cfg.lease_delay = Duration::from_millis(50);
-    let leases = cfg.lease_path.clone();
-    let runtime: Arc<dyn Runtime> = Arc::new(SimRuntime::open(cfg)?);
-    let parts = AgentParts {
-        pods: PodConfig {
-            node_name: node.to_owned(),
-            orphan_policy: OrphanPolicy::Destroy,
-            leases_path: leases,
-            restore_mode: "ondemand".into(),
-            cocoon_root_dir: root.to_owned(),
-            timing: AgentTiming::default(),
-        },
-        client,
-        runtime,
-        registry: Some(reg),
-        metrics: Arc::new(NodeMetrics::new(root.to_owned())),
-        registration: None,
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let token = stop.clone();
-    let name = node.to_owned();
-    tokio::spawn(async move {
-        if let Err(e) = run_agent(parts, token, Some(tx)).await {
-            eprintln!("agent {name} failed: {e}");
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(60), rx).await??;
-    Ok(())
-}
-
 fn set_spec(pool: &str) -> CocoonSetSpec {
     let mut s = CocoonSetSpec::with_image("ubuntu:24.04");
     s.node_pool = pool.to_owned();
@@ -292,26 +184,33 @@ async fn measure(env: &TestEnv, n_sets: usize) -> BenchResult {
     let client = env.client()?;
     let ns = cocoon_testenv::create_namespace(&client, "cs-bench").await?;
     let pool = cocoon_testenv::unique_name("pool");
-    let stop = CancellationToken::new();
     let mut roots = Vec::new();
     let mut nodes = Vec::new();
+    let mut agents = Vec::new();
     for _ in 0..NODES {
         let root = tempfile::tempdir()?;
         let name = cocoon_testenv::unique_name("bench-node");
         let node = cocoon_testenv::TestNode::in_pool(&client, &name, &pool).await?;
         node.wait_schedulable(Duration::from_secs(60)).await?;
-        start_agent(
-            env.client()?,
-            &name,
-            root.path(),
-            registry(env.registry_addr())?,
-            &stop,
-        )
-        .await?;
+        agents.push(
+            Agent::start(
+                env.client()?,
+                &name,
+                root.path(),
+                env.registry_addr(),
+                AgentOptions::default(),
+            )
+            .await?,
+        );
         nodes.push(node);
         roots.push(root);
     }
-    let op = start_operator(&client, &ns, registry(env.registry_addr())?, &stop);
+    let registry_calls = Arc::new(AtomicU64::new(0));
+    let counted: Arc<dyn TagRegistry> = Arc::new(Counting {
+        inner: OciTagRegistry::new(registry(env.registry_addr())?),
+        calls: registry_calls.clone(),
+    });
+    let op = Operator::start_with_tags(&client, &ns, counted, OperatorOptions::default());
     let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
@@ -350,9 +249,9 @@ async fn measure(env: &TestEnv, n_sets: usize) -> BenchResult {
         .iter()
         .map(|cs| (cs.name_any(), cs.resource_version().unwrap_or_default()))
         .collect();
-    let passes0 = op.ctx.stats.passes.load(Ordering::SeqCst);
-    let writes0 = op.ctx.stats.writes.load(Ordering::SeqCst);
-    let calls0 = op.registry_calls.load(Ordering::SeqCst);
+    let passes0 = op.sets.stats.passes.load(Ordering::SeqCst);
+    let writes0 = op.sets.stats.writes.load(Ordering::SeqCst);
+    let calls0 = registry_calls.load(Ordering::SeqCst);
     let (cpu_s0, _) = process_usage();
     let window = Instant::now();
     for i in 0..n_sets {
@@ -367,9 +266,9 @@ async fn measure(env: &TestEnv, n_sets: usize) -> BenchResult {
     // The window is the measurement itself, not a synchronisation point.
     tokio::time::sleep(SETTLED_WINDOW.saturating_sub(window.elapsed())).await;
     let window_len = window.elapsed();
-    let passes = op.ctx.stats.passes.load(Ordering::SeqCst) - passes0;
-    let writes = op.ctx.stats.writes.load(Ordering::SeqCst) - writes0;
-    let calls = op.registry_calls.load(Ordering::SeqCst) - calls0;
+    let passes = op.sets.stats.passes.load(Ordering::SeqCst) - passes0;
+    let writes = op.sets.stats.writes.load(Ordering::SeqCst) - writes0;
+    let calls = registry_calls.load(Ordering::SeqCst) - calls0;
     let (cpu_s1, _) = process_usage();
     let after = sets.list(&ListParams::default()).await?.items;
     let changed = after
@@ -419,7 +318,8 @@ async fn measure(env: &TestEnv, n_sets: usize) -> BenchResult {
     );
     println!("  sets still Running       {still_running:>8} / {n_sets}");
 
-    stop.cancel();
+    drop(op);
+    drop(agents);
     drop(nodes);
     cocoon_testenv::delete_namespace(&client, &ns).await?;
     drop(roots);

@@ -3,9 +3,6 @@
 //! and the controller (scoped to the test namespace) drives it only through the pod's
 //! `vm.cocoonstack.io/hibernate` annotation. Nothing here writes what the node side writes.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
@@ -14,158 +11,41 @@ use cocoon_api::crd::hibernation::{
     CocoonHibernation, CocoonHibernationSpec, Desire, HibernationPhase, PodRef,
 };
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::agent::{AgentParts, run_agent};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as NodeTiming};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
-use cocoon_operator::hibernation::{self, decide::Timing};
-use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
-use cocoon_registry::{RegistryClient, RegistryConfig};
+use cocoon_operator::hibernation::decide::Timing;
+use cocoon_registry::RegistryClient;
 use cocoon_testenv::{Shared, TestNode, create_namespace, delete_namespace, run_test, unique_name};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
 const FINALIZER: &str = "cocoonhibernation.cocoonset.cocoonstack.io/finalizer";
 
 fn registry(env: &Shared) -> RegistryClient {
-    RegistryClient::new(RegistryConfig::for_registry(env.registry_addr()).expect("registry config"))
-        .expect("registry client")
+    cocoon_testsupport::registry(env.registry_addr())
 }
 
-/// One in-process node agent on the simulated runtime, bound to `node`.
-struct Agent {
-    token: CancellationToken,
-    task: JoinHandle<()>,
-    sim: SimHandle,
-}
-
-impl Agent {
-    async fn start(
-        env: &Shared,
-        node: &str,
-        root: &Path,
-    ) -> Result<Agent, Box<dyn std::error::Error>> {
-        let mut cfg = SimConfig::new(root);
-        cfg.permissive_pull = true;
-        cfg.lease_delay = Duration::from_millis(50);
-        cfg.tick_interval = Duration::from_millis(200);
-        let leases = cfg.lease_path.clone();
-        let rt = SimRuntime::open(cfg)?;
-        let sim = rt.handle();
-        let runtime: Arc<dyn Runtime> = Arc::new(rt);
-        let parts = AgentParts {
-            pods: PodConfig {
-                node_name: node.to_owned(),
-                orphan_policy: OrphanPolicy::Destroy,
-                leases_path: leases,
-                restore_mode: "ondemand".into(),
-                cocoon_root_dir: root.to_owned(),
-                timing: NodeTiming {
-                    drift_first: Duration::from_secs(1),
-                    drift_every: Duration::from_secs(2),
-                    lifecycle_reconcile: Duration::from_secs(1),
-                    retry_start: Duration::from_millis(200),
-                    retry_max: Duration::from_secs(2),
-                    ..NodeTiming::default()
-                },
+/// The real controllers scoped to `ns`, the CocoonHibernation one re-checking every 500 ms.
+fn start_controller(client: &Client, ns: &str, env: &Shared) -> Operator {
+    Operator::start(
+        client,
+        ns,
+        env.registry_addr(),
+        OperatorOptions {
+            hibernation: Timing {
+                requeue: Duration::from_millis(500),
+                ..Timing::default()
             },
-            client: env.client()?,
-            runtime,
-            registry: Some(registry(env)),
-            metrics: Arc::new(NodeMetrics::new(root.to_owned())),
-            registration: None,
-        };
-        let token = CancellationToken::new();
-        let (tx, rx) = oneshot::channel();
-        let t = token.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = run_agent(parts, t, Some(tx)).await {
-                eprintln!("agent failed: {e}");
-            }
-        });
-        tokio::time::timeout(WAIT, rx).await??;
-        Ok(Agent { token, task, sim })
-    }
-
-    async fn stop(self) {
-        self.token.cancel();
-        let _ = self.task.await;
-    }
-}
-
-/// The real controller scoped to `ns`; it stops when the returned sender is dropped.
-fn start_controller(client: &Client, ns: &str, env: &Shared) -> oneshot::Sender<()> {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
+            ..OperatorOptions::default()
         },
-    );
-    let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(env)));
-    let ctx = Arc::new(hibernation::Context::new(
-        client.clone(),
-        recorder,
-        Arc::new(Metrics::new()),
-        tags,
-        Timing {
-            requeue: Duration::from_millis(500),
-            ..Timing::default()
-        },
-    ));
-    let (tx, rx) = oneshot::channel::<()>();
-    let ns = ns.to_owned();
-    tokio::spawn(async move {
-        let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-        let stop = async move {
-            let _ = rx.await;
-        };
-        hibernation::run(ctx, Some(&ns), 4, stop, readiness).await;
-    });
-    tx
+    )
 }
 
 /// A managed VM pod bound to `node`, exactly as the CocoonSet controller would create it.
 fn vm_pod(ns: &str, name: &str, node: &str) -> Pod {
-    let annotations: BTreeMap<String, String> = [
-        (ann::VM_NAME, vm_name_for_pod(ns, name)),
-        (ann::IMAGE, "ubuntu-test:1".to_owned()),
-        (ann::MODE, "run".to_owned()),
-        (ann::MANAGED, "true".to_owned()),
-        (ann::GENERATION, "1".to_owned()),
-        (ann::SNAPSHOT_POLICY, "never".to_owned()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            containers: vec![Container {
-                name: "agent".into(),
-                image: Some("cocoon/vm".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    cocoon_testsupport::vm_pod(ns, name, node, &[(ann::SNAPSHOT_POLICY, "never")])
 }
 
 fn annotation(p: &Pod, key: &str) -> Option<String> {
@@ -265,7 +145,14 @@ async fn cr_hibernates_and_wakes_a_real_agent_pod() {
         let node_name = unique_name("cha-node");
         let node =
             TestNode::create(&client, &node_name, [("cocoon-test", "hibernation-agent")]).await?;
-        let agent = Agent::start(env, &node_name, &tmp.path().join("root")).await?;
+        let mut agent = Agent::start(
+            env.client()?,
+            &node_name,
+            &tmp.path().join("root"),
+            env.registry_addr(),
+            AgentOptions::fast(),
+        )
+        .await?;
         let stop = start_controller(&client, &ns, env);
         let reg = registry(env);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -367,7 +254,7 @@ async fn cr_hibernates_and_wakes_a_real_agent_pod() {
         agent.stop().await;
         delete_namespace(&client, &ns).await?;
         node.delete().await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, cocoon_testsupport::BoxError>(())
     })
     .await;
 }
@@ -382,7 +269,14 @@ async fn deleting_the_cr_collects_the_hibernate_tag() {
         let node_name = unique_name("cha-node");
         let node =
             TestNode::create(&client, &node_name, [("cocoon-test", "hibernation-agent")]).await?;
-        let agent = Agent::start(env, &node_name, &tmp.path().join("root")).await?;
+        let mut agent = Agent::start(
+            env.client()?,
+            &node_name,
+            &tmp.path().join("root"),
+            env.registry_addr(),
+            AgentOptions::fast(),
+        )
+        .await?;
         let stop = start_controller(&client, &ns, env);
         let reg = registry(env);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -424,7 +318,7 @@ async fn deleting_the_cr_collects_the_hibernate_tag() {
         agent.stop().await;
         delete_namespace(&client, &ns).await?;
         node.delete().await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, cocoon_testsupport::BoxError>(())
     })
     .await;
 }

@@ -79,6 +79,8 @@ impl OperatorOptions {
 pub struct Operator {
     /// The metrics both controllers write.
     pub metrics: Arc<Metrics>,
+    /// The CocoonSet controller's context (its pass and write counters).
+    pub sets: Arc<cocoonset::Context>,
     token: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -86,6 +88,18 @@ pub struct Operator {
 impl Operator {
     /// Starts both controllers watching `ns`, with their tag registry at `registry_addr`.
     pub fn start(client: &Client, ns: &str, registry_addr: &str, opts: OperatorOptions) -> Self {
+        let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(registry_addr)));
+        Self::start_with_tags(client, ns, tags, opts)
+    }
+
+    /// As [`Operator::start`], with the CocoonSet controller's tag registry given (a wrapper
+    /// that counts calls, say) and the CocoonHibernation controller on the same one.
+    pub fn start_with_tags(
+        client: &Client,
+        ns: &str,
+        tags: Arc<dyn TagRegistry>,
+        opts: OperatorOptions,
+    ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -94,7 +108,6 @@ impl Operator {
             },
         );
         let metrics = Arc::new(Metrics::new());
-        let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry(registry_addr)));
         let sets = Arc::new(cocoonset::Context::new(
             client.clone(),
             recorder.clone(),
@@ -114,6 +127,7 @@ impl Operator {
         let mut tasks = Vec::new();
         {
             let (ns, stop, ready) = (ns.to_owned(), token.clone(), readiness.clone());
+            let sets = sets.clone();
             tasks.push(tokio::spawn(async move {
                 let until = async move { stop.cancelled().await };
                 cocoonset::run(sets, Some(&ns), opts.concurrency, until, ready).await
@@ -128,6 +142,7 @@ impl Operator {
         }
         Operator {
             metrics,
+            sets,
             token,
             tasks,
         }
@@ -363,4 +378,41 @@ pub fn node_of(p: &Pod) -> String {
         .as_ref()
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default()
+}
+
+/// A managed VM pod bound to `node` as the CocoonSet controller would create it (mode `run`,
+/// image `ubuntu-test:1`, generation 1), with `extra` annotations added or overriding.
+pub fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
+    use cocoon_api::contract::annotations as ann;
+    let mut annotations: std::collections::BTreeMap<String, String> = [
+        (ann::VM_NAME, cocoon_api::naming::vm_name_for_pod(ns, name)),
+        (ann::IMAGE, "ubuntu-test:1".to_owned()),
+        (ann::MODE, "run".to_owned()),
+        (ann::MANAGED, "true".to_owned()),
+        (ann::GENERATION, "1".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    for (k, v) in extra {
+        annotations.insert((*k).to_owned(), (*v).to_owned());
+    }
+    Pod {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![k8s_openapi::api::core::v1::Container {
+                name: "agent".into(),
+                image: Some("cocoon/vm".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
