@@ -9,4 +9,5 @@ pub mod hibernation;
 pub mod leader;
 pub mod metrics;
 pub mod registry;
+pub mod shell;
 pub mod stripes;

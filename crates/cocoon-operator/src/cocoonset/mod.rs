@@ -20,8 +20,7 @@ mod suspend_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, HashMap};
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +52,7 @@ use self::plan::{CreateFacts, CreatePlan, FailedStep, TagRead, Timing, Triage};
 use self::pods::Classified;
 use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, PhaseLabel, SetLabels};
 use crate::registry::TagRegistry;
+use crate::shell;
 
 const CONTROLLER: &str = "cocoonset";
 
@@ -116,7 +116,7 @@ pub struct Context {
     pub timing: Timing,
     pub stats: Stats,
     pods: Mutex<Option<Store<Pod>>>,
-    failures: Mutex<HashMap<String, u32>>,
+    retries: shell::RetryBackoff,
     /// Set once the pod cache delivered its first complete list. A flag rather than
     /// `Store::wait_until_ready`: waiters parked on that before the list completed were seen
     /// never to wake (three sets of a hundred stuck, each holding a concurrency slot).
@@ -141,7 +141,7 @@ impl Context {
             timing,
             stats: Stats::default(),
             pods: Mutex::default(),
-            failures: Mutex::default(),
+            retries: shell::RetryBackoff::default(),
             pods_synced: std::sync::atomic::AtomicBool::new(false),
             leadership: crate::leader::Leadership::always(),
         }
@@ -223,41 +223,17 @@ pub async fn run(
         .await;
 }
 
-fn fingerprint(parts: impl Hash) -> u64 {
-    let mut h = DefaultHasher::new();
-    parts.hash(&mut h);
-    h.finish()
-}
-
 /// §1 primary watch: creates, deletes, and updates that change the generation or the status
 /// (or start the deletion). Annotation-only patches and relists wake nothing.
 fn set_changes(
     events: impl Stream<Item = Result<WatchEvent<CocoonSet>, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<CocoonSet, watcher::Error>> + Send + 'static {
-    let mut seen: HashMap<String, u64> = HashMap::new();
-    events.filter_map(move |ev| {
-        let out = match ev {
-            Err(e) => Some(Err(e)),
-            Ok(WatchEvent::Apply(cs) | WatchEvent::InitApply(cs)) => {
-                let key = cs.uid().unwrap_or_else(|| cs.name_any());
-                let status = serde_json::to_string(&cs.status).unwrap_or_default();
-                let fp = fingerprint((
-                    cs.metadata.generation,
-                    status,
-                    cs.metadata.deletion_timestamp.is_some(),
-                ));
-                match seen.insert(key, fp) {
-                    Some(prev) if prev == fp => None,
-                    _ => Some(Ok(cs)),
-                }
-            }
-            Ok(WatchEvent::Delete(cs)) => {
-                seen.remove(&cs.uid().unwrap_or_else(|| cs.name_any()));
-                Some(Ok(cs))
-            }
-            Ok(WatchEvent::Init | WatchEvent::InitDone) => None,
-        };
-        futures::future::ready(out)
+    shell::changed_only(events, |cs: &CocoonSet| {
+        shell::fingerprint((
+            cs.metadata.generation,
+            serde_json::to_string(&cs.status).unwrap_or_default(),
+            cs.metadata.deletion_timestamp.is_some(),
+        ))
     })
 }
 
@@ -266,45 +242,19 @@ fn set_changes(
 fn pod_changes(
     events: impl Stream<Item = Result<WatchEvent<Pod>, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
-    let mut seen: HashMap<String, u64> = HashMap::new();
-    events.filter_map(move |ev| {
-        let out = match ev {
-            Err(e) => Some(Err(e)),
-            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => {
-                let key = pod.uid().unwrap_or_else(|| pod.name_any());
-                let fp = fingerprint((
-                    pod.metadata.deletion_timestamp.is_some(),
-                    pods::pod_phase(&pod),
-                    pods::is_ready(&pod),
-                    pod.labels(),
-                    pod.annotations(),
-                ));
-                match seen.insert(key, fp) {
-                    Some(prev) if prev == fp => None,
-                    _ => Some(Ok(pod)),
-                }
-            }
-            Ok(WatchEvent::Delete(pod)) => {
-                seen.remove(&pod.uid().unwrap_or_else(|| pod.name_any()));
-                Some(Ok(pod))
-            }
-            Ok(WatchEvent::Init | WatchEvent::InitDone) => None,
-        };
-        futures::future::ready(out)
+    shell::changed_only(events, |pod: &Pod| {
+        shell::fingerprint((
+            pod.metadata.deletion_timestamp.is_some(),
+            pods::pod_phase(pod),
+            pods::is_ready(pod),
+            pod.labels(),
+            pod.annotations(),
+        ))
     })
 }
 
 fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
-    let key = cs.uid().unwrap_or_else(|| cs.name_any());
-    let attempts = ctx
-        .failures
-        .lock()
-        .map(|mut m| {
-            let n = m.entry(key).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        })
-        .unwrap_or(1);
+    let delay = ctx.retries.failed(shell::object_key(cs.as_ref()));
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {
@@ -312,9 +262,6 @@ fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
             kind: err.kind().into(),
         })
         .inc();
-    // 200 ms doubling to a minute, like controller-runtime's per-item backoff.
-    let delay = Duration::from_millis(200u64.saturating_mul(1 << attempts.min(9)))
-        .min(Duration::from_secs(60));
     warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -332,10 +279,8 @@ async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Erro
             controller: CONTROLLER.into(),
         })
         .observe(started.elapsed().as_secs_f64());
-    if result.is_ok()
-        && let Ok(mut m) = ctx.failures.lock()
-    {
-        m.remove(&cs.uid().unwrap_or_else(|| cs.name_any()));
+    if result.is_ok() {
+        ctx.retries.succeeded(&shell::object_key(cs.as_ref()));
     }
     result
 }

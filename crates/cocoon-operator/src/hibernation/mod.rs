@@ -6,7 +6,6 @@ pub mod decide;
 mod decide_tests;
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,8 +64,8 @@ pub struct Context {
     stripes: Stripes,
     /// CR UID → the last phase exit announced.
     observed: Mutex<HashMap<String, Announced>>,
-    /// Per-CR error count for the retry backoff.
-    failures: Mutex<HashMap<String, u32>>,
+    /// Per-CR retry backoff after failed passes.
+    retries: crate::shell::RetryBackoff,
     store: Mutex<Option<Store<CocoonHibernation>>>,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
@@ -88,7 +87,7 @@ impl Context {
             timing,
             stripes: Stripes::default(),
             observed: Mutex::default(),
-            failures: Mutex::default(),
+            retries: crate::shell::RetryBackoff::default(),
             store: Mutex::default(),
             leadership: crate::leader::Leadership::always(),
         }
@@ -205,41 +204,13 @@ fn annotation_changes(
     + Send
     + 'static,
 ) -> impl Stream<Item = Result<PartialObjectMeta<Pod>, watcher::Error>> + Send + 'static {
-    let mut seen: HashMap<String, u64> = HashMap::new();
-    events.default_backoff().filter_map(move |ev| {
-        let out = match ev {
-            Err(e) => Some(Err(e)),
-            Ok(WatchEvent::Apply(pod) | WatchEvent::InitApply(pod)) => {
-                let key = pod.uid().unwrap_or_else(|| pod.name_any());
-                let mut h = DefaultHasher::new();
-                pod.annotations().hash(&mut h);
-                let hash = h.finish();
-                match seen.insert(key, hash) {
-                    Some(prev) if prev == hash => None,
-                    _ => Some(Ok(pod)),
-                }
-            }
-            Ok(WatchEvent::Delete(pod)) => {
-                seen.remove(&pod.uid().unwrap_or_else(|| pod.name_any()));
-                Some(Ok(pod))
-            }
-            Ok(WatchEvent::Init | WatchEvent::InitDone) => None,
-        };
-        futures::future::ready(out)
+    crate::shell::changed_only(events.default_backoff(), |pod: &PartialObjectMeta<Pod>| {
+        crate::shell::fingerprint(pod.annotations())
     })
 }
 
 fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, ctx: Arc<Context>) -> Action {
-    let key = cr.uid().unwrap_or_else(|| cr.name_any());
-    let attempts = ctx
-        .failures
-        .lock()
-        .map(|mut m| {
-            let n = m.entry(key).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        })
-        .unwrap_or(1);
+    let delay = ctx.retries.failed(crate::shell::object_key(cr.as_ref()));
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {
@@ -247,9 +218,6 @@ fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, ctx: Arc<Context>) -> A
             kind: err.kind().into(),
         })
         .inc();
-    // 200 ms doubling to a minute, like controller-runtime's per-item backoff.
-    let delay = Duration::from_millis(200u64.saturating_mul(1 << attempts.min(9)))
-        .min(Duration::from_secs(60));
     warn!(name = %cr.name_any(), namespace = ?cr.namespace(), error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -267,10 +235,8 @@ async fn reconcile(cr: Arc<CocoonHibernation>, ctx: Arc<Context>) -> Result<Acti
             controller: CONTROLLER.into(),
         })
         .observe(started.elapsed().as_secs_f64());
-    if result.is_ok()
-        && let Ok(mut m) = ctx.failures.lock()
-    {
-        m.remove(&cr.uid().unwrap_or_else(|| cr.name_any()));
+    if result.is_ok() {
+        ctx.retries.succeeded(&crate::shell::object_key(cr.as_ref()));
     }
     result
 }
