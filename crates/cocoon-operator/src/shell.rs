@@ -109,7 +109,11 @@ mod tests {
         assert_eq!(delays[1], Duration::from_millis(800));
         assert_eq!(delays[7], Duration::from_millis(51_200));
         assert!(delays[8..].iter().all(|d| *d == Duration::from_secs(60)));
-        assert_eq!(b.failed("b".into()), Duration::from_millis(400), "per object");
+        assert_eq!(
+            b.failed("b".into()),
+            Duration::from_millis(400),
+            "per object"
+        );
         b.succeeded("a");
         assert_eq!(b.failed("a".into()), Duration::from_millis(400));
     }

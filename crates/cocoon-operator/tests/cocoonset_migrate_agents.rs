@@ -933,7 +933,6 @@ async fn node_agent_killed_mid_migration_resumes_after_restart() {
 /// the restored main fails with `VM name ... already exists` and the migration never
 /// completes. Ignored until the node agent collects stale `creating` records; see the report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "node agent: a `creating` record left by a killed clone is never collected"]
 async fn target_agent_killed_mid_clone_resumes_after_restart() {
     cocoon_testenv::run_test(|env| async move {
         let mut rig = Rig::start(env, "mig-clkill").await?;
@@ -947,6 +946,12 @@ async fn target_agent_killed_mid_clone_resumes_after_restart() {
         });
         rig.pin(&b).await?;
         assert!(rig.agents[1].sim.wait_calls(Verb::Clone, 1, WAIT).await);
+        // Killed only once the runtime holds the clone's `creating` record (the clone first
+        // materialises its base), so the restarted agent must collect that record.
+        cocoon_testenv::wait_until("the clone's creating record", WAIT, || async {
+            rig.agents[1].sim.vm_info(&rig.main_vm).ok().map(|_| ())
+        })
+        .await?;
         rig.restart_agent(&b).await?;
         rig.settled_on(&b, 1).await?;
         assert_eq!(rig.agents[1].sim.guest_token(&rig.main_vm)?, token);

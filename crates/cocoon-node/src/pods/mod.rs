@@ -17,9 +17,12 @@
 //! * An agent killed after Remove but before writing `hibernated` is finished at startup: a
 //!   pod with the hibernate annotation, no VM and lifecycle `hibernating` gets `hibernated` once
 //!   the `:hibernate` tag (or, registry-less, the local snapshot) is confirmed.
-//! * Automatic post-clone fixup, SAC, peer restore, the CPU-class gate, stale-create
-//!   reconciliation and the op-retry queue (all "beyond") are not implemented; the pod
-//!   controller's per-pod backoff retries failed operations.
+//! * Automatic post-clone fixup, SAC, peer restore, the CPU-class gate and the op-retry queue
+//!   (all "beyond") are not implemented; the pod controller's per-pod backoff retries failed
+//!   operations.
+//! * Stale-create reconciliation ("beyond", §14) is implemented ([`stale`]): a `creating`
+//!   record left by an agent killed mid-create is collected at startup, so the pod's CreatePod
+//!   (retried by the controller's backoff) can take the name again.
 
 pub mod controller;
 mod create;
@@ -30,6 +33,7 @@ pub mod probe;
 pub mod reconcile;
 pub mod rules;
 pub mod samples;
+mod stale;
 pub mod state;
 pub mod status;
 mod transfer;
@@ -116,6 +120,12 @@ pub struct Timing {
     pub recheck_budget: Duration,
     /// Per-VM metric rows are refreshed this often (chosen: 15 s, a common scrape interval).
     pub vm_stats_every: Duration,
+    /// Stale-create watcher (§14): 1 s doubling to 30 s within 30 min.
+    pub stale_create_start: Duration,
+    /// See `stale_create_start`.
+    pub stale_create_max: Duration,
+    /// See `stale_create_start`.
+    pub stale_create_budget: Duration,
 }
 
 impl Default for Timing {
@@ -138,6 +148,9 @@ impl Default for Timing {
             recheck_max: Duration::from_secs(30),
             recheck_budget: Duration::from_secs(30 * 60),
             vm_stats_every: Duration::from_secs(15),
+            stale_create_start: Duration::from_secs(1),
+            stale_create_max: Duration::from_secs(30),
+            stale_create_budget: Duration::from_secs(30 * 60),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Startup reconcile and restart recovery (`node.md` §9): rebuild the tables from the pods
-//! bound to this node and `vm list`, apply the orphan policy, and resume owed work.
+//! bound to this node and `vm list`, reconcile stale `creating` records (§14, see `stale`),
+//! apply the orphan policy, and resume owed work.
 //!
 //! Runs to completion before the node registers and before pod handling starts.
 
@@ -18,6 +19,7 @@ use super::rules::{self, OwedOp};
 use super::state::TrackedVm;
 use super::{Handler, OrphanPolicy, Result, annotation, failed, pod_key};
 use crate::runtime::VmRecord;
+use crate::runtime::types::STATE_CREATING;
 
 /// What the orphan policy does with one pod-less VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,8 +67,11 @@ impl Handler {
         let pods = pods.map_err(|e| failed(format!("list pods on {node}: {e}")))?;
         let vms = vms.map_err(|e| failed(format!("list local VMs: {e}")))?;
         // A `creating` record belongs to an interrupted create; it is neither adopted nor an
-        // orphan, and this agent never removes it.
-        let vms: Vec<VmRecord> = vms.into_iter().filter(|v| v.state != "creating").collect();
+        // orphan, and this agent never removes it. Stale-create reconciliation (§14) asks the
+        // runtime to collect it; records that left `creating` meanwhile rejoin the listing.
+        let (creating, mut vms): (Vec<VmRecord>, Vec<VmRecord>) =
+            vms.into_iter().partition(|v| v.state == STATE_CREATING);
+        vms.extend(self.reconcile_stale_creates(creating).await);
         let by_id: HashMap<&str, &VmRecord> = vms.iter().map(|v| (v.id.as_str(), v)).collect();
         let by_name: HashMap<&str, &VmRecord> = vms.iter().map(|v| (v.name(), v)).collect();
         let mut matched: HashSet<String> = HashSet::new();
@@ -130,29 +135,7 @@ impl Handler {
         let mut orphans = 0;
         for vm in vms.iter().filter(|v| !matched.contains(&v.id)) {
             orphans += 1;
-            match orphan_action(self.cfg.orphan_policy) {
-                OrphanAction::Destroy => {
-                    warn!(name = %vm.name(), id = %vm.id, "destroying orphan VM");
-                    if let Err(e) = self.rt.remove(&vm.id).await {
-                        warn!(id = %vm.id, error = %e, "removing orphan VM failed");
-                    }
-                }
-                action => {
-                    if action == OrphanAction::AlertAndIndex {
-                        self.metrics.orphan_vm.inc();
-                        warn!(
-                            "orphan VM detected: name={} id={} state={} ip={} (set VK_ORPHAN_POLICY=destroy to auto-clean)",
-                            vm.name(),
-                            vm.id,
-                            vm.state,
-                            vm.ip()
-                        );
-                    }
-                    self.tables()
-                        .vms_by_name
-                        .insert(vm.name().to_owned(), TrackedVm::new(vm.clone()));
-                }
-            }
+            self.apply_orphan_policy(vm).await;
         }
         for key in adopted.iter().chain(without_vm.iter()) {
             self.notify(key).await;
@@ -167,6 +150,33 @@ impl Handler {
             adopted: adopted.len(),
             orphans,
         })
+    }
+
+    /// The orphan policy of §9.1 step 7 for one VM that no pod matched.
+    pub(crate) async fn apply_orphan_policy(&self, vm: &VmRecord) {
+        match orphan_action(self.cfg.orphan_policy) {
+            OrphanAction::Destroy => {
+                warn!(name = %vm.name(), id = %vm.id, "destroying orphan VM");
+                if let Err(e) = self.rt.remove(&vm.id).await {
+                    warn!(id = %vm.id, error = %e, "removing orphan VM failed");
+                }
+            }
+            action => {
+                if action == OrphanAction::AlertAndIndex {
+                    self.metrics.orphan_vm.inc();
+                    warn!(
+                        "orphan VM detected: name={} id={} state={} ip={} (set VK_ORPHAN_POLICY=destroy to auto-clean)",
+                        vm.name(),
+                        vm.id,
+                        vm.state,
+                        vm.ip()
+                    );
+                }
+                self.tables()
+                    .vms_by_name
+                    .insert(vm.name().to_owned(), TrackedVm::new(vm.clone()));
+            }
+        }
     }
 
     fn claim(&self, key: &str, op: &str, pod: &Pod) -> bool {

@@ -10,7 +10,8 @@ use cocoon_api::naming::clone_base_snapshot_name;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::runtime::CpuPolicy;
+use crate::runtime::types::{STATE_CREATING, STATE_RUNNING};
+use crate::runtime::{CpuPolicy, StaleCreateOutcome};
 
 /// `ParseRef(ref)`: split at the first `:` when the part before it is non-empty, else the
 /// whole ref with tag `latest`. Registry-relative refs only (ports and digests split wrongly
@@ -444,6 +445,61 @@ pub fn cooldown_allows_restart(
     last.is_none_or(|t| now.saturating_duration_since(t) >= cooldown)
 }
 
+/// What the startup reconcile does with a `creating` VM once `reconcile_stale_create`
+/// answered (`node.md` §14, "Stale-create reconciliation").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleCreateAction {
+    /// `collected` or `not-found`: the name is free; the pod's CreatePod creates the VM again.
+    NameFreed,
+    /// `busy`, or the verb failed: watch the VM in the background.
+    Watch,
+    /// `not-creating`: inspect the VM again and reconcile it like any other listed VM.
+    InspectAgain,
+}
+
+/// The stale-create rule: `answer` is the verb's outcome, `None` when the verb failed.
+pub fn stale_create_action(answer: Option<StaleCreateOutcome>) -> StaleCreateAction {
+    match answer {
+        Some(StaleCreateOutcome::Collected | StaleCreateOutcome::NotFound) => {
+            StaleCreateAction::NameFreed
+        }
+        Some(StaleCreateOutcome::NotCreating) => StaleCreateAction::InspectAgain,
+        Some(StaleCreateOutcome::Busy) | None => StaleCreateAction::Watch,
+    }
+}
+
+/// The `outcome` label of `cocoon_vk_stale_create_reconcile_total` (`contract.md` §11):
+/// the wire outcome, or `error` when the verb failed.
+pub fn stale_create_label(answer: Option<StaleCreateOutcome>) -> &'static str {
+    answer.map_or("error", StaleCreateOutcome::as_wire)
+}
+
+/// One step of the stale-create watcher, decided from a fresh inspect of the watched VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleWatchStep {
+    /// The VM is gone: its name is free; stop watching.
+    Freed,
+    /// The create finished and the VM runs: index it by name for adoption; stop watching.
+    Adopt,
+    /// The VM is neither `running` nor `creating` (dead): apply the orphan policy; stop.
+    Orphan,
+    /// Still `creating`: ask `reconcile_stale_create` again, then back off.
+    StillCreating,
+    /// The inspect failed transiently: back off and look again.
+    Retry,
+}
+
+/// The watcher rule.
+pub fn stale_watch_step(outcome: &InspectOutcome) -> StaleWatchStep {
+    match outcome {
+        InspectOutcome::NotFound => StaleWatchStep::Freed,
+        InspectOutcome::Transient => StaleWatchStep::Retry,
+        InspectOutcome::State(s) if s == STATE_RUNNING => StaleWatchStep::Adopt,
+        InspectOutcome::State(s) if s == STATE_CREATING => StaleWatchStep::StillCreating,
+        InspectOutcome::State(_) => StaleWatchStep::Orphan,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -740,5 +796,44 @@ mod tests {
         );
         assert!(script.contains("printf '[Match]\\nMACAddress=02:00:00:00:00:01\\n\\n[Network]\\nDHCP=ipv4\\n\\n[DHCPv4]\\nClientIdentifier=mac\\n' > /etc/systemd/network/10-020000000001.network"));
         assert!(script.ends_with("systemctl restart systemd-networkd"));
+    }
+
+    #[test]
+    fn stale_create_outcome_to_action() {
+        use StaleCreateAction::*;
+        let table = [
+            (Some(StaleCreateOutcome::Collected), NameFreed, "collected"),
+            (Some(StaleCreateOutcome::NotFound), NameFreed, "not-found"),
+            (Some(StaleCreateOutcome::Busy), Watch, "busy"),
+            (
+                Some(StaleCreateOutcome::NotCreating),
+                InspectAgain,
+                "not-creating",
+            ),
+            (None, Watch, "error"),
+        ];
+        for (answer, action, label) in table {
+            assert_eq!(stale_create_action(answer), action, "{answer:?}");
+            assert_eq!(stale_create_label(answer), label, "{answer:?}");
+        }
+    }
+
+    #[test]
+    fn stale_create_watcher_steps() {
+        use StaleWatchStep::*;
+        let state = |s: &str| InspectOutcome::State(s.into());
+        let table = [
+            (InspectOutcome::NotFound, Freed),
+            (InspectOutcome::Transient, Retry),
+            (state("running"), Adopt),
+            (state("creating"), StillCreating),
+            (state("created"), Orphan),
+            (state("stopped"), Orphan),
+            (state("stopped (stale)"), Orphan),
+            (state("error"), Orphan),
+        ];
+        for (outcome, step) in table {
+            assert_eq!(stale_watch_step(&outcome), step, "{outcome:?}");
+        }
     }
 }

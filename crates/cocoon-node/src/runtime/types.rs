@@ -529,6 +529,17 @@ pub enum StaleCreateOutcome {
 }
 
 impl StaleCreateOutcome {
+    /// The wire spelling (also the `outcome` label of
+    /// `cocoon_vk_stale_create_reconcile_total`).
+    pub fn as_wire(self) -> &'static str {
+        match self {
+            Self::Collected => "collected",
+            Self::Busy => "busy",
+            Self::NotCreating => "not-creating",
+            Self::NotFound => "not-found",
+        }
+    }
+
     /// Parses the wire spelling; anything else (including empty) is `None`.
     pub fn from_wire(s: &str) -> Option<Self> {
         match s {
@@ -648,6 +659,7 @@ mod tests {
                 StaleCreateOutcome::from_wire(text.as_str().unwrap_or("")),
                 Some(o)
             );
+            assert_eq!(text.as_str(), Some(o.as_wire()));
         }
         assert_eq!(StaleCreateOutcome::from_wire(""), None);
     }

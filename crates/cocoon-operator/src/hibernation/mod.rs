@@ -236,7 +236,8 @@ async fn reconcile(cr: Arc<CocoonHibernation>, ctx: Arc<Context>) -> Result<Acti
         })
         .observe(started.elapsed().as_secs_f64());
     if result.is_ok() {
-        ctx.retries.succeeded(&crate::shell::object_key(cr.as_ref()));
+        ctx.retries
+            .succeeded(&crate::shell::object_key(cr.as_ref()));
     }
     result
 }

@@ -1,0 +1,190 @@
+//! Stale-create reconciliation (`node.md` §14, "beyond"): a `creating` record left behind by
+//! an agent killed in the middle of a clone or run holds the VM's name, so every later create
+//! of that pod would fail with `VM name "<vm>" already exists`.
+//!
+//! At startup every `creating` VM goes through `reconcile_stale_create` (parallelism 8), and
+//! [`rules::stale_create_action`] decides:
+//!
+//! * `collected` / `not-found`: the name is free. The VM is left out of the indexes, so the
+//!   pod (untracked) reaches CreatePod, which creates the VM again.
+//! * `not-creating`: the record moved on meanwhile; it is inspected again and reconciled like
+//!   any other listed VM (adopted by a pod, or given the orphan policy).
+//! * `busy`, or a verb error: a background watcher (1 s doubling to 30 s, 30 min budget)
+//!   follows the VM. Running → indexed by name for adoption (the pod's CreatePod retry adopts
+//!   it); dead → the orphan policy; gone → the name is free; still `creating` → the verb is
+//!   asked again, since a verb error may have been transient.
+//!
+//! The agent never removes a `creating` record itself: only the runtime's verb collects one.
+//! Every answer of the verb is counted in `cocoon_vk_stale_create_reconcile_total{outcome}`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use tracing::{debug, info, warn};
+
+use super::Handler;
+use super::rules::{self, InspectOutcome, StaleCreateAction, StaleWatchStep};
+use super::state::TrackedVm;
+use crate::runtime::types::STATE_CREATING;
+use crate::runtime::{StaleCreateOutcome, VmRecord};
+
+/// How many `creating` VMs are reconciled at once at startup.
+const STALE_CREATE_PARALLELISM: usize = 8;
+
+impl Handler {
+    /// Reconciles the `creating` VMs of the startup listing. Returns the fresh records of the
+    /// VMs that left `creating` meanwhile: the caller reconciles them like any listed VM.
+    pub(crate) async fn reconcile_stale_creates(
+        self: &Arc<Self>,
+        creating: Vec<VmRecord>,
+    ) -> Vec<VmRecord> {
+        futures::stream::iter(creating)
+            .map(|vm| {
+                let me = self.clone();
+                async move { me.reconcile_stale_create(vm).await }
+            })
+            .buffer_unordered(STALE_CREATE_PARALLELISM)
+            .filter_map(|fresh| async move { fresh })
+            .collect()
+            .await
+    }
+
+    async fn reconcile_stale_create(self: &Arc<Self>, vm: VmRecord) -> Option<VmRecord> {
+        let answer = self.ask_stale_create(&vm, false).await;
+        match rules::stale_create_action(answer) {
+            StaleCreateAction::NameFreed => {
+                info!(vm = %vm.name(), id = %vm.id, "stale create reconciled; the VM name is free");
+                None
+            }
+            StaleCreateAction::Watch => {
+                self.watch_stale_create(vm);
+                None
+            }
+            StaleCreateAction::InspectAgain => match self.rt.inspect(&vm.id).await {
+                Ok(fresh) if fresh.state == STATE_CREATING => {
+                    self.watch_stale_create(fresh);
+                    None
+                }
+                Ok(fresh) => {
+                    info!(vm = %fresh.name(), id = %fresh.id, state = %fresh.state, "VM left creating; reconciling it as listed");
+                    Some(fresh)
+                }
+                Err(e) if e.is_vm_not_found() => {
+                    info!(vm = %vm.name(), id = %vm.id, "VM gone after leaving creating; the VM name is free");
+                    None
+                }
+                Err(e) => {
+                    warn!(vm = %vm.name(), id = %vm.id, error = %e, "inspect after reconcile-stale-create failed; watching the VM");
+                    self.watch_stale_create(vm);
+                    None
+                }
+            },
+        }
+    }
+
+    /// One `reconcile_stale_create` call, logged and counted; `None` when the verb failed.
+    /// The watcher's repeated asks (`again`) log at debug level only.
+    async fn ask_stale_create(&self, vm: &VmRecord, again: bool) -> Option<StaleCreateOutcome> {
+        let answer = match self.rt.reconcile_stale_create(&vm.id).await {
+            Ok(outcome) if again => {
+                debug!(vm = %vm.name(), id = %vm.id, outcome = outcome.as_wire(), "reconcile-stale-create answered again");
+                Some(outcome)
+            }
+            Ok(outcome) => {
+                info!(vm = %vm.name(), id = %vm.id, outcome = outcome.as_wire(), "reconcile-stale-create answered");
+                Some(outcome)
+            }
+            Err(e) if again => {
+                debug!(vm = %vm.name(), id = %vm.id, error = %e, "reconcile-stale-create failed again");
+                None
+            }
+            Err(e) => {
+                warn!(vm = %vm.name(), id = %vm.id, error = %e, "reconcile-stale-create failed");
+                None
+            }
+        };
+        self.metrics
+            .stale_create_reconcile(rules::stale_create_label(answer));
+        answer
+    }
+
+    fn watch_stale_create(self: &Arc<Self>, vm: VmRecord) {
+        info!(vm = %vm.name(), id = %vm.id, "watching a VM whose create may still be in flight");
+        let me = self.clone();
+        self.spawn(async move { me.stale_create_watcher(vm).await });
+    }
+
+    /// The background watcher of a `busy` (or unanswered) `creating` VM.
+    async fn stale_create_watcher(self: &Arc<Self>, vm: VmRecord) {
+        let t = self.cfg.timing.clone();
+        let started = Instant::now();
+        let mut delay = t.stale_create_start;
+        loop {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(t.stale_create_max);
+            if self.stale_watch_tick(&vm).await {
+                return;
+            }
+            if started.elapsed() >= t.stale_create_budget {
+                warn!(
+                    vm = %vm.name(),
+                    id = %vm.id,
+                    budget = ?t.stale_create_budget,
+                    "stale create unresolved within budget; leaving the creating record to the runtime"
+                );
+                return;
+            }
+        }
+    }
+
+    /// One look at a watched VM; `true` when the watch is over.
+    async fn stale_watch_tick(self: &Arc<Self>, vm: &VmRecord) -> bool {
+        let (outcome, fresh) = match self.rt.inspect(&vm.id).await {
+            Ok(r) => (InspectOutcome::State(r.state.clone()), Some(r)),
+            Err(e) if e.is_vm_not_found() => (InspectOutcome::NotFound, None),
+            Err(e) => {
+                debug!(vm = %vm.name(), id = %vm.id, error = %e, "stale-create watcher: inspect failed");
+                (InspectOutcome::Transient, None)
+            }
+        };
+        match (rules::stale_watch_step(&outcome), fresh) {
+            (StaleWatchStep::Freed, _) => {
+                info!(vm = %vm.name(), id = %vm.id, "stale create gone; the VM name is free");
+                true
+            }
+            (StaleWatchStep::Adopt, Some(fresh)) => {
+                self.index_for_adoption(fresh);
+                true
+            }
+            (StaleWatchStep::Orphan, Some(fresh)) => {
+                // A pod that already tracks the VM owns it: no orphan then.
+                let owned = self.tables().key_for_vm(&fresh.id, "").is_some();
+                if !owned {
+                    self.apply_orphan_policy(&fresh).await;
+                }
+                true
+            }
+            (StaleWatchStep::StillCreating, _) => {
+                let answer = self.ask_stale_create(vm, true).await;
+                let freed = rules::stale_create_action(answer) == StaleCreateAction::NameFreed;
+                if freed {
+                    info!(vm = %vm.name(), id = %vm.id, "stale create reconciled; the VM name is free");
+                }
+                freed
+            }
+            _ => false,
+        }
+    }
+
+    /// A finished create found running: index it by name, so the pod's CreatePod adopts it.
+    fn index_for_adoption(&self, vm: VmRecord) {
+        let mut t = self.tables();
+        if t.key_for_vm(&vm.id, vm.name()).is_some() {
+            return;
+        }
+        info!(vm = %vm.name(), id = %vm.id, "stale create finished running; indexed for adoption");
+        t.vms_by_name
+            .insert(vm.name().to_owned(), TrackedVm::new(vm));
+    }
+}
