@@ -15,28 +15,23 @@
 //!
 //! Run: `cargo bench -p cocoon-node --bench agent_scale`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+
+use common::{AgentOptions, BoxError, is_running_ready, sim_config, start_agent_with, vm_pod};
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
-use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::agent::{AgentParts, run_agent};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{Latencies, SimConfig, SimRuntime};
-use cocoon_registry::{RegistryClient, RegistryConfig};
+use cocoon_node::pods::Timing;
+use cocoon_node::runtime::sim::Latencies;
 use cocoon_testenv::{Options, TestEnv, TestNode, create_namespace};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const PODS: usize = 200;
 const CYCLED: usize = 20;
@@ -60,52 +55,6 @@ fn main() {
         eprintln!("agent_scale failed: {e}");
         std::process::exit(1);
     }
-}
-
-fn pod(ns: &str, name: &str, node: &str) -> Pod {
-    let annotations: BTreeMap<String, String> = [
-        (ann::VM_NAME, vm_name_for_pod(ns, name)),
-        (ann::IMAGE, "bench-image:1".to_owned()),
-        (ann::MODE, "run".to_owned()),
-        (ann::MANAGED, "true".to_owned()),
-        (ann::GENERATION, "1".to_owned()),
-        (ann::SNAPSHOT_POLICY, "never".to_owned()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(ns.to_owned()),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.to_owned()),
-            containers: vec![Container {
-                name: "agent".into(),
-                image: Some("cocoon/vm".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn running_ready(p: &Pod) -> bool {
-    let running = p
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|ph| ph == "Running");
-    let ready = p
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    running && ready && Lifecycle::from_meta(&p.metadata).state == Some(LifecycleState::Ready)
 }
 
 /// User + system CPU time of this process.
@@ -205,39 +154,24 @@ async fn bench() -> Result<(), BoxError> {
 
     let tmp = tempfile::tempdir()?;
     let root = tmp.path().to_owned();
-    let mut cfg = SimConfig::new(&root);
-    cfg.permissive_pull = true;
-    cfg.latencies = Latencies::default().scaled(0.0);
-    cfg.lease_delay = Duration::ZERO;
-    cfg.tick_interval = Duration::from_millis(200);
-    let leases = cfg.lease_path.clone();
-    let sim = SimRuntime::open(cfg)?;
-    let runtime: Arc<dyn Runtime> = Arc::new(sim);
-    let registry = RegistryClient::new(RegistryConfig::for_registry(env.registry_addr())?)?;
-    let parts = AgentParts {
-        pods: PodConfig {
-            node_name: node.clone(),
-            orphan_policy: OrphanPolicy::Destroy,
-            leases_path: leases,
-            restore_mode: "ondemand".into(),
-            cocoon_root_dir: root.clone(),
-            timing: Timing::default(),
-        },
-        client: client.clone(),
-        runtime,
-        registry: Some(registry),
-        metrics: Arc::new(NodeMetrics::new(root.clone())),
-        registration: None,
+    let mut sim = sim_config(&root);
+    sim.latencies = Latencies::default().scaled(0.0);
+    sim.lease_delay = Duration::ZERO;
+    let opts = AgentOptions {
+        sim,
+        timing: Timing::default(),
+        ready_within: DEADLINE,
+        ..AgentOptions::new(&root)
     };
-    let token = CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let agent_token = token.clone();
-    let agent = tokio::spawn(async move {
-        if let Err(e) = run_agent(parts, agent_token, Some(tx)).await {
-            eprintln!("agent failed: {e}");
-        }
-    });
-    tokio::time::timeout(DEADLINE, rx).await??;
+    let agent = start_agent_with(
+        client.clone(),
+        env.registry_addr(),
+        &node,
+        &root,
+        opts,
+        |_| Ok(()),
+    )
+    .await?;
 
     // ---- 1. 200 pods to Running/Ready --------------------------------------------------
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -254,7 +188,7 @@ async fn bench() -> Result<(), BoxError> {
     let creating = futures::stream::iter(names.iter().cloned())
         .map(|name| {
             let api = api.clone();
-            let p = pod(&ns, &name, &node);
+            let p = vm_pod(&ns, &name, &node, &[(ann::IMAGE, "bench-image:1")]);
             async move { api.create(&PostParams::default(), &p).await }
         })
         .buffer_unordered(CREATE_PARALLELISM)
@@ -274,7 +208,7 @@ async fn bench() -> Result<(), BoxError> {
                 ev = events.try_next() => {
                     match ev? {
                         Some(WatchEvent::Added(p)) | Some(WatchEvent::Modified(p)) => {
-                            if running_ready(&p) {
+                            if is_running_ready(&p) {
                                 ready.insert(p.metadata.name.unwrap_or_default());
                             }
                         }
@@ -352,9 +286,7 @@ async fn bench() -> Result<(), BoxError> {
         cpu_time().as_secs_f64()
     );
 
-    token.cancel();
-    agent.abort();
-    let _ = agent.await;
+    agent.kill().await;
     env.shutdown();
     Ok(())
 }

@@ -10,53 +10,53 @@
 //! * Per-VM metrics (`cocoon_vk_vm_*`) on `/metrics`. (`/stats/summary` through the API
 //!   server's node proxy is refused for a loopback node address, so it is not used here.)
 
+mod common;
+
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{AgentOptions, BoxError, TestAgent, TestResult, WAIT, start_agent_with, vm_pod};
+
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::agent::{AgentParts, AgentPodBackend, run_agent};
+use cocoon_node::agent::AgentPodBackend;
 use cocoon_node::config::NodeConfig;
 use cocoon_node::kubelet::{KubeletServer, MetricsServer, NO_LIVE_VM_BODY, TlsMaterial};
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
-use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime, Verb};
-use cocoon_registry::{RegistryClient, RegistryConfig};
+use cocoon_node::runtime::sim::Verb;
 use cocoon_testenv::{
     Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-const WAIT: Duration = Duration::from_secs(60);
 
 /// An in-process agent registered as a real Node whose kubelet API the API server can reach.
 struct KubeletAgent {
-    token: CancellationToken,
-    task: JoinHandle<()>,
+    agent: TestAgent,
     kubelet: KubeletServer,
     metrics: MetricsServer,
-    sim: SimHandle,
-    handler: Arc<Handler>,
+}
+
+impl Deref for KubeletAgent {
+    type Target = TestAgent;
+
+    fn deref(&self) -> &TestAgent {
+        &self.agent
+    }
 }
 
 impl KubeletAgent {
     async fn stop(self) {
-        self.token.cancel();
-        let _ = self.task.await;
+        self.agent.stop().await;
         self.kubelet.shutdown().await;
         self.metrics.shutdown().await;
     }
@@ -92,15 +92,6 @@ fn node_config(env: &Shared, node: &str, root: &Path, port: u16) -> TestResult<N
 
 async fn start(env: &Shared, node: &str, root: &Path) -> TestResult<KubeletAgent> {
     std::fs::create_dir_all(root)?;
-    let mut cfg = SimConfig::new(root);
-    cfg.permissive_pull = true;
-    cfg.lease_delay = Duration::from_millis(50);
-    cfg.tick_interval = Duration::from_millis(200);
-    let leases = cfg.lease_path.clone();
-    let rt = SimRuntime::open(cfg)?;
-    let sim = rt.handle();
-    let runtime: Arc<dyn Runtime> = Arc::new(rt);
-
     let token = CancellationToken::new();
     let backend = Arc::new(AgentPodBackend::default());
     let tls = TlsMaterial::self_signed(node, "127.0.0.1".parse()?)?;
@@ -119,80 +110,21 @@ async fn start(env: &Shared, node: &str, root: &Path) -> TestResult<KubeletAgent
     let config = node_config(env, node, root, kubelet.port())?;
     let resources = capacity::read_resources(&config)?;
     let registration = NodeRegistration::from_config(&config, resources, kubelet.port());
-    let parts = AgentParts {
-        pods: PodConfig {
-            node_name: node.to_owned(),
-            orphan_policy: OrphanPolicy::Destroy,
-            leases_path: leases,
-            restore_mode: "ondemand".into(),
-            cocoon_root_dir: root.to_owned(),
-            timing: Timing {
-                drift_first: Duration::from_secs(1),
-                drift_every: Duration::from_secs(2),
-                lifecycle_reconcile: Duration::from_secs(1),
-                retry_start: Duration::from_millis(200),
-                retry_max: Duration::from_secs(2),
-                vm_stats_every: Duration::from_millis(200),
-                ..Timing::default()
-            },
-        },
-        client: env.client()?,
-        runtime,
-        registry: Some(RegistryClient::new(RegistryConfig::for_registry(
-            env.registry_addr(),
-        )?)?),
-        metrics,
-        registration: Some(registration),
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let t = token.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) = run_agent(parts, t, Some(tx)).await {
-            eprintln!("agent failed: {e}");
-        }
-    });
-    let handler = tokio::time::timeout(WAIT, rx).await??;
-    backend.set(handler.clone());
+    let mut opts = AgentOptions::new(root);
+    opts.timing.vm_stats_every = Duration::from_millis(200);
+    opts.metrics = Some(metrics);
+    opts.registration = Some(registration);
+    opts.token = Some(token);
+    let agent = start_agent_with(env.client()?, env.registry_addr(), node, root, opts, |_| {
+        Ok(())
+    })
+    .await?;
+    backend.set(agent.handler.clone());
     Ok(KubeletAgent {
-        token,
-        task,
+        agent,
         kubelet,
         metrics: metrics_server,
-        sim,
-        handler,
     })
-}
-
-fn vm_pod(ns: &str, name: &str, node: &str) -> Pod {
-    let annotations: BTreeMap<String, String> = [
-        (ann::VM_NAME, vm_name_for_pod(ns, name)),
-        (ann::IMAGE, "ubuntu-test:1".into()),
-        (ann::MODE, "run".into()),
-        (ann::MANAGED, "true".into()),
-        (ann::GENERATION, "1".into()),
-        (ann::SNAPSHOT_POLICY, "never".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            containers: vec![Container {
-                name: "agent".into(),
-                image: Some("cocoon/vm".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 async fn wait_vm_ready(api: &Api<Pod>, name: &str) -> TestResult {
@@ -272,7 +204,7 @@ async fn kubectl_exec_and_logs_through_the_api_server() {
         let node = unique_name("node-exec");
         let agent = start(env, &node, &tmp.path().join(&node)).await?;
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        api.create(&PostParams::default(), &vm_pod(&ns, "a", &node))
+        api.create(&PostParams::default(), &vm_pod(&ns, "a", &node, &[]))
             .await?;
         wait_vm_ready(&api, "a").await?;
 
@@ -365,7 +297,7 @@ async fn kubectl_exec_and_logs_through_the_api_server() {
         // A pod whose VM is not up: exec fails with "no live VM", logs say so too.
         let idle_vm = vm_name_for_pod(&ns, "idle");
         agent.sim.block(Verb::Run, Some(&idle_vm));
-        api.create(&PostParams::default(), &vm_pod(&ns, "idle", &node))
+        api.create(&PostParams::default(), &vm_pod(&ns, "idle", &node, &[]))
             .await?;
         assert!(
             agent.sim.wait_blocked(Verb::Run, 1, WAIT).await,
@@ -397,7 +329,7 @@ async fn kubectl_exec_and_logs_through_the_api_server() {
         agent.stop().await;
         cleanup_node(env, &node).await?;
         delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -411,7 +343,7 @@ async fn per_vm_metrics_follow_the_tracked_vms() {
         let node = unique_name("node-metrics");
         let agent = start(env, &node, &tmp.path().join(&node)).await?;
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        api.create(&PostParams::default(), &vm_pod(&ns, "m", &node))
+        api.create(&PostParams::default(), &vm_pod(&ns, "m", &node, &[]))
             .await?;
         wait_vm_ready(&api, "m").await?;
         let vm = vm_name_for_pod(&ns, "m");
@@ -461,7 +393,7 @@ async fn per_vm_metrics_follow_the_tracked_vms() {
         agent.stop().await;
         cleanup_node(env, &node).await?;
         delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }

@@ -4,217 +4,28 @@
 //! (also when the caller that started the pull is cancelled), `clone-from-dir`, and a wake cut by an agent crash that the restarted agent finishes
 //! without losing the guest's state.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+
+use common::{
+    BoxError, IMAGE, TestResult, WAIT, ann_of, patch_ann, registry, sim_config, start_agent,
+    vm_pod, wait_lifecycle, wait_running,
+};
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::{clone_base_snapshot_name, vm_name_for_pod};
-use cocoon_node::agent::{AgentParts, run_agent};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
-use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime, Verb};
+use cocoon_node::runtime::sim::{SimRuntime, Verb};
 use cocoon_node::runtime::{RunRequest, Runtime, tarfmt};
-use cocoon_registry::{PushOptions, RegistryClient, RegistryConfig};
+use cocoon_registry::PushOptions;
 use cocoon_testenv::{
     Shared, TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-type BoxError = Box<dyn std::error::Error>;
-type TestResult<T = ()> = Result<T, BoxError>;
-
-const WAIT: Duration = Duration::from_secs(60);
-const IMAGE: &str = "ubuntu-test:1";
-
-struct TestAgent {
-    token: CancellationToken,
-    task: JoinHandle<()>,
-    sim: SimHandle,
-    handler: Arc<Handler>,
-}
-
-impl TestAgent {
-    /// Stops the agent the way a crash would: every task ends mid-operation.
-    async fn kill(self) {
-        self.token.cancel();
-        self.task.abort();
-        let _ = self.task.await;
-    }
-}
-
-fn registry(env: &Shared) -> TestResult<RegistryClient> {
-    Ok(RegistryClient::new(RegistryConfig::for_registry(
-        env.registry_addr(),
-    )?)?)
-}
-
-fn sim_config(root: &Path) -> SimConfig {
-    let mut cfg = SimConfig::new(root);
-    cfg.permissive_pull = true;
-    cfg.lease_delay = Duration::from_millis(50);
-    cfg.tick_interval = Duration::from_millis(200);
-    cfg
-}
-
-async fn start_agent(env: &Shared, node: &str, root: &Path) -> TestResult<TestAgent> {
-    let cfg = sim_config(root);
-    let leases = cfg.lease_path.clone();
-    let rt = SimRuntime::open(cfg)?;
-    let sim = rt.handle();
-    let runtime: Arc<dyn Runtime> = Arc::new(rt);
-    let parts = AgentParts {
-        pods: PodConfig {
-            node_name: node.to_owned(),
-            orphan_policy: OrphanPolicy::Destroy,
-            leases_path: leases,
-            restore_mode: "ondemand".into(),
-            cocoon_root_dir: root.to_owned(),
-            timing: Timing {
-                drift_first: Duration::from_secs(1),
-                drift_every: Duration::from_secs(2),
-                lifecycle_reconcile: Duration::from_secs(1),
-                retry_start: Duration::from_millis(200),
-                retry_max: Duration::from_secs(2),
-                ..Timing::default()
-            },
-        },
-        client: env.client()?,
-        runtime,
-        registry: Some(registry(env)?),
-        metrics: Arc::new(NodeMetrics::new(root.to_owned())),
-        registration: None,
-    };
-    let token = CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let t = token.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) = run_agent(parts, t, Some(tx)).await {
-            eprintln!("agent failed: {e}");
-        }
-    });
-    let handler = tokio::time::timeout(WAIT, rx).await??;
-    Ok(TestAgent {
-        token,
-        task,
-        sim,
-        handler,
-    })
-}
-
-fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
-    let mut a: BTreeMap<String, String> = [
-        (ann::VM_NAME, vm_name_for_pod(ns, name)),
-        (ann::IMAGE, IMAGE.into()),
-        (ann::MODE, "run".into()),
-        (ann::MANAGED, "true".into()),
-        (ann::GENERATION, "1".into()),
-        (ann::SNAPSHOT_POLICY, "never".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    for (k, v) in extra {
-        a.insert((*k).to_owned(), (*v).to_owned());
-    }
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            annotations: Some(a),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            containers: vec![Container {
-                name: "agent".into(),
-                image: Some("cocoon/vm".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn ann_of(p: &Pod, k: &str) -> Option<String> {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(k).cloned())
-}
-
-/// Waits until the pod is Running+Ready with a VM id and lifecycle `ready`.
-async fn wait_running(client: &Client, ns: &str, name: &str) -> TestResult<Pod> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let res = wait_until(&format!("{ns}/{name} running"), WAIT, || {
-        let api = api.clone();
-        async move {
-            let p = api.get(name).await.ok()?;
-            let ready = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            (ready
-                && ann_of(&p, ann::VM_ID).is_some()
-                && Lifecycle::from_meta(&p.metadata).state == Some(LifecycleState::Ready))
-            .then_some(p)
-        }
-    })
-    .await;
-    if res.is_err()
-        && let Ok(p) = api.get(name).await
-    {
-        eprintln!(
-            "{ns}/{name}: annotations={:?} status={:?}",
-            p.metadata.annotations, p.status
-        );
-    }
-    Ok(res?)
-}
-
-async fn wait_lifecycle(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    state: LifecycleState,
-    generation: i64,
-) -> TestResult<Pod> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    Ok(wait_until(
-        &format!("{ns}/{name} lifecycle {state}@{generation}"),
-        WAIT,
-        || {
-            let api = api.clone();
-            async move {
-                let p = api.get(name).await.ok()?;
-                let lc = Lifecycle::from_meta(&p.metadata);
-                (lc.state == Some(state) && lc.observed_generation >= generation).then_some(p)
-            }
-        },
-    )
-    .await?)
-}
-
-async fn patch_ann(client: &Client, ns: &str, name: &str, v: serde_json::Value) -> TestResult {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"metadata": {"annotations": v}})),
-    )
-    .await?;
-    Ok(())
-}
 
 /// A "golden" VM on a standalone simulated host, saved as snapshot `golden`; returns the
 /// host (runtime, handle, its directory) and the guest's state token.
@@ -250,7 +61,7 @@ async fn golden_host() -> TestResult<Golden> {
 /// Pushes the golden snapshot to `<repo>:<tag>` in the real registry.
 async fn push_golden(env: &Shared, golden: &Golden, repo: &str, tag: &str) -> TestResult {
     let export = golden.rt.snapshot_export("golden").await?;
-    registry(env)?
+    registry(env.registry_addr())
         .push_snapshot_tar(repo, export.stream, &PushOptions::new(tag, IMAGE))
         .await?;
     export.done.await?;
@@ -400,7 +211,7 @@ async fn wake_cut_by_an_agent_crash_finishes_after_restart() {
         let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
         let dir = tmp.path().join(&node);
         let agent = start_agent(env, &node, &dir).await?;
-        let reg = registry(env)?;
+        let reg = registry(env.registry_addr());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(&PostParams::default(), &vm_pod(&ns, "w", &node, &[]))
             .await?;

@@ -2,234 +2,25 @@
 //! in-process agents on the simulated runtime: bring-up, hibernate/wake (same node and across
 //! nodes), delete snapshot policies, restart recovery mid-hibernate, and crash handling.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
-use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::agent::{AgentParts, run_agent};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{CrashKind, SimConfig, SimHandle, SimRuntime, Verb};
-use cocoon_registry::{RegistryClient, RegistryConfig};
-use cocoon_testenv::{
-    Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
+use std::path::PathBuf;
+
+use common::{
+    BoxError, TestAgent, TestResult, WAIT, ann_of, patch_ann, registry, start_agent, vm_pod,
+    wait_gone, wait_lifecycle, wait_running,
 };
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use cocoon_api::contract::LifecycleState;
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::naming::vm_name_for_pod;
+use cocoon_node::runtime::sim::{CrashKind, Verb};
+use cocoon_registry::RegistryClient;
+use cocoon_testenv::{create_namespace, delete_namespace, run_test, unique_name, wait_until};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-/// One in-process agent on its own node name and simulator root.
-struct TestAgent {
-    token: CancellationToken,
-    task: JoinHandle<()>,
-    sim: SimHandle,
-    handler: Arc<Handler>,
-}
-
-impl TestAgent {
-    /// Kills the agent the way a crash would: every task stops mid-operation.
-    async fn kill(self) {
-        self.token.cancel();
-        self.task.abort();
-        let _ = self.task.await;
-    }
-}
-
-fn registry(env: &Shared) -> RegistryClient {
-    RegistryClient::new(RegistryConfig::for_registry(env.registry_addr()).expect("registry config"))
-        .expect("registry client")
-}
-
-async fn start_agent(
-    env: &Shared,
-    node: &str,
-    root: &Path,
-) -> Result<TestAgent, Box<dyn std::error::Error>> {
-    let mut cfg = SimConfig::new(root);
-    cfg.permissive_pull = true;
-    cfg.lease_delay = Duration::from_millis(50);
-    cfg.tick_interval = Duration::from_millis(200);
-    let leases = cfg.lease_path.clone();
-    let rt = SimRuntime::open(cfg)?;
-    let sim = rt.handle();
-    let runtime: Arc<dyn Runtime> = Arc::new(rt);
-    let timing = Timing {
-        drift_first: Duration::from_secs(1),
-        drift_every: Duration::from_secs(2),
-        lifecycle_reconcile: Duration::from_secs(1),
-        retry_start: Duration::from_millis(200),
-        retry_max: Duration::from_secs(2),
-        ..Timing::default()
-    };
-    let parts = AgentParts {
-        pods: PodConfig {
-            node_name: node.to_owned(),
-            orphan_policy: OrphanPolicy::Destroy,
-            leases_path: leases,
-            restore_mode: "ondemand".into(),
-            cocoon_root_dir: root.to_owned(),
-            timing,
-        },
-        client: env.client()?,
-        runtime,
-        registry: Some(registry(env)),
-        metrics: Arc::new(NodeMetrics::new(root.to_owned())),
-        registration: None,
-    };
-    let token = CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let t = token.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) = run_agent(parts, t, Some(tx)).await {
-            eprintln!("agent failed: {e}");
-        }
-    });
-    let handler = tokio::time::timeout(WAIT, rx).await??;
-    Ok(TestAgent {
-        token,
-        task,
-        sim,
-        handler,
-    })
-}
-
-fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
-    let mut a: BTreeMap<String, String> = [
-        (ann::VM_NAME, vm_name_for_pod(ns, name)),
-        (ann::IMAGE, "ubuntu-test:1".into()),
-        (ann::MODE, "run".into()),
-        (ann::MANAGED, "true".into()),
-        (ann::GENERATION, "1".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    for (k, v) in extra {
-        a.insert((*k).to_owned(), (*v).to_owned());
-    }
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            annotations: Some(a),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            containers: vec![Container {
-                name: "agent".into(),
-                image: Some("cocoon/vm".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn ann_of(p: &Pod, k: &str) -> Option<String> {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(k).cloned())
-}
-
-fn is_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Waits until the pod is Running+Ready with VM id, IP and lifecycle `ready`; returns it.
-async fn wait_running(
-    client: &Client,
-    ns: &str,
-    name: &str,
-) -> Result<Pod, Box<dyn std::error::Error>> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let res = wait_until(&format!("{ns}/{name} running"), WAIT, || {
-        let api = api.clone();
-        async move {
-            let p = api.get(name).await.ok()?;
-            let phase = p.status.as_ref()?.phase.clone()?;
-            let lc = Lifecycle::from_meta(&p.metadata);
-            (phase == "Running"
-                && is_ready(&p)
-                && ann_of(&p, ann::VM_ID).is_some()
-                && ann_of(&p, ann::VM_IP).is_some()
-                && lc.state == Some(LifecycleState::Ready))
-            .then_some(p)
-        }
-    })
-    .await;
-    if res.is_err() {
-        // Show what the agent did publish, to make a failure readable.
-        let p = api.get(name).await?;
-        eprintln!(
-            "{ns}/{name}: annotations={:?} status={:?}",
-            p.metadata.annotations, p.status
-        );
-    }
-    Ok(res?)
-}
-
-async fn wait_lifecycle(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    state: LifecycleState,
-    generation: i64,
-) -> Result<Pod, Box<dyn std::error::Error>> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    Ok(wait_until(
-        &format!("{ns}/{name} lifecycle {state}@{generation}"),
-        WAIT,
-        || {
-            let api = api.clone();
-            async move {
-                let p = api.get(name).await.ok()?;
-                let lc = Lifecycle::from_meta(&p.metadata);
-                (lc.state == Some(state) && lc.observed_generation >= generation).then_some(p)
-            }
-        },
-    )
-    .await?)
-}
-
-async fn patch_ann(client: &Client, ns: &str, name: &str, v: serde_json::Value) -> TestResult {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"metadata": {"annotations": v}})),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn wait_gone(client: &Client, ns: &str, name: &str) -> TestResult {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    wait_until(&format!("{ns}/{name} deleted"), WAIT, || {
-        let api = api.clone();
-        async move { matches!(api.get_opt(name).await, Ok(None)).then_some(()) }
-    })
-    .await?;
-    Ok(())
-}
 
 fn root(tmp: &tempfile::TempDir, node: &str) -> PathBuf {
     tmp.path().join(node)
@@ -278,7 +69,7 @@ async fn run_hibernate_wake_and_delete() {
         // A Node object must exist, or the pod garbage collector deletes pods bound to it.
         let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
         let agent = start_agent(env, &node, &root(&tmp, &node)).await?;
-        let reg = registry(env);
+        let reg = registry(env.registry_addr());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(
             &PostParams::default(),
@@ -368,7 +159,7 @@ async fn run_hibernate_wake_and_delete() {
 
         agent.kill().await;
         delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -385,7 +176,7 @@ async fn wake_on_another_node_pulls_from_the_registry() {
         let _nb_obj = cocoon_testenv::TestNode::in_pool(&client, &nb, "default").await?;
         let a = start_agent(env, &na, &root(&tmp, &na)).await?;
         let b = start_agent(env, &nb, &root(&tmp, &nb)).await?;
-        let reg = registry(env);
+        let reg = registry(env.registry_addr());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(
             &PostParams::default(),
@@ -434,7 +225,7 @@ async fn wake_on_another_node_pulls_from_the_registry() {
         a.kill().await;
         b.kill().await;
         delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -450,7 +241,7 @@ async fn agent_killed_mid_hibernate_resumes_without_losing_state() {
         let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
         let dir = root(&tmp, &node);
         let agent = start_agent(env, &node, &dir).await?;
-        let reg = registry(env);
+        let reg = registry(env.registry_addr());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(
             &PostParams::default(),
@@ -490,7 +281,7 @@ async fn agent_killed_mid_hibernate_resumes_without_losing_state() {
         assert_eq!(again.sim.guest_token(&vm)?, token, "no VM state lost");
         again.kill().await;
         delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -537,7 +328,7 @@ async fn crashed_vm_restarts_in_place_then_repeated_crash_evicts() {
         assert_eq!(agent.sim.call_count(Verb::Start), 1, "no second restart");
         agent.kill().await;
         delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -591,7 +382,7 @@ async fn fork_from_shares_one_baseline_snapshot() {
         );
         agent.kill().await;
         delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }

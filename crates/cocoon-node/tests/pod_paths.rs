@@ -3,235 +3,25 @@
 //! the derived restore from a `:hibernate` tag (node spec §6.3), its image-identity guard,
 //! and the startup orphan policy (§9.1 step 7).
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
+
+use common::{
+    BoxError, IMAGE, TestAgent, WAIT, ann_of, is_ready, patch_ann, registry, start_agent,
+    start_agent_prepared, vm_pod, wait_gone, wait_running, wait_running_with,
+};
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::agent::{AgentParts, run_agent};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{OutOfBandVm, SimConfig, SimHandle, SimRuntime, Verb};
-use cocoon_registry::{RegistryClient, RegistryConfig};
-use cocoon_testenv::{
-    Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
-};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use cocoon_node::pods::OrphanPolicy;
+use cocoon_node::runtime::sim::{OutOfBandVm, Verb};
+use cocoon_registry::RegistryClient;
+use cocoon_testenv::{create_namespace, delete_namespace, run_test, unique_name, wait_until};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-type BoxError = Box<dyn std::error::Error>;
-type TestResult = Result<(), BoxError>;
-
-const WAIT: Duration = Duration::from_secs(60);
-const IMAGE: &str = "ubuntu-test:1";
-
-/// One in-process agent on its own node name and simulator root; the test keeps its metrics.
-struct TestAgent {
-    token: CancellationToken,
-    task: JoinHandle<()>,
-    sim: SimHandle,
-    metrics: Arc<NodeMetrics>,
-}
-
-impl TestAgent {
-    async fn kill(self) {
-        self.token.cancel();
-        self.task.abort();
-        let _ = self.task.await;
-    }
-
-    /// The value of one rendered series (`name{labels}` exactly as rendered), 0 if absent.
-    fn metric(&self, series: &str) -> f64 {
-        let text = self.metrics.render();
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
-    }
-}
-
-fn registry(env: &Shared) -> RegistryClient {
-    RegistryClient::new(RegistryConfig::for_registry(env.registry_addr()).expect("registry config"))
-        .expect("registry client")
-}
-
-/// Starts an agent; `prepare` runs on the simulator before the agent's startup reconcile.
-async fn start_agent(
-    env: &Shared,
-    node: &str,
-    root: &Path,
-    orphan_policy: OrphanPolicy,
-    prepare: impl FnOnce(&SimHandle) -> TestResult,
-) -> Result<TestAgent, BoxError> {
-    let mut cfg = SimConfig::new(root);
-    cfg.permissive_pull = true;
-    cfg.lease_delay = Duration::from_millis(50);
-    cfg.tick_interval = Duration::from_millis(200);
-    let leases = cfg.lease_path.clone();
-    let rt = SimRuntime::open(cfg)?;
-    let sim = rt.handle();
-    prepare(&sim)?;
-    let runtime: Arc<dyn Runtime> = Arc::new(rt);
-    let timing = Timing {
-        drift_first: Duration::from_secs(1),
-        drift_every: Duration::from_secs(2),
-        lifecycle_reconcile: Duration::from_secs(1),
-        retry_start: Duration::from_millis(200),
-        retry_max: Duration::from_secs(2),
-        ..Timing::default()
-    };
-    let metrics = Arc::new(NodeMetrics::new(root.to_owned()));
-    let parts = AgentParts {
-        pods: PodConfig {
-            node_name: node.to_owned(),
-            orphan_policy,
-            leases_path: leases,
-            restore_mode: "ondemand".into(),
-            cocoon_root_dir: root.to_owned(),
-            timing,
-        },
-        client: env.client()?,
-        runtime,
-        registry: Some(registry(env)),
-        metrics: metrics.clone(),
-        registration: None,
-    };
-    let token = CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let t = token.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) = run_agent(parts, t, Some(tx)).await {
-            eprintln!("agent failed: {e}");
-        }
-    });
-    // Sent only after the startup reconcile (and so the orphan policy) finished.
-    tokio::time::timeout(WAIT, rx).await??;
-    Ok(TestAgent {
-        token,
-        task,
-        sim,
-        metrics,
-    })
-}
-
-fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
-    let mut a: BTreeMap<String, String> = [
-        (ann::VM_NAME, vm_name_for_pod(ns, name)),
-        (ann::IMAGE, IMAGE.into()),
-        (ann::MODE, "run".into()),
-        (ann::MANAGED, "true".into()),
-        (ann::GENERATION, "1".into()),
-        (ann::SNAPSHOT_POLICY, "never".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    for (k, v) in extra {
-        a.insert((*k).to_owned(), (*v).to_owned());
-    }
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            annotations: Some(a),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            containers: vec![Container {
-                name: "agent".into(),
-                image: Some("cocoon/vm".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn ann_of(p: &Pod, k: &str) -> Option<String> {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(k).cloned())
-}
-
-fn is_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Waits until the pod is Running+Ready with VM id, IP and lifecycle `ready`; returns it.
-async fn wait_running(client: &Client, ns: &str, name: &str) -> Result<Pod, BoxError> {
-    wait_running_with(client, ns, name, true).await
-}
-
-/// [`wait_running`], optionally without requiring the `vm.cocoonstack.io/ip` annotation
-/// (an adopted VM's record may carry no IP; §6.1 step 5 writes the record's annotations).
-async fn wait_running_with(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    need_ip_annotation: bool,
-) -> Result<Pod, BoxError> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let res = wait_until(&format!("{ns}/{name} running"), WAIT, || {
-        let api = api.clone();
-        async move {
-            let p = api.get(name).await.ok()?;
-            let phase = p.status.as_ref()?.phase.clone()?;
-            let lc = Lifecycle::from_meta(&p.metadata);
-            (phase == "Running"
-                && is_ready(&p)
-                && ann_of(&p, ann::VM_ID).is_some()
-                && (!need_ip_annotation || ann_of(&p, ann::VM_IP).is_some())
-                && lc.state == Some(LifecycleState::Ready))
-            .then_some(p)
-        }
-    })
-    .await;
-    if res.is_err() {
-        let p = api.get(name).await?;
-        eprintln!(
-            "{ns}/{name}: annotations={:?} status={:?}",
-            p.metadata.annotations, p.status
-        );
-    }
-    Ok(res?)
-}
-
-async fn patch_ann(client: &Client, ns: &str, name: &str, v: serde_json::Value) -> TestResult {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"metadata": {"annotations": v}})),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn wait_gone(client: &Client, ns: &str, name: &str) -> TestResult {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    wait_until(&format!("{ns}/{name} deleted"), WAIT, || {
-        let api = api.clone();
-        async move { matches!(api.get_opt(name).await, Ok(None)).then_some(()) }
-    })
-    .await?;
-    Ok(())
-}
 
 /// Waits for an Event with `reason` about exactly this pod incarnation (by UID).
 async fn wait_event(client: &Client, pod: &Pod, reason: &str) -> Result<Event, BoxError> {
@@ -310,8 +100,8 @@ async fn recreated_pod_restores_from_hibernate_evidence() {
         let node = unique_name("node");
         // A Node object must exist, or the pod garbage collector deletes pods bound to it.
         let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, tmp.path(), OrphanPolicy::Destroy, |_| Ok(())).await?;
-        let reg = registry(env);
+        let agent = start_agent(env, &node, tmp.path()).await?;
+        let reg = registry(env.registry_addr());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let vm = vm_name_for_pod(&ns, "d");
         let token = hibernate_and_forget(&client, &reg, &agent, &ns, &node, "d").await?;
@@ -375,8 +165,8 @@ async fn hibernate_evidence_from_another_image_refuses_the_pod() {
         let node = unique_name("node");
         // A Node object must exist, or the pod garbage collector deletes pods bound to it.
         let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, tmp.path(), OrphanPolicy::Destroy, |_| Ok(())).await?;
-        let reg = registry(env);
+        let agent = start_agent(env, &node, tmp.path()).await?;
+        let reg = registry(env.registry_addr());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let vm = vm_name_for_pod(&ns, "g");
         hibernate_and_forget(&client, &reg, &agent, &ns, &node, "g").await?;
@@ -448,7 +238,7 @@ async fn orphan_policy_destroys_alerts_or_keeps_out_of_band_vms() {
             let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
             let orphan = format!("oob-{label}");
             let mut orphan_id = String::new();
-            let agent = start_agent(env, &node, &tmp.path().join(label), policy, |sim| {
+            let agent = start_agent_prepared(env, &node, &tmp.path().join(label), policy, |sim| {
                 orphan_id = sim
                     .create_vm(OutOfBandVm {
                         name: orphan.clone(),

@@ -16,7 +16,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::crd::hibernation::{
     CocoonHibernation, CocoonHibernationSpec, Desire, HibernationPhase, PodRef,
@@ -27,16 +26,17 @@ use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig};
 use cocoon_testenv::{Options, TestEnv};
+use cocoon_testsupport::BoxError;
+use cocoon_testsupport::scripted::{self, recorder, spawn_hibernation};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+type BenchResult<T = ()> = Result<T, BoxError>;
 
 /// Transitions measured per direction.
 const ROUNDS: usize = 50;
@@ -169,31 +169,15 @@ async fn measure(env: &TestEnv) -> BenchResult<(Vec<Duration>, Vec<Duration>)> {
 
 /// The real controller scoped to `ns`, with the production timing; stops when the sender drops.
 fn start_controller(client: &Client, ns: &str, reg: RegistryClient) -> oneshot::Sender<()> {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
     let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(reg));
     let ctx = Arc::new(hibernation::Context::new(
         client.clone(),
-        recorder,
+        recorder(client),
         Arc::new(Metrics::new()),
         tags,
         Timing::default(),
     ));
-    let (tx, rx) = oneshot::channel::<()>();
-    let ns = ns.to_owned();
-    tokio::spawn(async move {
-        let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-        let stop = async move {
-            let _ = rx.await;
-        };
-        hibernation::run(ctx, Some(&ns), 4, stop, readiness).await;
-    });
-    tx
+    spawn_hibernation(ctx, ns).0
 }
 
 /// A VM pod as the node agent leaves it after bring-up: VM id, `ready`, container running.
@@ -249,30 +233,8 @@ async fn set_desire(crs: &Api<CocoonHibernation>, desire: Desire) -> BenchResult
 
 /// A minimal v1 snapshot artifact (config blob with a fresh snapshot id, no layers).
 async fn push_snapshot_tag(reg: &RegistryClient, vm: &str) -> BenchResult {
-    let config = Bytes::from(format!(
-        r#"{{"snapshotId":"{}","image":"cocoon/placeholder"}}"#,
-        cocoon_testenv::unique_name("snap")
-    ));
-    let size = config.len();
-    let digest = reg.put_blob_bytes(vm, config).await?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
-        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
-                   "digest": digest.to_string(), "size": size},
-        "layers": [],
-        "annotations": {"org.opencontainers.image.created": "2026-11-29T10:00:00Z",
-                        "cocoonstack.snapshot.baseimage": "cocoon/placeholder"}
-    });
-    reg.put_manifest(
-        vm,
-        "hibernate",
-        Bytes::from(serde_json::to_vec(&manifest)?),
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    .await?;
-    Ok(())
+    let created = [("org.opencontainers.image.created", "2026-11-29T10:00:00Z")];
+    scripted::push_snapshot_tag(reg, vm, "hibernate", "cocoon/placeholder", &created).await
 }
 
 /// Phase changes of the CR as a watch delivers them, each stamped on arrival.

@@ -1,46 +1,31 @@
 //! The CocoonSet controller end to end on the real control plane, the real scheduler and the
-//! real registry. The node side is a scripted STAND-IN FOR THE NODE AGENT (`node_actor`): for
-//! pods the scheduler bound (or that carry spec.nodeName) it writes what the node agent writes —
-//! VM id and IP, lifecycle `ready` at the stamped generation (or `failed` when told), the
-//! container running and the Ready condition — and it completes pod deletions as a kubelet does.
+//! real registry. The node side is a scripted STAND-IN FOR THE NODE AGENT
+//! (`cocoon_testsupport::scripted::node_actor`): for pods the scheduler bound (or that carry
+//! spec.nodeName) it writes what the node agent writes — VM id and IP, lifecycle `ready` at the
+//! stamped generation (or `failed` when told), the container running and the Ready condition —
+//! and it completes pod deletions as a kubelet does.
 
-use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use cocoon_api::crd::set::{
-    CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
-};
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, ToolboxMode, ToolboxSpec};
 use cocoon_api::naming::vm_name_for_agent;
 use cocoon_operator::cocoonset::{self, plan::Timing};
 use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
-use cocoon_registry::{RegistryClient, RegistryConfig, RetryPolicy};
-use futures::StreamExt;
+use cocoon_testsupport::BoxError;
+use cocoon_testsupport::scripted::{
+    Script, ScriptedNode, WAIT, event_reasons, node_actor, nodes, phase_is, push_tag, recorder,
+    registry_client, spawn_sets, spec, wait_event, wait_set,
+};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::oneshot;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-const WAIT: Duration = Duration::from_secs(90);
-
-fn registry_client(addr: &str) -> RegistryClient {
-    let mut cfg = RegistryConfig::for_registry(addr).expect("registry config");
-    cfg.request_timeout = Duration::from_secs(10);
-    cfg.retry = RetryPolicy {
-        attempts: 1,
-        ..RetryPolicy::default()
-    };
-    RegistryClient::new(cfg).expect("registry client")
-}
+type TestResult = Result<(), BoxError>;
 
 /// Counts every registry call of the controller, around the real client.
 struct Counting {
@@ -97,13 +82,6 @@ fn fast_timing() -> Timing {
 }
 
 fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
     let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let registry: Arc<dyn TagRegistry> = Arc::new(Counting {
         inner: OciTagRegistry::new(registry_client(registry_addr)),
@@ -111,208 +89,17 @@ fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
     });
     let ctx = Arc::new(cocoonset::Context::new(
         client.clone(),
-        recorder,
+        recorder(client),
         Arc::new(Metrics::new()),
         registry,
         fast_timing(),
     ));
-    let (tx, rx) = oneshot::channel::<()>();
-    let (c, ns) = (ctx.clone(), ns.to_string());
-    tokio::spawn(async move {
-        let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-        cocoonset::run(
-            c,
-            Some(&ns),
-            4,
-            async move {
-                let _ = rx.await;
-            },
-            readiness,
-        )
-        .await;
-    });
+    let (tx, _task) = spawn_sets(ctx.clone(), ns);
     Running {
         ctx,
         registry_calls: calls,
         _stop: tx,
     }
-}
-
-/// Pod names the stand-in node agent reports as `lifecycle-state=failed`.
-type FailSet = Arc<Mutex<HashSet<String>>>;
-
-/// The stand-in for the node agent (see the module docs).
-fn node_actor(client: &Client, ns: &str) -> (tokio::task::JoinHandle<()>, FailSet) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let fail: FailSet = Arc::default();
-    let f = fail.clone();
-    let handle = tokio::spawn(async move {
-        let mut stream = watcher(pods.clone(), watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(Ok(pod)) = stream.next().await {
-            let name = pod.name_any();
-            if pod.metadata.deletion_timestamp.is_some() {
-                // The kubelet's part of a delete: confirm it.
-                let _ = pods
-                    .delete(&name, &DeleteParams::default().grace_period(0))
-                    .await;
-                continue;
-            }
-            if pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_none()
-            {
-                continue;
-            }
-            let failing = f.lock().map(|s| s.contains(&name)).unwrap_or(false);
-            let a = pod.annotations();
-            let stamp = a
-                .get("cocoonset.cocoonstack.io/generation")
-                .cloned()
-                .unwrap_or_default();
-            let state = if failing { "failed" } else { "ready" };
-            let id = a
-                .get("vm.cocoonstack.io/id")
-                .cloned()
-                .unwrap_or_else(|| format!("id-{name}"));
-            let want = [
-                ("vm.cocoonstack.io/id", id.as_str()),
-                ("vm.cocoonstack.io/ip", "10.1.0.7"),
-                ("vm.cocoonstack.io/lifecycle-state", state),
-                (
-                    "vm.cocoonstack.io/lifecycle-observed-generation",
-                    stamp.as_str(),
-                ),
-            ];
-            // The node agent never touches a static toolbox's runtime identity.
-            let is_static =
-                a.get("cocoonset.cocoonstack.io/mode").map(String::as_str) == Some("static");
-            if !is_static
-                && want
-                    .iter()
-                    .any(|(k, v)| a.get(*k).map(String::as_str) != Some(*v))
-            {
-                let patch = json!({"metadata": {"annotations": want.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>()}});
-                let _ = pods
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
-            }
-            let ready = if failing { "False" } else { "True" };
-            let st = pod.status.as_ref();
-            let phase_ok = st.and_then(|s| s.phase.as_deref()) == Some("Running");
-            let ready_ok = st
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == ready));
-            if !(phase_ok && ready_ok) {
-                let status = json!({"status": {"phase": "Running",
-                    "conditions": [
-                        {"type": "PodScheduled", "status": "True"},
-                        {"type": "Ready", "status": ready}],
-                    "containerStatuses": [{"name": "agent", "ready": !failing, "restartCount": 0,
-                        "image": "ghcr.io/cocoonstack/placeholder:latest", "imageID": "",
-                        "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}});
-                let _ = pods
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-            }
-        }
-    });
-    (handle, fail)
-}
-
-async fn push_tag(reg: &RegistryClient, vm: &str, tag: &str, image: &str) -> TestResult {
-    let config = Bytes::from(format!(
-        r#"{{"snapshotId":"{}","image":"{image}"}}"#,
-        cocoon_testenv::unique_name("snap")
-    ));
-    let size = config.len();
-    let digest = reg.put_blob_bytes(vm, config).await?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
-        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
-                   "digest": digest.to_string(), "size": size},
-        "layers": [],
-        "annotations": {"cocoonstack.snapshot.baseimage": image}
-    });
-    reg.put_manifest(
-        vm,
-        tag,
-        Bytes::from(serde_json::to_vec(&manifest)?),
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    .await?;
-    Ok(())
-}
-
-async fn wait_set(
-    sets: &Api<CocoonSet>,
-    name: &str,
-    what: &str,
-    check: impl Fn(&CocoonSet) -> bool,
-) -> Result<CocoonSet, cocoon_testenv::Error> {
-    cocoon_testenv::wait_until(&format!("{name}: {what}"), WAIT, || async {
-        let cs = sets.get_opt(name).await.ok().flatten()?;
-        check(&cs).then_some(cs)
-    })
-    .await
-}
-
-fn phase_is(cs: &CocoonSet, p: CocoonSetPhase) -> bool {
-    let s = cs.status.as_ref();
-    s.and_then(|s| s.phase) == Some(p) && s.map(|s| s.observed_generation) == cs.metadata.generation
-}
-
-async fn event_reasons(client: &Client, ns: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    events
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items.into_iter().filter_map(|e| e.reason).collect())
-        .unwrap_or_default()
-}
-
-async fn wait_event(client: &Client, ns: &str, reason: &str) -> Result<(), cocoon_testenv::Error> {
-    cocoon_testenv::wait_until(&format!("event {reason}"), WAIT, || async {
-        event_reasons(client, ns)
-            .await
-            .iter()
-            .any(|r| r == reason)
-            .then_some(())
-    })
-    .await
-}
-
-async fn nodes(
-    client: &Client,
-    pool: &str,
-    n: usize,
-) -> Result<Vec<cocoon_testenv::TestNode>, Box<dyn std::error::Error>> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let node = cocoon_testenv::TestNode::in_pool(
-            client,
-            &cocoon_testenv::unique_name("cs-node"),
-            pool,
-        )
-        .await?;
-        node.wait_schedulable(WAIT).await?;
-        out.push(node);
-    }
-    Ok(out)
-}
-
-fn spec(pool: &str, replicas: i32) -> CocoonSetSpec {
-    let mut s = CocoonSetSpec::with_image("ghcr.io/cocoonstack/cocoon/ubuntu:24.04");
-    s.node_pool = pool.into();
-    s.agent.replicas = replicas;
-    s.snapshot_policy = SnapshotPolicy::MainOnly;
-    s
 }
 
 #[tokio::test]
@@ -322,7 +109,7 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-life").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 2).await?;
-        let (_actor, _fail) = node_actor(&client, &ns);
+        let _actor = node_actor(&client, &ns, Script::default());
         let running = start_controller(&client, &ns, env.registry_addr());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -554,7 +341,7 @@ async fn failing_sub_agent_is_rebuilt_then_dead_lettered_until_a_spec_edit() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-fail").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
-        let (_actor, fail) = node_actor(&client, &ns);
+        let ScriptedNode { fail, .. } = node_actor(&client, &ns, Script::default());
         let _running = start_controller(&client, &ns, env.registry_addr());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -627,7 +414,7 @@ async fn failed_main_reports_failed_then_recovers() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-main").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
-        let (_actor, fail) = node_actor(&client, &ns);
+        let ScriptedNode { fail, .. } = node_actor(&client, &ns, Script::default());
         let _running = start_controller(&client, &ns, env.registry_addr());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

@@ -1,6 +1,6 @@
 //! Cross-node migration of the main (step 8 of `cocoonset.md`) end to end, on the real
 //! control plane, scheduler and registry. The node side is the scripted STAND-IN FOR THE
-//! NODE AGENT of `cocoonset_suspend.rs` (copied, as test files share no module): for a bound
+//! NODE AGENT of `cocoon_testsupport::scripted` (`hibernating_node_actor`): for a bound
 //! pod carrying `vm.cocoonstack.io/hibernate=true` it pushes a real `<vm>:hibernate` artifact
 //! and then, in one patch, clears the VM id and writes lifecycle `hibernated` at the pod's
 //! stamped generation; any other bound pod (a restore-marked one included) comes up with a
@@ -9,42 +9,31 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use bytes::Bytes;
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy};
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase};
 use cocoon_api::naming::vm_name_for_agent;
-use cocoon_operator::cocoonset::{self, plan::Timing};
+use cocoon_operator::cocoonset;
 use cocoon_operator::metrics::{Metrics, SetLabels};
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
-use cocoon_registry::{RegistryClient, RegistryConfig, RetryPolicy};
+use cocoon_testsupport::BoxError;
+use cocoon_testsupport::scripted::{
+    HIBERNATE, WAIT, cordon, hibernating_node_actor, node_of, nodes, phase_is, recorder,
+    registry_client, spawn_sets, spec, suspend_timing, wait_event, wait_set, wait_tag,
+};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::oneshot;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+type TestResult = Result<(), BoxError>;
 
-const WAIT: Duration = Duration::from_secs(90);
-const HIBERNATE: &str = "vm.cocoonstack.io/hibernate";
 const VM_ID: &str = "vm.cocoonstack.io/id";
 const KEEP: &str = "vm.cocoonstack.io/keep-snapshot-on-delete";
 const RESTORE: &str = "vm.cocoonstack.io/restore-from-hibernate";
-
-fn registry_client(addr: &str) -> RegistryClient {
-    let mut cfg = RegistryConfig::for_registry(addr).expect("registry config");
-    cfg.request_timeout = Duration::from_secs(10);
-    cfg.retry = RetryPolicy {
-        attempts: 1,
-        ..RetryPolicy::default()
-    };
-    RegistryClient::new(cfg).expect("registry client")
-}
 
 struct Running {
     metrics: Arc<Metrics>,
@@ -53,270 +42,23 @@ struct Running {
     _task: tokio::task::JoinHandle<()>,
 }
 
-fn timing() -> Timing {
-    Timing {
-        requeue_after_write: Duration::from_millis(200),
-        wait_for_main: Duration::from_millis(500),
-        suspend_poll: Duration::from_millis(300),
-        migrate_poll: Duration::from_millis(300),
-        rebuild_backoff: vec![Duration::ZERO, Duration::from_millis(200)],
-        ..Timing::default()
-    }
-}
-
 fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
     let registry: Arc<dyn TagRegistry> =
         Arc::new(OciTagRegistry::new(registry_client(registry_addr)));
     let metrics = Arc::new(Metrics::new());
     let ctx = Arc::new(cocoonset::Context::new(
         client.clone(),
-        recorder,
+        recorder(client),
         metrics.clone(),
         registry,
-        timing(),
+        suspend_timing(),
     ));
-    let (tx, rx) = oneshot::channel::<()>();
-    let ns = ns.to_string();
-    let task = tokio::spawn(async move {
-        let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-        cocoonset::run(
-            ctx,
-            Some(&ns),
-            4,
-            async move {
-                let _ = rx.await;
-            },
-            readiness,
-        )
-        .await;
-    });
+    let (tx, task) = spawn_sets(ctx, ns);
     Running {
         metrics,
         _stop: Some(tx),
         _task: task,
     }
-}
-
-async fn push_tag(reg: &RegistryClient, vm: &str, image: &str) -> TestResult {
-    let config = Bytes::from(format!(
-        r#"{{"snapshotId":"{}","image":"{image}"}}"#,
-        cocoon_testenv::unique_name("snap")
-    ));
-    let size = config.len();
-    let digest = reg.put_blob_bytes(vm, config).await?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
-        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
-                   "digest": digest.to_string(), "size": size},
-        "layers": [],
-        "annotations": {"cocoonstack.snapshot.baseimage": image}
-    });
-    reg.put_manifest(
-        vm,
-        "hibernate",
-        Bytes::from(serde_json::to_vec(&manifest)?),
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    .await?;
-    Ok(())
-}
-
-/// The stand-in for the node agent (see the module docs).
-fn node_actor(client: &Client, ns: &str, registry_addr: &str) -> tokio::task::JoinHandle<()> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let reg = registry_client(registry_addr);
-    tokio::spawn(async move {
-        let mut boots = 0u64;
-        let mut stream = watcher(pods.clone(), watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(Ok(pod)) = stream.next().await {
-            let name = pod.name_any();
-            if pod.metadata.deletion_timestamp.is_some() {
-                let _ = pods
-                    .delete(&name, &DeleteParams::default().grace_period(0))
-                    .await;
-                continue;
-            }
-            if pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_none()
-            {
-                continue;
-            }
-            let a = pod.annotations();
-            let get = |k: &str| a.get(k).cloned().unwrap_or_default();
-            let stamp = get("cocoonset.cocoonstack.io/generation");
-            let vm = get("vm.cocoonstack.io/name");
-            let hibernate = get(HIBERNATE) == "true";
-            if hibernate {
-                let done = get("vm.cocoonstack.io/lifecycle-state") == "hibernated"
-                    && get("vm.cocoonstack.io/lifecycle-observed-generation") == stamp
-                    && get("vm.cocoonstack.io/id").is_empty();
-                if done {
-                    continue;
-                }
-                // Snapshot first, then report: the operator's gate needs both.
-                if push_tag(&reg, &vm, &get("cocoonset.cocoonstack.io/image"))
-                    .await
-                    .is_err()
-                {
-                    continue;
-                }
-                let patch = json!({"metadata": {"annotations": {
-                    "vm.cocoonstack.io/id": null,
-                    "vm.cocoonstack.io/lifecycle-state": "hibernated",
-                    "vm.cocoonstack.io/lifecycle-observed-generation": stamp}}});
-                let _ = pods
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
-                continue;
-            }
-            let id = match get("vm.cocoonstack.io/id") {
-                id if !id.is_empty() => id,
-                _ => {
-                    boots += 1;
-                    format!("id-{name}-{boots}")
-                }
-            };
-            let want = [
-                ("vm.cocoonstack.io/id", id.as_str()),
-                ("vm.cocoonstack.io/ip", "10.1.0.7"),
-                ("vm.cocoonstack.io/lifecycle-state", "ready"),
-                (
-                    "vm.cocoonstack.io/lifecycle-observed-generation",
-                    stamp.as_str(),
-                ),
-            ];
-            if want
-                .iter()
-                .any(|(k, v)| a.get(*k).map(String::as_str) != Some(*v))
-            {
-                let patch = json!({"metadata": {"annotations": want.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>()}});
-                let _ = pods
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
-            }
-            let st = pod.status.as_ref();
-            let ok = st.and_then(|s| s.phase.as_deref()) == Some("Running")
-                && st
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            if !ok {
-                let status = json!({"status": {"phase": "Running",
-                    "conditions": [
-                        {"type": "PodScheduled", "status": "True"},
-                        {"type": "Ready", "status": "True"}],
-                    "containerStatuses": [{"name": "agent", "ready": true, "restartCount": 0,
-                        "image": "ghcr.io/cocoonstack/placeholder:latest", "imageID": "",
-                        "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}});
-                let _ = pods
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-            }
-        }
-    })
-}
-
-async fn wait_set(
-    sets: &Api<CocoonSet>,
-    name: &str,
-    what: &str,
-    check: impl Fn(&CocoonSet) -> bool,
-) -> Result<CocoonSet, cocoon_testenv::Error> {
-    cocoon_testenv::wait_until(&format!("{name}: {what}"), WAIT, || async {
-        let cs = sets.get_opt(name).await.ok().flatten()?;
-        check(&cs).then_some(cs)
-    })
-    .await
-}
-
-fn phase_is(cs: &CocoonSet, p: CocoonSetPhase) -> bool {
-    let s = cs.status.as_ref();
-    s.and_then(|s| s.phase) == Some(p) && s.map(|s| s.observed_generation) == cs.metadata.generation
-}
-
-async fn wait_event(client: &Client, ns: &str, reason: &str) -> Result<(), cocoon_testenv::Error> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    cocoon_testenv::wait_until(&format!("event {reason}"), WAIT, || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        list.items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some(reason))
-            .then_some(())
-    })
-    .await
-}
-
-async fn wait_tag(
-    reg: &RegistryClient,
-    vm: &str,
-    present: bool,
-) -> Result<(), cocoon_testenv::Error> {
-    cocoon_testenv::wait_until(
-        &format!("{vm}:hibernate present={present}"),
-        WAIT,
-        || async { (reg.has_manifest(vm, "hibernate").await.ok()? == present).then_some(()) },
-    )
-    .await
-}
-
-async fn nodes(
-    client: &Client,
-    pool: &str,
-    n: usize,
-) -> Result<Vec<cocoon_testenv::TestNode>, Box<dyn std::error::Error>> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let node = cocoon_testenv::TestNode::in_pool(
-            client,
-            &cocoon_testenv::unique_name("cs-node"),
-            pool,
-        )
-        .await?;
-        node.wait_schedulable(WAIT).await?;
-        out.push(node);
-    }
-    Ok(out)
-}
-
-async fn cordon(client: &Client, node: &str, on: bool) -> TestResult {
-    let api: Api<Node> = Api::all(client.clone());
-    api.patch(
-        node,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"spec": {"unschedulable": on}})),
-    )
-    .await?;
-    Ok(())
-}
-
-fn spec(pool: &str, replicas: i32) -> CocoonSetSpec {
-    let mut s = CocoonSetSpec::with_image("ghcr.io/cocoonstack/cocoon/ubuntu:24.04");
-    s.node_pool = pool.into();
-    s.agent.replicas = replicas;
-    s.snapshot_policy = SnapshotPolicy::MainOnly;
-    s
-}
-
-async fn node_of(pods: &Api<Pod>, name: &str) -> Result<String, cocoon_testenv::Error> {
-    cocoon_testenv::wait_until(&format!("{name} bound"), WAIT, || async {
-        let p = pods.get_opt(name).await.ok().flatten()?;
-        p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty())
-    })
-    .await
 }
 
 /// What a watch saw over the test: every status phase of the set, and whether the main was
@@ -384,11 +126,7 @@ fn vm_id(p: &Pod) -> String {
 
 /// Waits until the set settled (Running at its generation) with the main bound to `node`,
 /// running a VM and no longer carrying the hibernate annotation; returns the main.
-async fn settled_on(
-    sets: &Api<CocoonSet>,
-    pods: &Api<Pod>,
-    node: &str,
-) -> Result<Pod, Box<dyn std::error::Error>> {
+async fn settled_on(sets: &Api<CocoonSet>, pods: &Api<Pod>, node: &str) -> Result<Pod, BoxError> {
     wait_set(sets, "demo", "Running", |cs| {
         phase_is(cs, CocoonSetPhase::Running)
     })
@@ -439,7 +177,7 @@ async fn pin_to_another_node_moves_the_main_on_its_snapshot() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-mig").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let nodes = nodes(&client, &pool, 2).await?;
-        let _actor = node_actor(&client, &ns, env.registry_addr());
+        let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
         let seen = observe(&client, &ns);
         let _running = start_controller(&client, &ns, env.registry_addr());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
@@ -493,7 +231,7 @@ async fn full_target_reports_no_capacity_then_completes_when_it_frees() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-mnc").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let nodes = nodes(&client, &pool, 2).await?;
-        let _actor = node_actor(&client, &ns, env.registry_addr());
+        let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
         let running = start_controller(&client, &ns, env.registry_addr());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -546,7 +284,7 @@ async fn repin_and_unpin_of_a_pending_main_recreate_it_under_the_current_pin() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-mrp").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let nodes = nodes(&client, &pool, 3).await?;
-        let _actor = node_actor(&client, &ns, env.registry_addr());
+        let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
         let _running = start_controller(&client, &ns, env.registry_addr());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

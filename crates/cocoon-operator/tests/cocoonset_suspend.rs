@@ -1,53 +1,38 @@
 //! Suspend, unsuspend and the release-policy wake of the CocoonSet controller end to end, on
 //! the real control plane, scheduler and registry. The node side is a scripted STAND-IN FOR
-//! THE NODE AGENT (`node_actor`), not `cocoon_node::agent`: for a bound pod carrying
-//! `vm.cocoonstack.io/hibernate=true` it pushes a real `<vm>:hibernate` artifact (recording
-//! the pod's image) and then, in one patch, clears the VM id and writes lifecycle
-//! `hibernated` at the pod's stamped generation; for any other bound pod it comes up with a
-//! VM id, lifecycle `ready` at the stamp, a running container and the Ready condition. It
-//! completes pod deletions as a kubelet does.
+//! THE NODE AGENT (`cocoon_testsupport::scripted::hibernating_node_actor`), not
+//! `cocoon_node::agent`: for a bound pod carrying `vm.cocoonstack.io/hibernate=true` it
+//! pushes a real `<vm>:hibernate` artifact (recording the pod's image) and then, in one patch,
+//! clears the VM id and writes lifecycle `hibernated` at the pod's stamped generation; for any
+//! other bound pod it comes up with a VM id, lifecycle `ready` at the stamp, a running
+//! container and the Ready condition. It completes pod deletions as a kubelet does.
 
-use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use cocoon_api::crd::set::{
-    CocoonSet, CocoonSetPhase, CocoonSetSpec, HibernatePolicy, SnapshotPolicy,
-};
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec, HibernatePolicy};
 use cocoon_api::naming::vm_name_for_agent;
 use cocoon_operator::cocoonset::{self, plan::Timing};
 use cocoon_operator::metrics::{Metrics, PlacementLabels};
 use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
-use cocoon_registry::{RegistryClient, RegistryConfig, RetryPolicy};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, watcher};
+use cocoon_testsupport::BoxError;
+use cocoon_testsupport::scripted::{
+    HIBERNATE, ScriptedNode, WAIT, cordon, hibernating_node_actor, node_of, nodes, phase_is,
+    recorder, registry_client, set_suspend, spawn_sets, spec, stop_refusing, suspend_timing,
+    wait_event, wait_set_watched as wait_set, wait_tag,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::oneshot;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+type TestResult = Result<(), BoxError>;
 
-const WAIT: Duration = Duration::from_secs(90);
-const HIBERNATE: &str = "vm.cocoonstack.io/hibernate";
 const RECLAIM: &str = "cocoonset.cocoonstack.io/hibernate-reclaim";
 const HINT: &str = "cocoonset.cocoonstack.io/hibernated-on-node";
 const RESTORE: &str = "vm.cocoonstack.io/restore-from-hibernate";
-
-fn registry_client(addr: &str) -> RegistryClient {
-    let mut cfg = RegistryConfig::for_registry(addr).expect("registry config");
-    cfg.request_timeout = Duration::from_secs(10);
-    cfg.retry = RetryPolicy {
-        attempts: 1,
-        ..RetryPolicy::default()
-    };
-    RegistryClient::new(cfg).expect("registry client")
-}
 
 /// The real registry behind a switch that makes every call fail ("registry down").
 struct Switchable {
@@ -119,24 +104,12 @@ impl Running {
 
 fn timing(deadline: Duration) -> Timing {
     Timing {
-        requeue_after_write: Duration::from_millis(200),
-        wait_for_main: Duration::from_millis(500),
-        suspend_poll: Duration::from_millis(300),
-        migrate_poll: Duration::from_millis(300),
         suspend_deadline: deadline,
-        rebuild_backoff: vec![Duration::ZERO, Duration::from_millis(200)],
-        ..Timing::default()
+        ..suspend_timing()
     }
 }
 
 fn start_controller(client: &Client, ns: &str, registry_addr: &str, t: Timing) -> Running {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
     let down = Arc::new(AtomicBool::new(false));
     let registry: Arc<dyn TagRegistry> = Arc::new(Switchable {
         inner: OciTagRegistry::new(registry_client(registry_addr)),
@@ -146,26 +119,12 @@ fn start_controller(client: &Client, ns: &str, registry_addr: &str, t: Timing) -
     let metrics = Arc::new(Metrics::new());
     let ctx = Arc::new(cocoonset::Context::new(
         client.clone(),
-        recorder,
+        recorder(client),
         metrics.clone(),
         registry,
         t,
     ));
-    let (tx, rx) = oneshot::channel::<()>();
-    let ns = ns.to_string();
-    let task = tokio::spawn(async move {
-        let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-        cocoonset::run(
-            ctx,
-            Some(&ns),
-            4,
-            async move {
-                let _ = rx.await;
-            },
-            readiness,
-        )
-        .await;
-    });
+    let (tx, task) = spawn_sets(ctx, ns);
     Running {
         metrics,
         down,
@@ -174,273 +133,8 @@ fn start_controller(client: &Client, ns: &str, registry_addr: &str, t: Timing) -
     }
 }
 
-/// Pod names whose hibernate the stand-in refuses (as for a macOS agent).
-type Refuse = Arc<Mutex<HashSet<String>>>;
-
-async fn push_tag(reg: &RegistryClient, vm: &str, image: &str) -> TestResult {
-    let config = Bytes::from(format!(
-        r#"{{"snapshotId":"{}","image":"{image}"}}"#,
-        cocoon_testenv::unique_name("snap")
-    ));
-    let size = config.len();
-    let digest = reg.put_blob_bytes(vm, config).await?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
-        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
-                   "digest": digest.to_string(), "size": size},
-        "layers": [],
-        "annotations": {"cocoonstack.snapshot.baseimage": image}
-    });
-    reg.put_manifest(
-        vm,
-        "hibernate",
-        Bytes::from(serde_json::to_vec(&manifest)?),
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    .await?;
-    Ok(())
-}
-
-/// The stand-in for the node agent (see the module docs).
-fn node_actor(
-    client: &Client,
-    ns: &str,
-    registry_addr: &str,
-) -> (tokio::task::JoinHandle<()>, Refuse) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let refuse: Refuse = Arc::default();
-    let r = refuse.clone();
-    let reg = registry_client(registry_addr);
-    let handle = tokio::spawn(async move {
-        let mut boots = 0u64;
-        let mut stream = watcher(pods.clone(), watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(Ok(pod)) = stream.next().await {
-            let name = pod.name_any();
-            if pod.metadata.deletion_timestamp.is_some() {
-                let _ = pods
-                    .delete(&name, &DeleteParams::default().grace_period(0))
-                    .await;
-                continue;
-            }
-            if pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_none()
-            {
-                continue;
-            }
-            let a = pod.annotations();
-            let get = |k: &str| a.get(k).cloned().unwrap_or_default();
-            let stamp = get("cocoonset.cocoonstack.io/generation");
-            let vm = get("vm.cocoonstack.io/name");
-            let hibernate = get(HIBERNATE) == "true";
-            let refused = r.lock().map(|s| s.contains(&name)).unwrap_or(false);
-            if hibernate {
-                if refused {
-                    continue;
-                }
-                let done = get("vm.cocoonstack.io/lifecycle-state") == "hibernated"
-                    && get("vm.cocoonstack.io/lifecycle-observed-generation") == stamp
-                    && get("vm.cocoonstack.io/id").is_empty();
-                if done {
-                    continue;
-                }
-                // Snapshot first, then report: the operator's gate needs both.
-                if push_tag(&reg, &vm, &get("cocoonset.cocoonstack.io/image"))
-                    .await
-                    .is_err()
-                {
-                    continue;
-                }
-                let patch = json!({"metadata": {"annotations": {
-                    "vm.cocoonstack.io/id": null,
-                    "vm.cocoonstack.io/lifecycle-state": "hibernated",
-                    "vm.cocoonstack.io/lifecycle-observed-generation": stamp}}});
-                let _ = pods
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
-                continue;
-            }
-            let id = match get("vm.cocoonstack.io/id") {
-                id if !id.is_empty() => id,
-                _ => {
-                    boots += 1;
-                    format!("id-{name}-{boots}")
-                }
-            };
-            let want = [
-                ("vm.cocoonstack.io/id", id.as_str()),
-                ("vm.cocoonstack.io/ip", "10.1.0.7"),
-                ("vm.cocoonstack.io/lifecycle-state", "ready"),
-                (
-                    "vm.cocoonstack.io/lifecycle-observed-generation",
-                    stamp.as_str(),
-                ),
-            ];
-            if want
-                .iter()
-                .any(|(k, v)| a.get(*k).map(String::as_str) != Some(*v))
-            {
-                let patch = json!({"metadata": {"annotations": want.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>()}});
-                let _ = pods
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
-            }
-            let st = pod.status.as_ref();
-            let ok = st.and_then(|s| s.phase.as_deref()) == Some("Running")
-                && st
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            if !ok {
-                let status = json!({"status": {"phase": "Running",
-                    "conditions": [
-                        {"type": "PodScheduled", "status": "True"},
-                        {"type": "Ready", "status": "True"}],
-                    "containerStatuses": [{"name": "agent", "ready": true, "restartCount": 0,
-                        "image": "ghcr.io/cocoonstack/placeholder:latest", "imageID": "",
-                        "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}});
-                let _ = pods
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-            }
-        }
-    });
-    (handle, refuse)
-}
-
-async fn wait_set(
-    sets: &Api<CocoonSet>,
-    name: &str,
-    what: &str,
-    check: impl Fn(&CocoonSet) -> bool,
-) -> Result<CocoonSet, cocoon_testenv::Error> {
-    // A watch sees every status version: Failed is left again within moments (the status
-    // change brings the retry), so polling could miss it.
-    let timeout = |last: String| cocoon_testenv::Error::Timeout {
-        what: format!("{name}: {what}"),
-        after: WAIT,
-        last,
-    };
-    let cond = |cs: Option<&CocoonSet>| cs.is_some_and(&check);
-    match tokio::time::timeout(
-        WAIT,
-        kube::runtime::wait::await_condition(sets.clone(), name, cond),
-    )
-    .await
-    {
-        Ok(Ok(Some(cs))) => Ok(cs),
-        Ok(Ok(None)) => Err(timeout("the set is gone".into())),
-        Ok(Err(e)) => Err(timeout(format!("watch failed: {e}"))),
-        Err(_) => Err(timeout("condition false".into())),
-    }
-}
-
-fn phase_is(cs: &CocoonSet, p: CocoonSetPhase) -> bool {
-    let s = cs.status.as_ref();
-    s.and_then(|s| s.phase) == Some(p) && s.map(|s| s.observed_generation) == cs.metadata.generation
-}
-
 fn ann_of(cs: &CocoonSet, key: &str) -> Option<String> {
     cs.annotations().get(key).cloned()
-}
-
-async fn wait_event(client: &Client, ns: &str, reason: &str) -> Result<(), cocoon_testenv::Error> {
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    cocoon_testenv::wait_until(&format!("event {reason}"), WAIT, || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        list.items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some(reason))
-            .then_some(())
-    })
-    .await
-}
-
-async fn wait_tag(
-    reg: &RegistryClient,
-    vm: &str,
-    present: bool,
-) -> Result<(), cocoon_testenv::Error> {
-    cocoon_testenv::wait_until(
-        &format!("{vm}:hibernate present={present}"),
-        WAIT,
-        || async { (reg.has_manifest(vm, "hibernate").await.ok()? == present).then_some(()) },
-    )
-    .await
-}
-
-async fn nodes(
-    client: &Client,
-    pool: &str,
-    n: usize,
-) -> Result<Vec<cocoon_testenv::TestNode>, Box<dyn std::error::Error>> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let node = cocoon_testenv::TestNode::in_pool(
-            client,
-            &cocoon_testenv::unique_name("cs-node"),
-            pool,
-        )
-        .await?;
-        node.wait_schedulable(WAIT).await?;
-        out.push(node);
-    }
-    Ok(out)
-}
-
-async fn cordon(client: &Client, node: &str, on: bool) -> TestResult {
-    let api: Api<Node> = Api::all(client.clone());
-    api.patch(
-        node,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"spec": {"unschedulable": on}})),
-    )
-    .await?;
-    Ok(())
-}
-
-fn spec(pool: &str, replicas: i32) -> CocoonSetSpec {
-    let mut s = CocoonSetSpec::with_image("ghcr.io/cocoonstack/cocoon/ubuntu:24.04");
-    s.node_pool = pool.into();
-    s.agent.replicas = replicas;
-    s.snapshot_policy = SnapshotPolicy::MainOnly;
-    s
-}
-
-async fn set_suspend(sets: &Api<CocoonSet>, name: &str, on: bool) -> TestResult {
-    sets.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"spec": {"suspend": on}})),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Releases a refused hibernate: clears the refusal and touches the pod so the stand-in,
-/// which acts on watch events only, looks at it again.
-async fn stop_refusing(refuse: &Refuse, pods: &Api<Pod>, name: &str) -> TestResult {
-    if let Ok(mut s) = refuse.lock() {
-        s.clear();
-    }
-    let poke = json!({"metadata": {"annotations": {"test.cocoonstack.io/poke": cocoon_testenv::unique_name("p")}}});
-    pods.patch(name, &PatchParams::default(), &Patch::Merge(&poke))
-        .await?;
-    Ok(())
-}
-
-async fn node_of(pods: &Api<Pod>, name: &str) -> Result<String, cocoon_testenv::Error> {
-    cocoon_testenv::wait_until(&format!("{name} bound"), WAIT, || async {
-        let p = pods.get_opt(name).await.ok().flatten()?;
-        p.spec.and_then(|s| s.node_name).filter(|n| !n.is_empty())
-    })
-    .await
 }
 
 #[tokio::test]
@@ -450,7 +144,7 @@ async fn retain_suspend_round_trip_restores_a_pod_deleted_while_suspended() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-susp").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
-        let (_actor, _refuse) = node_actor(&client, &ns, env.registry_addr());
+        let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
         let _running = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -525,7 +219,7 @@ async fn suspend_timeout_surfaces_and_recovers_and_registry_down_counts() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-stime").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
-        let (_actor, refuse) = node_actor(&client, &ns, env.registry_addr());
+        let ScriptedNode { refuse, .. } = hibernating_node_actor(&client, &ns, env.registry_addr());
         let running = start_controller(
             &client,
             &ns,
@@ -601,7 +295,7 @@ async fn operator_restart_mid_suspend_loses_nothing() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-srst").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
-        let (_actor, refuse) = node_actor(&client, &ns, env.registry_addr());
+        let ScriptedNode { refuse, .. } = hibernating_node_actor(&client, &ns, env.registry_addr());
         let first = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -663,11 +357,7 @@ fn wakes(m: &Metrics, ns: &str, placement: &str) -> u64 {
 }
 
 /// Suspends a release-policy set and waits for its seat to be freed; returns the hint.
-async fn release(
-    sets: &Api<CocoonSet>,
-    pods: &Api<Pod>,
-    node: &str,
-) -> Result<(), Box<dyn std::error::Error>> {
+async fn release(sets: &Api<CocoonSet>, pods: &Api<Pod>, node: &str) -> Result<(), BoxError> {
     set_suspend(sets, "demo", true).await?;
     let cs = wait_set(sets, "demo", "Suspended, hint", |cs| {
         phase_is(cs, CocoonSetPhase::Suspended) && ann_of(cs, HINT).is_some()
@@ -688,7 +378,7 @@ async fn release_wakes_warm_on_the_hint_then_cold_elsewhere_and_waits_for_capaci
         let ns = cocoon_testenv::create_namespace(&client, "cs-rel").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let nodes = nodes(&client, &pool, 2).await?;
-        let (_actor, _refuse) = node_actor(&client, &ns, env.registry_addr());
+        let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
         let running = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -771,7 +461,7 @@ async fn image_edited_while_released_boots_fresh_and_drops_the_tag() {
         let ns = cocoon_testenv::create_namespace(&client, "cs-img").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
-        let (_actor, _refuse) = node_actor(&client, &ns, env.registry_addr());
+        let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
         let _running = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

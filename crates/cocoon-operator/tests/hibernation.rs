@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use cocoon_api::crd::hibernation::{
     CocoonHibernation, CocoonHibernationSpec, Desire, HibernationPhase, PodRef,
 };
@@ -15,15 +14,16 @@ use cocoon_operator::hibernation::{self, decide::Timing};
 use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig, RetryPolicy};
+use cocoon_testsupport::BoxError;
+use cocoon_testsupport::scripted::{self, recorder, spawn_hibernation};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::oneshot;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+type TestResult = Result<(), BoxError>;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -50,37 +50,15 @@ fn start_controller(
     registry: RegistryClient,
     timing: Timing,
 ) -> Running {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
     let registry: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry));
     let ctx = Arc::new(hibernation::Context::new(
         client.clone(),
-        recorder,
+        recorder(client),
         Arc::new(Metrics::new()),
         registry,
         timing,
     ));
-    let (tx, rx) = oneshot::channel::<()>();
-    let ns = ns.to_string();
-    let c = ctx.clone();
-    tokio::spawn(async move {
-        let readiness = Arc::new(cocoon_operator::admin::Readiness::default());
-        hibernation::run(
-            c,
-            Some(&ns),
-            4,
-            async move {
-                let _ = rx.await;
-            },
-            readiness,
-        )
-        .await;
-    });
+    let (tx, _task) = spawn_hibernation(ctx.clone(), ns);
     Running { ctx, _stop: tx }
 }
 
@@ -148,30 +126,8 @@ async fn node_reports_running(pods: &Api<Pod>, pod: &str, vm_id: &str) -> TestRe
 
 /// A minimal v1 snapshot artifact (config blob with a snapshot id, no layers).
 async fn push_snapshot_tag(reg: &RegistryClient, vm: &str, tag: &str) -> TestResult {
-    let config = Bytes::from(format!(
-        r#"{{"snapshotId":"{}","image":"cocoon/placeholder"}}"#,
-        cocoon_testenv::unique_name("snap")
-    ));
-    let size = config.len();
-    let digest = reg.put_blob_bytes(vm, config).await?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
-        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
-                   "digest": digest.to_string(), "size": size},
-        "layers": [],
-        "annotations": {"org.opencontainers.image.created": "2026-11-29T10:00:00Z",
-                        "cocoonstack.snapshot.baseimage": "cocoon/placeholder"}
-    });
-    reg.put_manifest(
-        vm,
-        tag,
-        Bytes::from(serde_json::to_vec(&manifest)?),
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    .await?;
-    Ok(())
+    let created = [("org.opencontainers.image.created", "2026-11-29T10:00:00Z")];
+    scripted::push_snapshot_tag(reg, vm, tag, "cocoon/placeholder", &created).await
 }
 
 fn hibernation(name: &str, pod: &str, desire: Desire) -> CocoonHibernation {
@@ -345,7 +301,7 @@ async fn hibernate_then_wake_round_trip() {
         })
         .await?;
         cocoon_testenv::delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -398,7 +354,7 @@ async fn reverse_desire_finishes_the_hibernate_first() {
         })
         .await?;
         cocoon_testenv::delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -445,7 +401,7 @@ async fn timeout_fails_then_recovers() {
         node_reports_hibernated(&pods, &reg, "demo-0", &vm, 1).await?;
         wait_phase(&crs, "demo-0", HibernationPhase::Hibernated).await?;
         cocoon_testenv::delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -481,7 +437,7 @@ async fn registry_down_until_the_timeout_then_recovery() {
         wait_phase(&crs, "demo-0", HibernationPhase::Hibernated).await?;
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         registry.shutdown();
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }
@@ -541,7 +497,7 @@ async fn deletion_collects_the_tag_after_the_last_holder() {
             "the last holder collects the tag"
         );
         cocoon_testenv::delete_namespace(&client, &ns).await?;
-        Ok::<_, Box<dyn std::error::Error>>(())
+        Ok::<_, BoxError>(())
     })
     .await;
 }

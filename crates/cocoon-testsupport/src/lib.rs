@@ -6,11 +6,12 @@
 //! Nothing here stands in for a real part: these are the production controllers and agents,
 //! wired the way the binaries wire them, with shorter timings where a test asks for them.
 
+pub mod scripted;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use cocoon_api::crd::set::CocoonSet;
 use cocoon_node::agent::{AgentParts, run_agent};
 use cocoon_node::metrics::NodeMetrics;
@@ -25,7 +26,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
-use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -330,31 +330,10 @@ pub async fn all_vms(agents: &[Agent]) -> Vec<(String, String, String)> {
     out
 }
 
-/// Pushes a minimal snapshot artifact (config blob only, no layers) as `<vm>:<tag>`.
+/// Pushes a minimal snapshot artifact (config blob only, no layers) as `<vm>:<tag>`, recorded
+/// against the image `ubuntu:24.10`.
 pub async fn push_tag(reg: &RegistryClient, vm: &str, tag: &str) -> Result<(), BoxError> {
-    let config = Bytes::from(format!(
-        r#"{{"snapshotId":"{}","image":"ubuntu:24.10"}}"#,
-        cocoon_testenv::unique_name("snap")
-    ));
-    let size = config.len();
-    let digest = reg.put_blob_bytes(vm, config).await?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
-        "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json",
-                   "digest": digest.to_string(), "size": size},
-        "layers": [],
-        "annotations": {"cocoonstack.snapshot.baseimage": "ubuntu:24.10"}
-    });
-    reg.put_manifest(
-        vm,
-        tag,
-        Bytes::from(serde_json::to_vec(&manifest)?),
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    .await?;
-    Ok(())
+    scripted::push_snapshot_tag(reg, vm, tag, "ubuntu:24.10", &[]).await
 }
 
 /// Waits (up to `within`) until the CocoonSet `name` exists and satisfies `check`.

@@ -1,0 +1,361 @@
+//! Scaffolding shared by the node agent's integration tests and its bench: an in-process agent
+//! on the simulated runtime, a managed VM pod, and the waits and patches the tests repeat.
+//!
+//! Integration tests include it with `mod common;`, the bench with
+//! `#[path = "../tests/common/mod.rs"] mod common;`. Not every includer uses every helper.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
+use cocoon_api::naming::vm_name_for_pod;
+use cocoon_node::agent::{AgentParts, run_agent};
+use cocoon_node::metrics::NodeMetrics;
+use cocoon_node::node::NodeRegistration;
+use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
+use cocoon_node::runtime::Runtime;
+use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
+use cocoon_registry::{RegistryClient, RegistryConfig};
+use cocoon_testenv::{Shared, wait_until};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The error type of the helpers and tests.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// What a test body (or a helper) returns.
+pub type TestResult<T = ()> = Result<T, BoxError>;
+
+/// Default deadline of the waits.
+pub const WAIT: Duration = Duration::from_secs(60);
+/// The image of [`vm_pod`] (any image is pullable: the simulator runs with `permissive_pull`).
+pub const IMAGE: &str = "ubuntu-test:1";
+
+/// A registry client for the test registry at `addr` (plain HTTP on loopback).
+pub fn registry(addr: &str) -> RegistryClient {
+    RegistryClient::new(RegistryConfig::for_registry(addr).expect("registry config"))
+        .expect("registry client")
+}
+
+/// The simulator configuration of the tests: every image pullable, short lease delay and tick.
+pub fn sim_config(root: &Path) -> SimConfig {
+    let mut cfg = SimConfig::new(root);
+    cfg.permissive_pull = true;
+    cfg.lease_delay = Duration::from_millis(50);
+    cfg.tick_interval = Duration::from_millis(200);
+    cfg
+}
+
+/// The agent timings of the tests: drift checks, lifecycle reconciles and start retries that
+/// come round within seconds.
+pub fn fast_timing() -> Timing {
+    Timing {
+        drift_first: Duration::from_secs(1),
+        drift_every: Duration::from_secs(2),
+        lifecycle_reconcile: Duration::from_secs(1),
+        retry_start: Duration::from_millis(200),
+        retry_max: Duration::from_secs(2),
+        ..Timing::default()
+    }
+}
+
+/// How [`start_agent_with`] runs an agent.
+pub struct AgentOptions {
+    /// The simulator configuration (its root, latencies, lease delay).
+    pub sim: SimConfig,
+    /// The agent's timings.
+    pub timing: Timing,
+    /// What the startup reconcile does with VMs no pod claims.
+    pub orphan_policy: OrphanPolicy,
+    /// The metrics the agent writes (a fresh set on the node root if `None`).
+    pub metrics: Option<Arc<NodeMetrics>>,
+    /// The Node registration (none: the agent does not register a Node).
+    pub registration: Option<NodeRegistration>,
+    /// How long the startup reconcile may take.
+    pub ready_within: Duration,
+    /// The agent's cancellation token, when the test shares it with other tasks (a fresh one
+    /// if `None`).
+    pub token: Option<CancellationToken>,
+}
+
+impl AgentOptions {
+    /// The tests' agent on `root`: [`sim_config`], [`fast_timing`], orphans destroyed, fresh
+    /// metrics, no Node registration, ready within [`WAIT`], its own cancellation token.
+    pub fn new(root: &Path) -> Self {
+        AgentOptions {
+            sim: sim_config(root),
+            timing: fast_timing(),
+            orphan_policy: OrphanPolicy::Destroy,
+            metrics: None,
+            registration: None,
+            ready_within: WAIT,
+            token: None,
+        }
+    }
+}
+
+/// One in-process agent on its own node name and simulator root.
+pub struct TestAgent {
+    pub token: CancellationToken,
+    pub task: JoinHandle<()>,
+    pub sim: SimHandle,
+    pub handler: Arc<Handler>,
+    pub metrics: Arc<NodeMetrics>,
+}
+
+impl TestAgent {
+    /// Kills the agent the way a crash would: every task stops mid-operation.
+    pub async fn kill(self) {
+        self.token.cancel();
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
+    /// Stops the agent gracefully: cancels it and waits for it to finish.
+    pub async fn stop(self) {
+        self.token.cancel();
+        let _ = self.task.await;
+    }
+
+    /// The value of one rendered series (`name{labels}` exactly as rendered), 0 if absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics.render();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+/// Starts an agent as `node` on `root` with the tests' defaults ([`AgentOptions::new`]).
+pub async fn start_agent(env: &Shared, node: &str, root: &Path) -> TestResult<TestAgent> {
+    start_agent_prepared(env, node, root, OrphanPolicy::Destroy, |_| Ok(())).await
+}
+
+/// [`start_agent`] with `orphan_policy`; `prepare` runs on the simulator before the agent's
+/// startup reconcile.
+pub async fn start_agent_prepared(
+    env: &Shared,
+    node: &str,
+    root: &Path,
+    orphan_policy: OrphanPolicy,
+    prepare: impl FnOnce(&SimHandle) -> TestResult,
+) -> TestResult<TestAgent> {
+    let opts = AgentOptions {
+        orphan_policy,
+        ..AgentOptions::new(root)
+    };
+    start_agent_with(
+        env.client()?,
+        env.registry_addr(),
+        node,
+        root,
+        opts,
+        prepare,
+    )
+    .await
+}
+
+/// Starts an agent as `node` on `root`; `prepare` runs on the simulator before the agent's
+/// startup reconcile. Returns once that reconcile (and so the orphan policy) finished.
+pub async fn start_agent_with(
+    client: Client,
+    registry_addr: &str,
+    node: &str,
+    root: &Path,
+    opts: AgentOptions,
+    prepare: impl FnOnce(&SimHandle) -> TestResult,
+) -> TestResult<TestAgent> {
+    let leases = opts.sim.lease_path.clone();
+    let rt = SimRuntime::open(opts.sim)?;
+    let sim = rt.handle();
+    prepare(&sim)?;
+    let runtime: Arc<dyn Runtime> = Arc::new(rt);
+    let metrics = opts
+        .metrics
+        .unwrap_or_else(|| Arc::new(NodeMetrics::new(root.to_owned())));
+    let parts = AgentParts {
+        pods: PodConfig {
+            node_name: node.to_owned(),
+            orphan_policy: opts.orphan_policy,
+            leases_path: leases,
+            restore_mode: "ondemand".into(),
+            cocoon_root_dir: root.to_owned(),
+            timing: opts.timing,
+        },
+        client,
+        runtime,
+        registry: Some(registry(registry_addr)),
+        metrics: metrics.clone(),
+        registration: opts.registration,
+    };
+    let token = opts.token.unwrap_or_default();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let t = token.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = run_agent(parts, t, Some(tx)).await {
+            eprintln!("agent failed: {e}");
+        }
+    });
+    // Sent only after the startup reconcile finished.
+    let handler = tokio::time::timeout(opts.ready_within, rx).await??;
+    Ok(TestAgent {
+        token,
+        task,
+        sim,
+        handler,
+        metrics,
+    })
+}
+
+/// A managed VM pod bound to `node` (image [`IMAGE`], mode `run`, generation 1, snapshot
+/// policy `never`); `extra` adds annotations or overrides these.
+pub fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
+    let mut a: BTreeMap<String, String> = [
+        (ann::VM_NAME, vm_name_for_pod(ns, name)),
+        (ann::IMAGE, IMAGE.into()),
+        (ann::MODE, "run".into()),
+        (ann::MANAGED, "true".into()),
+        (ann::GENERATION, "1".into()),
+        (ann::SNAPSHOT_POLICY, "never".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    for (k, v) in extra {
+        a.insert((*k).to_owned(), (*v).to_owned());
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            annotations: Some(a),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "agent".into(),
+                image: Some("cocoon/vm".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The value of annotation `k` on the pod.
+pub fn ann_of(p: &Pod, k: &str) -> Option<String> {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(k).cloned())
+}
+
+/// Whether the pod's `Ready` condition is `True`.
+pub fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether the pod is Running and Ready with lifecycle `ready`.
+pub fn is_running_ready(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && is_ready(p)
+        && Lifecycle::from_meta(&p.metadata).state == Some(LifecycleState::Ready)
+}
+
+/// Waits until the pod is Running+Ready with VM id, IP and lifecycle `ready`; returns it.
+pub async fn wait_running(client: &Client, ns: &str, name: &str) -> TestResult<Pod> {
+    wait_running_with(client, ns, name, true).await
+}
+
+/// [`wait_running`], optionally without requiring the `vm.cocoonstack.io/ip` annotation
+/// (an adopted VM's record may carry no IP).
+pub async fn wait_running_with(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    need_ip_annotation: bool,
+) -> TestResult<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let res = wait_until(&format!("{ns}/{name} running"), WAIT, || {
+        let api = api.clone();
+        async move {
+            let p = api.get(name).await.ok()?;
+            (is_running_ready(&p)
+                && ann_of(&p, ann::VM_ID).is_some()
+                && (!need_ip_annotation || ann_of(&p, ann::VM_IP).is_some()))
+            .then_some(p)
+        }
+    })
+    .await;
+    if res.is_err()
+        && let Ok(p) = api.get(name).await
+    {
+        // Show what the agent did publish, to make a failure readable.
+        eprintln!(
+            "{ns}/{name}: annotations={:?} status={:?}",
+            p.metadata.annotations, p.status
+        );
+    }
+    Ok(res?)
+}
+
+/// Waits until the pod's lifecycle is `state` at `generation` or later; returns the pod.
+pub async fn wait_lifecycle(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    state: LifecycleState,
+    generation: i64,
+) -> TestResult<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    Ok(wait_until(
+        &format!("{ns}/{name} lifecycle {state}@{generation}"),
+        WAIT,
+        || {
+            let api = api.clone();
+            async move {
+                let p = api.get(name).await.ok()?;
+                let lc = Lifecycle::from_meta(&p.metadata);
+                (lc.state == Some(state) && lc.observed_generation >= generation).then_some(p)
+            }
+        },
+    )
+    .await?)
+}
+
+/// Merge-patches the pod's annotations with `v` (a `null` value removes one).
+pub async fn patch_ann(client: &Client, ns: &str, name: &str, v: serde_json::Value) -> TestResult {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"annotations": v}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits until the pod object is gone.
+pub async fn wait_gone(client: &Client, ns: &str, name: &str) -> TestResult {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_until(&format!("{ns}/{name} deleted"), WAIT, || {
+        let api = api.clone();
+        async move { matches!(api.get_opt(name).await, Ok(None)).then_some(()) }
+    })
+    .await?;
+    Ok(())
+}
