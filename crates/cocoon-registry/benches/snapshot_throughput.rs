@@ -47,6 +47,8 @@ struct Best {
     tar_hwm: u64,
     /// Least CPU (user + system seconds of our process) per GiB moved, per measure.
     cpu: std::collections::BTreeMap<&'static str, f64>,
+    /// Least CPU of the registry process per GiB moved, per measure.
+    reg_cpu: std::collections::BTreeMap<&'static str, f64>,
 }
 
 impl Best {
@@ -55,6 +57,51 @@ impl Best {
         let e = self.cpu.entry(key).or_insert(f64::INFINITY);
         *e = e.min(per_gib);
     }
+
+    fn reg_cpu(&mut self, key: &'static str, m: &Meter, bytes: u64) {
+        let per_gib = m.registry_cpu() / (bytes as f64 / (1u64 << 30) as f64);
+        let e = self.reg_cpu.entry(key).or_insert(f64::INFINITY);
+        *e = e.min(per_gib);
+    }
+}
+
+/// The registry's CPU time over one measure (user + system seconds of its process, all its
+/// threads), so each row shows what the server side cost too: on a 2-CPU machine the
+/// registry and the client share the cores.
+struct Meter {
+    pid: Option<u32>,
+    start: f64,
+}
+
+impl Meter {
+    fn start(pid: Option<u32>) -> Meter {
+        Meter {
+            pid,
+            start: pid.map(process_cpu_secs).unwrap_or(f64::NAN),
+        }
+    }
+
+    fn registry_cpu(&self) -> f64 {
+        self.pid.map(process_cpu_secs).unwrap_or(f64::NAN) - self.start
+    }
+}
+
+/// User plus system CPU seconds of process `pid` (all threads) from `/proc/<pid>/stat`.
+fn process_cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name may contain spaces; the fields after it are space-separated, and
+    // utime/stime are the 14th and 15th fields of the line (11th and 12th after the name).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz
 }
 
 fn main() {
@@ -160,85 +207,124 @@ async fn run() {
     }
     let raw_read = mbps(bytes, t.elapsed().as_secs_f64());
 
+    // 1b. sha256 (the hasher pull verifies with) over as many bytes from memory, on one
+    // thread: the per-GiB CPU a verified pull adds to a raw download.
+    let (t, c) = (Instant::now(), cpu_secs());
+    let mut h = Hasher::new();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(BUF as u64) as usize;
+        h.update(&buf[..n]);
+        left -= n as u64;
+    }
+    std::hint::black_box(h.finish());
+    let sha = mbps(bytes, t.elapsed().as_secs_f64());
+    let sha_cpu = (cpu_secs() - c) / (bytes as f64 / (1u64 << 30) as f64);
+
     let http: Client<
         HttpConnector,
         http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>,
     > = Client::builder(TokioExecutor::new()).build_http();
     let base = reg.url();
     // The machine is shared (other jobs come and go), so every measure is taken in each of
-    // ROUNDS rounds and the best is kept; each round uses fresh repositories so nothing is
-    // skipped as already present.
+    // the rounds and the best is kept; each round uses fresh repositories so nothing is
+    // skipped as already present. `SNAPSHOT_BENCH_ROUNDS` changes the number of rounds;
+    // `SNAPSHOT_BENCH_ONLY=pull` uploads once and then repeats only the download measures.
+    let rounds = std::env::var("SNAPSHOT_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ROUNDS);
+    let pull_only = std::env::var("SNAPSHOT_BENCH_ONLY").is_ok_and(|v| v == "pull");
+    let pid = reg.pid();
     let mut best = Best::default();
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
+        let repo_round = if pull_only { 0 } else { round };
         let (raw_seq, raw_par, ours) = (
-            format!("raw-seq-{round}"),
-            format!("raw-par-{round}"),
-            format!("bench-vm-{round}"),
+            format!("raw-seq-{repo_round}"),
+            format!("raw-par-{repo_round}"),
+            format!("bench-vm-{repo_round}"),
         );
-        // 2. Raw HTTP upload: POST + monolithic PUT of each layer, digests known in advance;
-        // one blob at a time, then all at once (the push transfers in parallel too).
-        let (t, c) = (Instant::now(), cpu_secs());
-        for l in &layers {
-            raw_upload(&http, &base, &raw_seq, l).await;
+        if round == repo_round {
+            // 2. Raw HTTP upload: POST + monolithic PUT of each layer, digests known in
+            // advance; one blob at a time, then all at once (the push transfers in parallel
+            // too).
+            let (t, c, m) = (Instant::now(), cpu_secs(), Meter::start(pid));
+            for l in &layers {
+                raw_upload(&http, &base, &raw_seq, l).await;
+            }
+            best.raw_up = best.raw_up.max(mbps(bytes, t.elapsed().as_secs_f64()));
+            best.cpu("raw_up", cpu_secs() - c, bytes);
+            best.reg_cpu("raw_up", &m, bytes);
+            let (t, c, m) = (Instant::now(), cpu_secs(), Meter::start(pid));
+            futures::future::join_all(layers.iter().map(|l| raw_upload(&http, &base, &raw_par, l)))
+                .await;
+            best.raw_up_par = best.raw_up_par.max(mbps(bytes, t.elapsed().as_secs_f64()));
+            best.cpu("raw_up_par", cpu_secs() - c, bytes);
+            best.reg_cpu("raw_up_par", &m, bytes);
+
+            // 3. Our push, in a child process (its own peak RSS).
+            let m = Meter::start(pid);
+            let push = run_child(&["push", reg.addr(), &ours, src.to_str().unwrap_or_default()]);
+            best.push = best.push.max(mbps(bytes, push.secs));
+            best.push_hwm = best.push_hwm.max(push.hwm_kib);
+            best.cpu("push", push.cpu, bytes);
+            best.reg_cpu("push", &m, bytes);
+            println!(
+                "round {round}: push {:.0} MiB/s (raw up {:.0}/{:.0})",
+                mbps(bytes, push.secs),
+                best.raw_up,
+                best.raw_up_par,
+            );
         }
-        best.raw_up = best.raw_up.max(mbps(bytes, t.elapsed().as_secs_f64()));
-        best.cpu("raw_up", cpu_secs() - c, bytes);
-        let (t, c) = (Instant::now(), cpu_secs());
-        futures::future::join_all(layers.iter().map(|l| raw_upload(&http, &base, &raw_par, l)))
-            .await;
-        best.raw_up_par = best.raw_up_par.max(mbps(bytes, t.elapsed().as_secs_f64()));
-        best.cpu("raw_up_par", cpu_secs() - c, bytes);
 
-        // 3. Our push, in a child process (its own peak RSS).
-        let push = run_child(&["push", reg.addr(), &ours, src.to_str().unwrap_or_default()]);
-        best.push = best.push.max(mbps(bytes, push.secs));
-        best.push_hwm = best.push_hwm.max(push.hwm_kib);
-        best.cpu("push", push.cpu, bytes);
-
-        // 4. Raw HTTP download of the same blobs into files (no hashing, no hole handling).
+        // 4. Raw HTTP download of the same blobs from the same registry into files (no
+        // hashing, no hole handling): one blob at a time, then all at once (as the pull).
         let raw_dir = work.path().join("raw-download");
         std::fs::create_dir_all(&raw_dir).expect("mkdir");
-        let (t, c) = (Instant::now(), cpu_secs());
+        let (t, c, m) = (Instant::now(), cpu_secs(), Meter::start(pid));
         for l in &layers {
             raw_download(&http, &base, &raw_seq, l, &raw_dir).await;
         }
-        best.raw_down = best.raw_down.max(mbps(bytes, t.elapsed().as_secs_f64()));
+        let raw_down = mbps(bytes, t.elapsed().as_secs_f64());
+        best.raw_down = best.raw_down.max(raw_down);
         best.cpu("raw_down", cpu_secs() - c, bytes);
+        best.reg_cpu("raw_down", &m, bytes);
         std::fs::remove_dir_all(&raw_dir).ok();
         std::fs::create_dir_all(&raw_dir).expect("mkdir");
-        let (t, c) = (Instant::now(), cpu_secs());
+        let (t, c, m) = (Instant::now(), cpu_secs(), Meter::start(pid));
         futures::future::join_all(
             layers
                 .iter()
                 .map(|l| raw_download(&http, &base, &raw_par, l, &raw_dir)),
         )
         .await;
-        best.raw_down_par = best
-            .raw_down_par
-            .max(mbps(bytes, t.elapsed().as_secs_f64()));
+        let raw_down_par = mbps(bytes, t.elapsed().as_secs_f64());
+        best.raw_down_par = best.raw_down_par.max(raw_down_par);
         best.cpu("raw_down_par", cpu_secs() - c, bytes);
+        best.reg_cpu("raw_down_par", &m, bytes);
         std::fs::remove_dir_all(&raw_dir).ok();
 
         // 5. Our pull, in a child process.
         let dst = work.path().join("pulled");
+        let m = Meter::start(pid);
         let pull = run_child(&["pull", reg.addr(), &ours, dst.to_str().unwrap_or_default()]);
         std::fs::remove_dir_all(&dst).ok();
         best.pull = best.pull.max(mbps(bytes, pull.secs));
         best.pull_hwm = best.pull_hwm.max(pull.hwm_kib);
         best.cpu("pull", pull.cpu, bytes);
+        best.reg_cpu("pull", &m, bytes);
         // 6. Our pull as an import tar into a sink (the node agent's path to `cocoon snapshot import`).
+        let m = Meter::start(pid);
         let pull_tar = run_child(&["pull-tar", reg.addr(), &ours, ""]);
         best.tar = best.tar.max(mbps(bytes, pull_tar.secs));
         best.tar_hwm = best.tar_hwm.max(pull_tar.hwm_kib);
         best.cpu("pull_tar", pull_tar.cpu, bytes);
+        best.reg_cpu("pull_tar", &m, bytes);
         println!(
-            "round {round}: push {:.0}, pull {:.0} MiB/s (raw up {:.0}/{:.0}, raw down {:.0}/{:.0})",
-            mbps(bytes, push.secs),
+            "round {round}: pull {:.0} MiB/s (raw down {raw_down:.0}/{raw_down_par:.0}, this round {:.0}% / {:.0}%)",
             mbps(bytes, pull.secs),
-            best.raw_up,
-            best.raw_up_par,
-            best.raw_down,
-            best.raw_down_par
+            100.0 * mbps(bytes, pull.secs) / raw_down,
+            100.0 * mbps(bytes, pull.secs) / raw_down_par,
         );
     }
     let (raw_up, raw_up_par, raw_down, raw_down_par) = (
@@ -248,15 +334,17 @@ async fn run() {
         best.raw_down_par,
     );
     let cpu = |k: &str| best.cpu.get(k).copied().unwrap_or(f64::NAN);
+    let reg_cpu = |k: &str| best.reg_cpu.get(k).copied().unwrap_or(f64::NAN);
     println!();
     // Each of ours is compared with the raw transfer one blob at a time (the plain "raw
-    // upload/download") and with all blobs at once (as parallel as ours). CPU is what our
-    // process used (the registry's is not counted), per GiB moved.
+    // upload/download") and with all blobs at once (as parallel as ours). "CPU s/GiB" is what
+    // our process used per GiB moved, "registry" what the registry process used meanwhile.
     let row = |name: &str, rate: f64, key: &str| {
         println!(
-            "{name:<44} {rate:>8.0} {:>15} {:>9.2} {:>12}",
+            "{name:<44} {rate:>8.0} {:>15} {:>9.2} {:>9.2} {:>12}",
             "",
             cpu(key),
+            reg_cpu(key),
             ""
         )
     };
@@ -267,16 +355,21 @@ async fn run() {
             format!("{:.0}% / {:.0}%", 100.0 * rate / seq, 100.0 * rate / par)
         };
         println!(
-            "{name:<44} {rate:>8.0} {ratios:>15} {:>9.2} {:>8.1} MiB",
+            "{name:<44} {rate:>8.0} {ratios:>15} {:>9.2} {:>9.2} {:>8.1} MiB",
             cpu(key),
+            reg_cpu(key),
             hwm_kib as f64 / 1024.0
         )
     };
     println!(
-        "{:<44} {:>8} {:>15} {:>9} {:>12}",
-        "measure", "MiB/s", "vs raw seq/par", "CPU s/GiB", "peak RSS"
+        "{:<44} {:>8} {:>15} {:>9} {:>9} {:>12}",
+        "measure", "MiB/s", "vs raw seq/par", "CPU s/GiB", "registry", "peak RSS"
     );
     println!("{:<44} {raw_read:>8.0}", "raw read (same files)");
+    println!(
+        "{:<44} {sha:>8.0} {:>15} {sha_cpu:>9.2}",
+        "sha256 of as many bytes (one thread)", ""
+    );
     row("raw HTTP upload, one blob at a time", raw_up, "raw_up");
     row(
         "raw HTTP upload, all blobs at once",
