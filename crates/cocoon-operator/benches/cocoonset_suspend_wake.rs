@@ -67,6 +67,10 @@ fn main() {
         },
         Err(_) => default,
     };
+    // RUST_LOG=cocoon_operator=debug traces each pass (off by default).
+    if std::env::var_os("RUST_LOG").is_some() {
+        cocoon_testenv::init_tracing();
+    }
     let sets = count("COCOON_BENCH_SETS", DEFAULT_SETS);
     let rounds = count("COCOON_BENCH_ROUNDS", DEFAULT_ROUNDS);
     let rt = tokio::runtime::Builder::new_multi_thread()

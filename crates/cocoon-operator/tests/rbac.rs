@@ -580,6 +580,19 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         finalizers_rule_is_needed(env, &admin, &ns, tmp.path()).await?;
 
         cocoon_testenv::delete_namespace(&admin, &ns).await?;
+        // The (scaled-to-zero) Deployment would tell other tests sharing this cluster that an
+        // operator is installed (`kubectl cocoon version` reads its image).
+        run_kubectl(
+            env,
+            &[
+                "-n",
+                "cocoon-system",
+                "delete",
+                "deployment",
+                "cocoon-operator",
+                "--ignore-not-found",
+            ],
+        )?;
         for name in &node_names {
             let _ = nodes.delete(name, &DeleteParams::default()).await;
         }

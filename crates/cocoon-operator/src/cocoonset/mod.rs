@@ -431,7 +431,9 @@ impl<'a> Pass<'a> {
     // ----- writes ------------------------------------------------------------------------
 
     /// Merge-patches the set's annotations with `delta` (when it changes anything) and
-    /// mirrors it into the in-memory copy.
+    /// mirrors it into the in-memory copy. The rest of the pass reads the mirror, so this
+    /// write alone asks for no follow-up pass (an annotation-only change of the set wakes no
+    /// watch, and waiting out `requeue_after_write` for it cost every wake a second).
     async fn patch_set_annotations(&mut self, delta: AnnotationDelta) -> Result<(), Error> {
         let current = self.cs.annotations().clone();
         let delta = diff_annotations(&current, &delta);
@@ -443,7 +445,6 @@ impl<'a> Pass<'a> {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         cocoon_api::contract::apply_delta(self.cs.annotations_mut(), &delta);
-        self.changed = true;
         Ok(())
     }
 
