@@ -519,18 +519,28 @@ async fn measure(env: &TestEnv, n_sets: usize, rounds: usize) -> BenchResult {
         roots.push(root);
     }
     let timeline = start_timeline(&client, &ns).await?;
+    // COCOONSET_CONCURRENCY as the operator reads it (default 4).
+    let concurrency = std::env::var("COCOONSET_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse::<u16>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(4);
     let op = Operator::start(
         &client,
         &ns,
         env.registry_addr(),
-        OperatorOptions::default(),
+        OperatorOptions {
+            concurrency,
+            ..OperatorOptions::default()
+        },
     );
     let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
 
     println!();
     println!(
         "CocoonSet suspend/wake: retain policy, main + 1 sub-agent per set, {NODES} real \
-         in-process node agents (simulated runtime, every sim latency zero), production timing"
+         in-process node agents (simulated runtime, every sim latency zero), production timing, \
+         COCOONSET_CONCURRENCY={concurrency}"
     );
     // One set, several rounds.
     let one = vec!["solo".to_owned()];
