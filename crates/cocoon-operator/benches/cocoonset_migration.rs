@@ -33,7 +33,7 @@ use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
 use cocoon_node::runtime::sim::{DiskFill, DiskSpec, SimConfig, SimHandle, SimRuntime};
 use cocoon_node::runtime::{Runtime, exec_capture};
-use cocoon_testenv::{Options, TestEnv};
+use cocoon_testenv::TestEnv;
 use cocoon_testsupport::{Operator, OperatorOptions, node_of, registry};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -44,7 +44,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+type BenchResult<T = ()> = Result<T, cocoon_testsupport::BoxError>;
 
 const NODES: usize = 3;
 const SET: &str = "mig";
@@ -92,19 +92,9 @@ fn main() {
 }
 
 async fn run(migrations: usize, disk_mib: u64) -> BenchResult {
-    let started = Instant::now();
-    let env = TestEnv::start(Options::default()).await?;
-    println!(
-        "test environment up in {:.1} s (registry {})",
-        started.elapsed().as_secs_f64(),
-        env.registry_addr()
-    );
+    let env = cocoon_testsupport::bench_env().await?;
     let outcome = measure(&env, migrations, disk_mib).await;
-    if outcome.is_err() {
-        eprintln!("---- component logs ----\n{}", env.log_tails(30));
-    }
-    env.shutdown();
-    outcome
+    cocoon_testsupport::end_bench_env(env, outcome)
 }
 
 /// One node agent, with the metrics and simulator controls the bench reads.

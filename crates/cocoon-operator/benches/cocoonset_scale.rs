@@ -22,7 +22,7 @@ use cocoon_api::crd::set::{
 };
 use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig};
-use cocoon_testenv::{Options, TestEnv};
+use cocoon_testenv::TestEnv;
 use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -142,19 +142,9 @@ fn process_usage() -> (Duration, u64) {
 }
 
 async fn run(n_sets: usize) -> BenchResult {
-    let started = Instant::now();
-    let env = TestEnv::start(Options::default()).await?;
-    println!(
-        "test environment up in {:.1} s (registry {})",
-        started.elapsed().as_secs_f64(),
-        env.registry_addr()
-    );
+    let env = cocoon_testsupport::bench_env().await?;
     let outcome = measure(&env, n_sets).await;
-    if outcome.is_err() {
-        eprintln!("---- component logs ----\n{}", env.log_tails(30));
-    }
-    env.shutdown();
-    outcome
+    cocoon_testsupport::end_bench_env(env, outcome)
 }
 
 fn set_spec(pool: &str) -> CocoonSetSpec {

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
 use cocoon_node::runtime::sim::{Latencies, SimConfig};
-use cocoon_testenv::{Options, TestEnv, TestNode};
+use cocoon_testenv::{TestEnv, TestNode};
 use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -85,19 +85,9 @@ fn main() {
 }
 
 async fn run(sets: usize, rounds: usize) -> BenchResult {
-    let started = Instant::now();
-    let env = TestEnv::start(Options::default()).await?;
-    println!(
-        "test environment up in {:.1} s (registry {})",
-        started.elapsed().as_secs_f64(),
-        env.registry_addr()
-    );
+    let env = cocoon_testsupport::bench_env().await?;
     let outcome = measure(&env, sets, rounds).await;
-    if outcome.is_err() {
-        eprintln!("---- component logs ----\n{}", env.log_tails(30));
-    }
-    env.shutdown();
-    outcome
+    cocoon_testsupport::end_bench_env(env, outcome)
 }
 
 /// Every sim latency zero: no transfer or runtime time.

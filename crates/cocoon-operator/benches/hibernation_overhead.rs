@@ -25,7 +25,7 @@ use cocoon_operator::hibernation::{self, decide::Timing};
 use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig};
-use cocoon_testenv::{Options, TestEnv};
+use cocoon_testenv::TestEnv;
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{self, recorder, spawn_hibernation};
 use futures::StreamExt;
@@ -65,18 +65,9 @@ fn main() {
 }
 
 async fn run() -> BenchResult {
-    let started = Instant::now();
-    let env = TestEnv::start(Options::default()).await?;
-    println!(
-        "test environment up in {:.1} s (registry {})",
-        started.elapsed().as_secs_f64(),
-        env.registry_addr()
-    );
+    let env = cocoon_testsupport::bench_env().await?;
     let outcome = measure(&env).await;
-    if outcome.is_err() {
-        eprintln!("---- component logs ----\n{}", env.log_tails(30));
-    }
-    env.shutdown();
+    let outcome = cocoon_testsupport::end_bench_env(env, outcome);
     let (hibernate, wake) = outcome?;
     println!();
     println!("CocoonHibernation controller overhead (node-side final write -> CR phase)");

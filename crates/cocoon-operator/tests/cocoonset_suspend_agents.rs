@@ -267,31 +267,7 @@ async fn watch_set(
     what: &str,
     check: impl Fn(&CocoonSet) -> bool,
 ) -> Result<CocoonSet, cocoon_testenv::Error> {
-    let timeout = |last: String| cocoon_testenv::Error::Timeout {
-        what: format!("{name}: {what}"),
-        after: WAIT,
-        last,
-    };
-    let cond = |cs: Option<&CocoonSet>| cs.is_some_and(&check);
-    match tokio::time::timeout(
-        WAIT,
-        kube::runtime::wait::await_condition(sets.clone(), name, cond),
-    )
-    .await
-    {
-        Ok(Ok(Some(cs))) => Ok(cs),
-        Ok(Ok(None)) => Err(timeout("the set is gone".into())),
-        Ok(Err(e)) => Err(timeout(format!("watch failed: {e}"))),
-        Err(_) => Err(timeout(
-            sets.get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|cs| cs.status)
-                .map(|s| format!("status {s:?}"))
-                .unwrap_or_else(|| "no status".into()),
-        )),
-    }
+    cocoon_testsupport::scripted::wait_set_watched_within(sets, name, what, WAIT, check).await
 }
 
 /// Phase `p` reported at the set's current generation.

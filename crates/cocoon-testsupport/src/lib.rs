@@ -395,3 +395,24 @@ pub fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
         ..Default::default()
     }
 }
+
+/// Starts a test environment of its own for a bench and says how long it took.
+pub async fn bench_env() -> Result<cocoon_testenv::TestEnv, BoxError> {
+    let started = std::time::Instant::now();
+    let env = cocoon_testenv::TestEnv::start(cocoon_testenv::Options::default()).await?;
+    println!(
+        "test environment up in {:.1} s (registry {})",
+        started.elapsed().as_secs_f64(),
+        env.registry_addr()
+    );
+    Ok(env)
+}
+
+/// Ends a bench's environment: the components' log tails when the bench failed, then shutdown.
+pub fn end_bench_env<T, E>(env: cocoon_testenv::TestEnv, outcome: Result<T, E>) -> Result<T, E> {
+    if outcome.is_err() {
+        eprintln!("---- component logs ----\n{}", env.log_tails(30));
+    }
+    env.shutdown();
+    outcome
+}

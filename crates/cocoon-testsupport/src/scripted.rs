@@ -336,14 +336,25 @@ pub async fn wait_set_watched(
     what: &str,
     check: impl Fn(&CocoonSet) -> bool,
 ) -> Result<CocoonSet, cocoon_testenv::Error> {
+    wait_set_watched_within(sets, name, what, WAIT, check).await
+}
+
+/// [`wait_set_watched`] with its own deadline; a timeout reports the last status seen.
+pub async fn wait_set_watched_within(
+    sets: &Api<CocoonSet>,
+    name: &str,
+    what: &str,
+    within: Duration,
+    check: impl Fn(&CocoonSet) -> bool,
+) -> Result<CocoonSet, cocoon_testenv::Error> {
     let timeout = |last: String| cocoon_testenv::Error::Timeout {
         what: format!("{name}: {what}"),
-        after: WAIT,
+        after: within,
         last,
     };
     let cond = |cs: Option<&CocoonSet>| cs.is_some_and(&check);
     match tokio::time::timeout(
-        WAIT,
+        within,
         kube::runtime::wait::await_condition(sets.clone(), name, cond),
     )
     .await
@@ -351,7 +362,15 @@ pub async fn wait_set_watched(
         Ok(Ok(Some(cs))) => Ok(cs),
         Ok(Ok(None)) => Err(timeout("the set is gone".into())),
         Ok(Err(e)) => Err(timeout(format!("watch failed: {e}"))),
-        Err(_) => Err(timeout("condition false".into())),
+        Err(_) => Err(timeout(
+            sets.get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|cs| cs.status)
+                .map(|s| format!("status {s:?}"))
+                .unwrap_or_else(|| "no status".into()),
+        )),
     }
 }
 
