@@ -28,29 +28,61 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn suspend_and_resume_keep_every_vm_state() {
-    cocoon_testenv::run_test(|env| async move {
+/// A namespace of its own, one node in a pool of its own with a real agent on the simulated
+/// runtime, and the operator scoped to the namespace; all stop when dropped.
+struct OneNode {
+    client: kube::Client,
+    ns: String,
+    pool: String,
+    agent: Agent,
+    _node: cocoon_testenv::TestNode,
+    _root: tempfile::TempDir,
+    _operator: Operator,
+}
+
+impl OneNode {
+    async fn start(env: &cocoon_testenv::Shared, prefix: &str) -> Result<OneNode, BoxError> {
         let client = env.client()?;
-        let ns = cocoon_testenv::create_namespace(&client, "plugin-e2e").await?;
+        let ns = cocoon_testenv::create_namespace(&client, prefix).await?;
         let pool = cocoon_testenv::unique_name("pool");
         let node = cocoon_testenv::unique_name("node");
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, &pool).await?;
-        let tmp = tempfile::tempdir()?;
-        let agent_sim = Agent::start(
+        let node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, &pool).await?;
+        let root = tempfile::tempdir()?;
+        let agent = Agent::start(
             env.client()?,
             &node,
-            tmp.path(),
+            root.path(),
             env.registry_addr(),
             AgentOptions::default(),
         )
         .await?;
-        let sim = agent_sim.sim.clone();
-        let _operator = Operator::start(
+        let operator = Operator::start(
             &client,
             &ns,
             env.registry_addr(),
             OperatorOptions::default(),
+        );
+        Ok(OneNode {
+            client,
+            ns,
+            pool,
+            agent,
+            _node: node_obj,
+            _root: root,
+            _operator: operator,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn suspend_and_resume_keep_every_vm_state() {
+    cocoon_testenv::run_test(|env| async move {
+        let rig = OneNode::start(env, "plugin-e2e").await?;
+        let (client, ns, pool, sim) = (
+            rig.client.clone(),
+            rig.ns.clone(),
+            rig.pool.clone(),
+            rig.agent.sim.clone(),
         );
 
         let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
@@ -295,26 +327,12 @@ async fn migrate_moves_the_main_with_its_state_and_unpin_settles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hibernate_and_wake_one_pod_with_a_real_agent_and_guarded_multi_target_writes() {
     cocoon_testenv::run_test(|env| async move {
-        let client = env.client()?;
-        let ns = cocoon_testenv::create_namespace(&client, "plugin-pod").await?;
-        let pool = cocoon_testenv::unique_name("pool");
-        let node = cocoon_testenv::unique_name("node");
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, &pool).await?;
-        let tmp = tempfile::tempdir()?;
-        let agent_sim = Agent::start(
-            env.client()?,
-            &node,
-            tmp.path(),
-            env.registry_addr(),
-            AgentOptions::default(),
-        )
-        .await?;
-        let sim = agent_sim.sim.clone();
-        let _operator = Operator::start(
-            &client,
-            &ns,
-            env.registry_addr(),
-            OperatorOptions::default(),
+        let rig = OneNode::start(env, "plugin-pod").await?;
+        let (client, ns, pool, sim) = (
+            rig.client.clone(),
+            rig.ns.clone(),
+            rig.pool.clone(),
+            rig.agent.sim.clone(),
         );
 
         let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
