@@ -137,6 +137,17 @@ impl Cluster {
         self.states(vms).await
     }
 
+    /// Every one of `vms` has had its `:hibernate` tag dropped.
+    async fn assert_reclaimed(&self, vms: &[String]) -> Result<(), BoxError> {
+        for vm in vms {
+            assert!(
+                !self.reg.has_manifest(vm, "hibernate").await?,
+                "{vm}:hibernate reclaimed"
+            );
+        }
+        Ok(())
+    }
+
     /// Every VM's guest state, read on the node that runs it now.
     async fn states(&self, vms: &[String]) -> Result<BTreeMap<String, GuestState>, BoxError> {
         let mut out = BTreeMap::new();
@@ -541,12 +552,7 @@ async fn retain_round_trip_keeps_every_vms_state() {
             );
             assert_eq!(seats.get(&p.name_any()), Some(&node_of(&p)));
         }
-        for vm in &vms {
-            assert!(
-                !c.reg.has_manifest(vm, "hibernate").await?,
-                "{vm}:hibernate reclaimed"
-            );
-        }
+        c.assert_reclaimed(&vms).await?;
         c.teardown(&[SET]).await
     })
     .await;
@@ -928,12 +934,7 @@ async fn operator_killed_mid_suspend_and_mid_wake_loses_nothing() {
         })
         .await?;
         assert_eq!(c.states(&vms).await?, before, "every VM kept its state");
-        for vm in &vms {
-            assert!(
-                !c.reg.has_manifest(vm, "hibernate").await?,
-                "{vm}:hibernate reclaimed"
-            );
-        }
+        c.assert_reclaimed(&vms).await?;
         c.teardown(&[SET]).await
     })
     .await;
@@ -1167,12 +1168,7 @@ async fn pods_deleted_while_suspended_come_back_with_their_state() {
             );
         }
         assert_eq!(c.states(&vms).await?, before, "every VM kept its state");
-        for vm in &vms {
-            assert!(
-                !c.reg.has_manifest(vm, "hibernate").await?,
-                "{vm}:hibernate reclaimed"
-            );
-        }
+        c.assert_reclaimed(&vms).await?;
         c.teardown(&[SET]).await
     })
     .await;
