@@ -137,6 +137,25 @@ impl Cluster {
         self.states(vms).await
     }
 
+    /// Creates the retain set (`subs` sub-agents and a toolbox) and waits until it runs.
+    async fn create_retain_running(&self, subs: i32) -> Result<(), BoxError> {
+        self.sets
+            .create(
+                &PostParams::default(),
+                &CocoonSet::new(SET, retain_spec(&self.pool, subs, true)),
+            )
+            .await?;
+        let agents = subs + 1;
+        watch_set(
+            &self.sets,
+            SET,
+            &format!("Running {agents}/{agents}, toolbox 1/1"),
+            |cs| settled_running(cs, agents, 1),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Every one of `vms` has had its `:hibernate` tag dropped.
     async fn assert_reclaimed(&self, vms: &[String]) -> Result<(), BoxError> {
         for vm in vms {
@@ -469,16 +488,7 @@ async fn retain_round_trip_keeps_every_vms_state() {
     cocoon_testenv::run_test(|env| async move {
         let c = Cluster::new(env, "css-retain", env.registry_addr(), 2).await?;
         let _op = c.operator(options(NO_DEADLINE));
-        c.sets
-            .create(
-                &PostParams::default(),
-                &CocoonSet::new(SET, retain_spec(&c.pool, 2, true)),
-            )
-            .await?;
-        watch_set(&c.sets, SET, "Running 3/3, toolbox 1/1", |cs| {
-            settled_running(cs, 3, 1)
-        })
-        .await?;
+        c.create_retain_running(2).await?;
         let vms = set_vms(&c.ns, 2, true);
         let before = c.mark(&vms).await?;
         let main_token = before[&vms[0]].token.clone();
@@ -854,16 +864,7 @@ async fn operator_killed_mid_suspend_and_mid_wake_loses_nothing() {
         let c = Cluster::new(env, "css-kill", env.registry_addr(), 1).await?;
         let agent = &c.agents[0];
         let op = c.operator(options(NO_DEADLINE));
-        c.sets
-            .create(
-                &PostParams::default(),
-                &CocoonSet::new(SET, retain_spec(&c.pool, 1, true)),
-            )
-            .await?;
-        watch_set(&c.sets, SET, "Running 2/2, 1/1", |cs| {
-            settled_running(cs, 2, 1)
-        })
-        .await?;
+        c.create_retain_running(1).await?;
         let vms = set_vms(&c.ns, 1, true);
         let tb_vm = vms[2].clone();
         let before = c.mark(&vms).await?;
@@ -1026,16 +1027,7 @@ async fn registry_down_during_suspend_loses_no_vm_and_completes_when_back() {
         let c = Cluster::new(env, "css-regdown", registry.addr(), 1).await?;
         let agent = &c.agents[0];
         let _op = c.operator(options(NO_DEADLINE));
-        c.sets
-            .create(
-                &PostParams::default(),
-                &CocoonSet::new(SET, retain_spec(&c.pool, 1, true)),
-            )
-            .await?;
-        watch_set(&c.sets, SET, "Running 2/2, 1/1", |cs| {
-            settled_running(cs, 2, 1)
-        })
-        .await?;
+        c.create_retain_running(1).await?;
         let vms = set_vms(&c.ns, 1, true);
         let before = c.mark(&vms).await?;
 
@@ -1116,16 +1108,7 @@ async fn pods_deleted_while_suspended_come_back_with_their_state() {
     cocoon_testenv::run_test(|env| async move {
         let c = Cluster::new(env, "css-deleted", env.registry_addr(), 1).await?;
         let _op = c.operator(options(NO_DEADLINE));
-        c.sets
-            .create(
-                &PostParams::default(),
-                &CocoonSet::new(SET, retain_spec(&c.pool, 1, true)),
-            )
-            .await?;
-        watch_set(&c.sets, SET, "Running 2/2, 1/1", |cs| {
-            settled_running(cs, 2, 1)
-        })
-        .await?;
+        c.create_retain_running(1).await?;
         let vms = set_vms(&c.ns, 1, true);
         let before = c.mark(&vms).await?;
         let generation = set_suspend(&c.sets, SET, true).await?;
