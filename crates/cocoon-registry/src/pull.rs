@@ -14,8 +14,10 @@ use tokio::task::JoinSet;
 
 use crate::client::RegistryClient;
 
-/// Bytes handed from the network to a download's writer thread at a time.
-const PULL_BATCH: usize = 1 << 20;
+/// Bytes handed from the network to a download's writer thread at a time. 256 KiB measured
+/// the same throughput as 1 MiB with about half the peak RSS.
+const PULL_BATCH: usize = 1 << 18;
+
 use crate::error::{Error, Result, ResultExt};
 use crate::manifest::{
     Descriptor, Kind, Manifest, Segment, SnapshotConfig, SnapshotEnvelope, classify,
@@ -182,8 +184,8 @@ impl RegistryClient {
         })
     }
 
-    /// Downloads one layer into `path`: the network side batches frames into 1 MiB buffers
-    /// for a blocking thread that verifies and writes them around the holes.
+    /// Downloads one layer into `path`: the network side batches frames (about 256 KiB) for
+    /// a blocking thread that verifies and writes them around the holes.
     async fn download_file(
         &self,
         repo: &str,
@@ -203,7 +205,7 @@ impl RegistryClient {
             }],
         };
         let logical = f.logical_size();
-        // Frames go to the writer thread in batches of about 1 MiB: the frames themselves,
+        // Frames go to the writer thread in batches of about 256 KiB: the frames themselves,
         // one wake-up per batch, at most two batches queued. (Copying them into recycled
         // buffers instead measured ~60% more CPU: hyper then reads in smaller pieces.)
         let (tx, mut rx) = mpsc::channel::<Vec<Bytes>>(2);
