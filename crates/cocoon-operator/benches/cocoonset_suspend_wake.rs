@@ -272,6 +272,10 @@ impl Kind {
 struct Sample {
     total: Duration,
     agents: Duration,
+    /// From the edit to the first pod that shows an agent the request.
+    lead: Duration,
+    /// From the last agent done to the set's phase.
+    tail: Duration,
 }
 
 impl Sample {
@@ -327,9 +331,13 @@ fn sample(t: &Timeline, name: &str, kind: Kind, t0: Instant, g: i64) -> Option<S
         };
         spans.push((asked.at, finished.at.min(done)));
     }
+    let first_asked = spans.iter().map(|s| s.0).min().unwrap_or(done);
+    let last_done = spans.iter().map(|s| s.1).max().unwrap_or(t0);
     Some(Sample {
         total: done - t0,
         agents: union_len(spans),
+        lead: first_asked.saturating_duration_since(t0),
+        tail: done.saturating_duration_since(last_done),
     })
 }
 
@@ -375,6 +383,7 @@ struct Work {
     passes: u64,
     writes: u64,
     registry_calls: u64,
+    busy_micros: u64,
     transitions: u64,
 }
 
@@ -385,6 +394,7 @@ impl Work {
             passes: s.passes.load(Ordering::SeqCst),
             writes: s.writes.load(Ordering::SeqCst),
             registry_calls: s.registry_calls.load(Ordering::SeqCst),
+            busy_micros: s.busy_micros.load(Ordering::SeqCst),
             transitions: 0,
         }
     }
@@ -394,6 +404,7 @@ impl Work {
             passes: self.passes - o.passes,
             writes: self.writes - o.writes,
             registry_calls: self.registry_calls - o.registry_calls,
+            busy_micros: self.busy_micros - o.busy_micros,
             transitions: 0,
         }
     }
@@ -402,6 +413,7 @@ impl Work {
         self.passes += o.passes;
         self.writes += o.writes;
         self.registry_calls += o.registry_calls;
+        self.busy_micros += o.busy_micros;
         self.transitions += transitions;
     }
 
@@ -442,12 +454,23 @@ fn report(scenario: &str, kind: Kind, samples: &[Sample], work: &Work) {
         ms(pct(&overhead, 95)),
     );
     println!(
+        "  {:<19} of the overhead: edit -> first agent asked p50 {} p95 {} | last agent done \
+         -> phase p50 {} p95 {}",
+        "",
+        ms(pct(&col(|s| s.lead), 50)),
+        ms(pct(&col(|s| s.lead), 95)),
+        ms(pct(&col(|s| s.tail), 50)),
+        ms(pct(&col(|s| s.tail), 95)),
+    );
+    println!(
         "  {:<19} controller work per set transition: {:.1} passes, {:.1} writes, {:.1} \
-         registry calls",
+         registry calls, {:.0} ms in passes ({:.1} ms a pass)",
         "",
         work.per(work.passes),
         work.per(work.writes),
         work.per(work.registry_calls),
+        work.per(work.busy_micros) / 1000.0,
+        work.busy_micros as f64 / 1000.0 / work.passes.max(1) as f64,
     );
 }
 

@@ -56,6 +56,30 @@ impl Pass<'_> {
     ) -> Result<(), Error> {
         self.patch_pod_annotations(name, delta).await?;
         self.changed = true;
+        self.mirror(name, delta);
+        Ok(())
+    }
+
+    /// [`Pass::patch_classified`] of several pods with the same delta, all at once.
+    async fn patch_classified_all(
+        &mut self,
+        names: &[String],
+        delta: &cocoon_api::contract::AnnotationDelta,
+    ) -> Result<(), Error> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let patches = names.iter().map(|n| (n.clone(), delta.clone())).collect();
+        // Some may have landed even when one failed: the pass reports the error either way.
+        self.changed = true;
+        self.patch_pods(patches).await?;
+        for name in names {
+            self.mirror(name, delta);
+        }
+        Ok(())
+    }
+
+    fn mirror(&mut self, name: &str, delta: &cocoon_api::contract::AnnotationDelta) {
         let mirror = |p: &mut Pod| cocoon_api::contract::apply_delta(p.annotations_mut(), delta);
         if let Some(p) = self.classified.all_by_name.get_mut(name) {
             mirror(p);
@@ -71,7 +95,6 @@ impl Pass<'_> {
                 mirror(p);
             }
         }
-        Ok(())
     }
 
     async fn clear_suspending_since(&mut self) -> Result<(), Error> {
@@ -79,10 +102,24 @@ impl Pass<'_> {
         self.patch_set_annotations(delta).await
     }
 
-    async fn list_hibernations(&self) -> Result<Vec<CocoonHibernation>, Error> {
+    /// The set's namespace's CocoonHibernations, read past the cache: before a migration
+    /// starts, and before an unsuspend clears an annotation the set did not write itself, a
+    /// CocoonHibernation created a moment ago must not be missed.
+    async fn list_hibernations_fresh(&self) -> Result<Vec<CocoonHibernation>, Error> {
         let api: Api<CocoonHibernation> = Api::namespaced(self.ctx.client.clone(), &self.ns);
         self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
         Ok(api.list(&ListParams::default()).await?.items)
+    }
+
+    /// The set's namespace's CocoonHibernations, from the cache.
+    pub(super) fn list_hibernations(&self) -> Result<Vec<CocoonHibernation>, Error> {
+        let store = self.ctx.hibernation_store().ok_or(Error::Cache)?;
+        Ok(store
+            .state()
+            .iter()
+            .filter(|h| h.metadata.namespace.as_deref() == Some(self.ns.as_str()))
+            .map(|h| (**h).clone())
+            .collect())
     }
 
     // ----- step 6 ----------------------------------------------------------------------
@@ -104,10 +141,18 @@ impl Pass<'_> {
         } else if self.classified.main.is_none() {
             return self.suspend_create_main().await;
         }
-        self.record_and_hibernate().await?;
+        // 6C.1–6C.2, decided once: on a pass that (re-)enters Suspending the stamp goes out
+        // with the record.
+        let deadline = suspend::suspend_deadline(
+            self.phase(),
+            SuspendingSince::from_meta(&self.cs.metadata),
+            Utc::now(),
+            self.ctx.timing.suspend_deadline,
+        );
+        self.record_and_hibernate(deadline).await?;
         let (complete, probe_error) = self.suspend_gate().await;
         if !complete {
-            return self.suspend_not_complete(probe_error).await;
+            return self.suspend_not_complete(deadline, probe_error).await;
         }
         self.clear_suspending_since().await?;
         if release {
@@ -131,53 +176,74 @@ impl Pass<'_> {
         })))
     }
 
-    /// 6A.2: the record first (durable), then the hibernate annotations.
-    async fn record_and_hibernate(&mut self) -> Result<(), Error> {
+    /// 6A.2: the record first (durable), then the hibernate annotations, all at once. A
+    /// pass that asks for hibernates while (re-)entering Suspending (6C.1) writes
+    /// `suspending-since` in the same patch as the record: one write fewer, and the deadline
+    /// starts before any hibernate. (A pass with nothing to ask usually finds the gate
+    /// complete, so it leaves the stamp to 6C.)
+    async fn record_and_hibernate(&mut self, deadline: Deadline) -> Result<(), Error> {
         let record = ReclaimRecord::from_meta(&self.cs.metadata);
         let next = suspend::record_for_suspend(&record, &self.classified);
-        self.write_record(&next).await?;
-        for name in suspend::hibernate_targets(&self.classified) {
-            self.patch_classified(&name, &bool_delta(ann::HIBERNATE, true))
-                .await?;
+        let mut delta = next.delta(self.cs.annotations());
+        let targets = suspend::hibernate_targets(&self.classified);
+        if let Deadline::Restart(stamp) = deadline
+            && !targets.is_empty()
+        {
+            delta.extend(stamp.desired());
         }
-        Ok(())
+        self.patch_set_annotations(delta).await?;
+        self.patch_classified_all(&targets, &bool_delta(ann::HIBERNATE, true))
+            .await
     }
 
     /// 6A.3: whether every managed VM is hibernated at this generation with its tag in the
     /// registry, and the probe error that stopped the walk, if any.
+    /// The probes go out together once no pod is still incomplete.
     async fn suspend_gate(&self) -> (bool, Option<String>) {
         let generation = self.generation();
+        let mut probes = Vec::new();
         for pod in self.classified.all_by_name.values() {
             match suspend::gate_item(pod, generation) {
                 GateItem::Skip => {}
                 GateItem::Incomplete => return (false, None),
-                GateItem::Probe(vm) => {
-                    self.ctx
-                        .stats
-                        .registry_calls
-                        .fetch_add(1, Ordering::Relaxed);
-                    match self.ctx.registry.has_manifest(&vm, tags::HIBERNATE).await {
-                        Ok(true) => {}
-                        Ok(false) => return (false, None),
-                        Err(e) => return (false, Some(e.to_string())),
-                    }
-                }
+                GateItem::Probe(vm) => probes.push(vm),
             }
         }
-        (true, None)
+        let stats = &self.ctx.stats;
+        let registry = &self.ctx.registry;
+        let calls: Vec<_> = probes
+            .iter()
+            .map(|vm| {
+                stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+                registry.has_manifest(vm, tags::HIBERNATE)
+            })
+            .collect();
+        let results = futures::future::join_all(calls).await;
+        let mut complete = true;
+        for r in results {
+            match r {
+                Ok(true) => {}
+                Ok(false) => complete = false,
+                Err(e) => return (false, Some(e.to_string())),
+            }
+        }
+        (complete, None)
     }
 
-    /// 6C.
-    async fn suspend_not_complete(&mut self, probe_error: Option<String>) -> Result<Step, Error> {
-        let since = SuspendingSince::from_meta(&self.cs.metadata);
-        let deadline = self.ctx.timing.suspend_deadline;
-        match suspend::suspend_deadline(self.phase(), since, Utc::now(), deadline) {
+    /// 6C, with the deadline decided before the record write (a restart's stamp may have
+    /// gone out with it; writing it again is then no call).
+    async fn suspend_not_complete(
+        &mut self,
+        deadline: Deadline,
+        probe_error: Option<String>,
+    ) -> Result<Step, Error> {
+        match deadline {
             Deadline::Restart(stamp) => {
-                let delta = stamp.desired();
-                self.patch_set_annotations(delta).await?;
+                self.patch_set_annotations(stamp.desired()).await?;
             }
             Deadline::Running => {}
             Deadline::Exceeded => {
+                let deadline = self.ctx.timing.suspend_deadline;
                 let msg = ev::suspend_timed_out_message(deadline, probe_error.as_deref());
                 warn!(namespace = %self.ns, name = %self.name, %msg, "suspend timed out");
                 self.event(true, reasons::SUSPEND_TIMED_OUT, msg).await;
@@ -270,7 +336,7 @@ impl Pass<'_> {
             Engage::Probe => {}
         }
         let main_name = naming::pod_name_for_agent(&self.name, 0);
-        if migrate::hibernation_blocks(&self.list_hibernations().await?, &main_name) {
+        if migrate::hibernation_blocks(&self.list_hibernations_fresh().await?, &main_name) {
             debug!(namespace = %self.ns, pod = %main_name, "a CocoonHibernation owns the main; migration waits");
             return Ok(Step::Continue);
         }
@@ -519,11 +585,15 @@ impl Pass<'_> {
             return Ok(());
         }
         let owned_by_cr = if any_annotated {
-            suspend::hibernation_owned(&self.list_hibernations().await?)
+            suspend::hibernation_owned(&self.list_hibernations()?)
         } else {
             BTreeSet::new()
         };
-        let hibernated = suspend::unsuspend_targets(&self.classified, &owned_by_cr);
+        let mut hibernated = suspend::unsuspend_targets(&self.classified, &owned_by_cr);
+        if suspend::unsuspend_needs_fresh_crs(&record, &hibernated) {
+            let fresh = suspend::hibernation_owned(&self.list_hibernations_fresh().await?);
+            hibernated = suspend::unsuspend_targets(&self.classified, &fresh);
+        }
         if hibernated.is_empty() && record.suspended.is_empty() {
             return Ok(());
         }
@@ -531,10 +601,9 @@ impl Pass<'_> {
         let first =
             suspend::unsuspend_first_write(&record, &hibernated, &present, self.generation());
         self.write_record(&first).await?;
-        for p in &hibernated {
-            self.patch_classified(&p.name_any(), &bool_delta(ann::HIBERNATE, false))
-                .await?;
-        }
+        let names: Vec<String> = hibernated.iter().map(|p| p.name_any()).collect();
+        self.patch_classified_all(&names, &bool_delta(ann::HIBERNATE, false))
+            .await?;
         let mut second = ReclaimRecord::from_meta(&self.cs.metadata);
         second.suspended.clear();
         self.write_record(&second).await?;
@@ -551,12 +620,18 @@ impl Pass<'_> {
             return Ok(());
         }
         let mut failures = Vec::new();
-        for vm in &woken {
-            self.ctx
-                .stats
-                .registry_calls
-                .fetch_add(1, Ordering::Relaxed);
-            match self.ctx.registry.delete_tag(vm, tags::HIBERNATE).await {
+        let stats = &self.ctx.stats;
+        let registry = &self.ctx.registry;
+        let deletes: Vec<_> = woken
+            .iter()
+            .map(|vm| {
+                stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+                registry.delete_tag(vm, tags::HIBERNATE)
+            })
+            .collect();
+        let results = futures::future::join_all(deletes).await;
+        for (vm, r) in woken.iter().zip(results) {
+            match r {
                 Ok(()) => record.remove_vm(vm),
                 Err(e) => failures.push(format!("{vm}:{}: {e}", tags::HIBERNATE)),
             }

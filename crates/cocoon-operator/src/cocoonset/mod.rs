@@ -20,7 +20,7 @@ mod suspend_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +38,7 @@ use cocoon_api::naming::{self, Role};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
@@ -55,6 +55,9 @@ use crate::registry::TagRegistry;
 use crate::shell;
 
 const CONTROLLER: &str = "cocoonset";
+/// Pod writes of one step that go out together, at most this many at once (the spec's cap
+/// on concurrent pod creates).
+const POD_WRITES_AT_ONCE: usize = 8;
 
 /// A pass failed; the controller logs it and retries with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +99,8 @@ pub struct Stats {
     pub reads: AtomicU64,
     /// Registry calls.
     pub registry_calls: AtomicU64,
+    /// Time spent in passes, summed over the concurrent workers (microseconds).
+    pub busy_micros: AtomicU64,
 }
 
 impl Stats {
@@ -116,6 +121,9 @@ pub struct Context {
     pub timing: Timing,
     pub stats: Stats,
     pods: Mutex<Option<Store<Pod>>>,
+    hibernations: Mutex<Option<Store<CocoonHibernation>>>,
+    /// Set once the CocoonHibernation cache delivered its first complete list.
+    hibernations_synced: std::sync::atomic::AtomicBool,
     retries: shell::RetryBackoff,
     /// Set once the pod cache delivered its first complete list. A flag rather than
     /// `Store::wait_until_ready`: waiters parked on that before the list completed were seen
@@ -143,6 +151,8 @@ impl Context {
             pods: Mutex::default(),
             retries: shell::RetryBackoff::default(),
             pods_synced: std::sync::atomic::AtomicBool::new(false),
+            hibernations: Mutex::new(None),
+            hibernations_synced: std::sync::atomic::AtomicBool::new(false),
             leadership: crate::leader::Leadership::always(),
         }
     }
@@ -155,6 +165,10 @@ impl Context {
 
     fn pod_store(&self) -> Option<Store<Pod>> {
         self.pods.lock().ok().and_then(|s| s.clone())
+    }
+
+    fn hibernation_store(&self) -> Option<Store<CocoonHibernation>> {
+        self.hibernations.lock().ok().and_then(|s| s.clone())
     }
 }
 
@@ -209,7 +223,26 @@ pub async fn run(
                 }
             }),
     );
-    Controller::for_stream(set_events, set_reader)
+    // The CocoonHibernations steps 8 and 10 consult, from a cache like every other read.
+    let hibernations: Api<CocoonHibernation> = match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let (hib_reader, hib_writer) = reflector::store::<CocoonHibernation>();
+    if let Ok(mut slot) = ctx.hibernations.lock() {
+        *slot = Some(hib_reader);
+    }
+    let hib_flag = ctx.clone();
+    let hib_cache = watcher(hibernations, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(hib_writer)
+        .for_each(move |ev| {
+            if matches!(ev, Ok(watcher::Event::InitDone)) {
+                hib_flag.hibernations_synced.store(true, Ordering::SeqCst);
+            }
+            futures::future::ready(())
+        });
+    let controller = Controller::for_stream(set_events, set_reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .owns_stream(pod_events)
         .graceful_shutdown_on(shutdown)
@@ -219,8 +252,10 @@ pub async fn run(
                 Ok((obj, _)) => debug!(object = %obj, "reconciled"),
                 Err(e) => debug!(error = %e, "reconcile failed"),
             }
-        })
-        .await;
+        });
+    // The controller ends at shutdown; the cache's watch would run on, so it is dropped then.
+    futures::pin_mut!(controller, hib_cache);
+    futures::future::select(controller, hib_cache).await;
 }
 
 /// §1 primary watch: creates, deletes, and updates that change the generation or the status
@@ -273,6 +308,10 @@ async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Erro
     }
     let started = Instant::now();
     let result = reconcile_inner(&cs, &ctx).await;
+    ctx.stats.busy_micros.fetch_add(
+        u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
     ctx.metrics
         .reconcile_duration
         .get_or_create(&ControllerLabel {
@@ -293,7 +332,7 @@ enum Step {
 
 async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error> {
     let store = ctx.pod_store().ok_or(Error::Cache)?;
-    if !ctx.pods_synced.load(Ordering::SeqCst) {
+    if !ctx.pods_synced.load(Ordering::SeqCst) || !ctx.hibernations_synced.load(Ordering::SeqCst) {
         // Look again shortly instead of holding a concurrency slot.
         return Ok(Action::requeue(Duration::from_millis(300)));
     }
@@ -319,28 +358,15 @@ async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error>
     }
     // Step 4.
     pass.classified = Classified::from_owned(&owned);
-    // Step 5.
-    pass.stamp_generation().await?;
-    // Step 6 (part 2).
-    if let Step::Return(a) = pass.suspend().await? {
+    // Step 5: planned here, written with the first patch steps 6–10 make to each pod (the
+    // hibernate annotation of a suspend, its clear on unsuspend), the rest right after them.
+    pass.stamp_generation();
+    let transitions = pass.transitions().await;
+    let stamped = pass.flush_stamps().await;
+    if let Step::Return(a) = transitions? {
         return Ok(a);
     }
-    // Step 7.
-    if let Step::Return(a) = pass.failed_state().await? {
-        return Ok(a);
-    }
-    // Step 8 (part 3).
-    if let Step::Return(a) = pass.migrate().await? {
-        return Ok(a);
-    }
-    // Step 9 (part 2).
-    if let Step::Return(a) = pass.release_wake().await? {
-        return Ok(a);
-    }
-    // Step 10 (part 2).
-    if let Step::Return(a) = pass.unsuspend_and_reclaim().await? {
-        return Ok(a);
-    }
+    stamped?;
     // Step 11.
     if let Step::Return(a) = pass.main_agent().await? {
         return Ok(a);
@@ -366,6 +392,9 @@ struct Pass<'a> {
     min_backoff: Option<Duration>,
     /// Pods named by a Hibernated/Waking CocoonHibernation; listed at most once per pass.
     cr_restorable: Option<BTreeSet<String>>,
+    /// Step 5's generation stamps not written yet, by pod name: each rides on the pass's
+    /// next patch of that pod, and [`Pass::flush_stamps`] writes what is left after step 10.
+    pending_stamps: BTreeMap<String, AnnotationDelta>,
 }
 
 /// Outcome of one create through the protocol.
@@ -388,7 +417,30 @@ impl<'a> Pass<'a> {
             changed: false,
             min_backoff: None,
             cr_restorable: None,
+            pending_stamps: BTreeMap::new(),
         }
+    }
+
+    /// Steps 6 to 10, which hand over to step 11 or end the pass.
+    async fn transitions(&mut self) -> Result<Step, Error> {
+        // Step 6 (part 2).
+        if let Step::Return(a) = self.suspend().await? {
+            return Ok(Step::Return(a));
+        }
+        // Step 7.
+        if let Step::Return(a) = self.failed_state().await? {
+            return Ok(Step::Return(a));
+        }
+        // Step 8 (part 3).
+        if let Step::Return(a) = self.migrate().await? {
+            return Ok(Step::Return(a));
+        }
+        // Step 9 (part 2).
+        if let Step::Return(a) = self.release_wake().await? {
+            return Ok(Step::Return(a));
+        }
+        // Step 10 (part 2).
+        self.unsuspend_and_reclaim().await
     }
 
     fn generation(&self) -> i64 {
@@ -441,6 +493,7 @@ impl<'a> Pass<'a> {
             return Ok(());
         };
         self.ctx.stats.write(line!());
+        debug!(name = %self.name, %patch, "patching the set's annotations");
         self.sets
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
@@ -477,6 +530,7 @@ impl<'a> Pass<'a> {
             }
         }
         self.ctx.stats.write(line!());
+        debug!(name = %self.name, status = %body, "patching the set's status");
         self.sets
             .patch_status(
                 &self.name,
@@ -495,7 +549,8 @@ impl<'a> Pass<'a> {
         plan::build_status(&self.cs, &self.classified, phase, now)
     }
 
-    async fn delete_pod(&self, name: &str) -> Result<(), Error> {
+    async fn delete_pod(&mut self, name: &str) -> Result<(), Error> {
+        self.pending_stamps.remove(name);
         self.ctx.stats.write(line!());
         match self.pod_api.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
@@ -504,15 +559,56 @@ impl<'a> Pass<'a> {
         }
     }
 
-    async fn patch_pod_annotations(&self, pod: &str, delta: &AnnotationDelta) -> Result<(), Error> {
-        let Some(patch) = annotations_merge_patch(delta) else {
+    /// Patches a pod's annotations, carrying its pending generation stamp along.
+    async fn patch_pod_annotations(
+        &mut self,
+        pod: &str,
+        delta: &AnnotationDelta,
+    ) -> Result<(), Error> {
+        let delta = self.with_stamp(pod, delta);
+        patch_pod(self.ctx, &self.pod_api, pod, &delta).await
+    }
+
+    /// Patches several pods at once (at most [`POD_WRITES_AT_ONCE`] in flight), each with
+    /// its pending generation stamp; the first error is returned once all have finished.
+    async fn patch_pods(&mut self, patches: Vec<(String, AnnotationDelta)>) -> Result<(), Error> {
+        let patches: Vec<(String, AnnotationDelta)> = patches
+            .into_iter()
+            .map(|(pod, delta)| {
+                let delta = self.with_stamp(&pod, &delta);
+                (pod, delta)
+            })
+            .collect();
+        let (ctx, api) = (self.ctx, &self.pod_api);
+        // Futures collected first: a `map` closure inside the stream type trips the
+        // higher-ranked `Send` check of the controller's future.
+        let writes: Vec<_> = patches
+            .iter()
+            .map(|(pod, delta)| patch_pod(ctx, api, pod, delta))
+            .collect();
+        let results: Vec<Result<(), Error>> = futures::stream::iter(writes)
+            .buffer_unordered(POD_WRITES_AT_ONCE)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+
+    /// `delta` plus the pod's pending generation stamp, which is then no longer pending.
+    fn with_stamp(&mut self, pod: &str, delta: &AnnotationDelta) -> AnnotationDelta {
+        let mut out = self.pending_stamps.remove(pod).unwrap_or_default();
+        out.extend(delta.iter().map(|(k, v)| (k.clone(), v.clone())));
+        out
+    }
+
+    /// Writes the generation stamps no earlier patch of this pass carried.
+    async fn flush_stamps(&mut self) -> Result<(), Error> {
+        let pending: Vec<(String, AnnotationDelta)> = std::mem::take(&mut self.pending_stamps)
+            .into_iter()
+            .collect();
+        if pending.is_empty() {
             return Ok(());
-        };
-        self.ctx.stats.write(line!());
-        self.pod_api
-            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        Ok(())
+        }
+        self.patch_pods(pending).await
     }
 
     /// Stashes the VM names of pods about to be deleted (scale-down, toolbox removal).
@@ -612,23 +708,17 @@ impl<'a> Pass<'a> {
 
     // ----- step 5 ----------------------------------------------------------------------
 
-    async fn stamp_generation(&mut self) -> Result<(), Error> {
+    /// Step 5: plans the stamp of every pod that lacks this generation and mirrors it into
+    /// the classification; the writes go out with the pass's next patch of each pod.
+    fn stamp_generation(&mut self) {
         let generation = self.generation();
-        let stale: Vec<String> = self
-            .classified
-            .all_by_name
-            .iter()
-            .filter(|(_, p)| GenerationStamp::from_meta(&p.metadata).0 != generation)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in stale {
-            let delta = GenerationStamp(generation).desired();
-            self.patch_pod_annotations(&name, &delta).await?;
-            if let Some(p) = self.classified.all_by_name.get_mut(&name) {
+        let delta = GenerationStamp(generation).desired();
+        for (name, p) in self.classified.all_by_name.iter_mut() {
+            if GenerationStamp::from_meta(&p.metadata).0 != generation {
                 cocoon_api::contract::apply_delta(p.annotations_mut(), &delta);
+                self.pending_stamps.insert(name.clone(), delta.clone());
             }
         }
-        Ok(())
     }
 
     // Steps 6, 8, 9 and 10 live in `flows.rs`.
@@ -776,12 +866,8 @@ impl<'a> Pass<'a> {
         if let Some(s) = &self.cr_restorable {
             return Ok(s.clone());
         }
-        let api: Api<CocoonHibernation> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
-        let set: BTreeSet<String> = api
-            .list(&ListParams::default())
-            .await?
-            .items
+        let set: BTreeSet<String> = self
+            .list_hibernations()?
             .into_iter()
             .filter(|h| {
                 matches!(
@@ -1091,6 +1177,22 @@ pub fn validate_toolboxes(toolboxes: &[ToolboxSpec]) -> Result<(), Error> {
 /// §7 for one pod: read the `:hibernate` manifest (unless skipped), drop the tag when the
 /// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
 /// record (applied by the caller once all creates are done).
+/// One pod annotation merge patch (nothing when the delta is empty).
+async fn patch_pod(
+    ctx: &Context,
+    api: &Api<Pod>,
+    pod: &str,
+    delta: &AnnotationDelta,
+) -> Result<(), Error> {
+    let Some(patch) = annotations_merge_patch(delta) else {
+        return Ok(());
+    };
+    ctx.stats.write(line!());
+    api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
 async fn create_through_protocol(
     ctx: &Context,
     api: &Api<Pod>,

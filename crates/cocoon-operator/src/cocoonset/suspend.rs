@@ -213,6 +213,16 @@ pub fn unsuspend_targets(c: &Classified, owned_by_cr: &BTreeSet<String>) -> Vec<
         .collect()
 }
 
+/// Whether an unsuspend decided on the cached CocoonHibernations must look again with a
+/// fresh list: it would clear the annotation of a pod whose VM the set's own suspended list
+/// does not name (a leftover, or the target of a CocoonHibernation the cache may not show
+/// yet). Clearing what the set itself suspended needs no second look.
+pub fn unsuspend_needs_fresh_crs(record: &ReclaimRecord, targets: &[Pod]) -> bool {
+    targets
+        .iter()
+        .any(|p| !record.suspended.iter().any(|vm| vm == pods::vm_name(p)))
+}
+
 /// 10.3: the first write. `present_vms` are the VMs of the current non-terminating pods.
 pub fn unsuspend_first_write(
     record: &ReclaimRecord,

@@ -458,6 +458,31 @@ fn unsuspend_skips_pods_a_hibernation_owns() {
 }
 
 #[test]
+fn unsuspend_looks_again_only_for_pods_the_set_did_not_suspend() {
+    let record = |suspended: &[i32]| ReclaimRecord {
+        suspended: suspended.iter().map(|s| vm(*s)).collect(),
+        ..ReclaimRecord::default()
+    };
+    let annotated = |slot| with(agent(slot), ann::HIBERNATE, "true");
+    // (suspended list, pods about to be cleared, a fresh list needed)
+    let table: Vec<(&[i32], Vec<Pod>, bool)> = vec![
+        (&[0, 1], vec![annotated(0), annotated(1)], false),
+        (&[0, 1], vec![annotated(0)], false),
+        (&[0], vec![annotated(0), annotated(1)], true),
+        (&[], vec![annotated(0)], true),
+        (&[], vec![], false),
+    ];
+    for (suspended, targets, fresh) in table {
+        assert_eq!(
+            suspend::unsuspend_needs_fresh_crs(&record(suspended), &targets),
+            fresh,
+            "suspended {suspended:?}, targets {:?}",
+            suspend::names(&targets)
+        );
+    }
+}
+
+#[test]
 fn unsuspend_first_write_table() {
     let record = ReclaimRecord {
         generation: 1,
