@@ -386,3 +386,77 @@ async fn fork_from_shares_one_baseline_snapshot() {
     })
     .await;
 }
+
+/// A wake publishes its status from several tasks at once (the bring-up, the first probe, the
+/// lifecycle reconciler). Whatever order their writes land in, every woken pod must end Ready
+/// on its own: here the drift check, which would repair a stale status, never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_wakes_end_ready_without_the_drift_check() {
+    run_test(|env| async move {
+        const PODS: usize = 40;
+        let client = env.client()?;
+        let ns = create_namespace(&client, "node-wakes").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
+        let root = root(&tmp, &node);
+        let mut opts = common::AgentOptions::new(&root);
+        opts.timing.drift_first = std::time::Duration::from_secs(3600);
+        opts.timing.drift_every = std::time::Duration::from_secs(3600);
+        let _agent = common::start_agent_with(
+            env.client()?,
+            env.registry_addr(),
+            &node,
+            &root,
+            opts,
+            |_| Ok(()),
+        )
+        .await?;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let names: Vec<String> = (0..PODS).map(|i| format!("w{i}")).collect();
+        for name in &names {
+            api.create(
+                &PostParams::default(),
+                &vm_pod(&ns, name, &node, &[(ann::SNAPSHOT_POLICY, "never")]),
+            )
+            .await?;
+        }
+        for name in &names {
+            wait_running(&client, &ns, name).await?;
+        }
+        for round in 0..2 {
+            let generation = (2 * round + 2).to_string();
+            futures::future::try_join_all(names.iter().map(|name| {
+                patch_ann(
+                    &client,
+                    &ns,
+                    name,
+                    json!({ann::HIBERNATE: "true", ann::GENERATION: generation}),
+                )
+            }))
+            .await?;
+            for name in &names {
+                wait_lifecycle(
+                    &client,
+                    &ns,
+                    name,
+                    LifecycleState::Hibernated,
+                    2 * round + 2,
+                )
+                .await?;
+            }
+            futures::future::try_join_all(
+                names
+                    .iter()
+                    .map(|name| patch_ann(&client, &ns, name, json!({ann::HIBERNATE: null}))),
+            )
+            .await?;
+            for name in &names {
+                wait_running(&client, &ns, name).await?;
+            }
+        }
+        delete_namespace(&client, &ns).await?;
+        Ok::<(), BoxError>(())
+    })
+    .await;
+}

@@ -215,6 +215,8 @@ async fn drift_reconciler(h: Arc<Handler>) {
             .for_each_concurrent(8, |key| {
                 let h = h.clone();
                 async move {
+                    let lock = h.status_lock(&key);
+                    let _publishing = lock.lock().await;
                     let Some((pod, st)) = h.compute_status(&key, false) else {
                         return;
                     };
@@ -232,8 +234,10 @@ async fn drift_reconciler(h: Arc<Handler>) {
                         return;
                     }
                     let live_st = live.status.unwrap_or_default();
-                    if status::drift_key(&live_st) != status::drift_key(&st) {
-                        info!(pod = %key, "republishing drifted status");
+                    let (published, computed) =
+                        (status::drift_key(&live_st), status::drift_key(&st));
+                    if published != computed {
+                        info!(pod = %key, ?published, ?computed, "republishing drifted status");
                         let _ = h.write_status(&pod, &st).await;
                     }
                 }

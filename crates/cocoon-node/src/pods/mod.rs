@@ -611,8 +611,18 @@ impl Handler {
         }
     }
 
+    /// The lock under which a pod's status is computed and written. Publications come from
+    /// several tasks (the probe loop, the bring-up, the lifecycle reconciler, the drift
+    /// check); computing inside the lock makes the last write the newest view, where two
+    /// racing writes could otherwise leave a stale status until the drift check.
+    pub(crate) fn status_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.flight(&format!("status:{key}"))
+    }
+
     /// Recomputes and publishes the status of a tracked pod.
     pub(crate) async fn notify(&self, key: &str) {
+        let lock = self.status_lock(key);
+        let _publishing = lock.lock().await;
         let Some((pod, st)) = self.compute_status(key, false) else {
             return;
         };
@@ -629,6 +639,8 @@ impl Handler {
         if !self.store_intent(&pod, LifecycleState::Ready, "") {
             return false;
         }
+        let lock = self.status_lock(key);
+        let publishing = lock.lock().await;
         let Some((pod, st)) = self.compute_status(key, true) else {
             return false;
         };
@@ -636,6 +648,7 @@ impl Handler {
             warn!(pod = %key, error = %e, "ready status write failed; the lifecycle reconciler retries");
             return false;
         }
+        drop(publishing);
         // The DHCP lease may have landed after the create wrote the runtime annotations and
         // before the first probe (which then never reports a transition): publish the address
         // with the ready state, so `vm.cocoonstack.io/ip` never stays empty on a ready VM.
