@@ -197,8 +197,8 @@ impl Pass<'_> {
     }
 
     /// 6A.3: whether every managed VM is hibernated at this generation with its tag in the
-    /// registry, and the probe error that stopped the walk, if any.
-    /// The probes go out together once no pod is still incomplete.
+    /// registry, and a probe error, if any. No probe is made while a pod is still incomplete;
+    /// then all go out together.
     async fn suspend_gate(&self) -> (bool, Option<String>) {
         let generation = self.generation();
         let mut probes = Vec::new();

@@ -363,10 +363,11 @@ async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error>
     pass.stamp_generation();
     let transitions = pass.transitions().await;
     let stamped = pass.flush_stamps().await;
-    if let Step::Return(a) = transitions? {
+    let step = transitions?;
+    stamped?;
+    if let Step::Return(a) = step {
         return Ok(a);
     }
-    stamped?;
     // Step 11.
     if let Step::Return(a) = pass.main_agent().await? {
         return Ok(a);
@@ -390,8 +391,6 @@ struct Pass<'a> {
     classified: Classified,
     changed: bool,
     min_backoff: Option<Duration>,
-    /// Pods named by a Hibernated/Waking CocoonHibernation; listed at most once per pass.
-    cr_restorable: Option<BTreeSet<String>>,
     /// Step 5's generation stamps not written yet, by pod name: each rides on the pass's
     /// next patch of that pod, and [`Pass::flush_stamps`] writes what is left after step 10.
     pending_stamps: BTreeMap<String, AnnotationDelta>,
@@ -416,7 +415,6 @@ impl<'a> Pass<'a> {
             classified: Classified::default(),
             changed: false,
             min_backoff: None,
-            cr_restorable: None,
             pending_stamps: BTreeMap::new(),
         }
     }
@@ -862,11 +860,9 @@ impl<'a> Pass<'a> {
 
     // ----- §7/§8 create protocol ---------------------------------------------------------
 
-    async fn cr_restorable(&mut self) -> Result<BTreeSet<String>, Error> {
-        if let Some(s) = &self.cr_restorable {
-            return Ok(s.clone());
-        }
-        let set: BTreeSet<String> = self
+    /// The pods a Hibernated or Waking CocoonHibernation names (from the cache).
+    fn cr_restorable(&self) -> Result<BTreeSet<String>, Error> {
+        Ok(self
             .list_hibernations()?
             .into_iter()
             .filter(|h| {
@@ -876,9 +872,7 @@ impl<'a> Pass<'a> {
                 )
             })
             .map(|h| h.spec.pod_ref.name)
-            .collect();
-        self.cr_restorable = Some(set.clone());
-        Ok(set)
+            .collect())
     }
 
     /// The create facts of `pod` (its role, VM and restore intent); the image and the tag
@@ -959,7 +953,7 @@ impl<'a> Pass<'a> {
             return Ok(Step::Return(Action::await_change()));
         }
         let pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
-        let restorable = self.cr_restorable().await?;
+        let restorable = self.cr_restorable()?;
         let facts = self.facts_for(&pod, Role::Main, &restorable, false);
         let (outcome, forget) = create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
         let forget: Vec<String> = forget.into_iter().collect();
@@ -1002,7 +996,7 @@ impl<'a> Pass<'a> {
             }
         }
         if !missing.is_empty() {
-            let restorable = self.cr_restorable().await?;
+            let restorable = self.cr_restorable()?;
             let jobs: Vec<(Pod, CreateFacts<'static>)> = missing
                 .iter()
                 .map(|slot| {
@@ -1092,7 +1086,7 @@ impl<'a> Pass<'a> {
                         continue;
                     }
                     let pod = pods::build_toolbox_pod(&self.cs, &self.ns, t);
-                    let restorable = self.cr_restorable().await?;
+                    let restorable = self.cr_restorable()?;
                     let facts = self.facts_for(&pod, Role::Toolbox, &restorable, false);
                     let (outcome, forget) =
                         create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
