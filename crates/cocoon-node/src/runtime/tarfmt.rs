@@ -78,6 +78,8 @@ pub fn parse_envelope(bytes: &[u8]) -> io::Result<Envelope> {
     Ok(env)
 }
 
+static ZERO_BLOCK: [u8; SPARSE_BLOCK as usize] = [0; SPARSE_BLOCK as usize];
+
 /// Data extents of `file` (length `size`) at [`SPARSE_BLOCK`] granularity: runs of non-zero
 /// blocks, coalesced. Zero detection instead of SEEK_DATA keeps it filesystem-independent.
 pub fn data_extents(file: &mut File, size: u64) -> io::Result<Vec<Extent>> {
@@ -89,7 +91,9 @@ pub fn data_extents(file: &mut File, size: u64) -> io::Result<Vec<Extent>> {
         let want = usize::try_from((size - offset).min(buf.len() as u64)).unwrap_or(buf.len());
         file.read_exact(&mut buf[..want])?;
         for (i, block) in buf[..want].chunks(SPARSE_BLOCK as usize).enumerate() {
-            if block.iter().all(|&b| b == 0) {
+            // Compared with a zero block (`memcmp`): a byte-by-byte test showed up as a
+            // quarter of a node agent's CPU when snapshotting mostly-empty disks.
+            if block == &ZERO_BLOCK[..block.len()] {
                 continue;
             }
             let at = offset + i as u64 * SPARSE_BLOCK;
