@@ -60,11 +60,13 @@ async fn state_on_disk(dir: &Path, vm: &str) -> TestResult<String> {
 }
 
 /// Restarts an agent on `dir` with a short stale-create watcher backoff; `prepare` runs on the
-/// simulator before the startup reconcile.
+/// simulator before the startup reconcile. With `retry` set, a failed pod operation waits that
+/// long before it is retried.
 async fn restart_agent(
     env: &Shared,
     node: &str,
     dir: &Path,
+    retry: Option<Duration>,
     prepare: impl FnOnce(&SimHandle) -> TestResult,
 ) -> TestResult<TestAgent> {
     let mut opts = AgentOptions::new(dir);
@@ -73,6 +75,10 @@ async fn restart_agent(
         stale_create_max: Duration::from_millis(500),
         ..opts.timing
     };
+    if let Some(retry) = retry {
+        opts.timing.retry_start = retry;
+        opts.timing.retry_max = retry;
+    }
     start_agent_with(env.client()?, env.registry_addr(), node, dir, opts, prepare).await
 }
 
@@ -125,7 +131,7 @@ async fn wake_clone_killed_in_creating_is_collected_after_restart() {
             "the killed clone left its record under the VM name"
         );
 
-        let again = restart_agent(env, &node, &dir, |_| Ok(())).await?;
+        let again = restart_agent(env, &node, &dir, None, |_| Ok(())).await?;
         assert_eq!(again.metric(&stale_series("collected")), 1.0);
         let p = wait_running(&client, &ns, "w").await?;
         assert_eq!(
@@ -163,8 +169,13 @@ enum FirstAnswer {
     VerbError,
 }
 
+/// A retry backoff far beyond [`WAIT`]: a pod that still becomes Running was retried because
+/// the watcher freed its VM name, not because its backoff ran out.
+const NO_RETRY_IN_TIME: Duration = Duration::from_secs(3600);
+
 /// A run cut in `creating`; after the restart the first answer is `first` (so a watcher
-/// starts), the watcher's next ask collects the record, and the pod's create succeeds.
+/// starts), the watcher's next ask collects the record, and the pod's create, which failed on
+/// the taken name, is retried at once and succeeds.
 async fn watcher_collects_after(env: &Shared, first: FirstAnswer) -> TestResult {
     let client = env.client()?;
     let ns = create_namespace(&client, "node-stale-watch").await?;
@@ -188,7 +199,7 @@ async fn watcher_collects_after(env: &Shared, first: FirstAnswer) -> TestResult 
     let (label, again) = match first {
         FirstAnswer::Busy => (
             "busy",
-            restart_agent(env, &node, &dir, |sim| {
+            restart_agent(env, &node, &dir, Some(NO_RETRY_IN_TIME), |sim| {
                 sim.script_stale_create(StaleCreateOutcome::Busy);
                 Ok(())
             })
@@ -196,7 +207,7 @@ async fn watcher_collects_after(env: &Shared, first: FirstAnswer) -> TestResult 
         ),
         FirstAnswer::VerbError => (
             "error",
-            restart_agent(env, &node, &dir, |sim| {
+            restart_agent(env, &node, &dir, Some(NO_RETRY_IN_TIME), |sim| {
                 sim.fail_next(
                     Verb::ReconcileStaleCreate,
                     1,

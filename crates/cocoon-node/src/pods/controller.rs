@@ -164,10 +164,13 @@ async fn worker(
                 debug!(pod = %key, error = %e, ?backoff, "pod operation failed; retrying");
                 let sleep = tokio::time::sleep(backoff);
                 tokio::pin!(sleep);
-                // Wait out the backoff, but let a deletion (or a vanish) cut it short.
+                let mut freed = h.names_freed();
+                // Wait out the backoff, but let a deletion (or a vanish) cut it short, and a
+                // stale create that frees a VM name (the failure may have been that name).
                 loop {
                     tokio::select! {
                         _ = &mut sleep => break,
+                        _ = freed.changed() => break,
                         r = rx.changed() => {
                             if r.is_err() { return; }
                             let urgent = rx.borrow().as_ref().is_none_or(|p| p.metadata.deletion_timestamp.is_some());

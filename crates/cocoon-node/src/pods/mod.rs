@@ -217,6 +217,9 @@ pub struct Handler {
     flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Registry pulls in flight, by destination snapshot (see `shared_pull`).
     pulls: Arc<Mutex<HashMap<String, transfer::SharedPull>>>,
+    /// Bumped whenever a stale create resolves (its VM name freed, or indexed for adoption):
+    /// pod operations waiting out a retry backoff try again at once.
+    names_freed: tokio::sync::watch::Sender<u64>,
 }
 
 impl Handler {
@@ -248,6 +251,7 @@ impl Handler {
             shutdown,
             flights: Mutex::new(HashMap::new()),
             pulls: Arc::default(),
+            names_freed: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -274,6 +278,16 @@ impl Handler {
     pub(crate) fn flight(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut f = self.flights.lock().unwrap_or_else(|p| p.into_inner());
         f.entry(key.to_owned()).or_default().clone()
+    }
+
+    /// Tells pod operations in a retry backoff that a VM name may have become free.
+    pub(crate) fn name_freed(&self) {
+        self.names_freed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Changes each time [`Handler::name_freed`] is called.
+    pub(crate) fn names_freed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.names_freed.subscribe()
     }
 
     fn update_table_gauge(&self, t: &Tables) {

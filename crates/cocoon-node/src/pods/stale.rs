@@ -138,8 +138,18 @@ impl Handler {
         }
     }
 
-    /// One look at a watched VM; `true` when the watch is over.
+    /// One look at a watched VM; `true` when the watch is over. Then the name is free, or the
+    /// VM indexed for adoption, or given the orphan policy: pod creates waiting out a backoff
+    /// are told to try again now.
     async fn stale_watch_tick(self: &Arc<Self>, vm: &VmRecord) -> bool {
+        let over = self.stale_watch_step(vm).await;
+        if over {
+            self.name_freed();
+        }
+        over
+    }
+
+    async fn stale_watch_step(self: &Arc<Self>, vm: &VmRecord) -> bool {
         let (outcome, fresh) = match self.rt.inspect(&vm.id).await {
             Ok(r) => (InspectOutcome::State(r.state.clone()), Some(r)),
             Err(e) if e.is_vm_not_found() => (InspectOutcome::NotFound, None),
