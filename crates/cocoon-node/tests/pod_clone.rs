@@ -10,12 +10,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::{
-    BoxError, IMAGE, TestResult, WAIT, ann_of, patch_ann, registry, sim_config, start_agent,
-    vm_pod, wait_lifecycle, wait_running,
+    BoxError, IMAGE, TestResult, WAIT, ann_of, hibernate_pod, patch_ann, registry, sim_config,
+    start_agent, vm_pod, wait_running,
 };
 
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
+use cocoon_api::contract::{AnnotationCodec, Lifecycle};
 use cocoon_api::naming::{clone_base_snapshot_name, vm_name_for_pod};
 use cocoon_node::runtime::sim::{SimRuntime, Verb};
 use cocoon_node::runtime::{RunRequest, Runtime, tarfmt};
@@ -219,14 +219,7 @@ async fn wake_cut_by_an_agent_crash_finishes_after_restart() {
         let vm = vm_name_for_pod(&ns, "w");
         let token = agent.sim.guest_token(&vm)?;
 
-        patch_ann(
-            &client,
-            &ns,
-            "w",
-            json!({ann::HIBERNATE: "true", ann::GENERATION: "2"}),
-        )
-        .await?;
-        wait_lifecycle(&client, &ns, "w", LifecycleState::Hibernated, 2).await?;
+        hibernate_pod(&client, &ns, "w", 2).await?;
         assert!(reg.has_manifest(&vm, "hibernate").await?);
 
         // Wake, and kill the agent while the wake's clone is in flight.

@@ -7,8 +7,8 @@ mod common;
 use std::path::PathBuf;
 
 use common::{
-    BoxError, TestAgent, TestResult, WAIT, ann_of, patch_ann, registry, start_agent, vm_pod,
-    wait_gone, wait_lifecycle, wait_running,
+    BoxError, TestAgent, TestResult, WAIT, ann_of, hibernate_pod, patch_ann, registry, start_agent,
+    vm_pod, wait_gone, wait_lifecycle, wait_running,
 };
 
 use cocoon_api::contract::LifecycleState;
@@ -35,14 +35,7 @@ async fn hibernate(
     name: &str,
 ) -> TestResult {
     let vm = vm_name_for_pod(ns, name);
-    patch_ann(
-        client,
-        ns,
-        name,
-        json!({ann::HIBERNATE: "true", ann::GENERATION: "2"}),
-    )
-    .await?;
-    let p = wait_lifecycle(client, ns, name, LifecycleState::Hibernated, 2).await?;
+    let p = hibernate_pod(client, ns, name, 2).await?;
     assert!(
         reg.has_manifest(&vm, "hibernate").await?,
         ":hibernate tag pushed"
@@ -425,26 +418,13 @@ async fn concurrent_wakes_end_ready_without_the_drift_check() {
             wait_running(&client, &ns, name).await?;
         }
         for round in 0..2 {
-            let generation = (2 * round + 2).to_string();
-            futures::future::try_join_all(names.iter().map(|name| {
-                patch_ann(
-                    &client,
-                    &ns,
-                    name,
-                    json!({ann::HIBERNATE: "true", ann::GENERATION: generation}),
-                )
-            }))
+            let generation = 2 * round + 2;
+            futures::future::try_join_all(
+                names
+                    .iter()
+                    .map(|name| hibernate_pod(&client, &ns, name, generation)),
+            )
             .await?;
-            for name in &names {
-                wait_lifecycle(
-                    &client,
-                    &ns,
-                    name,
-                    LifecycleState::Hibernated,
-                    2 * round + 2,
-                )
-                .await?;
-            }
             futures::future::try_join_all(
                 names
                     .iter()

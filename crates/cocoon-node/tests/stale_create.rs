@@ -17,11 +17,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{
-    AgentOptions, BoxError, TestAgent, TestResult, WAIT, ann_of, patch_ann, registry, sim_config,
-    start_agent, start_agent_with, vm_pod, wait_lifecycle, wait_running,
+    AgentOptions, BoxError, TestAgent, TestResult, WAIT, ann_of, hibernate_pod, patch_ann,
+    registry, sim_config, start_agent, start_agent_with, vm_pod, wait_running,
 };
 
-use cocoon_api::contract::LifecycleState;
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::pods::Timing;
@@ -100,14 +99,7 @@ async fn wake_clone_killed_in_creating_is_collected_after_restart() {
         let vm = vm_name_for_pod(&ns, "w");
         let token = agent.sim.guest_token(&vm)?;
 
-        patch_ann(
-            &client,
-            &ns,
-            "w",
-            json!({ann::HIBERNATE: "true", ann::GENERATION: "2"}),
-        )
-        .await?;
-        wait_lifecycle(&client, &ns, "w", LifecycleState::Hibernated, 2).await?;
+        hibernate_pod(&client, &ns, "w", 2).await?;
         assert!(reg.has_manifest(&vm, "hibernate").await?);
         assert!(agent.sim.vm_info(&vm).is_err(), "hibernated: no VM");
 

@@ -349,6 +349,25 @@ pub async fn patch_ann(client: &Client, ns: &str, name: &str, v: serde_json::Val
     Ok(())
 }
 
+/// Asks the agent to hibernate the pod at `generation` (the hibernate annotation and the
+/// generation stamp in one patch) and waits until it reports `hibernated` there.
+pub async fn hibernate_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    generation: i64,
+) -> TestResult<Pod> {
+    let stamp = generation.to_string();
+    patch_ann(
+        client,
+        ns,
+        name,
+        json!({ann::HIBERNATE: "true", ann::GENERATION: stamp}),
+    )
+    .await?;
+    wait_lifecycle(client, ns, name, LifecycleState::Hibernated, generation).await
+}
+
 /// Waits until the pod object is gone.
 pub async fn wait_gone(client: &Client, ns: &str, name: &str) -> TestResult {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
