@@ -17,8 +17,9 @@ use cocoon_operator::metrics::{Metrics, SetLabels};
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{
-    HIBERNATE, WAIT, cordon, hibernating_node_actor, node_of, nodes, phase_is, recorder,
-    registry_client, spawn_sets, spec, suspend_timing, wait_event, wait_set, wait_tag,
+    HIBERNATE, ScriptedNode, WAIT, cordon, hibernating_node_actor, node_of, nodes, phase_is,
+    push_tag, recorder, registry_client, spawn_sets, spec, suspend_timing, wait_event, wait_set,
+    wait_tag,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -37,6 +38,7 @@ const RESTORE: &str = "vm.cocoonstack.io/restore-from-hibernate";
 
 struct Running {
     metrics: Arc<Metrics>,
+    ctx: Arc<cocoonset::Context>,
     /// Dropping it stops the controller at the end of the test.
     _stop: Option<oneshot::Sender<()>>,
     _task: tokio::task::JoinHandle<()>,
@@ -53,9 +55,10 @@ fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
         registry,
         suspend_timing(),
     ));
-    let (tx, task) = spawn_sets(ctx, ns);
+    let (tx, task) = spawn_sets(ctx.clone(), ns);
     Running {
         metrics,
+        ctx,
         _stop: Some(tx),
         _task: task,
     }
@@ -336,6 +339,94 @@ async fn repin_and_unpin_of_a_pending_main_recreate_it_under_the_current_pin() {
         wait_tag(&reg, &vm0, false).await?;
         cordon(&client, &b, false).await?;
         cordon(&client, &c, false).await?;
+        TestResult::Ok(())
+    })
+    .await;
+}
+
+/// A re-target back while the source is between two of its hibernate writes: the node agent
+/// has written `hibernating` and pushed the snapshot, but not yet cleared the VM id. The
+/// controller wakes the main in place, and must keep the tag until the main runs a VM woken
+/// from it: the old VM is about to be removed and the snapshot is then the only copy of its
+/// state. (Dropping it there made the real agent's wake find no snapshot, discard the local
+/// copy as stale, and fail with `WakePullFailed` for good.)
+#[tokio::test]
+async fn retarget_back_before_the_source_clears_its_vm_keeps_the_snapshot() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cs-mback").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let nodes = nodes(&client, &pool, 2).await?;
+        let ScriptedNode { hold, .. } = hibernating_node_actor(&client, &ns, env.registry_addr());
+        let running = start_controller(&client, &ns, env.registry_addr());
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let reg = registry_client(env.registry_addr());
+        let vm0 = vm_name_for_agent(&ns, "demo", 0);
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("demo", spec(&pool, 0)),
+        )
+        .await?;
+        wait_set(&sets, "demo", "Running", |cs| {
+            phase_is(cs, CocoonSetPhase::Running)
+        })
+        .await?;
+        let source = node_of(&pods, "demo-0").await?;
+        let target = other(&nodes, &[&source]);
+        let old = pods.get("demo-0").await?;
+
+        // The test plays the source agent from here on: quiesce seen, `hibernating`
+        // written, snapshot pushed, VM id not yet cleared.
+        hold.lock()
+            .map_err(|_| "hold lock")?
+            .insert("demo-0".into());
+        pin(&sets, &target).await?;
+        cocoon_testenv::wait_until("demo-0 quiesced", WAIT, || async {
+            let p = pods.get_opt("demo-0").await.ok().flatten()?;
+            (p.annotations().get(HIBERNATE).map(String::as_str) == Some("true")).then_some(())
+        })
+        .await?;
+        let patch = json!({"metadata": {"annotations": {
+            "vm.cocoonstack.io/lifecycle-state": "hibernating"}}});
+        pods.patch("demo-0", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        push_tag(&reg, &vm0, "hibernate", "img").await?;
+
+        pin(&sets, &source).await?;
+        cocoon_testenv::wait_until("quiesce cleared by the re-target", WAIT, || async {
+            let p = pods.get_opt("demo-0").await.ok().flatten()?;
+            p.annotations().get(HIBERNATE).is_none().then_some(())
+        })
+        .await?;
+        // Passes run one at a time per set, each probing the tag once: four more probes
+        // mean at least three whole passes saw the cleared quiesce beside the tag. A drop
+        // ends the wait early (the set then settles and stops probing).
+        let probes = || running.ctx.stats.registry_calls.load(Ordering::Relaxed);
+        let before = probes();
+        cocoon_testenv::wait_until("four more passes, or the tag dropped", WAIT, || async {
+            let tag = reg.has_manifest(&vm0, "hibernate").await.ok()?;
+            (probes() >= before + 4 || !tag).then_some(())
+        })
+        .await?;
+        assert!(
+            reg.has_manifest(&vm0, "hibernate").await?,
+            "the snapshot was dropped while the VM it came from was being removed"
+        );
+        let cs = sets.get("demo").await?;
+        assert!(phase_is(&cs, CocoonSetPhase::Migrating), "{:?}", cs.status);
+
+        // The source finishes (VM id cleared, `hibernated`) and wakes the main in place.
+        hold.lock().map_err(|_| "hold lock")?.clear();
+        let patch = json!({"metadata": {"annotations": {
+            "vm.cocoonstack.io/id": null,
+            "vm.cocoonstack.io/lifecycle-state": "hibernated"}}});
+        pods.patch("demo-0", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        let main = settled_on(&sets, &pods, &source).await?;
+        assert_eq!(main.uid(), old.uid(), "woken in place, not recreated");
+        assert_ne!(vm_id(&main), vm_id(&old), "a woken VM runs");
+        wait_tag(&reg, &vm0, false).await?;
         TestResult::Ok(())
     })
     .await;

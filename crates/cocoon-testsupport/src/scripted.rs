@@ -170,6 +170,9 @@ pub struct ScriptedNode {
     pub fail: PodSet,
     /// Pods whose hibernate is refused (left alone, as a macOS agent would).
     pub refuse: PodSet,
+    /// Pods the stand-in leaves alone entirely while listed: the test writes their node-side
+    /// state itself, for example to hold a hibernate between two of the agent's writes.
+    pub hold: PodSet,
 }
 
 /// Starts the stand-in for the node agent on the pods of `ns`: for pods the scheduler bound (or
@@ -182,7 +185,8 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let fail: PodSet = Arc::default();
     let refuse: PodSet = Arc::default();
-    let (f, r) = (fail.clone(), refuse.clone());
+    let hold: PodSet = Arc::default();
+    let (f, r, h) = (fail.clone(), refuse.clone(), hold.clone());
     let task = tokio::spawn(async move {
         let mut boots = 0u64;
         let mut stream = watcher(pods.clone(), watcher::Config::default())
@@ -191,6 +195,9 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
             .boxed();
         while let Some(Ok(pod)) = stream.next().await {
             let name = pod.name_any();
+            if h.lock().map(|s| s.contains(&name)).unwrap_or(false) {
+                continue;
+            }
             if pod.metadata.deletion_timestamp.is_some() {
                 // The kubelet's part of a delete: confirm it.
                 let _ = pods
@@ -289,7 +296,12 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
             }
         }
     });
-    ScriptedNode { task, fail, refuse }
+    ScriptedNode {
+        task,
+        fail,
+        refuse,
+        hold,
+    }
 }
 
 /// The stand-in of the suspend and migrate tests: it hibernates into the registry at

@@ -352,7 +352,27 @@ impl Pass<'_> {
             .await
             .map_err(|e| Error::Registry(format!("migrate: {e}")))?;
         let poll = Action::requeue(self.ctx.timing.migrate_poll);
-        match migrate::advance(&desired, migrating, main.as_ref(), tag) {
+        let mut decision = migrate::advance(&desired, migrating, main.as_ref(), tag);
+        if matches!(decision, Advance::DropLeftover | Advance::DropSnapshot) {
+            // The cache was read before the probe. Once the tag exists the node agent has
+            // written `hibernating`, so a pod read now shows whether the VM that runs is the
+            // one the snapshot came from; dropping on the older view could lose the only
+            // copy of the main's state.
+            self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+            let now = self.pod_api.get_opt(&main_name).await?;
+            let confirmed = migrate::advance(&desired, migrating, now.as_ref(), tag);
+            if confirmed != decision {
+                debug!(namespace = %self.ns, pod = %main_name, cached = ?decision, now = ?confirmed, "the main changed since the cache was read; tag kept");
+                decision = if migrating {
+                    Advance::AwaitLive {
+                        unschedulable: None,
+                    }
+                } else {
+                    Advance::HandOver
+                };
+            }
+        }
+        match decision {
             Advance::HandOver => Ok(Step::Continue),
             Advance::Quiesce => {
                 // The durable marker first: a restart mid-quiesce still knows the annotation

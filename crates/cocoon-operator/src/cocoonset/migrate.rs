@@ -152,7 +152,7 @@ pub fn advance(desired: &str, migrating: bool, main: Option<&Pod>, tag: bool) ->
                 return Advance::Quiesce;
             }
             // A wake or restore may still read a leftover tag until the main runs.
-            return if pods::is_vm_live(m) {
+            return if runs_after_snapshot(m) {
                 Advance::DropLeftover
             } else {
                 Advance::HandOver
@@ -172,7 +172,7 @@ pub fn advance(desired: &str, migrating: bool, main: Option<&Pod>, tag: bool) ->
             Advance::HandOver
         };
     }
-    if !pods::is_vm_live(m) {
+    if !runs_after_snapshot(m) {
         if !migrating {
             // A CocoonHibernation wake may be in flight.
             return Advance::HandOver;
@@ -182,6 +182,16 @@ pub fn advance(desired: &str, migrating: bool, main: Option<&Pod>, tag: bool) ->
         };
     }
     Advance::DropSnapshot
+}
+
+/// Whether the main runs a VM that no longer needs the `:hibernate` tag (8.6.1's "runs a live
+/// VM", 8.6.5's "restored and live"): `VMLive` **and** lifecycle `ready`, as a woken pod in
+/// 10.6. `VMLive` alone is not enough. The node agent writes lifecycle `hibernating` before it
+/// saves, pushes the tag, and clears the VM id one patch later, so a main whose quiesce a
+/// re-target back cleared mid-save shows the tag beside the VM id of the VM that is about to
+/// be removed. Its snapshot is the only copy of its state until the node wakes it.
+pub fn runs_after_snapshot(main: &Pod) -> bool {
+    pods::is_vm_live(main) && pods::lifecycle(main).state == Some(LifecycleState::Ready)
 }
 
 /// The scheduler's message for `MigrateNoCapacity`, which must not name the target node: any

@@ -71,6 +71,11 @@ fn hibernated(p: Pod, generation: &str) -> Pod {
     with(p, ann::LIFECYCLE_OBSERVED_GENERATION, generation)
 }
 
+/// The node agent's first hibernate write (lifecycle `hibernating`); the VM still runs.
+fn hibernating(p: Pod) -> Pod {
+    with(p, ann::LIFECYCLE_STATE, "hibernating")
+}
+
 fn unschedulable(mut p: Pod, msg: &str) -> Pod {
     let st = p.status.get_or_insert_with(PodStatus::default);
     st.phase = Some("Pending".into());
@@ -342,6 +347,14 @@ fn advance_table() {
             HandOver,
         ),
         (
+            "leftover tag, main live but hibernating: its snapshot may be that tag",
+            "n2",
+            false,
+            Some(hibernating(live(on_old()))),
+            true,
+            HandOver,
+        ),
+        (
             "quiesced, tag landed, not yet hibernated",
             "n2",
             true,
@@ -429,7 +442,43 @@ fn advance_table() {
             true,
             HandOver,
         ),
+        (
+            "restored VM up, lifecycle still creating",
+            "n2",
+            true,
+            Some(with(live(on_target()), ann::LIFECYCLE_STATE, "creating")),
+            true,
+            AwaitLive {
+                unschedulable: None,
+            },
+        ),
+        (
+            "re-target back cleared the quiesce mid-save: tag pushed, VM id not yet cleared",
+            "n1",
+            true,
+            Some(hibernating(live(main_pod("n1", "n1")))),
+            true,
+            AwaitLive {
+                unschedulable: None,
+            },
+        ),
+        (
+            "the same once the set no longer reads Migrating",
+            "n1",
+            false,
+            Some(hibernating(live(main_pod("n1", "n1")))),
+            true,
+            HandOver,
+        ),
         // 8.6.5
+        (
+            "woken in place after the re-target back",
+            "n1",
+            true,
+            Some(live(main_pod("n1", "n1"))),
+            true,
+            DropSnapshot,
+        ),
         (
             "restored and live",
             "n2",
