@@ -501,3 +501,53 @@ async fn deletion_collects_the_tag_after_the_last_holder() {
     })
     .await;
 }
+
+/// A wake that meets a hibernate in flight that someone else started (the node agent wrote
+/// `hibernating` and pushed the snapshot, but has not cleared the VM id yet): the VM that
+/// still runs is the one the snapshot came from, so the CR waits in `Waking` and keeps the
+/// tag until a VM woken from it runs.
+#[tokio::test]
+async fn wake_keeps_the_tag_while_the_snapshotted_vm_still_runs() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "ch-inflight").await?;
+        let reg = registry_client(env.registry_addr(), Duration::from_secs(10));
+        let _running = start_controller(
+            &client,
+            &ns,
+            registry_client(env.registry_addr(), Duration::from_secs(10)),
+            fast_timing(),
+        );
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &ns);
+        let vm = create_pod(&pods, &ns, "demo-0").await?;
+        node_reports_running(&pods, "demo-0", "vm-original").await?;
+        let patch = json!({"metadata": {"annotations": {
+            "vm.cocoonstack.io/lifecycle-state": "hibernating"}}});
+        pods.patch("demo-0", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        push_snapshot_tag(&reg, &vm, "hibernate").await?;
+
+        crs.create(
+            &PostParams::default(),
+            &hibernation("demo-0", "demo-0", Desire::Wake),
+        )
+        .await?;
+        wait_phase(&crs, "demo-0", HibernationPhase::Waking).await?;
+        assert!(
+            reg.has_manifest(&vm, "hibernate").await?,
+            "the tag stays while the VM it came from is being removed"
+        );
+
+        node_reports_hibernated(&pods, &reg, "demo-0", &vm, 1).await?;
+        node_reports_running(&pods, "demo-0", "vm-woken").await?;
+        wait_phase(&crs, "demo-0", HibernationPhase::Active).await?;
+        cocoon_testenv::wait_until("the :hibernate tag is dropped", WAIT, || async {
+            (!reg.has_manifest(&vm, "hibernate").await.ok()?).then_some(())
+        })
+        .await?;
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}

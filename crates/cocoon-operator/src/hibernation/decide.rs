@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cocoon_api::contract::events::{self, operator as reasons};
-use cocoon_api::contract::{AnnotationCodec, HibernateFlags, Lifecycle, annotations as ann};
+use cocoon_api::contract::{
+    AnnotationCodec, HibernateFlags, Lifecycle, LifecycleState, annotations as ann,
+};
 use cocoon_api::crd::hibernation::{
     CocoonHibernation, CocoonHibernationStatus, Desire, HibernationPhase,
 };
@@ -61,8 +63,12 @@ pub struct PodFacts {
     pub lifecycle: Lifecycle,
     /// `cocoonset.cocoonstack.io/generation` (0 when absent).
     pub generation_stamp: i64,
-    /// The container is running and `vm.cocoonstack.io/id` is set (the node clears the id on
-    /// hibernate and at the start of a wake, so a present id is a fresh one).
+    /// `VMLive`: the container is running and `vm.cocoonstack.io/id` is set (the node clears
+    /// the id on hibernate and at the start of a wake, so a present id is a fresh one), **and**
+    /// the lifecycle is not `hibernating`. The node writes `hibernating` before it saves and
+    /// clears the id only after the push, so in between the id is the one of a VM about to be
+    /// removed while the tag may already be its only copy: a wake that reverses a hibernate
+    /// mid-save must not count that VM as woken and drop the tag.
     pub vm_live: bool,
 }
 
@@ -73,13 +79,15 @@ impl PodFacts {
             .get(ann::VM_ID)
             .map(String::as_str)
             .unwrap_or("");
+        let lifecycle = Lifecycle::from_annotations(annotations);
+        let hibernating = lifecycle.state == Some(LifecycleState::Hibernating);
         PodFacts {
             vm_name: annotations.get(ann::VM_NAME).cloned().unwrap_or_default(),
             hibernate_annotated: HibernateFlags::from_annotations(annotations).hibernate,
-            lifecycle: Lifecycle::from_annotations(annotations),
+            lifecycle,
             generation_stamp: cocoon_api::contract::GenerationStamp::from_annotations(annotations)
                 .0,
-            vm_live: container_running && !id.is_empty(),
+            vm_live: container_running && !id.is_empty() && !hibernating,
         }
     }
 

@@ -697,3 +697,42 @@ fn duplicate_guard_matches_vm_name_or_pod_ref() {
         "not itself"
     );
 }
+
+#[test]
+fn vm_live_needs_a_running_container_an_id_and_no_hibernate_in_flight() {
+    let annotations = |id: &str, state: &str| {
+        [
+            ("vm.cocoonstack.io/name", "vk-ns-demo-0-505043"),
+            ("vm.cocoonstack.io/id", id),
+            ("vm.cocoonstack.io/lifecycle-state", state),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let cases = [
+        ("woken: fresh id, ready", "vm-2", "ready", true, true),
+        (
+            "booting: id written, not ready yet",
+            "vm-2",
+            "creating",
+            true,
+            true,
+        ),
+        (
+            "no id: hibernated or wake not started",
+            "",
+            "hibernated",
+            true,
+            false,
+        ),
+        ("container not running", "vm-2", "ready", false, false),
+        // Saved and maybe pushed; the id is the one of the VM about to be removed.
+        ("hibernate in flight", "vm-1", "hibernating", true, false),
+    ];
+    for (what, id, state, running, want) in cases {
+        let facts = PodFacts::from_pod(&annotations(id, state), running);
+        assert_eq!(facts.vm_live, want, "{what}");
+    }
+}

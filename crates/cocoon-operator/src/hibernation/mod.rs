@@ -335,17 +335,53 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
         crs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
-    if let Some(vm) = &plan.drop_tag {
-        ctx.registry
-            .delete_tag(vm, tags::HIBERNATE)
-            .await
-            .map_err(|e| Error::Registry(format!("delete {vm}:{}: {e}", tags::HIBERNATE)))?;
+    if let Some(vm) = &plan.drop_tag
+        && !drop_woken_tag(ctx, &pods, &cr.spec.pod_ref.name, vm).await?
+    {
+        return Ok(Action::requeue(ctx.timing.requeue));
     }
     match plan.finish {
         Finish::Done => Ok(Action::await_change()),
         Finish::Requeue(d) => Ok(Action::requeue(d)),
         Finish::Error(e) => Err(Error::Registry(e)),
     }
+}
+
+/// §5.3's "delete `:hibernate` if present" once the woken VM runs, in an order that cannot
+/// lose a snapshot: the tag first, then the pod read again. A tag that exists was pushed
+/// after the node agent wrote `hibernating`, so the pod read after it shows whether the VM
+/// that runs is one woken from the snapshot or the one it was taken from, whose id the node
+/// has not cleared yet. Returns false (tag kept, nothing deleted) in the second case.
+async fn drop_woken_tag(
+    ctx: &Context,
+    pods: &Api<Pod>,
+    pod_name: &str,
+    vm: &str,
+) -> Result<bool, Error> {
+    let registry = |e: crate::registry::RegistryError| {
+        Error::Registry(format!("delete {vm}:{}: {e}", tags::HIBERNATE))
+    };
+    if !ctx
+        .registry
+        .has_manifest(vm, tags::HIBERNATE)
+        .await
+        .map_err(registry)?
+    {
+        return Ok(true);
+    }
+    let woken = pods.get_opt(pod_name).await?.is_some_and(|p| {
+        let facts = PodFacts::from_pod(p.annotations(), container_running(&p));
+        facts.vm_live && facts.vm_name == vm
+    });
+    if !woken {
+        info!(vm = %vm, pod = %pod_name, "the VM the snapshot came from still runs; :hibernate kept until the woken VM does");
+        return Ok(false);
+    }
+    ctx.registry
+        .delete_tag(vm, tags::HIBERNATE)
+        .await
+        .map_err(registry)?;
+    Ok(true)
 }
 
 fn container_running(pod: &Pod) -> bool {
