@@ -606,9 +606,15 @@ async fn release_wakes_warm_on_the_hint_then_cold_elsewhere_when_it_is_full() {
             settled_running(cs, 1, 0) && annotation(cs, ann::HIBERNATED_ON_NODE).is_none()
         })
         .await?;
-        let main = c.pods.get("demo-0").await?;
+        // The Ready status is published before the lifecycle annotation (node §5.3).
+        let main = wait_pod(
+            &c.pods,
+            "demo-0",
+            "ready at the unsuspend's generation",
+            |p| lifecycle_at(p, "ready", generation),
+        )
+        .await?;
         assert_eq!(pod_ann(&main, ann::RESTORE_FROM_HIBERNATE), "true");
-        assert!(lifecycle_at(&main, "ready", generation));
         assert_eq!(node_of(&main), node_a, "woke on the hinted node");
         let preferred = main
             .spec
@@ -691,9 +697,15 @@ async fn release_wakes_warm_on_the_hint_then_cold_elsewhere_when_it_is_full() {
             settled_running(cs, 1, 0) && annotation(cs, ann::HIBERNATED_ON_NODE).is_none()
         })
         .await?;
-        let main = c.pods.get("demo-0").await?;
+        // The Ready status is published before the lifecycle annotation (node §5.3).
+        let main = wait_pod(
+            &c.pods,
+            "demo-0",
+            "ready at the unsuspend's generation",
+            |p| lifecycle_at(p, "ready", generation),
+        )
+        .await?;
         assert_eq!(node_of(&main), node_b, "woke elsewhere in the pool");
-        assert!(lifecycle_at(&main, "ready", generation));
         assert_eq!(
             c.states(&vms).await?,
             second,
@@ -757,13 +769,19 @@ async fn image_edited_while_released_boots_fresh_and_drops_the_tag() {
         })
         .await?;
         assert!(!c.reg.has_manifest(&vm, "hibernate").await?, "tag dropped");
-        let main = c.pods.get("demo-0").await?;
+        // The Ready status is published before the lifecycle annotation (node §5.3).
+        let main = wait_pod(
+            &c.pods,
+            "demo-0",
+            "ready at the unsuspend's generation",
+            |p| lifecycle_at(p, "ready", generation),
+        )
+        .await?;
         assert_eq!(pod_ann(&main, ann::IMAGE), new_image);
         assert!(
             !main.annotations().contains_key(ann::RESTORE_FROM_HIBERNATE),
             "not restore-marked"
         );
-        assert!(lifecycle_at(&main, "ready", generation));
         let after = c.states(&vms).await?;
         assert_ne!(
             after[&vm].token, before[&vm].token,
@@ -1002,9 +1020,15 @@ async fn operator_killed_mid_release_and_mid_wake_wakes_from_the_snapshot() {
             settled_running(cs, 1, 0) && annotation(cs, ann::HIBERNATED_ON_NODE).is_none()
         })
         .await?;
-        let main = c.pods.get("demo-0").await?;
+        // The Ready status is published before the lifecycle annotation (node §5.3).
+        let main = wait_pod(
+            &c.pods,
+            "demo-0",
+            "ready at the unsuspend's generation",
+            |p| lifecycle_at(p, "ready", generation),
+        )
+        .await?;
         assert_eq!(main.uid(), waking.uid(), "the wake's pod, not a fresh one");
-        assert!(lifecycle_at(&main, "ready", generation));
         assert_eq!(c.states(&vms).await?, before, "state intact");
         assert_eq!(
             wakes(&op.metrics, &c.ns, "hint-node"),
