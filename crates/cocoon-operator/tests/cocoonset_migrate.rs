@@ -88,7 +88,10 @@ fn observe(client: &Client, ns: &str) -> Arc<Seen> {
             .default_backoff()
             .applied_objects()
             .boxed();
-        while let Some(Ok(cs)) = stream.next().await {
+        // A watch error (an expired resource version, a dropped connection) is followed by
+        // the backoff's re-list: skip it rather than end the loop.
+        while let Some(ev) = stream.next().await {
+            let Ok(cs) = ev else { continue };
             if let (Some(p), Ok(mut v)) = (cs.status.and_then(|s| s.phase), s.phases.lock())
                 && v.last() != Some(&p)
             {
@@ -102,7 +105,10 @@ fn observe(client: &Client, ns: &str) -> Arc<Seen> {
             .default_backoff()
             .applied_objects()
             .boxed();
-        while let Some(Ok(pod)) = stream.next().await {
+        // A watch error (an expired resource version, a dropped connection) is followed by
+        // the backoff's re-list: skip it rather than end the loop.
+        while let Some(ev) = stream.next().await {
+            let Ok(pod) = ev else { continue };
             if pod.name_any() == "demo-0"
                 && pod.annotations().get(KEEP).map(String::as_str) == Some("true")
             {

@@ -193,7 +193,10 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
             .default_backoff()
             .applied_objects()
             .boxed();
-        while let Some(Ok(pod)) = stream.next().await {
+        // A watch error (an expired resource version, a dropped connection) is followed by
+        // the backoff's re-list: skip it rather than end the loop.
+        while let Some(ev) = stream.next().await {
+            let Ok(pod) = ev else { continue };
             let name = pod.name_any();
             if h.lock().map(|s| s.contains(&name)).unwrap_or(false) {
                 continue;
