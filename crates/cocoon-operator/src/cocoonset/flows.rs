@@ -149,7 +149,11 @@ impl Pass<'_> {
             Utc::now(),
             self.ctx.timing.suspend_deadline,
         );
-        self.record_and_hibernate(deadline).await?;
+        if self.record_and_hibernate(deadline).await? {
+            // The pods just asked cannot have passed the gate: 6C's Suspending went out with
+            // their annotations.
+            return Ok(Step::Return(Action::requeue(self.ctx.timing.suspend_poll)));
+        }
         let (complete, probe_error) = self.suspend_gate().await;
         if !complete {
             return self.suspend_not_complete(deadline, probe_error).await;
@@ -181,7 +185,11 @@ impl Pass<'_> {
     /// `suspending-since` in the same patch as the record: one write fewer, and the deadline
     /// starts before any hibernate. (A pass with nothing to ask usually finds the gate
     /// complete, so it leaves the stamp to 6C.)
-    async fn record_and_hibernate(&mut self, deadline: Deadline) -> Result<(), Error> {
+    ///
+    /// A pod asked now cannot pass the gate on this pass, so within the deadline the
+    /// `Suspending` status of 6C goes out together with the annotations, which nothing orders
+    /// against it. Returns whether it did, which ends the pass.
+    async fn record_and_hibernate(&mut self, deadline: Deadline) -> Result<bool, Error> {
         let record = ReclaimRecord::from_meta(&self.cs.metadata);
         let next = suspend::record_for_suspend(&record, &self.classified);
         let mut delta = next.delta(self.cs.annotations());
@@ -192,8 +200,23 @@ impl Pass<'_> {
             delta.extend(stamp.desired());
         }
         self.patch_set_annotations(delta).await?;
-        self.patch_classified_all(&targets, &bool_delta(ann::HIBERNATE, true))
-            .await
+        if targets.is_empty() {
+            return Ok(false);
+        }
+        let asked = bool_delta(ann::HIBERNATE, true);
+        if deadline == Deadline::Exceeded {
+            self.patch_classified_all(&targets, &asked).await?;
+            return Ok(false);
+        }
+        let patches = targets.iter().map(|n| (n.clone(), asked.clone())).collect();
+        // The status is computed before the annotations are mirrored: it does not read them.
+        let status = self.status_now(Some(CocoonSetPhase::Suspending));
+        self.changed = true;
+        let written = self.patch_pods_and_status(patches, status).await;
+        for name in &targets {
+            self.mirror(name, &asked);
+        }
+        written.map(|()| true)
     }
 
     /// 6A.3: whether every managed VM is hibernated at this generation with its tag in the

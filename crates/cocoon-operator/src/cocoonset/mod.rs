@@ -511,9 +511,17 @@ impl<'a> Pass<'a> {
     }
 
     async fn write_status(&mut self, status: CocoonSetStatus) -> Result<(), Error> {
-        let Some(status) = plan::status_patch(&self.cs, status) else {
+        let Some((body, status)) = self.status_body(status) else {
             return Ok(());
         };
+        send_status(self.ctx, &self.sets, &self.name, &body).await?;
+        self.cs.status = Some(status);
+        Ok(())
+    }
+
+    /// The merge-patch body of `status`, or `None` when the set already carries it.
+    fn status_body(&self, status: CocoonSetStatus) -> Option<(Value, CocoonSetStatus)> {
+        let status = plan::status_patch(&self.cs, status)?;
         let mut body = serde_json::to_value(&status).unwrap_or(Value::Null);
         // A merge patch keeps keys it does not name: emptied fields are cleared explicitly.
         if let Value::Object(m) = &mut body {
@@ -527,17 +535,8 @@ impl<'a> Pass<'a> {
                 m.entry(key).or_insert(Value::Null);
             }
         }
-        self.ctx.stats.write(line!());
         debug!(name = %self.name, status = %body, "patching the set's status");
-        self.sets
-            .patch_status(
-                &self.name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({ "status": body })),
-            )
-            .await?;
-        self.cs.status = Some(status);
-        Ok(())
+        Some((json!({ "status": body }), status))
     }
 
     fn status_now(&self, phase: Option<CocoonSetPhase>) -> CocoonSetStatus {
@@ -589,6 +588,28 @@ impl<'a> Pass<'a> {
             .collect()
             .await;
         results.into_iter().collect()
+    }
+
+    /// [`Pass::patch_pods`] and a status write at once, for steps where nothing orders the
+    /// two: one round trip of the pass instead of two. The status is taken as written only
+    /// if its patch succeeded; the first error is returned once both have finished.
+    pub(super) async fn patch_pods_and_status(
+        &mut self,
+        patches: Vec<(String, AnnotationDelta)>,
+        status: CocoonSetStatus,
+    ) -> Result<(), Error> {
+        let Some((body, status)) = self.status_body(status) else {
+            return self.patch_pods(patches).await;
+        };
+        let (ctx, sets, name) = (self.ctx, self.sets.clone(), self.name.clone());
+        let (pods, written) = futures::join!(
+            self.patch_pods(patches),
+            send_status(ctx, &sets, &name, &body)
+        );
+        if written.is_ok() {
+            self.cs.status = Some(status);
+        }
+        pods.and(written)
     }
 
     /// `delta` plus the pod's pending generation stamp, which is then no longer pending.
@@ -1172,6 +1193,18 @@ pub fn validate_toolboxes(toolboxes: &[ToolboxSpec]) -> Result<(), Error> {
 /// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
 /// record (applied by the caller once all creates are done).
 /// One pod annotation merge patch (nothing when the delta is empty).
+async fn send_status(
+    ctx: &Context,
+    sets: &Api<CocoonSet>,
+    name: &str,
+    body: &Value,
+) -> Result<(), Error> {
+    ctx.stats.write(line!());
+    sets.patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+        .await?;
+    Ok(())
+}
+
 async fn patch_pod(
     ctx: &Context,
     api: &Api<Pod>,
