@@ -20,7 +20,7 @@ mod suspend_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -131,6 +131,10 @@ pub struct Context {
     pods_synced: std::sync::atomic::AtomicBool,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
+    /// Per set (by UID): the resourceVersions this controller saw or produced up to its last
+    /// status write, that write's own included, and the status it wrote; see
+    /// [`Pass::status_body`].
+    written_status: Mutex<HashMap<String, (Vec<String>, CocoonSetStatus)>>,
 }
 
 impl Context {
@@ -154,6 +158,7 @@ impl Context {
             hibernations: Mutex::new(None),
             hibernations_synced: std::sync::atomic::AtomicBool::new(false),
             leadership: crate::leader::Leadership::always(),
+            written_status: Mutex::default(),
         }
     }
 
@@ -394,6 +399,9 @@ struct Pass<'a> {
     /// Step 5's generation stamps not written yet, by pod name: each rides on the pass's
     /// next patch of that pod, and [`Pass::flush_stamps`] writes what is left after step 10.
     pending_stamps: BTreeMap<String, AnnotationDelta>,
+    /// The set's resourceVersions this pass has seen: the cached one it started from, then
+    /// the ones its own metadata patches produced.
+    versions: Vec<String>,
 }
 
 /// Outcome of one create through the protocol.
@@ -405,6 +413,7 @@ enum Created {
 impl<'a> Pass<'a> {
     fn new(ctx: &'a Context, cs: CocoonSet, ns: String) -> Self {
         let name = cs.name_any();
+        let cs_version = cs.resource_version();
         Pass {
             sets: Api::namespaced(ctx.client.clone(), &ns),
             pod_api: Api::namespaced(ctx.client.clone(), &ns),
@@ -415,6 +424,7 @@ impl<'a> Pass<'a> {
             classified: Classified::default(),
             changed: false,
             min_backoff: None,
+            versions: cs_version.into_iter().collect(),
             pending_stamps: BTreeMap::new(),
         }
     }
@@ -492,9 +502,11 @@ impl<'a> Pass<'a> {
         };
         self.ctx.stats.write(line!());
         debug!(name = %self.name, %patch, "patching the set's annotations");
-        self.sets
+        let patched = self
+            .sets
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        self.versions.extend(patched.resource_version());
         cocoon_api::contract::apply_delta(self.cs.annotations_mut(), &delta);
         Ok(())
     }
@@ -514,14 +526,29 @@ impl<'a> Pass<'a> {
         let Some((body, status)) = self.status_body(status) else {
             return Ok(());
         };
-        send_status(self.ctx, &self.sets, &self.name, &body).await?;
-        self.cs.status = Some(status);
+        let version = send_status(self.ctx, &self.sets, &self.name, &body).await?;
+        self.status_written(status, version);
         Ok(())
     }
 
-    /// The merge-patch body of `status`, or `None` when the set already carries it.
+    /// The merge-patch body of `status`, or `None` when the set already carries it, or when
+    /// this controller already wrote exactly that status and the cache still shows a version
+    /// of the set from before that write: it has not caught up yet, and writing it again
+    /// would cost a round trip for nothing. (The write's own watch event brings the next
+    /// pass.)
     fn status_body(&self, status: CocoonSetStatus) -> Option<(Value, CocoonSetStatus)> {
         let status = plan::status_patch(&self.cs, status)?;
+        let (uid, cached) = (self.cs.uid()?, self.cs.resource_version()?);
+        let already = self
+            .ctx
+            .written_status
+            .lock()
+            .ok()
+            .is_some_and(|m| plan::status_already_written(m.get(&uid), &cached, &status));
+        if already {
+            debug!(name = %self.name, "status already written; the cache has not caught up");
+            return None;
+        }
         let mut body = serde_json::to_value(&status).unwrap_or(Value::Null);
         // A merge patch keeps keys it does not name: emptied fields are cleared explicitly.
         if let Value::Object(m) = &mut body {
@@ -537,6 +564,16 @@ impl<'a> Pass<'a> {
         }
         debug!(name = %self.name, status = %body, "patching the set's status");
         Some((json!({ "status": body }), status))
+    }
+
+    /// Records a status patch that succeeded, in this pass and for the next ones.
+    fn status_written(&mut self, status: CocoonSetStatus, version: Option<String>) {
+        self.versions.extend(version);
+        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
+            let seen = plan::versions_seen(m.remove(&uid).map(|(v, _)| v), &self.versions);
+            m.insert(uid, (seen, status.clone()));
+        }
+        self.cs.status = Some(status);
     }
 
     fn status_now(&self, phase: Option<CocoonSetPhase>) -> CocoonSetStatus {
@@ -606,9 +643,7 @@ impl<'a> Pass<'a> {
             self.patch_pods(patches),
             send_status(ctx, &sets, &name, &body)
         );
-        if written.is_ok() {
-            self.cs.status = Some(status);
-        }
+        let written = written.map(|version| self.status_written(status, version));
         pods.and(written)
     }
 
@@ -640,6 +675,9 @@ impl<'a> Pass<'a> {
     // ----- step 2 and 3 ----------------------------------------------------------------
 
     async fn teardown(&mut self, owned: &[Pod]) -> Result<Action, Error> {
+        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
+            m.remove(&uid);
+        }
         if !self
             .cs
             .finalizers()
@@ -1192,19 +1230,21 @@ pub fn validate_toolboxes(toolboxes: &[ToolboxSpec]) -> Result<(), Error> {
 /// §7 for one pod: read the `:hibernate` manifest (unless skipped), drop the tag when the
 /// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
 /// record (applied by the caller once all creates are done).
-/// One pod annotation merge patch (nothing when the delta is empty).
+/// One status merge patch; returns the resourceVersion it produced.
 async fn send_status(
     ctx: &Context,
     sets: &Api<CocoonSet>,
     name: &str,
     body: &Value,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     ctx.stats.write(line!());
-    sets.patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+    let patched = sets
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await?;
-    Ok(())
+    Ok(patched.resource_version())
 }
 
+/// One pod annotation merge patch (nothing when the delta is empty).
 async fn patch_pod(
     ctx: &Context,
     api: &Api<Pod>,

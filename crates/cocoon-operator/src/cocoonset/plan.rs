@@ -518,3 +518,35 @@ pub fn gc_plan(cs: &CocoonSet, ns: &str, names: &DeleteVmNames) -> Vec<GcItem> {
         })
         .collect()
 }
+
+/// Step 14's patch is skipped when `status` is exactly what this controller last wrote and
+/// the cache still shows a version of the set from up to that write (`last`: the versions
+/// the controller saw or produced until then, and the status): the cache has not caught up
+/// with the write yet. A change by anyone else moves the version past them, and the status
+/// is then compared afresh.
+pub fn status_already_written(
+    last: Option<&(Vec<String>, CocoonSetStatus)>,
+    cached: &str,
+    status: &CocoonSetStatus,
+) -> bool {
+    last.is_some_and(|(seen, written)| seen.iter().any(|v| v == cached) && written == status)
+}
+
+/// How many versions [`versions_seen`] keeps: a cache is never that many of this
+/// controller's own writes behind.
+pub const VERSIONS_KEPT: usize = 32;
+
+/// The versions known after a status write: those known before it, then this pass's (the
+/// one it started from, those its patches produced, the write's own), at most
+/// [`VERSIONS_KEPT`] of the latest.
+pub fn versions_seen(before: Option<Vec<String>>, pass: &[String]) -> Vec<String> {
+    let mut seen = before.unwrap_or_default();
+    for v in pass {
+        if !seen.contains(v) {
+            seen.push(v.clone());
+        }
+    }
+    let extra = seen.len().saturating_sub(VERSIONS_KEPT);
+    seen.drain(..extra);
+    seen
+}

@@ -835,3 +835,72 @@ fn pod_facts() {
         "failed"
     )));
 }
+
+#[test]
+fn a_status_written_from_the_cached_version_is_not_written_again() {
+    let status = |phase| CocoonSetStatus {
+        phase: Some(phase),
+        ..Default::default()
+    };
+    // The pass started from version 40, patched the record (41), then wrote the status (42).
+    let last = (
+        vec!["40".to_string(), "41".to_string(), "42".to_string()],
+        status(CocoonSetPhase::Suspending),
+    );
+    let suspending = CocoonSetPhase::Suspending;
+    let cases = [
+        ("nothing written yet", None, "41", suspending, false),
+        (
+            "the cache is where the pass began",
+            Some(&last),
+            "40",
+            suspending,
+            true,
+        ),
+        (
+            "the cache has the record only",
+            Some(&last),
+            "41",
+            suspending,
+            true,
+        ),
+        // (There status_patch finds nothing to write anyway.)
+        (
+            "the cache has the write",
+            Some(&last),
+            "42",
+            suspending,
+            true,
+        ),
+        (
+            "someone else wrote since",
+            Some(&last),
+            "43",
+            suspending,
+            false,
+        ),
+        (
+            "another status is due",
+            Some(&last),
+            "41",
+            CocoonSetPhase::Suspended,
+            false,
+        ),
+    ];
+    for (what, last, version, phase, want) in cases {
+        assert_eq!(
+            plan::status_already_written(last, version, &status(phase)),
+            want,
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn versions_seen_accumulate_without_repeats_and_stay_bounded() {
+    let v = |r: std::ops::Range<usize>| r.map(|i| i.to_string()).collect::<Vec<_>>();
+    assert_eq!(plan::versions_seen(None, &v(1..3)), v(1..3));
+    assert_eq!(plan::versions_seen(Some(v(1..3)), &v(2..5)), v(1..5));
+    let kept = plan::versions_seen(Some(v(0..plan::VERSIONS_KEPT)), &v(30..40));
+    assert_eq!(kept, v(40 - plan::VERSIONS_KEPT..40), "the latest are kept");
+}
