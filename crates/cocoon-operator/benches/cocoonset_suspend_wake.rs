@@ -19,8 +19,10 @@
 //!
 //! Run: `cargo bench -p cocoon-operator --bench cocoonset_suspend_wake`
 //! (`COCOON_BENCH_SETS` sets the size of the second scenario, default 50;
-//! `COCOON_BENCH_ROUNDS` the rounds of the first, default 5). Under `cargo test` it only
-//! prints how to run it.
+//! `COCOON_BENCH_ROUNDS` the rounds of the first, default 5). The controller runs at the
+//! `COCOONSET_CONCURRENCY` the shipped Deployment (`manifests/operator/deployment.yaml`) sets,
+//! read from that file; the environment variable of that name overrides it. Under
+//! `cargo test` it only prints how to run it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -33,6 +35,7 @@ use cocoon_node::runtime::sim::{Latencies, SimConfig};
 use cocoon_testenv::{TestEnv, TestNode};
 use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions};
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -432,6 +435,32 @@ fn pct(v: &[Duration], p: usize) -> Duration {
     v[rank - 1]
 }
 
+/// `COCOONSET_CONCURRENCY` of the operator container in the shipped Deployment (the binary's
+/// own default, 4, when the manifest does not set it).
+fn shipped_concurrency() -> BenchResult<u16> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../manifests/operator/deployment.yaml"
+    );
+    let text = std::fs::read_to_string(path).map_err(|e| format!("read {path}: {e}"))?;
+    let deployment: Deployment =
+        serde_saphyr::from_str(&text).map_err(|e| format!("parse {path}: {e}"))?;
+    let value = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .into_iter()
+        .flat_map(|s| s.containers)
+        .flat_map(|c| c.env.unwrap_or_default())
+        .find(|e| e.name == "COCOONSET_CONCURRENCY")
+        .and_then(|e| e.value);
+    match value {
+        None => Ok(4),
+        Some(v) => v
+            .parse::<u16>()
+            .map_err(|e| format!("{path}: COCOONSET_CONCURRENCY {v:?}: {e}").into()),
+    }
+}
+
 fn ms(d: Duration) -> String {
     format!("{:>7.0} ms", d.as_secs_f64() * 1000.0)
 }
@@ -532,12 +561,14 @@ async fn measure(env: &TestEnv, n_sets: usize, rounds: usize) -> BenchResult {
         roots.push(root);
     }
     let timeline = start_timeline(&client, &ns).await?;
-    // COCOONSET_CONCURRENCY as the operator reads it (default 4).
-    let concurrency = std::env::var("COCOONSET_CONCURRENCY")
+    let (concurrency, source) = match std::env::var("COCOONSET_CONCURRENCY")
         .ok()
         .and_then(|v| v.parse::<u16>().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(4);
+    {
+        Some(n) => (n, "from the environment"),
+        None => (shipped_concurrency()?, "as the shipped Deployment sets it"),
+    };
     let op = Operator::start(
         &client,
         &ns,
@@ -553,7 +584,7 @@ async fn measure(env: &TestEnv, n_sets: usize, rounds: usize) -> BenchResult {
     println!(
         "CocoonSet suspend/wake: retain policy, main + 1 sub-agent per set, {NODES} real \
          in-process node agents (simulated runtime, every sim latency zero), production timing, \
-         COCOONSET_CONCURRENCY={concurrency}"
+         COCOONSET_CONCURRENCY={concurrency} ({source})"
     );
     // One set, several rounds.
     let one = vec!["solo".to_owned()];
