@@ -14,6 +14,7 @@ use cocoon_api::naming::vm_name_for_agent;
 use cocoon_operator::cocoonset::{self, plan::Timing};
 use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
+use cocoon_testenv::Probe;
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{
     Script, ScriptedNode, WAIT, event_reasons, node_actor, nodes, phase_is, push_tag, recorder,
@@ -334,6 +335,26 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
     .await;
 }
 
+/// A pod's progress in one line: uid, node, phase, deletion, lifecycle and scheduling.
+fn describe(p: &Pod) -> String {
+    let a = p.annotations();
+    let get = |k: &str| a.get(k).map(String::as_str).unwrap_or("-");
+    let status = p.status.as_ref();
+    let scheduled = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+        .map(|c| format!("{} {}", c.status, c.message.as_deref().unwrap_or("")))
+        .unwrap_or_else(|| "-".into());
+    format!(
+        "uid {} node {:?} phase {:?} deleting {} lifecycle {} scheduled {scheduled}",
+        p.uid().unwrap_or_default(),
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        status.and_then(|s| s.phase.as_deref()),
+        p.metadata.deletion_timestamp.is_some(),
+        get("vm.cocoonstack.io/lifecycle-state"),
+    )
+}
+
 #[tokio::test]
 async fn failing_sub_agent_is_rebuilt_then_dead_lettered_until_a_spec_edit() {
     cocoon_testenv::run_test(|env| async move {
@@ -353,11 +374,17 @@ async fn failing_sub_agent_is_rebuilt_then_dead_lettered_until_a_spec_edit() {
             &CocoonSet::new("demo", spec(&pool, 1)),
         )
         .await?;
-        let dead = cocoon_testenv::wait_until("demo-1 dead-lettered", WAIT, || async {
-            let p = pods.get_opt("demo-1").await.ok().flatten()?;
-            p.annotations()
-                .get("cocoonset.cocoonstack.io/dead-letter")
-                .cloned()
+        // On a timeout the error says where demo-1 was stuck.
+        let dead = cocoon_testenv::poll("demo-1 dead-lettered", WAIT, || async {
+            let p = match pods.get_opt("demo-1").await {
+                Ok(Some(p)) => p,
+                Ok(None) => return Probe::NotYet("demo-1 absent".into()),
+                Err(e) => return Probe::NotYet(format!("get demo-1: {e}")),
+            };
+            match p.annotations().get("cocoonset.cocoonstack.io/dead-letter") {
+                Some(d) => Probe::Ready(d.clone()),
+                None => Probe::NotYet(describe(&p)),
+            }
         })
         .await?;
         let cs = sets.get("demo").await?;

@@ -16,7 +16,7 @@ use cocoon_registry::{RegistryClient, RegistryConfig, RetryPolicy};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -202,10 +202,30 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
                 continue;
             }
             if pod.metadata.deletion_timestamp.is_some() {
-                // The kubelet's part of a delete: confirm it.
-                let _ = pods
-                    .delete(&name, &DeleteParams::default().grace_period(0))
-                    .await;
+                // The kubelet's part of a delete: confirm it, for this incarnation only (an old
+                // event must not delete a pod recreated under the same name).
+                let params = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions {
+                        uid: pod.uid(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                // No later event may come for a pod that is only waiting for this, so a
+                // failed attempt is retried at once, a few times.
+                for _ in 0..3 {
+                    let done = pods.delete(&name, &params).await.map(|_| ());
+                    let failed = match &done {
+                        Ok(()) => false,
+                        Err(kube::Error::Api(s)) => s.code != 404 && s.code != 409,
+                        Err(_) => true,
+                    };
+                    note(&name, "confirm delete", done);
+                    if !failed {
+                        break;
+                    }
+                }
                 continue;
             }
             if pod
@@ -242,9 +262,10 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
                     "vm.cocoonstack.io/id": null,
                     "vm.cocoonstack.io/lifecycle-state": "hibernated",
                     "vm.cocoonstack.io/lifecycle-observed-generation": stamp}}});
-                let _ = pods
+                let done = pods
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await;
+                note(&name, "patch annotations", done.map(|_| ()));
                 continue;
             }
             let failing = f.lock().map(|s| s.contains(&name)).unwrap_or(false);
@@ -275,9 +296,10 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
                     .any(|(k, v)| a.get(*k).map(String::as_str) != Some(*v))
             {
                 let patch = json!({"metadata": {"annotations": want.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>()}});
-                let _ = pods
+                let done = pods
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await;
+                note(&name, "patch annotations", done.map(|_| ()));
             }
             let ready = if failing { "False" } else { "True" };
             let st = pod.status.as_ref();
@@ -293,9 +315,10 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
                     "containerStatuses": [{"name": "agent", "ready": !failing, "restartCount": 0,
                         "image": "ghcr.io/cocoonstack/placeholder:latest", "imageID": "",
                         "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}});
-                let _ = pods
+                let done = pods
                     .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                     .await;
+                note(&name, "patch status", done.map(|_| ()));
             }
         }
     });
@@ -304,6 +327,17 @@ pub fn node_actor(client: &Client, ns: &str, script: Script) -> ScriptedNode {
         fail,
         refuse,
         hold,
+    }
+}
+
+/// Logs a failed write of the stand-in (the next watch event of the pod retries it), so that a
+/// test stuck behind one says why.
+fn note(pod: &str, what: &str, result: Result<(), kube::Error>) {
+    match result {
+        Ok(()) => {}
+        // Gone already, or the incarnation changed: nothing to do.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => tracing::warn!(pod, what, error = %e, "scripted node: write failed"),
     }
 }
 

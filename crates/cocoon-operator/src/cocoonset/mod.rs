@@ -860,6 +860,7 @@ impl<'a> Pass<'a> {
                 self.changed = true;
             }
             Triage::DeadLetter { reason } => {
+                warn!(namespace = %self.ns, pod = %name, generation, %reason, "rebuild budget spent: dead-lettered until the spec changes");
                 let delta = DeadLetter(Some(generation)).desired();
                 self.patch_pod_annotations(&name, &delta).await?;
                 plan::mark_exhausted(&mut history, &name, generation);
@@ -878,6 +879,7 @@ impl<'a> Pass<'a> {
                 .await;
             }
             Triage::Rebuild { attempt, reason } => {
+                info!(namespace = %self.ns, pod = %name, attempt, %reason, "rebuilding");
                 // The history is durable before the delete, so a crash cannot refund it.
                 history.record_delete(&name, Utc::now(), generation);
                 self.write_history(history).await?;
