@@ -196,24 +196,36 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
             );
         }
 
-        // A settled set: passes make no write and no registry call.
-        let rv = cs.resource_version();
+        // A settled set: passes make no write and no registry call. Passes of one set run
+        // one at a time, so once a pass that began after a nudge is running, every earlier
+        // pass has finished: two nudges first let a status write still in flight when the
+        // set first showed Running land before the baseline is taken.
+        let nudge = |i: u64| {
+            let (pods, running) = (&pods, &running);
+            async move {
+                let passes = running.ctx.stats.passes.load(Ordering::SeqCst);
+                let poke = json!({"metadata": {"annotations": {
+                    "test.cocoonstack.io/poke": i.to_string()}}});
+                pods.patch("demo-1", &PatchParams::default(), &Patch::Merge(&poke))
+                    .await?;
+                cocoon_testenv::wait_until("one more pass", WAIT, || async {
+                    (running.ctx.stats.passes.load(Ordering::SeqCst) > passes).then_some(())
+                })
+                .await?;
+                TestResult::Ok(())
+            }
+        };
+        nudge(0).await?;
+        nudge(1).await?;
+        let rv = sets.get("demo").await?.resource_version();
         let (writes, calls) = (
             running.ctx.stats.writes.load(Ordering::SeqCst),
             running.registry_calls.load(Ordering::SeqCst),
         );
-        let passes = running.ctx.stats.passes.load(Ordering::SeqCst);
         // One nudge at a time: the controller coalesces triggers for one object that arrive
         // while a pass is queued, so three quick nudges need not make three passes.
-        for i in 0..3u64 {
-            let poke =
-                json!({"metadata": {"annotations": {"test.cocoonstack.io/poke": i.to_string()}}});
-            pods.patch("demo-1", &PatchParams::default(), &Patch::Merge(&poke))
-                .await?;
-            cocoon_testenv::wait_until("one more pass", WAIT, || async {
-                (running.ctx.stats.passes.load(Ordering::SeqCst) > passes + i).then_some(())
-            })
-            .await?;
+        for i in 2..5u64 {
+            nudge(i).await?;
         }
         assert_eq!(
             running.ctx.stats.writes.load(Ordering::SeqCst),
