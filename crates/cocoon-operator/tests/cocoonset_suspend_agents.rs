@@ -382,6 +382,16 @@ async fn wait_pod(
     .await
 }
 
+/// The main once its lifecycle reads `ready` at `generation` or later. A set can show Running
+/// a moment before that: the node agent publishes the Ready status first and the lifecycle
+/// annotation after it (node.md §5.3).
+async fn main_ready_at(pods: &Api<Pod>, generation: i64) -> Result<Pod, cocoon_testenv::Error> {
+    wait_pod(pods, "demo-0", "ready at the unsuspend's generation", |p| {
+        lifecycle_at(p, "ready", generation)
+    })
+    .await
+}
+
 async fn wait_pod_gone(pods: &Api<Pod>, name: &str) -> Result<(), cocoon_testenv::Error> {
     cocoon_testenv::wait_until(&format!("{name} gone"), WAIT, || async {
         matches!(pods.get_opt(name).await, Ok(None)).then_some(())
@@ -606,14 +616,7 @@ async fn release_wakes_warm_on_the_hint_then_cold_elsewhere_when_it_is_full() {
             settled_running(cs, 1, 0) && annotation(cs, ann::HIBERNATED_ON_NODE).is_none()
         })
         .await?;
-        // The Ready status is published before the lifecycle annotation (node §5.3).
-        let main = wait_pod(
-            &c.pods,
-            "demo-0",
-            "ready at the unsuspend's generation",
-            |p| lifecycle_at(p, "ready", generation),
-        )
-        .await?;
+        let main = main_ready_at(&c.pods, generation).await?;
         assert_eq!(pod_ann(&main, ann::RESTORE_FROM_HIBERNATE), "true");
         assert_eq!(node_of(&main), node_a, "woke on the hinted node");
         let preferred = main
@@ -697,14 +700,7 @@ async fn release_wakes_warm_on_the_hint_then_cold_elsewhere_when_it_is_full() {
             settled_running(cs, 1, 0) && annotation(cs, ann::HIBERNATED_ON_NODE).is_none()
         })
         .await?;
-        // The Ready status is published before the lifecycle annotation (node §5.3).
-        let main = wait_pod(
-            &c.pods,
-            "demo-0",
-            "ready at the unsuspend's generation",
-            |p| lifecycle_at(p, "ready", generation),
-        )
-        .await?;
+        let main = main_ready_at(&c.pods, generation).await?;
         assert_eq!(node_of(&main), node_b, "woke elsewhere in the pool");
         assert_eq!(
             c.states(&vms).await?,
@@ -769,14 +765,7 @@ async fn image_edited_while_released_boots_fresh_and_drops_the_tag() {
         })
         .await?;
         assert!(!c.reg.has_manifest(&vm, "hibernate").await?, "tag dropped");
-        // The Ready status is published before the lifecycle annotation (node §5.3).
-        let main = wait_pod(
-            &c.pods,
-            "demo-0",
-            "ready at the unsuspend's generation",
-            |p| lifecycle_at(p, "ready", generation),
-        )
-        .await?;
+        let main = main_ready_at(&c.pods, generation).await?;
         assert_eq!(pod_ann(&main, ann::IMAGE), new_image);
         assert!(
             !main.annotations().contains_key(ann::RESTORE_FROM_HIBERNATE),
@@ -1020,14 +1009,7 @@ async fn operator_killed_mid_release_and_mid_wake_wakes_from_the_snapshot() {
             settled_running(cs, 1, 0) && annotation(cs, ann::HIBERNATED_ON_NODE).is_none()
         })
         .await?;
-        // The Ready status is published before the lifecycle annotation (node §5.3).
-        let main = wait_pod(
-            &c.pods,
-            "demo-0",
-            "ready at the unsuspend's generation",
-            |p| lifecycle_at(p, "ready", generation),
-        )
-        .await?;
+        let main = main_ready_at(&c.pods, generation).await?;
         assert_eq!(main.uid(), waking.uid(), "the wake's pod, not a fresh one");
         assert_eq!(c.states(&vms).await?, before, "state intact");
         assert_eq!(
