@@ -129,6 +129,20 @@ async fn pin(sets: &Api<CocoonSet>, node: &str) -> TestResult {
     Ok(())
 }
 
+/// Creates set `demo` in `pool` with `replicas` (as [`spec`] takes them) and waits until it runs.
+async fn create_running(sets: &Api<CocoonSet>, pool: &str, replicas: i32) -> TestResult {
+    sets.create(
+        &PostParams::default(),
+        &CocoonSet::new("demo", spec(pool, replicas)),
+    )
+    .await?;
+    wait_set(sets, "demo", "Running", |cs| {
+        phase_is(cs, CocoonSetPhase::Running)
+    })
+    .await?;
+    Ok(())
+}
+
 fn vm_id(p: &Pod) -> String {
     p.annotations().get(VM_ID).cloned().unwrap_or_default()
 }
@@ -193,15 +207,7 @@ async fn pin_to_another_node_moves_the_main_on_its_snapshot() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
         let vm0 = vm_name_for_agent(&ns, "demo", 0);
-        sets.create(
-            &PostParams::default(),
-            &CocoonSet::new("demo", spec(&pool, 1)),
-        )
-        .await?;
-        wait_set(&sets, "demo", "Running", |cs| {
-            phase_is(cs, CocoonSetPhase::Running)
-        })
-        .await?;
+        create_running(&sets, &pool, 1).await?;
         let source = node_of(&pods, "demo-0").await?;
         let old = pods.get("demo-0").await?;
         let sub_node = node_of(&pods, "demo-1").await?;
@@ -246,15 +252,7 @@ async fn full_target_reports_no_capacity_then_completes_when_it_frees() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
         let vm0 = vm_name_for_agent(&ns, "demo", 0);
-        sets.create(
-            &PostParams::default(),
-            &CocoonSet::new("demo", spec(&pool, 0)),
-        )
-        .await?;
-        wait_set(&sets, "demo", "Running", |cs| {
-            phase_is(cs, CocoonSetPhase::Running)
-        })
-        .await?;
+        create_running(&sets, &pool, 0).await?;
         let source = node_of(&pods, "demo-0").await?;
         let target = other(&nodes, &[&source]);
         cordon(&client, &target, true).await?;
@@ -299,15 +297,7 @@ async fn repin_and_unpin_of_a_pending_main_recreate_it_under_the_current_pin() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
         let vm0 = vm_name_for_agent(&ns, "demo", 0);
-        sets.create(
-            &PostParams::default(),
-            &CocoonSet::new("demo", spec(&pool, 0)),
-        )
-        .await?;
-        wait_set(&sets, "demo", "Running", |cs| {
-            phase_is(cs, CocoonSetPhase::Running)
-        })
-        .await?;
+        create_running(&sets, &pool, 0).await?;
         let a = node_of(&pods, "demo-0").await?;
         let b = other(&nodes, &[&a]);
         let c = other(&nodes, &[&a, &b]);
@@ -369,15 +359,7 @@ async fn retarget_back_before_the_source_clears_its_vm_keeps_the_snapshot() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
         let vm0 = vm_name_for_agent(&ns, "demo", 0);
-        sets.create(
-            &PostParams::default(),
-            &CocoonSet::new("demo", spec(&pool, 0)),
-        )
-        .await?;
-        wait_set(&sets, "demo", "Running", |cs| {
-            phase_is(cs, CocoonSetPhase::Running)
-        })
-        .await?;
+        create_running(&sets, &pool, 0).await?;
         let source = node_of(&pods, "demo-0").await?;
         let target = other(&nodes, &[&source]);
         let old = pods.get("demo-0").await?;
