@@ -55,7 +55,7 @@ for node in cocoon-node-a cocoon-node-b; do
   VK_NODE_NAME=$node VK_NODE_POOL=default VK_NODE_IP=127.0.0.1 VK_KUBELET_PORT=0 \
   VK_METRICS_ADDR=127.0.0.1:0 VK_RUNTIME=sim VK_SIM_ROOT="$work/$node" COCOON_ROOT_DIR="$work/$node" \
   VK_LEASES_PATH="$work/$node/leases.json" VK_SIM_IMAGES=ubuntu:24.04 VK_NODE_PODS=16 \
-  OCI_REGISTRY="$TESTENV_REGISTRY" \
+  OCI_REGISTRY="$TESTENV_REGISTRY" VK_CLIENT_CA_FILE="$TESTENV_RUN_DIR/pki/ca.crt" \
     "$target/cocoon-operator" node >"$work/$node.log" 2>&1 &
   pids+=($!)
 done

@@ -14,8 +14,8 @@ use tracing::{info, warn};
 
 use crate::config::NodeConfig;
 use crate::kubelet::{
-    BackendError, ExecError, ExecIo, KubeletServer, MetricsServer, PodBackend, PodStats,
-    TlsMaterial,
+    ApiSecurity, BackendError, ExecError, ExecIo, KubeReviewer, KubeletAuth, KubeletServer,
+    MetricsServer, PodBackend, PodStats, TlsMaterial, load_client_ca,
 };
 use crate::metrics::NodeMetrics;
 use crate::node::HostReader;
@@ -167,10 +167,34 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         config.node_ip,
     )
     .map_err(|e| AgentError::Config(e.to_string()))?;
+    let client_ca = match &config.client_ca_file {
+        Some(path) => load_client_ca(path).map_err(|e| AgentError::Config(e.to_string()))?,
+        None => {
+            warn!(
+                "VK_CLIENT_CA_FILE is not set: the kubelet API accepts no client certificate, \
+                 so kubectl exec/logs through the API server are refused"
+            );
+            Vec::new()
+        }
+    };
+    if config.anonymous_auth {
+        warn!(
+            "VK_ANONYMOUS_AUTH=true: kubelet API requests without credentials are authorized as system:anonymous"
+        );
+    }
+    let security = ApiSecurity {
+        client_ca,
+        auth: KubeletAuth::new(
+            Arc::new(KubeReviewer::new(client.clone())),
+            &config.node_name,
+            config.anonymous_auth,
+        ),
+    };
     let backend = Arc::new(AgentPodBackend::default());
     let kubelet = KubeletServer::start(
         std::net::SocketAddr::new(config.node_ip, config.kubelet_port),
         &tls,
+        security,
         backend.clone(),
         HostReader::new(config.cocoon_root_dir.clone()),
         &config.node_name,

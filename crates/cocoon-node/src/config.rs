@@ -10,7 +10,10 @@
 //!   port (tests).
 //! * `VK_LOG_LEVEL`: `trace|debug|info|warn|warning|error|off`, case-insensitive.
 //! * `VK_METRICS_ADDR` / `VK_PEER_ADDR`: Go-style listen addresses; `:9091` means
-//!   `0.0.0.0:9091`. An unparsable metrics address is fatal.
+//!   `0.0.0.0:9091`. An unparsable metrics address is fatal. The metrics default is
+//!   `127.0.0.1:9091` (the Go agent's `:9091` serves every namespace's figures to anyone).
+//! * `VK_CLIENT_CA_FILE` / `VK_ANONYMOUS_AUTH`: kubelet API client authentication
+//!   ([`crate::kubelet::auth`]); anonymous access only for the exact value `true`.
 //! * Runtime backend: `VK_RUNTIME` = `cocoon` (default) | `sim`, with `VK_SIM_ROOT` for the
 //!   simulator (read by [`crate::runtime::BackendChoice::from_env`]).
 //! * Timing knobs (Lease renew, status refresh, fix-up) are not env vars: they are struct fields
@@ -176,12 +179,17 @@ pub struct NodeConfig {
     pub cocoon_bin: PathBuf,
     /// `VK_RESTORE_MODE` (`ondemand`).
     pub restore_mode: RestoreMode,
-    /// `VK_METRICS_ADDR` (`:9091` → `0.0.0.0:9091`).
+    /// `VK_METRICS_ADDR` (`127.0.0.1:9091`; `:9091` → `0.0.0.0:9091`).
     pub metrics_addr: SocketAddr,
     /// `VK_TLS_CERT`.
     pub tls_cert: PathBuf,
     /// `VK_TLS_KEY`.
     pub tls_key: PathBuf,
+    /// `VK_CLIENT_CA_FILE`: verifies kubelet API client certificates (`None`: none accepted).
+    pub client_ca_file: Option<PathBuf>,
+    /// `VK_ANONYMOUS_AUTH` (`false`): requests without credentials reach authorization as
+    /// `system:anonymous` instead of getting 401.
+    pub anonymous_auth: bool,
     /// `VK_RESERVE_PERCENT` (20).
     pub reserve_percent: u32,
     /// `VK_NODE_CPU` / `VK_NODE_MEM` / `VK_NODE_STORAGE` / `VK_NODE_HUGEPAGES`.
@@ -338,6 +346,8 @@ impl NodeConfig {
             metrics_addr,
             tls_cert: or(env::TLS_CERT, env::DEFAULT_TLS_CERT).into(),
             tls_key: or(env::TLS_KEY, env::DEFAULT_TLS_KEY).into(),
+            client_ca_file: val(env::CLIENT_CA_FILE).map(|v| PathBuf::from(v.trim())),
+            anonymous_auth: val(env::ANONYMOUS_AUTH).is_some_and(|v| v.trim() == "true"),
             reserve_percent,
             overrides: CapacityOverrides {
                 cpu: val(env::NODE_CPU).map(|v| v.trim().to_string()),
@@ -480,10 +490,14 @@ mod tests {
         );
         assert_eq!(c.cocoon_bin, PathBuf::from("/usr/local/bin/cocoon"));
         assert_eq!(c.restore_mode, RestoreMode::OnDemand);
+        // Loopback unless configured otherwise: the metrics listener has no authentication.
         assert_eq!(
             c.metrics_addr,
-            "0.0.0.0:9091".parse::<SocketAddr>().unwrap()
+            "127.0.0.1:9091".parse::<SocketAddr>().unwrap()
         );
+        // No client CA and no anonymous access unless configured.
+        assert_eq!(c.client_ca_file, None);
+        assert!(!c.anonymous_auth);
         assert_eq!(
             c.tls_cert,
             PathBuf::from("/etc/cocoon/vk/tls/vk-kubelet.crt")
@@ -590,8 +604,15 @@ mod tests {
             ("SNAPSHOT_PULL_BUDGET_MIB", "512"),
             ("VK_RUNTIME", "sim"),
             ("VK_SIM_ROOT", "/tmp/sim"),
+            ("VK_CLIENT_CA_FILE", " /etc/kubernetes/pki/ca.crt "),
+            ("VK_ANONYMOUS_AUTH", "true"),
         ])
         .expect("config");
+        assert_eq!(
+            c.client_ca_file,
+            Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
+        );
+        assert!(c.anonymous_auth);
         assert_eq!(c.node_name, "vk1");
         assert_eq!(c.pool, "gpu");
         assert_eq!(c.node_ip.to_string(), "192.168.1.9");

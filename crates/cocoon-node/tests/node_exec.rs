@@ -98,6 +98,7 @@ async fn start(env: &Shared, node: &str, root: &Path) -> TestResult<KubeletAgent
     let kubelet = KubeletServer::start(
         "127.0.0.1:0".parse()?,
         &tls,
+        common::kubelet_security(env, node, &[], false)?,
         backend.clone(),
         HostReader::new(root.to_owned()),
         node,

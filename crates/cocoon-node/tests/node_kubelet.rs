@@ -2,6 +2,8 @@
 //! through a test PodBackend (with and without a live VM), the not-implemented routes, the
 //! stats endpoints, and the spec's metric names on `/metrics`.
 
+mod common;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -11,15 +13,30 @@ use cocoon_node::kubelet::{
 };
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::HostReader;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cocoon_testenv::{create_namespace, delete_namespace, run_test, unique_name};
+use common::kubelet::{self, Creds, TestCa};
+use common::{TestResult, apiserver_kubelet_client, kubelet_security};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-/// One pod with a VM (`ns/live`), everything else has none.
-struct FakePods;
+/// One pod with a VM (`ns/live`), everything else has none. Counts the calls that reached it.
+#[derive(Default)]
+struct FakePods {
+    calls: AtomicUsize,
+}
+
+impl FakePods {
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
 
 #[async_trait]
 impl PodBackend for FakePods {
@@ -30,6 +47,7 @@ impl PodBackend for FakePods {
         container: &str,
         tail: u32,
     ) -> Result<Option<Vec<u8>>, BackendError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         match (namespace, pod) {
             ("ns", "live") => Ok(Some(
                 format!("log of {container}, tail {tail}\n").into_bytes(),
@@ -46,6 +64,7 @@ impl PodBackend for FakePods {
         _container: &str,
         _io: ExecIo,
     ) -> Result<(), ExecError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         Err(ExecError::NoLiveVm {
             namespace: namespace.into(),
             pod: pod.into(),
@@ -53,6 +72,7 @@ impl PodBackend for FakePods {
     }
 
     async fn stats(&self) -> Result<Vec<PodStats>, BackendError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         Ok(vec![PodStats {
             namespace: "ns".into(),
             name: "live".into(),
@@ -63,93 +83,6 @@ impl PodBackend for FakePods {
             network_tx_bytes: 20,
         }])
     }
-}
-
-/// Accepts exactly the pinned certificate (the server's self-signed one).
-#[derive(Debug)]
-struct Pinned {
-    der: Vec<u8>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if end_entity.as_ref() == self.der.as_slice() {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(
-                "unexpected server certificate".into(),
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// A minimal HTTPS GET: returns (status, body).
-async fn https_get(server: &KubeletServer, method: &str, path: &str) -> (u16, String) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned {
-            der: server.certificate_der().to_vec(),
-            provider,
-        }))
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = TcpStream::connect(server.local_addr())
-        .await
-        .expect("connect");
-    let name = ServerName::try_from("localhost").expect("name");
-    let mut tls = connector.connect(name, tcp).await.expect("tls handshake");
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    tls.write_all(req.as_bytes()).await.expect("write");
-    let mut raw = Vec::new();
-    // The server closes after the response (Connection: close); a TLS close_notify may be
-    // missing, so an unexpected EOF after data is fine.
-    let _ = tls.read_to_end(&mut raw).await;
-    parse_response(&raw)
 }
 
 fn parse_response(raw: &[u8]) -> (u16, String) {
@@ -163,42 +96,85 @@ fn parse_response(raw: &[u8]) -> (u16, String) {
     (status, body.to_string())
 }
 
-#[tokio::test]
-async fn kubelet_api_over_https() {
-    let cancel = CancellationToken::new();
-    let root = tempfile::tempdir().expect("tempdir");
-    let tls = TlsMaterial::self_signed("vk-test", "127.0.0.1".parse().expect("ip")).expect("tls");
-    let server = KubeletServer::start(
+async fn start_server(
+    node: &str,
+    pods: Arc<FakePods>,
+    security: cocoon_node::kubelet::ApiSecurity,
+    root: &std::path::Path,
+    cancel: &CancellationToken,
+) -> KubeletServer {
+    let tls = TlsMaterial::self_signed(node, "127.0.0.1".parse().expect("ip")).expect("tls");
+    KubeletServer::start(
         "127.0.0.1:0".parse().expect("addr"),
         &tls,
-        Arc::new(FakePods),
-        HostReader::new(root.path().to_path_buf()),
-        "vk-test",
-        &cancel,
+        security,
+        pods,
+        HostReader::new(root.to_path_buf()),
+        node,
+        cancel,
     )
     .await
-    .expect("start");
+    .expect("start")
+}
+
+/// One request to `server` with `creds`; a TLS failure is `Err`.
+async fn call(
+    server: &KubeletServer,
+    method: &str,
+    path: &str,
+    creds: &Creds,
+) -> Result<(u16, String), String> {
+    kubelet::request(
+        server.local_addr(),
+        server.certificate_der(),
+        method,
+        path,
+        creds,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn kubelet_api_over_https() {
+    run_test(|env| async move {
+    let cancel = CancellationToken::new();
+    let root = tempfile::tempdir()?;
+    let node = unique_name("vk-api");
+    let server = start_server(
+        &node,
+        Arc::new(FakePods::default()),
+        kubelet_security(env, &node, &[], false)?,
+        root.path(),
+        &cancel,
+    )
+    .await;
+    // The API server's own kubelet client identity, as `kubectl logs` reaches the agent.
+    let creds = Creds::cert(apiserver_kubelet_client(env)?);
+    let https_get = |method: &'static str, path: &'static str| {
+        let (server, creds) = (&server, &creds);
+        async move { call(server, method, path, creds).await.expect("request") }
+    };
     assert_ne!(server.port(), 0);
 
-    let (code, body) = https_get(&server, "GET", "/containerLogs/ns/live/agent?tailLines=7").await;
+    let (code, body) = https_get("GET", "/containerLogs/ns/live/agent?tailLines=7").await;
     assert_eq!((code, body.as_str()), (200, "log of agent, tail 7\n"));
-    let (code, body) = https_get(&server, "GET", "/containerLogs/ns/live/agent").await;
+    let (code, body) = https_get("GET", "/containerLogs/ns/live/agent").await;
     assert_eq!((code, body.as_str()), (200, "log of agent, tail 200\n"));
-    let (code, body) = https_get(&server, "GET", "/containerLogs/ns/gone/agent").await;
+    let (code, body) = https_get("GET", "/containerLogs/ns/gone/agent").await;
     assert_eq!((code, body.as_str()), (200, NO_LIVE_VM_BODY));
-    let (code, body) = https_get(&server, "GET", "/containerLogs/ns/broken/agent").await;
+    let (code, body) = https_get("GET", "/containerLogs/ns/broken/agent").await;
     assert_eq!(code, 500);
     assert!(body.contains("exit 3"), "{body}");
 
-    let (code, body) = https_get(&server, "POST", "/attach/ns/live/agent?stdout=1").await;
+    let (code, body) = https_get("POST", "/attach/ns/live/agent?stdout=1").await;
     assert_eq!((code, body.as_str()), (501, ATTACH_NOT_IMPLEMENTED));
-    let (code, body) = https_get(&server, "POST", "/portForward/ns/live").await;
+    let (code, body) = https_get("POST", "/portForward/ns/live").await;
     assert_eq!((code, body.as_str()), (501, PORT_FORWARD_NOT_IMPLEMENTED));
 
-    let (code, body) = https_get(&server, "GET", "/stats/summary").await;
+    let (code, body) = https_get("GET", "/stats/summary").await;
     assert_eq!(code, 200);
-    let summary: serde_json::Value = serde_json::from_str(&body).expect("json");
-    assert_eq!(summary["node"]["nodeName"], "vk-test");
+    let summary: serde_json::Value = serde_json::from_str(&body)?;
+    assert_eq!(summary["node"]["nodeName"], node.as_str());
     assert_eq!(summary["pods"][0]["podRef"]["name"], "live");
     assert_eq!(
         summary["pods"][0]["cpu"]["usageCoreNanoSeconds"],
@@ -208,7 +184,7 @@ async fn kubelet_api_over_https() {
     assert_eq!(summary["pods"][0]["network"]["rxBytes"], 10);
     assert_eq!(summary["pods"][0]["containers"][0]["name"], "agent");
 
-    let (code, body) = https_get(&server, "GET", "/metrics/resource").await;
+    let (code, body) = https_get("GET", "/metrics/resource").await;
     assert_eq!(code, 200);
     for want in [
         "node_cpu_usage_seconds_total ",
@@ -222,10 +198,175 @@ async fn kubelet_api_over_https() {
     }
 
     server.shutdown().await;
-    assert!(
-        TcpStream::connect(("127.0.0.1", 1)).await.is_err(),
-        "sanity: nothing listens on port 1"
-    );
+    TestResult::Ok(())
+    })
+    .await;
+}
+
+/// Creates a ServiceAccount and returns a token for it (TokenRequest).
+async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> TestResult<String> {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    sas.create(&PostParams::default(), &sa).await?;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let issued: TokenRequest = sas
+        .create_subresource(
+            "token",
+            name,
+            &PostParams::default(),
+            &request,
+        )
+        .await?;
+    Ok(issued
+        .status
+        .ok_or("no token in the TokenRequest status")?
+        .token)
+}
+
+/// A ClusterRole granting `nodes/proxy` get+create, bound to `ns/sa`.
+async fn grant_node_proxy(client: &kube::Client, name: &str, ns: &str, sa: &str) -> TestResult {
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["nodes/proxy".into()]),
+            verbs: vec!["get".into(), "create".into()],
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    roles.create(&PostParams::default(), &role).await?;
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: name.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.to_owned(),
+            namespace: Some(ns.to_owned()),
+            ..Default::default()
+        }]),
+    };
+    bindings.create(&PostParams::default(), &binding).await?;
+    Ok(())
+}
+
+/// The kubelet's authentication and authorization on the real API server: no credentials
+/// (401), a certificate of a foreign CA (TLS failure), an unknown token (401), identities
+/// without `nodes/*` rights (403), a ServiceAccount with `nodes/proxy` (200 on proxy routes,
+/// 403 on stats), the API server's kubelet client (200); refused requests never reach a VM.
+/// Anonymous access is opt-in and still needs authorization.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_api_authenticates_and_authorizes_like_a_kubelet() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "kubelet-auth").await?;
+        let node = unique_name("vk-auth");
+        let cancel = CancellationToken::new();
+        let root = tempfile::tempdir()?;
+        let users_ca = TestCa::new("test-users");
+        let foreign_ca = TestCa::new("foreign");
+        let pods = Arc::new(FakePods::default());
+        let server = start_server(
+            &node,
+            pods.clone(),
+            kubelet_security(env, &node, &[users_ca.der()], false)?,
+            root.path(),
+            &cancel,
+        )
+        .await;
+        let nobody = service_account_token(&client, &ns, "nobody").await?;
+        let proxier = service_account_token(&client, &ns, "proxier").await?;
+        let role = unique_name("kubelet-auth-proxy");
+        grant_node_proxy(&client, &role, &ns, "proxier").await?;
+
+        let logs = "/containerLogs/ns/live/agent";
+        let exec = "/exec/ns/live/agent?command=true&stdout=1";
+        let status = |r: Result<(u16, String), String>| r.map(|(code, _)| code);
+
+        // No credentials: 401 everywhere, also on routes that do not exist.
+        for (method, path) in [("GET", logs), ("POST", exec), ("GET", "/stats/summary"), ("GET", "/healthz"), ("GET", "/nope")] {
+            assert_eq!(status(call(&server, method, path, &Creds::none()).await), Ok(401), "{method} {path}");
+        }
+        // A certificate from another CA: the handshake fails (or, at worst, 401).
+        let foreign = Creds::cert(foreign_ca.client("kube-apiserver-kubelet-client", &["system:masters"]));
+        match call(&server, "GET", logs, &foreign).await {
+            Err(_) | Ok((401, _)) => {}
+            other => panic!("a foreign certificate got {other:?}"),
+        }
+        // A token the API server does not know: 401.
+        assert_eq!(status(call(&server, "GET", logs, &Creds::token("not-a-token")).await), Ok(401));
+        // Authenticated without rights: 403, by token and by certificate of the configured CA.
+        let stranger = Creds::cert(users_ca.client("stranger", &["some-team"]));
+        for creds in [&Creds::token(&nobody), &stranger] {
+            for (method, path) in [("GET", logs), ("POST", exec), ("GET", "/stats/summary")] {
+                let r = call(&server, method, path, creds).await;
+                assert_eq!(status(r.clone()), Ok(403), "{method} {path}: {r:?}");
+            }
+        }
+        let (_, forbidden) = call(&server, "POST", exec, &Creds::token(&nobody)).await.map_err(|e| e.to_string())?;
+        assert!(
+            forbidden.contains(&format!("user=system:serviceaccount:{ns}:nobody, verb=create, resource=nodes, subresource(s)=[proxy]")),
+            "{forbidden}"
+        );
+        assert_eq!(pods.calls(), 0, "a refused request reached the pod side");
+
+        // nodes/proxy: the proxy routes (container logs) but not stats.
+        let r = call(&server, "GET", logs, &Creds::token(&proxier)).await;
+        assert_eq!(r, Ok((200, "log of agent, tail 200\n".to_string())));
+        assert_eq!(status(call(&server, "GET", "/stats/summary", &Creds::token(&proxier)).await), Ok(403));
+        assert_eq!(pods.calls(), 1);
+        // The API server's kubelet client (system:kubelet-api-admin): everything.
+        let apiserver = Creds::cert(apiserver_kubelet_client(env)?);
+        assert_eq!(status(call(&server, "GET", logs, &apiserver).await), Ok(200));
+        assert_eq!(status(call(&server, "GET", "/stats/summary", &apiserver).await), Ok(200));
+        assert_eq!(pods.calls(), 3);
+        server.shutdown().await;
+
+        // Anonymous access, opted in: no longer 401, but system:anonymous has no rights.
+        let open = start_server(
+            &node,
+            pods.clone(),
+            kubelet_security(env, &node, &[], true)?,
+            root.path(),
+            &cancel,
+        )
+        .await;
+        let r = call(&open, "GET", logs, &Creds::none()).await;
+        assert!(matches!(&r, Ok((403, body)) if body.contains("user=system:anonymous")), "{r:?}");
+        assert_eq!(pods.calls(), 3);
+        open.shutdown().await;
+
+        let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&role, &DeleteParams::default()).await;
+        let _ = Api::<ClusterRole>::all(client.clone()).delete(&role, &DeleteParams::default()).await;
+        delete_namespace(&client, &ns).await?;
+        TestResult::Ok(())
+    })
+    .await;
 }
 
 #[tokio::test]

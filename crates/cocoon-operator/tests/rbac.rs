@@ -205,6 +205,11 @@ fn spawn_node_agent(
             .env("VK_LEASES_PATH", root.join("leases.json"))
             .env("VK_SIM_IMAGES", "ubuntu:24.04")
             .env("VK_NODE_PODS", "8")
+            // The CA of the API server's kubelet client certificate (`kubectl logs`).
+            .env(
+                "VK_CLIENT_CA_FILE",
+                env.pki_dir().ok_or("PKI dir unknown")?.join("ca.crt"),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -384,6 +389,49 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
                 && cs.status.as_ref().is_some_and(|s| s.ready_agents == 2)
         })
         .await?;
+
+        // The agents' kubelet API under the node role: `kubectl logs` through the API server
+        // (its client certificate, authorized with a SubjectAccessReview) works, and a bearer
+        // token is reviewed (TokenReview) and, lacking nodes/proxy, refused.
+        run_kubectl(env, &["-n", &ns, "logs", "a-0"])?;
+        let a0_node = pods
+            .get("a-0")
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .ok_or("a-0 is not bound")?;
+        let port = nodes
+            .get(&a0_node)
+            .await?
+            .status
+            .and_then(|s| s.daemon_endpoints)
+            .and_then(|d| d.kubelet_endpoint)
+            .map(|e| e.port)
+            .ok_or("no kubelet port")?;
+        let token = run_kubectl(
+            env,
+            &[
+                "-n",
+                "cocoon-system",
+                "create",
+                "token",
+                "cocoon-node",
+                "--duration",
+                "10m",
+            ],
+        )?;
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
+            .arg(format!("Authorization: Bearer {}", token.trim()))
+            .arg(format!(
+                "https://127.0.0.1:{port}/containerLogs/{ns}/a-0/agent"
+            ))
+            .output()?;
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "403",
+            "a token without nodes/proxy"
+        );
 
         // Set "b": main only, release suspend frees the seat and wake recreates the pod; then a
         // pin to the other node migrates it.

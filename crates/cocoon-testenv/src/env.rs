@@ -36,6 +36,42 @@ rules:
   userGroups: [\"system:serviceaccounts:cocoon-system\"]
 - level: None
 ";
+/// The API server's kubelet client identity (`--kubelet-client-certificate`).
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+
+/// As kubeadm does: the API server's kubelet client may use every kubelet API (exec, logs,
+/// stats), through the bootstrap ClusterRole `system:kubelet-api-admin`. Node agents that
+/// authorize their clients (SubjectAccessReview) need this for `kubectl exec`/`logs`.
+async fn bind_kubelet_client(client: &Client) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+    let api: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("testenv:{KUBELET_CLIENT_USER}")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "system:kubelet-api-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "User".into(),
+            name: KUBELET_CLIENT_USER.into(),
+            namespace: None,
+        }]),
+    };
+    match api
+        .create(&kube::api::PostParams::default(), &binding)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Per-request bound for readiness probes, so a wedged connection cannot eat the deadline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -238,7 +274,7 @@ impl TestEnv {
             }
             Ok::<_, Error>(())
         };
-        tokio::try_join!(sa_ready, crds)?;
+        tokio::try_join!(sa_ready, crds, bind_kubelet_client(&client))?;
         let report = StartupReport {
             elapsed: began.elapsed(),
             memory: self.memory(),

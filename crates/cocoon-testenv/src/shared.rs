@@ -192,6 +192,12 @@ impl Shared {
         self.run_dir.as_deref()
     }
 
+    /// Directory with the environment's certificates and keys (`ca.crt`, `ca.key`, one
+    /// client pair per identity), when the run dir is known.
+    pub fn pki_dir(&self) -> Option<PathBuf> {
+        self.run_dir.as_ref().map(|d| d.join("pki"))
+    }
+
     /// The env this process started, if it started one.
     pub fn env(&self) -> Option<&TestEnv> {
         self.env.as_ref()

@@ -77,6 +77,12 @@ pub mod node {
     pub const TLS_CERT: &str = "VK_TLS_CERT";
     /// Kubelet serving key.
     pub const TLS_KEY: &str = "VK_TLS_KEY";
+    /// CA bundle that verifies kubelet API client certificates (beyond; the kubelet's
+    /// `--client-ca-file`). Empty: no client certificate is accepted.
+    pub const CLIENT_CA_FILE: &str = "VK_CLIENT_CA_FILE";
+    /// `true` lets kubelet API requests without credentials through to authorization as
+    /// `system:anonymous` (beyond; the kubelet's `--anonymous-auth`, here off by default).
+    pub const ANONYMOUS_AUTH: &str = "VK_ANONYMOUS_AUTH";
     /// Reserved capacity percentage, 0–100.
     pub const RESERVE_PERCENT: &str = "VK_RESERVE_PERCENT";
     /// CPU capacity override (Quantity).
@@ -134,8 +140,9 @@ pub mod node {
     pub const DEFAULT_COCOON_BIN: &str = "/usr/local/bin/cocoon";
     /// Default of [`RESTORE_MODE`].
     pub const DEFAULT_RESTORE_MODE: &str = "ondemand";
-    /// Default of [`METRICS_ADDR`].
-    pub const DEFAULT_METRICS_ADDR: &str = ":9091";
+    /// Default of [`METRICS_ADDR`]: loopback only (the listener has no authentication; the
+    /// Go agent's `:9091` exposes every namespace's metrics to the network).
+    pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9091";
     /// Default of [`TLS_CERT`].
     pub const DEFAULT_TLS_CERT: &str = "/etc/cocoon/vk/tls/vk-kubelet.crt";
     /// Default of [`TLS_KEY`].

@@ -24,6 +24,27 @@ pub enum TlsError {
     Generate(#[from] rcgen::Error),
     #[error("build kubelet TLS config: {0}")]
     Rustls(#[from] rustls::Error),
+    #[error("read client CA {path} (VK_CLIENT_CA_FILE): {reason}")]
+    ClientCa { path: String, reason: String },
+    #[error("client CA verifier: {0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+}
+
+/// Reads the client CA bundle (`VK_CLIENT_CA_FILE`): every PEM certificate in the file, at
+/// least one.
+pub fn load_client_ca(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let err = |reason: String| TlsError::ClientCa {
+        path: path.display().to_string(),
+        reason,
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no PEM certificate in the file".into()));
+    }
+    Ok(certs)
 }
 
 /// A certificate chain and its key, in DER.
@@ -116,13 +137,32 @@ impl TlsMaterial {
         })
     }
 
-    /// A rustls server config (ring provider, HTTP/1.1 ALPN, no client certificates).
-    pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
+    /// A rustls server config (ring provider, HTTP/1.1 ALPN). With `client_ca`, a client
+    /// certificate is requested and, when presented, must chain to one of them (a foreign one
+    /// fails the handshake); a client may also present none and authenticate with a token.
+    pub fn server_config(
+        &self,
+        client_ca: &[CertificateDer<'static>],
+    ) -> Result<Arc<ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(self.chain.clone(), self.key.clone_key())?;
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?;
+        let builder = if client_ca.is_empty() {
+            builder.with_no_client_auth()
+        } else {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in client_ca {
+                roots.add(ca.clone())?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()?;
+            builder.with_client_cert_verifier(verifier)
+        };
+        let mut config = builder.with_single_cert(self.chain.clone(), self.key.clone_key())?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
@@ -171,7 +211,8 @@ mod tests {
             - cert.validity().not_before.timestamp())
             / (365 * 24 * 3600);
         assert_eq!(years, 10);
-        assert!(m.server_config().is_ok());
+        assert!(m.server_config(&[]).is_ok());
+        assert!(m.server_config(&m.chain).is_ok());
     }
 
     #[test]

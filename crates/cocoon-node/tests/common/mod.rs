@@ -29,6 +29,8 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub mod kubelet;
+
 /// The error type of the helpers and tests.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// What a test body (or a helper) returns.
@@ -377,4 +379,40 @@ pub async fn wait_gone(client: &Client, ns: &str, name: &str) -> TestResult {
     })
     .await?;
     Ok(())
+}
+
+/// The kubelet API security of the tests: client certificates verified against the test
+/// environment's CA (which signed the API server's kubelet client certificate) plus `extra_ca`,
+/// tokens and access reviewed through the API server with the admin client.
+pub fn kubelet_security(
+    env: &Shared,
+    node: &str,
+    extra_ca: &[rustls::pki_types::CertificateDer<'static>],
+    anonymous: bool,
+) -> TestResult<cocoon_node::kubelet::ApiSecurity> {
+    let pki = env
+        .pki_dir()
+        .ok_or("the test environment's PKI directory is unknown")?;
+    let mut client_ca = cocoon_node::kubelet::load_client_ca(&pki.join("ca.crt"))?;
+    client_ca.extend(extra_ca.iter().cloned());
+    Ok(cocoon_node::kubelet::ApiSecurity {
+        client_ca,
+        auth: cocoon_node::kubelet::KubeletAuth::new(
+            Arc::new(cocoon_node::kubelet::KubeReviewer::new(env.client()?)),
+            node,
+            anonymous,
+        ),
+    })
+}
+
+/// The API server's own kubelet client certificate (allowed every kubelet API by the test
+/// environment's RBAC, as kubeadm does).
+pub fn apiserver_kubelet_client(env: &Shared) -> TestResult<kubelet::ClientCert> {
+    let pki = env
+        .pki_dir()
+        .ok_or("the test environment's PKI directory is unknown")?;
+    Ok(kubelet::ClientCert::from_pem_files(
+        &pki.join("apiserver-kubelet-client.crt"),
+        &pki.join("apiserver-kubelet-client.key"),
+    ))
 }
