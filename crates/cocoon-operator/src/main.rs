@@ -1,6 +1,5 @@
 //! `cocoon-operator`: one binary, three modes. `run` reconciles the CRDs, `node` is the
-//! per-host node agent, `crd` prints the CustomResourceDefinitions (and `sim` drives a node
-//! agent's simulated runtime).
+//! per-host node agent, `crd` prints the CustomResourceDefinitions.
 
 mod simctl;
 

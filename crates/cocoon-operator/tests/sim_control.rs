@@ -10,6 +10,7 @@
 //! terminated container's reason) stays readable after the agent deletes it; the finalizer is
 //! only this test's hold on the object and changes nothing the agent does.
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::runtime::sim::VmRow;
 use cocoon_testenv::{Shared, create_namespace, delete_namespace, unique_name, wait_until};
 use cocoon_testsupport::{BoxError, vm_pod};
+use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -292,6 +294,13 @@ async fn cleanup(env: &Shared, ns: &str, node: &str) -> Result<(), BoxError> {
     }
 }
 
+fn dump_log(log: &Path) {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(60)..];
+    eprintln!("--- node agent log (tail) ---\n{}", tail.join("\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vm_event_watcher_reacts_to_chaos_injected_from_outside() {
     cocoon_testenv::run_test(|env| async move {
@@ -303,16 +312,25 @@ async fn vm_event_watcher_reacts_to_chaos_injected_from_outside() {
         std::fs::create_dir_all(&root)?;
         let log = tmp.path().join("agent.log");
         let mut agent = spawn_agent(env, &node, &root, &log)?;
-        let outcome = scenario(env, &ns, &root, &node).await;
+        // A failed assertion must not leave pods held by the test finalizer behind.
+        let outcome = AssertUnwindSafe(scenario(env, &ns, &root, &node))
+            .catch_unwind()
+            .await;
         let _ = agent.start_kill();
         let _ = agent.wait().await;
-        cleanup(env, &ns, &node).await?;
-        outcome.map_err(|e| -> BoxError {
-            let log = std::fs::read_to_string(&log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(60).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            format!("{e}\n--- node agent log (tail) ---\n{}", tail.join("\n")).into()
-        })
+        let cleaned = cleanup(env, &ns, &node).await;
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(panic) => {
+                dump_log(&log);
+                std::panic::resume_unwind(panic)
+            }
+        };
+        cleaned?;
+        if outcome.is_err() {
+            dump_log(&log);
+        }
+        outcome
     })
     .await;
 }
