@@ -1,6 +1,8 @@
 //! `cocoon-operator`: one binary, three modes. `run` reconciles the CRDs, `node` is the
 //! per-host node agent, `crd` prints the CustomResourceDefinitions.
 
+mod simctl;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -32,6 +34,8 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Drive the simulated runtime under a running node agent (VK_RUNTIME=sim only).
+    Sim(simctl::SimArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -290,6 +294,7 @@ fn main() -> anyhow::Result<()> {
             .context("start the async runtime")?
             .block_on(run(*args)),
         Command::Node => node(),
+        Command::Sim(args) => simctl::main(args),
     }
 }
 

@@ -61,6 +61,84 @@ pub enum Verb {
     Stats,
 }
 
+impl Verb {
+    /// Every verb, in declaration order.
+    pub const ALL: [Verb; 21] = [
+        Verb::Clone,
+        Verb::Run,
+        Verb::Inspect,
+        Verb::List,
+        Verb::Remove,
+        Verb::Start,
+        Verb::Exec,
+        Verb::Logs,
+        Verb::NetResize,
+        Verb::SnapshotSave,
+        Verb::SnapshotRemove,
+        Verb::SnapshotInspect,
+        Verb::SnapshotList,
+        Verb::SnapshotImport,
+        Verb::SnapshotExport,
+        Verb::EnsureImage,
+        Verb::ImagePresent,
+        Verb::ImageImport,
+        Verb::WatchEvents,
+        Verb::ReconcileStaleCreate,
+        Verb::Stats,
+    ];
+
+    /// The wire name (`snake_case`, as serialized).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Clone => "clone",
+            Verb::Run => "run",
+            Verb::Inspect => "inspect",
+            Verb::List => "list",
+            Verb::Remove => "remove",
+            Verb::Start => "start",
+            Verb::Exec => "exec",
+            Verb::Logs => "logs",
+            Verb::NetResize => "net_resize",
+            Verb::SnapshotSave => "snapshot_save",
+            Verb::SnapshotRemove => "snapshot_remove",
+            Verb::SnapshotInspect => "snapshot_inspect",
+            Verb::SnapshotList => "snapshot_list",
+            Verb::SnapshotImport => "snapshot_import",
+            Verb::SnapshotExport => "snapshot_export",
+            Verb::EnsureImage => "ensure_image",
+            Verb::ImagePresent => "image_present",
+            Verb::ImageImport => "image_import",
+            Verb::WatchEvents => "watch_events",
+            Verb::ReconcileStaleCreate => "reconcile_stale_create",
+            Verb::Stats => "stats",
+        }
+    }
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown verb name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown verb {0:?} (one of: {list})", list = Verb::ALL.map(Verb::as_str).join(", "))]
+pub struct UnknownVerb(pub String);
+
+impl std::str::FromStr for Verb {
+    type Err = UnknownVerb;
+
+    /// The wire name, with `-` accepted for `_` (`net-resize`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let want = s.trim().replace('-', "_");
+        Verb::ALL
+            .into_iter()
+            .find(|v| v.as_str() == want)
+            .ok_or_else(|| UnknownVerb(s.to_owned()))
+    }
+}
+
 /// Which snapshot-name collision wording `snapshot save` uses (§7.2), so that both parser
 /// branches of §3.3 get exercised.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,8 +298,9 @@ pub struct Call {
     pub args: serde_json::Value,
 }
 
-/// How to crash a VM out of band.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How to crash a VM out of band (wire names `stopped`, `error`, `kill_process`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CrashKind {
     /// Record `stopped`, process gone.
     Stopped,
@@ -370,6 +449,21 @@ mod tests {
                 Some("boom")
             );
         }
+    }
+
+    #[test]
+    fn verb_names_round_trip_through_serde_and_from_str() {
+        for v in Verb::ALL {
+            let wire = serde_json::to_value(v).expect("serialize");
+            assert_eq!(wire, serde_json::Value::String(v.as_str().to_owned()));
+            assert_eq!(v.as_str().parse::<Verb>(), Ok(v));
+            assert_eq!(v.as_str().replace('_', "-").parse::<Verb>(), Ok(v));
+        }
+        let err = "reboot".parse::<Verb>().expect_err("unknown");
+        assert!(
+            err.to_string()
+                .starts_with(r#"unknown verb "reboot" (one of: clone, run,"#)
+        );
     }
 
     #[test]
