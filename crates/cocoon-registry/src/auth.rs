@@ -350,20 +350,8 @@ fn run_helper(
     // Readers on threads of their own: a helper writing more than a pipe holds must not
     // block on us while we wait for it to exit.
     let (tx, rx) = mpsc::channel();
-    for (which, pipe) in [
-        (0, child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
-        (1, child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
-    ] {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            let _ = tx.send((which, buf));
-        });
-    }
-    drop(tx);
+    read_on_thread(child.stdout.take(), Pipe::Stdout, tx.clone());
+    read_on_thread(child.stderr.take(), Pipe::Stderr, tx);
     if let Some(mut stdin) = child.stdin.take() {
         // A helper that exits without reading its stdin closes the pipe: not an error here,
         // its exit status tells.
@@ -389,8 +377,8 @@ fn run_helper(
     for _ in 0..2 {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
-            Ok((0, b)) => stdout = b,
-            Ok((_, b)) => stderr = b,
+            Ok((Pipe::Stdout, b)) => stdout = b,
+            Ok((Pipe::Stderr, b)) => stderr = b,
             Err(_) => {
                 kill_group(&mut child);
                 return Err(Error::HelperTimeout {
@@ -418,8 +406,32 @@ fn run_helper(
     ))
 }
 
+/// Which output of a helper a reader thread read.
+enum Pipe {
+    Stdout,
+    Stderr,
+}
+
+/// Reads `pipe` to its end on a thread of its own and sends the bytes to `tx`.
+fn read_on_thread<R: Read + Send + 'static>(
+    pipe: Option<R>,
+    which: Pipe,
+    tx: mpsc::Sender<(Pipe, Vec<u8>)>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        let _ = tx.send((which, buf));
+    });
+}
+
 /// Waits for `child` to exit until `deadline`; `None` when it is still running then.
-fn wait_until(child: &mut Child, deadline: Instant) -> std::io::Result<Option<std::process::ExitStatus>> {
+fn wait_until(
+    child: &mut Child,
+    deadline: Instant,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
     // std has no wait with a timeout: poll, starting fast (helpers usually answer at once).
     let mut pause = Duration::from_millis(1);
     loop {
@@ -437,8 +449,9 @@ fn wait_until(child: &mut Child, deadline: Instant) -> std::io::Result<Option<st
 
 /// Kills the helper's process group and reaps the helper.
 fn kill_group(child: &mut Child) {
-    // The group id is the helper's pid (`process_group(0)`). The helper is not reaped yet,
-    // so the id cannot have been reused.
+    // The group id is the helper's pid (`process_group(0)`). It cannot have been reused:
+    // the helper is not reaped yet, or (its output still open) something it started is
+    // still in the group, and a pid is not handed out while a group of that id exists.
     if let Ok(pgid) = i32::try_from(child.id()) {
         // SAFETY: kill(2) takes plain integers and touches no memory of this process.
         unsafe {
@@ -781,7 +794,10 @@ mod tests {
         let out: HelperOutput =
             serde_json::from_str(r#"{"Username":"hu","Secret":"helper-secret"}"#).expect("json");
         let shown = format!("{out:?}");
-        assert!(!shown.contains("helper-secret") && shown.contains("hu"), "{shown}");
+        assert!(
+            !shown.contains("helper-secret") && shown.contains("hu"),
+            "{shown}"
+        );
         let tok: TokenResponse = serde_json::from_str(
             r#"{"token":"tok-secret","access_token":"acc-secret","expires_in":300}"#,
         )
@@ -824,7 +840,10 @@ mod tests {
             }
             let zombie = std::fs::read_to_string(entry.path().join("stat"))
                 .ok()
-                .and_then(|st| st.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+                .and_then(|st| {
+                    st.rsplit_once(')')
+                        .map(|(_, r)| r.trim_start().starts_with('Z'))
+                })
                 .unwrap_or(true);
             if !zombie {
                 found.push(pid);
@@ -869,10 +888,14 @@ mod tests {
             "{msg}"
         );
         // The helper and what it started are killed.
-        cocoon_testenv::wait_until("the helper's processes killed", Duration::from_secs(30), || {
-            let left = live_with_env(&mark);
-            async move { left.is_empty().then_some(()) }
-        })
+        cocoon_testenv::wait_until(
+            "the helper's processes killed",
+            Duration::from_secs(30),
+            || {
+                let left = live_with_env(&mark);
+                async move { left.is_empty().then_some(()) }
+            },
+        )
         .await
         .expect("the helper and its child are killed");
         let _ = std::fs::remove_dir_all(&dir);

@@ -793,7 +793,11 @@ mod tests {
     fn token_lifetimes_are_bounded() {
         let s = Duration::from_secs;
         assert_eq!(token_cache_for(None), s(50));
-        assert_eq!(token_cache_for(Some(5)), s(50), "at least the spec's minimum");
+        assert_eq!(
+            token_cache_for(Some(5)),
+            s(50),
+            "at least the spec's minimum"
+        );
         assert_eq!(token_cache_for(Some(300)), s(290));
         // A token endpoint's absurd lifetime is capped: the expiry instant cannot overflow.
         let huge = token_cache_for(Some(u64::MAX));

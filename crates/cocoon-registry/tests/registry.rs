@@ -726,12 +726,18 @@ async fn a_hung_credential_helper_fails_pushes_and_pulls_instead_of_hanging() {
     .expect("the push must not hang on the helper")
     .expect_err("no credentials: the push fails");
     assert!(is_helper_timeout(&push), "{push:?}");
-    assert!(push.to_string().contains("docker-credential-stuck"), "{push}");
+    assert!(
+        push.to_string().contains("docker-credential-stuck"),
+        "{push}"
+    );
     let dst = work.path().join("dst");
-    let pull = tokio::time::timeout(guard, c.pull_snapshot_to_dir(&repo, "hibernate", &dst, "vm-a"))
-        .await
-        .expect("the pull must not hang on the helper")
-        .expect_err("no credentials: the pull fails");
+    let pull = tokio::time::timeout(
+        guard,
+        c.pull_snapshot_to_dir(&repo, "hibernate", &dst, "vm-a"),
+    )
+    .await
+    .expect("the pull must not hang on the helper")
+    .expect_err("no credentials: the pull fails");
     assert!(is_helper_timeout(&pull), "{pull:?}");
 }
 

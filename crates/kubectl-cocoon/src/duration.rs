@@ -91,7 +91,9 @@ mod tests {
         ] {
             assert_eq!(parse(t), Ok(Duration::from_secs_f64(s)), "{t}");
         }
-        for bad in ["", "ten", "5x", "m", ".", "1..5s", "-5s", "inf", "NaN", "5s-"] {
+        for bad in [
+            "", "ten", "5x", "m", ".", "1..5s", "-5s", "inf", "NaN", "5s-",
+        ] {
             assert!(
                 matches!(parse(bad), Err(DurationError::Syntax(_))),
                 "{bad}: {:?}",

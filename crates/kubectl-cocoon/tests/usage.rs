@@ -10,7 +10,10 @@ fn run(args: &[&str]) -> (Option<i32>, String) {
         .env_remove("KUBECONFIG")
         .output()
         .expect("run kubectl-cocoon");
-    assert!(out.stdout.is_empty(), "usage errors print nothing on stdout");
+    assert!(
+        out.stdout.is_empty(),
+        "usage errors print nothing on stdout"
+    );
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -792,7 +792,11 @@ mod tests {
         while let Ok(s) = streams_rx.try_recv() {
             handed.push(s.id);
         }
-        assert_eq!(handed, ids[..MAX_STREAMS], "only accepted streams reach the session");
+        assert_eq!(
+            handed,
+            ids[..MAX_STREAMS],
+            "only accepted streams reach the session"
+        );
         drop(client);
         reader.await.expect("reader ends with the connection");
     }

@@ -83,7 +83,11 @@ struct Relist {
 impl Relist {
     /// Feeds one watch event; at `InitDone`, returns the keys of `tracked` the list did not
     /// return (called only then).
-    fn observe(&mut self, event: &Event<Pod>, tracked: impl FnOnce() -> Vec<String>) -> Vec<String> {
+    fn observe(
+        &mut self,
+        event: &Event<Pod>,
+        tracked: impl FnOnce() -> Vec<String>,
+    ) -> Vec<String> {
         match event {
             Event::Init => self.listed.clear(),
             Event::InitApply(obj) => {
@@ -309,9 +313,18 @@ mod tests {
         let mut r = Relist::default();
         let none = || -> Vec<String> { panic!("tracked keys are read at InitDone only") };
         assert!(r.observe(&Event::Init, none).is_empty());
-        assert!(r.observe(&Event::InitApply(pod("a", "p1")), none).is_empty());
-        assert!(r.observe(&Event::InitApply(pod("a", "p2")), none).is_empty());
-        assert!(r.observe(&Event::InitApply(pod("a", "p1")), none).is_empty());
+        assert!(
+            r.observe(&Event::InitApply(pod("a", "p1")), none)
+                .is_empty()
+        );
+        assert!(
+            r.observe(&Event::InitApply(pod("a", "p2")), none)
+                .is_empty()
+        );
+        assert!(
+            r.observe(&Event::InitApply(pod("a", "p1")), none)
+                .is_empty()
+        );
         assert_eq!(r.len(), 2, "a set: a pod listed twice counts once");
         let gone = r.observe(&Event::InitDone, || keys(&["a/p1", "a/p2", "a/p3", "b/p1"]));
         assert_eq!(gone, keys(&["a/p3", "b/p1"]));
@@ -337,6 +350,10 @@ mod tests {
             assert!(r.observe(&Event::Apply(p.clone()), none).is_empty());
             assert!(r.observe(&Event::Delete(p), none).is_empty());
         }
-        assert_eq!(r.len(), 0, "watch events after InitDone must not grow the relist state");
+        assert_eq!(
+            r.len(),
+            0,
+            "watch events after InitDone must not grow the relist state"
+        );
     }
 }
