@@ -12,7 +12,7 @@ pub const MAX: Duration = Duration::from_nanos(i64::MAX as u64);
 pub enum DurationError {
     #[error("invalid duration {0:?} (use e.g. 30s, 5m, 1h)")]
     Syntax(String),
-    #[error("duration {0:?} out of range (at most {})", human(MAX))]
+    #[error("duration {0:?} out of range (at most {max})", max = human(MAX))]
     OutOfRange(String),
 }
 
