@@ -15,8 +15,7 @@
 //! 2. The client opens the streams (`streamtype` header): `error` always, then `stdin`,
 //!    `stdout`, `stderr` as requested (`stderr` never with a TTY), `resize` with a TTY (v3+).
 //!    Each gets a `SYN_REPLY` (streams past the five of one exec get `RST_STREAM`
-//!    `REFUSED_STREAM`). They must all exist within
-//!    [`STREAM_CREATION_TIMEOUT`].
+//!    `REFUSED_STREAM`). They must all exist within [`STREAM_CREATION_TIMEOUT`].
 //! 3. The command runs through [`PodBackend::exec`]; stdin `DATA` feeds the guest, guest
 //!    output goes out as `DATA` on `stdout`/`stderr`, each ended with FIN when the guest side
 //!    closes.
