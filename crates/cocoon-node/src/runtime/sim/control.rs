@@ -217,10 +217,18 @@ impl Default for Latencies {
     }
 }
 
+/// The largest `VK_SIM_LATENCY_SCALE`: slow motion, not a hang.
+pub const MAX_LATENCY_SCALE: f64 = 1e6;
+
 impl Latencies {
-    /// Every duration multiplied by `factor` (throughputs divided), for slow-motion demos.
+    /// Every duration multiplied by `factor` (throughputs divided), for slow-motion demos;
+    /// `factor` is clamped to `[0, MAX_LATENCY_SCALE]` (NaN counts as 0).
     pub fn scaled(&self, factor: f64) -> Self {
-        let f = factor.max(0.0);
+        let f = if factor.is_nan() {
+            0.0
+        } else {
+            factor.clamp(0.0, MAX_LATENCY_SCALE)
+        };
         let d = |x: Duration| x.mul_f64(f);
         let rate = |r: u64| {
             if r == 0 || f == 0.0 {
@@ -488,5 +496,12 @@ mod tests {
         assert_eq!(l.run, Duration::from_millis(200));
         assert_eq!(l.export_bytes_per_sec, (1u64 << 30) / 10);
         assert_eq!(Latencies::default().scaled(0.0).run, Duration::ZERO);
+        // Out-of-range factors are clamped, never a panic.
+        assert_eq!(Latencies::default().scaled(f64::NAN).run, Duration::ZERO);
+        assert_eq!(Latencies::default().scaled(-3.0).run, Duration::ZERO);
+        assert_eq!(
+            Latencies::default().scaled(f64::INFINITY),
+            Latencies::default().scaled(MAX_LATENCY_SCALE)
+        );
     }
 }

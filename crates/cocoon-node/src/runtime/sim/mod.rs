@@ -101,7 +101,8 @@ use tokio::sync::watch;
 use tokio_util::io::SyncIoBridge;
 
 pub use control::{
-    Call, CollisionWording, CrashKind, FailRule, ImageKind, Latencies, UnknownVerb, Verb,
+    Call, CollisionWording, CrashKind, FailRule, ImageKind, Latencies, MAX_LATENCY_SCALE,
+    UnknownVerb, Verb,
 };
 pub use guest::{DiskFill, DiskSpec, GuestFs, HOSTNAME_PATH, TOKEN_PATH};
 pub use net::{IpPool, Lease};
@@ -233,7 +234,11 @@ impl SimConfig {
             cfg.tick_interval = d;
         }
         if let Some(v) = get("VK_SIM_LATENCY_SCALE") {
-            let f: f64 = v.parse().map_err(|_| bad("VK_SIM_LATENCY_SCALE", &v))?;
+            let f: f64 = v
+                .parse()
+                .ok()
+                .filter(|f: &f64| (0.0..=MAX_LATENCY_SCALE).contains(f))
+                .ok_or_else(|| bad("VK_SIM_LATENCY_SCALE", &v))?;
             cfg.latencies = cfg.latencies.scaled(f);
         }
         if let Some(v) = get("VK_SIM_DISK_SIZE") {
@@ -2668,5 +2673,25 @@ impl SimHandle {
             .iter()
             .map(|(k, v)| (k.clone(), v.iter().map(|s| (*s).to_owned()).collect()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_scale_out_of_range_is_an_error_naming_the_variable() {
+        let with = |v: &'static str| {
+            SimConfig::from_env(PathBuf::from("/nonexistent"), move |k| {
+                (k == "VK_SIM_LATENCY_SCALE").then(|| v.to_owned())
+            })
+        };
+        assert!(with("20").is_ok());
+        assert!(with("0").is_ok());
+        for bad in ["inf", "NaN", "-1", "1e300", "1000001", "fast"] {
+            let err = with(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains("VK_SIM_LATENCY_SCALE"), "{bad}: {err:?}");
+        }
     }
 }
