@@ -142,8 +142,12 @@ async fn one_leader_reconciles_and_a_dead_leader_is_replaced() {
         .await?;
         let took = started.elapsed();
         assert!(
-            dead.is_leader(),
-            "the aborted replica never noticed (it is dead)"
+            dead.elector_flag(),
+            "the aborted replica's elector never noticed (it is dead)"
+        );
+        assert!(
+            !dead.is_leader(),
+            "yet it holds no more: its last renew is older than the renew deadline"
         );
         eprintln!(
             "handover after {took:?} (lease duration {:?})",
