@@ -159,15 +159,16 @@ impl Replica {
             // Every pass logs `reconciled` at debug.
             .env("OPERATOR_LOG_LEVEL", "info,cocoon_operator=debug")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            // The log goes to stdout.
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()?;
-        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
         let log = Arc::new(Mutex::new(Vec::new()));
         let sink = log.clone();
         tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Ok(mut l) = sink.lock() {
                     l.push(line);
@@ -180,6 +181,11 @@ impl Replica {
             child,
             log,
         })
+    }
+
+    /// Lines logged so far.
+    fn log_lines(&self) -> usize {
+        self.log.lock().map_or(0, |l| l.len())
     }
 
     /// Reconcile passes this replica ran so far (each logs `reconciled`, ok or failed).
@@ -383,6 +389,9 @@ async fn scenario(
         b_lease_writes.is_empty(),
         "the standby wrote the Lease while it was held: {b_lease_writes:#?}"
     );
+    // The count is of something: the leader's passes show in its log, the standby logs.
+    assert!(a.passes() > 0, "no pass in the leader's log:\n{}", a.log_tail());
+    assert!(b.log_lines() > 0, "the standby's log is empty");
     assert_eq!(
         b.passes(),
         0,
@@ -408,12 +417,18 @@ async fn scenario(
     let a_before = audit.records_of(&a.user)?.len();
     a.signal("CONT").await?;
     // A resumes: its elector reads the Lease, finds B, and gives up leading.
-    cocoon_testenv::wait_until(
+    let seen = cocoon_testenv::wait_until(
         "the resumed replica seeing it lost the Lease",
         WAIT,
-        || async { a.log_has("lost leadership").then_some(()) },
+        || async {
+            (a.log_has("lost leadership") || a.log_has("could not renew leadership in time"))
+                .then_some(())
+        },
     )
-    .await?;
+    .await;
+    if let Err(e) = seen {
+        return Err(format!("{e}\n{}", a.log_tail()).into());
+    }
     // Whatever A's controllers had queued (the watch events of `second`) has been through
     // them once the elector has read the Lease a few more times.
     cocoon_testenv::wait_until("the resumed replica's elector running on", WAIT, || async {
