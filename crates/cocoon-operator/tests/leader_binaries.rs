@@ -5,12 +5,16 @@
 //! 1. While one replica holds the Lease the standby makes no API write (its only writes would
 //!    be Lease attempts, the election itself) and runs no reconcile pass at all: no per-object
 //!    requeue churn, as its debug log of passes shows.
-//! 2. The leader is paused (SIGSTOP) past the lease duration; the standby takes over and
-//!    reconciles a set created meanwhile. The old leader, resumed (SIGCONT) with its elector
-//!    flag still set and watch events queued, makes no write request but to its Lease.
+//! 2. The leader is paused (SIGSTOP) mid-pass, past the lease duration: its registry
+//!    requests go through a proxy the test holds, so the pass is stopped between its
+//!    `:hibernate` read and the pod create that follows. The standby takes over and
+//!    reconciles the set. The old leader, resumed (SIGCONT) with its elector flag still set,
+//!    gets its registry answer, skips the create and ends the pass: no write request of it
+//!    after the resume but to its Lease.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +26,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(90);
 /// Short election timings (flags of the binary): 3 s lease, 2 s renew deadline, 300 ms retry.
@@ -125,6 +129,61 @@ fn cleanup_account(env: &Shared, name: &str) {
     );
 }
 
+/// A TCP proxy to the registry that, while closed, holds what clients send (a request
+/// already on a pooled connection included) until it is opened again.
+struct HoldingProxy {
+    addr: String,
+    open: tokio::sync::watch::Sender<bool>,
+    /// Client reads that had to wait for the proxy to open.
+    held: Arc<AtomicUsize>,
+}
+
+impl HoldingProxy {
+    async fn start(upstream: &str) -> Result<Self, BoxError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let open = tokio::sync::watch::Sender::new(true);
+        let held = Arc::new(AtomicUsize::new(0));
+        let (upstream, gate, count) = (upstream.to_string(), open.clone(), held.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+                });
+                let (mut rx, count) = (gate.subscribe(), count.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        let n = match from_client.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if !*rx.borrow_and_update() {
+                            count.fetch_add(1, Ordering::SeqCst);
+                            if rx.wait_for(|open| *open).await.is_err() {
+                                break;
+                            }
+                        }
+                        if to_server.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Ok(HoldingProxy { addr, open, held })
+    }
+
+    fn set_open(&self, open: bool) {
+        self.open.send_replace(open);
+    }
+}
+
 /// One replica: the binary, its identity and the lines of its JSON log.
 struct Replica {
     identity: String,
@@ -135,8 +194,8 @@ struct Replica {
 
 impl Replica {
     fn spawn(
-        env: &Shared,
         kubeconfig: &Path,
+        registry: &str,
         account: &str,
         identity: &str,
         ns: &str,
@@ -149,7 +208,7 @@ impl Replica {
                 format!("--leader-elect-retry-period={RETRY_PERIOD}"),
             ])
             .env("KUBECONFIG", kubeconfig)
-            .env("OCI_REGISTRY", env.registry_addr())
+            .env("OCI_REGISTRY", registry)
             .env("POD_NAME", identity)
             .env("POD_NAMESPACE", ns)
             .env("WATCH_NAMESPACE", ns)
@@ -330,11 +389,19 @@ async fn scenario(
     let sets: Api<CocoonSet> = Api::namespaced(admin.clone(), ns);
 
     // A first, so that it is the leader; then the standby B.
-    let a = Replica::spawn(env, &kubeconfig_a, account_a, "replica-a", ns)?;
+    // A reaches the registry through a proxy the test can hold.
+    let proxy = HoldingProxy::start(env.registry_addr()).await?;
+    let a = Replica::spawn(&kubeconfig_a, &proxy.addr, account_a, "replica-a", ns)?;
     wait_holder(&leases, &a.identity).await?;
     sets.create(&PostParams::default(), &set("first")).await?;
     wait_reconciled(&sets, "first").await?;
-    let b = Replica::spawn(env, &kubeconfig_b, account_b, "replica-b", ns)?;
+    let b = Replica::spawn(
+        &kubeconfig_b,
+        env.registry_addr(),
+        account_b,
+        "replica-b",
+        ns,
+    )?;
 
     // (1) B runs its election (reads the Lease) while A renews RENEWALS_WATCHED times.
     cocoon_testenv::wait_until("the standby reading the Lease", WAIT, || async {
@@ -390,7 +457,11 @@ async fn scenario(
         "the standby wrote the Lease while it was held: {b_lease_writes:#?}"
     );
     // The count is of something: the leader's passes show in its log, the standby logs.
-    assert!(a.passes() > 0, "no pass in the leader's log:\n{}", a.log_tail());
+    assert!(
+        a.passes() > 0,
+        "no pass in the leader's log:\n{}",
+        a.log_tail()
+    );
     assert!(b.log_lines() > 0, "the standby's log is empty");
     assert_eq!(
         b.passes(),
@@ -400,10 +471,16 @@ async fn scenario(
     );
     assert_eq!(holder(&leases).await.as_deref(), Some(a.identity.as_str()));
 
-    // (2) A paused past the lease duration: B takes over and reconciles what comes meanwhile.
+    // (2) A mid-pass: a new set's main is about to be created, its `:hibernate` read held.
+    proxy.set_open(false);
+    sets.create(&PostParams::default(), &set("second")).await?;
+    cocoon_testenv::wait_until("the leader's registry read held", WAIT, || async {
+        (proxy.held.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await?;
+    // Paused past the lease duration: B takes over and reconciles the set.
     a.signal("STOP").await?;
     wait_holder(&leases, &b.identity).await?;
-    sets.create(&PostParams::default(), &set("second")).await?;
     wait_reconciled(&sets, "second").await?;
     let b_wrote = audit
         .records_of(&b.user)?
@@ -416,6 +493,18 @@ async fn scenario(
     // Nothing A sends while stopped; what it sends after SIGCONT is logged after this.
     let a_before = audit.records_of(&a.user)?.len();
     a.signal("CONT").await?;
+    // The held read gets its answer at once: the pass goes on to its create, which the gate
+    // refuses, whether or not the elector has run yet.
+    proxy.set_open(true);
+    let skipped = cocoon_testenv::wait_until(
+        "the resumed replica skipping the write of its pass",
+        WAIT,
+        || async { a.log_has("write skipped, pass ends").then_some(()) },
+    )
+    .await;
+    if let Err(e) = skipped {
+        return Err(format!("{e}\n{}", a.log_tail()).into());
+    }
     // A resumes: its elector reads the Lease, finds B, and gives up leading.
     let seen = cocoon_testenv::wait_until(
         "the resumed replica seeing it lost the Lease",
@@ -429,8 +518,8 @@ async fn scenario(
     if let Err(e) = seen {
         return Err(format!("{e}\n{}", a.log_tail()).into());
     }
-    // Whatever A's controllers had queued (the watch events of `second`) has been through
-    // them once the elector has read the Lease a few more times.
+    // Whatever else A's controllers had queued (watch events, requeues) has been through them
+    // once the elector has read the Lease a few more times.
     cocoon_testenv::wait_until("the resumed replica's elector running on", WAIT, || async {
         let records = audit.records_of(&a.user).ok()?;
         let reads = records[a_before.min(records.len())..]
