@@ -99,7 +99,9 @@ async fn another_namespace_cannot_take_restore_fork_or_snapshot_a_vm() {
 
         // B names A's running VM (the adopt path), A's hibernated VM with and without the
         // restore marker, and forks from A's main.
-        let attempts: [(&str, Vec<(&str, &str)>, String); 4] = [
+        /// (pod name, annotations, expected refusal prefix)
+        type Attempt<'a> = (&'a str, Vec<(&'a str, &'a str)>, String);
+        let attempts: [Attempt; 4] = [
             (
                 "take",
                 vec![(ann::VM_NAME, vm_a.as_str())],

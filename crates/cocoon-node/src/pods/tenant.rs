@@ -332,7 +332,16 @@ mod tests {
     fn own_vm_rows() {
         let a_main = vm_name_for_pod("a", "demo-0");
         let b_x = vm_name_for_pod("a-b", "x");
-        let cases: Vec<(&str, &str, &str, String, Vec<Holder>, Option<&str>)> = vec![
+        /// (row, ns, pod, vm, holders, refusal prefix or None = allowed)
+        type Row<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            String,
+            Vec<Holder>,
+            Option<&'a str>,
+        );
+        let cases: Vec<Row> = vec![
             // (row, ns, pod, vm, holders, refusal prefix or None = allowed)
             (
                 "own hashed name",
@@ -530,7 +539,15 @@ mod tests {
     #[test]
     fn clone_dir_rows() {
         let roots = vec![PathBuf::from("/srv/staged"), PathBuf::from("/data/snaps")];
-        let cases: Vec<(&str, Option<&str>, &[PathBuf], Option<&str>, Option<&str>)> = vec![
+        /// (row, annotation, roots, resolved dir, refusal prefix or None = allowed)
+        type Row<'a> = (
+            &'a str,
+            Option<&'a str>,
+            &'a [PathBuf],
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: Vec<Row> = vec![
             // (row, annotation, roots, resolved dir, refusal prefix or None = allowed)
             ("no annotation", None, &roots, None, None),
             ("blank annotation", Some("  "), &roots, None, None),
