@@ -209,11 +209,19 @@ impl Handler {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let raw_dir = annotation(pod, ann::CLONE_FROM_DIR);
-        let (vm_holders, fork_holders) = {
+        let pre_id = VmRuntime::from_meta(&pod.metadata).id;
+        let (vm_holders, fork_holders, id_taken) = {
             let t = self.tables();
+            let id_taken = !spec.managed
+                && !pre_id.is_empty()
+                && t.vms_by_pod
+                    .values()
+                    .chain(t.vms_by_name.values())
+                    .any(|v| !v.synthetic && v.id() == pre_id);
             (
                 t.holders_of(&spec.vm_name, Some(&key)),
                 t.holders_of(&spec.fork_from, Some(&key)),
+                id_taken,
             )
         };
         let roots = &self.cfg.clone_from_dir_roots;
@@ -245,6 +253,7 @@ impl Handler {
             resolved_dir: resolved_dir.as_deref(),
             resolved_roots: &resolved_roots,
             managed: spec.managed,
+            claimed_managed_id: id_taken.then_some(pre_id.as_str()),
         });
         if let Err(e) = &verdict {
             warn!(

@@ -28,6 +28,8 @@
 //!   `VMNameForPod(ns, candidate)` for the candidate pod name recovered from the name (the
 //!   text between `vk-<ns>-` and the `-<6 hex>` suffix, taken without dots). Names that cannot
 //!   be verified that way (legacy, shortened, dotted pod names) need a same-namespace holder.
+//! * **Unmanaged pods** (static toolboxes) are checked on their VM name too, and their
+//!   pre-assigned `vm.cocoonstack.io/id` must not be the id of a VM this node manages.
 //! * **`clone-from-dir`.** The directory must lie under one of the roots of
 //!   `VK_CLONE_FROM_DIR_ROOTS`, compared by whole path components (`/a` admits `/a` and `/a/x`,
 //!   never `/ab`); with no root configured every `clone-from-dir` is refused. When the path
@@ -149,6 +151,12 @@ pub enum Refusal {
         var = env::CLONE_FROM_DIR_ROOTS
     )]
     CloneDirEscapes { dir: String, resolved: String },
+    /// An unmanaged pod pre-assigns the runtime id of a VM this node manages.
+    #[error(
+        "annotation {key}: {id:?} is the id of a VM this node manages; an unmanaged pod cannot claim it",
+        key = ann::VM_ID
+    )]
+    ManagedIdClaimed { id: String },
     /// The pod's VM name differs from the one this agent tracks it with.
     #[error(
         "annotation {key}: changed from {tracked:?} to {vm:?}; the VM name of a pod never changes",
@@ -267,13 +275,21 @@ pub struct CreateCheck<'a> {
     pub resolved_roots: &'a [PathBuf],
     /// Managed pod (fork and clone sources apply only to managed pods).
     pub managed: bool,
+    /// For an unmanaged pod: its pre-assigned `vm.cocoonstack.io/id` when that is the id of a
+    /// VM this node manages (tracked or indexed by name), else `None`.
+    pub claimed_managed_id: Option<&'a str>,
 }
 
 /// The CreatePod decision: own VM first, then the fork source and the clone directory.
 pub fn check_create(c: &CreateCheck<'_>) -> Result<(), Refusal> {
     check_own_vm(c.namespace, c.pod, c.vm, c.vm_holders)?;
     if !c.managed {
-        return Ok(());
+        // An unmanaged pod's VM is external; it must not alias a VM of this node (the event
+        // watcher maps runtime events to pods by id).
+        return match c.claimed_managed_id {
+            Some(id) => Err(Refusal::ManagedIdClaimed { id: id.to_owned() }),
+            None => Ok(()),
+        };
     }
     if !c.fork_from.is_empty() {
         check_fork_source(c.namespace, c.fork_from, c.fork_holders)?;
@@ -651,6 +667,7 @@ mod tests {
             resolved_dir: None,
             resolved_roots: &roots,
             managed: true,
+            claimed_managed_id: None,
         };
         assert_eq!(check_create(&base), Ok(()));
         let fork = CreateCheck {
@@ -684,6 +701,14 @@ mod tests {
             check_create(&foreign),
             Err(Refusal::NotOwnVm { .. })
         ));
+        let alias = CreateCheck {
+            claimed_managed_id: Some("vm-123"),
+            ..unmanaged
+        };
+        assert_eq!(
+            check_create(&alias).map_err(|e| e.to_string()),
+            Err("annotation vm.cocoonstack.io/id: \"vm-123\" is the id of a VM this node manages; an unmanaged pod cannot claim it".to_owned())
+        );
     }
 
     #[test]
