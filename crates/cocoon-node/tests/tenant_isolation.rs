@@ -16,7 +16,7 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::{fork_snapshot_name, vm_name_for_pod};
-use cocoon_node::runtime::sim::Verb;
+use cocoon_node::runtime::sim::{OutOfBandVm, SimRuntime, Verb};
 use cocoon_testenv::{
     TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };
@@ -311,6 +311,73 @@ async fn a_restarted_agent_does_not_adopt_another_namespace_vm_by_id() {
         agent.kill().await;
         delete_namespace(&client, &ns_a).await?;
         delete_namespace(&client, &ns_b).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// A VM with the legacy unhashed name of an earlier operator is kept for the pod that already
+/// runs it (adopted by its id at startup); a new pod with a legacy name is refused, since that
+/// form is ambiguous between namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_legacy_named_vm_is_kept_only_for_the_pod_that_runs_it() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "tenant-l").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let root = tmp.path().join(&node);
+        // The VM an earlier agent brought up for pod `old`, under the legacy name.
+        let legacy = format!("vk-{ns}-old");
+        let id = {
+            let rt = SimRuntime::open(common::sim_config(&root))?;
+            rt.handle()
+                .create_vm(OutOfBandVm {
+                    name: legacy.clone(),
+                    ..OutOfBandVm::default()
+                })?
+                .id
+        };
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(
+            &PostParams::default(),
+            &vm_pod(
+                &ns,
+                "old",
+                &node,
+                // As the earlier agent left it: the VM id and lifecycle `ready`.
+                &[
+                    (ann::VM_NAME, legacy.as_str()),
+                    (ann::VM_ID, id.as_str()),
+                    (ann::LIFECYCLE_STATE, "ready"),
+                ],
+            ),
+        )
+        .await?;
+        let agent = start_agent(env, &node, &root).await?;
+        let p = common::wait_running_with(&client, &ns, "old", false).await?;
+        assert_eq!(ann_of(&p, ann::VM_ID), Some(id.clone()), "adopted by id");
+        assert_eq!(agent.sim.call_count(Verb::Run), 0, "no fresh boot");
+
+        let fresh = format!("vk-{ns}-new");
+        api.create(
+            &PostParams::default(),
+            &vm_pod(&ns, "new", &node, &[(ann::VM_NAME, fresh.as_str())]),
+        )
+        .await?;
+        let msg = wait_refused(&client, &ns, "new", "create").await?;
+        assert_eq!(
+            msg,
+            format!(
+                "annotation vm.cocoonstack.io/name: VM {fresh:?} has the legacy unhashed form, which does not prove it belongs to namespace {ns:?}; only a VM this node already runs for the pod is kept (new pods use {:?})",
+                vm_name_for_pod(&ns, "new")
+            )
+        );
+        assert_eq!(agent.sim.call_count(Verb::Run), 0, "nothing booted for it");
+
+        agent.kill().await;
+        delete_namespace(&client, &ns).await?;
         Ok::<_, BoxError>(())
     })
     .await;
