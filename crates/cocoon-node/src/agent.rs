@@ -142,6 +142,7 @@ pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
         leases_path: cfg.leases_path.clone(),
         restore_mode: cfg.restore_mode.as_str().to_owned(),
         cocoon_root_dir: cfg.cocoon_root_dir.clone(),
+        clone_from_dir_roots: cfg.clone_from_dir_roots.clone(),
         timing: Timing::default(),
     }
 }

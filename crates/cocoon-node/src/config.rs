@@ -16,6 +16,9 @@
 //!   ([`crate::kubelet::auth`]); anonymous access only for the exact value `true`.
 //! * Runtime backend: `VK_RUNTIME` = `cocoon` (default) | `sim`, with `VK_SIM_ROOT` for the
 //!   simulator (read by [`crate::runtime::BackendChoice::from_env`]).
+//! * `VK_CLONE_FROM_DIR_ROOTS` (not in the spec; tenant isolation): absolute, canonical
+//!   directories separated by `,` or `:` (blank items dropped; a relative or non-canonical
+//!   one is fatal). Unset or empty refuses every `vm.cocoonstack.io/clone-from-dir`.
 //! * Timing knobs (Lease renew, status refresh, fix-up) are not env vars: they are struct fields
 //!   with the spec's defaults so tests can shorten them.
 
@@ -52,6 +55,8 @@ pub enum ConfigError {
     SnapshotCpuClass(String),
     #[error("select runtime backend: {0}")]
     Runtime(String),
+    #[error("parse VK_CLONE_FROM_DIR_ROOTS: root {0:?} must be an absolute, canonical path")]
+    CloneFromDirRoot(String),
 }
 
 /// What to do with a VM that no pod claims (`VK_ORPHAN_POLICY`).
@@ -228,6 +233,8 @@ pub struct NodeConfig {
     pub macos_vnc_password: Option<String>,
     /// `VK_RUNTIME` (+ `VK_COCOON_BIN` / `VK_SIM_ROOT`).
     pub runtime: BackendChoice,
+    /// `VK_CLONE_FROM_DIR_ROOTS` (empty: every `clone-from-dir` is refused).
+    pub clone_from_dir_roots: Vec<PathBuf>,
     /// Heartbeat and fix-up timings (not env-configurable).
     pub timings: Timings,
 }
@@ -322,6 +329,9 @@ impl NodeConfig {
         let runtime =
             BackendChoice::from_env(&get).map_err(|e| ConfigError::Runtime(e.to_string()))?;
 
+        let clone_from_dir_roots =
+            parse_clone_roots(val(env::CLONE_FROM_DIR_ROOTS).as_deref().unwrap_or(""))?;
+
         let int_knob = |k: &str, default: u64| match val(k) {
             Some(raw) => raw.trim().parse::<u64>().unwrap_or(0),
             None => default,
@@ -376,9 +386,31 @@ impl NodeConfig {
             cocoon_macos_bin: or(env::COCOON_MACOS_BIN, env::DEFAULT_COCOON_MACOS_BIN).into(),
             macos_vnc_password: val(env::COCOON_MACOS_VNC_PASSWORD),
             runtime,
+            clone_from_dir_roots,
             timings: Timings::default(),
         })
     }
+}
+
+/// Parses `VK_CLONE_FROM_DIR_ROOTS`: items separated by `,` or `:`, trimmed, blanks dropped;
+/// each must be absolute and canonical (a trailing `/` is tolerated).
+pub fn parse_clone_roots(raw: &str) -> Result<Vec<PathBuf>, ConfigError> {
+    raw.split([',', ':'])
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v2 = if v.len() > 1 {
+                v.trim_end_matches('/')
+            } else {
+                v
+            };
+            if v2.starts_with('/') && crate::pods::rules::clean_path(v2) == v2 {
+                Ok(PathBuf::from(v2))
+            } else {
+                Err(ConfigError::CloneFromDirRoot(v.to_string()))
+            }
+        })
+        .collect()
 }
 
 /// Validates a log level; returns it lower-cased.
@@ -527,6 +559,47 @@ mod tests {
             }
         );
         assert_eq!(c.timings, Timings::default());
+        assert!(
+            c.clone_from_dir_roots.is_empty(),
+            "no clone root by default"
+        );
+    }
+
+    #[test]
+    fn clone_from_dir_roots() {
+        let ok: &[(&str, &[&str])] = &[
+            ("", &[]),
+            ("  ", &[]),
+            ("/srv/staged", &["/srv/staged"]),
+            ("/srv/staged,/data/snaps", &["/srv/staged", "/data/snaps"]),
+            ("/srv/staged:/data/snaps", &["/srv/staged", "/data/snaps"]),
+            (
+                " /srv/staged/ , ,/data/snaps:",
+                &["/srv/staged", "/data/snaps"],
+            ),
+            ("/", &["/"]),
+        ];
+        for (raw, want) in ok {
+            let c = parse(&[("VK_CLONE_FROM_DIR_ROOTS", raw)]).expect(raw);
+            let want: Vec<PathBuf> = want.iter().map(PathBuf::from).collect();
+            assert_eq!(c.clone_from_dir_roots, want, "{raw:?}");
+        }
+        for (raw, bad) in [
+            ("srv/staged", "srv/staged"),
+            ("/srv/staged,relative", "relative"),
+            ("/srv/../etc", "/srv/../etc"),
+            ("/srv//staged", "/srv//staged"),
+            ("./x", "./x"),
+        ] {
+            let err = parse(&[("VK_CLONE_FROM_DIR_ROOTS", raw)]).expect_err(raw);
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "parse VK_CLONE_FROM_DIR_ROOTS: root {bad:?} must be an absolute, canonical path"
+                ),
+                "{raw:?}"
+            );
+        }
     }
 
     #[test]

@@ -144,28 +144,71 @@ async fn clone_from_dir_brings_up_the_directory_snapshot() {
         let tmp = tempfile::tempdir()?;
         let node = unique_name("node");
         let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, &tmp.path().join(&node)).await?;
+        // Only directories under the configured clone root may be cloned from.
+        let allowed = tmp.path().canonicalize()?.join("allowed");
+        std::fs::create_dir_all(&allowed)?;
+        let root = tmp.path().join(&node);
+        let mut opts = common::AgentOptions::new(&root);
+        opts.clone_from_dir_roots = vec![allowed.clone()];
+        let agent =
+            common::start_agent_with(env.client()?, env.registry_addr(), &node, &root, opts, |_| {
+                Ok(())
+            })
+            .await?;
         let golden = golden_host().await?;
 
-        // Stage the snapshot as a directory: its files plus snapshot.json.
-        let staged: PathBuf = tmp.path().join("staged-snapshot");
-        std::fs::create_dir_all(&staged)?;
+        // Stage the snapshot as a directory: its files plus snapshot.json; once under the
+        // root, once beside it in a directory that merely shares the root's name as a prefix.
         let tar = golden
             .rt
             .snapshot_export("golden")
             .await?
             .read_to_end()
             .await?;
-        tarfmt::read_snapshot_tar(tar.as_slice(), &staged)?;
         let record = golden.rt.snapshot_inspect("golden").await?;
-        std::fs::write(
-            staged.join(tarfmt::ENVELOPE_NAME),
-            tarfmt::envelope_bytes(&record)?,
-        )?;
-        let staged = staged.canonicalize()?;
+        let outside = tmp.path().canonicalize()?.join("allowed-not").join("staged");
+        for staged in [allowed.join("staged-snapshot"), outside.clone()] {
+            std::fs::create_dir_all(&staged)?;
+            tarfmt::read_snapshot_tar(tar.as_slice(), &staged)?;
+            std::fs::write(
+                staged.join(tarfmt::ENVELOPE_NAME),
+                tarfmt::envelope_bytes(&record)?,
+            )?;
+        }
+        let staged: PathBuf = allowed.join("staged-snapshot");
         let dir = staged.to_str().ok_or("utf-8 path")?;
+        let outside = outside.to_str().ok_or("utf-8 path")?;
 
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(
+            &PostParams::default(),
+            &vm_pod(
+                &ns,
+                "g",
+                &node,
+                &[(ann::MODE, "clone"), (ann::CLONE_FROM_DIR, outside)],
+            ),
+        )
+        .await?;
+        let refused = common::wait_lifecycle(
+            &client,
+            &ns,
+            "g",
+            cocoon_api::contract::LifecycleState::Failed,
+            1,
+        )
+        .await?;
+        assert_eq!(
+            Lifecycle::from_meta(&refused.metadata).message,
+            format!(
+                "annotation vm.cocoonstack.io/clone-from-dir: {outside:?} is not under a configured clone root (VK_CLONE_FROM_DIR_ROOTS)"
+            )
+        );
+        assert_eq!(
+            agent.sim.call_count(Verb::Clone),
+            0,
+            "nothing cloned from the unlisted directory"
+        );
         api.create(
             &PostParams::default(),
             &vm_pod(

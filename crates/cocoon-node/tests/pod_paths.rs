@@ -236,7 +236,10 @@ async fn orphan_policy_destroys_alerts_or_keeps_out_of_band_vms() {
         ] {
             let node = unique_name("node");
             let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-            let orphan = format!("oob-{label}");
+            // The out-of-band VM carries the name of the pod that later adopts it: a pod may
+            // only adopt its own VM (tenant isolation).
+            let adopter = format!("adopt-{label}");
+            let orphan = vm_name_for_pod(&ns, &adopter);
             let mut orphan_id = String::new();
             let agent = start_agent_prepared(env, &node, &tmp.path().join(label), policy, |sim| {
                 orphan_id = sim
@@ -269,7 +272,7 @@ async fn orphan_policy_destroys_alerts_or_keeps_out_of_band_vms() {
                     };
                     assert_eq!(agent.metric(orphans), want, "{label} orphan counter");
                     // Indexed by name: a pod for that VM name adopts it instead of colliding.
-                    let pod = format!("adopt-{label}");
+                    let pod = adopter.clone();
                     api.create(
                         &PostParams::default(),
                         &vm_pod(&ns, &pod, &node, &[(ann::VM_NAME, orphan.as_str())]),

@@ -132,6 +132,7 @@ async fn start_agent(
             leases_path: leases,
             restore_mode: "ondemand".into(),
             cocoon_root_dir: root.to_owned(),
+            clone_from_dir_roots: Vec::new(),
             timing: AgentTiming::default(),
         },
         client,

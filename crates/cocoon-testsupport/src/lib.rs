@@ -254,6 +254,7 @@ impl Agent {
                 leases_path: leases,
                 restore_mode: "ondemand".into(),
                 cocoon_root_dir: root.to_owned(),
+                clone_from_dir_roots: Vec::new(),
                 timing: opts.timing,
             },
             client,

@@ -125,6 +125,10 @@ pub mod node {
     pub const COCOON_MACOS_BIN: &str = "VK_COCOON_MACOS_BIN";
     /// macOS guest VNC password (beyond).
     pub const COCOON_MACOS_VNC_PASSWORD: &str = "COCOON_MACOS_VNC_PASSWORD";
+    /// Directories `vm.cocoonstack.io/clone-from-dir` may name (not in the spec; tenant
+    /// isolation): absolute paths separated by `,` or `:`. Unset or empty refuses every
+    /// `clone-from-dir`.
+    pub const CLONE_FROM_DIR_ROOTS: &str = "VK_CLONE_FROM_DIR_ROOTS";
 
     /// Default of [`NODE_NAME`].
     pub const DEFAULT_NODE_NAME: &str = "cocoon-pool";

@@ -101,6 +101,10 @@ pub mod node {
     pub const POST_CLONE_SAC_VERIFY_FAILED: &str = "PostCloneSACVerifyFailed";
     /// Warning: a hibernate was requested for a guest that cannot hibernate (macOS).
     pub const HIBERNATE_UNSUPPORTED: &str = "HibernateUnsupported";
+    /// Warning (not in the spec's table; chosen here): the pod asked for a VM, a fork source
+    /// or a `clone-from-dir` directory outside its tenant (node-agent tenant isolation). The
+    /// message names the annotation; the pod's lifecycle is `failed` with the same text.
+    pub const TENANT_ISOLATION_REFUSED: &str = "TenantIsolationRefused";
 
     /// `Hibernated` message when the snapshot reached the registry.
     pub const MSG_HIBERNATED_PUSHED: &str = "snapshot pushed to registry";

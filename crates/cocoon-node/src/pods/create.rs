@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use super::rules::{self, BringUp, NicInfo, PodResources, Verdict};
 use super::state::TrackedVm;
+use super::tenant;
 use super::transfer::WakeSource;
 use super::{Handler, Result, annotation, failed, pod_key, uid};
 use crate::runtime::{CloneRequest, CloneSource, CpuPolicy, RunRequest, VmRecord};
@@ -57,6 +58,18 @@ impl Handler {
                 .or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
         }
         self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
+
+        // Tenant isolation before any runtime, registry or by-name-index use of the names.
+        if let Err(refusal) = self.tenant_check(&pod, &spec).await {
+            return self
+                .fail_create(
+                    &pod,
+                    false,
+                    ev::TENANT_ISOLATION_REFUSED,
+                    &refusal.to_string(),
+                )
+                .await;
+        }
 
         if !spec.managed {
             return self.create_unmanaged(&key, &pod, &spec).await;
@@ -187,6 +200,73 @@ impl Handler {
         self.publish_ready(key).await;
         self.metrics.pod_lifecycle(ev::OP_CREATE, m::RESULT_OK, "");
         Ok(())
+    }
+
+    /// The tenant-isolation decision of a CreatePod ([`tenant::check_create`]) over this
+    /// agent's tracked pods and the configured clone roots.
+    async fn tenant_check(&self, pod: &Pod, spec: &VmSpec) -> Result<(), tenant::Refusal> {
+        let key = pod_key(pod);
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let raw_dir = annotation(pod, ann::CLONE_FROM_DIR);
+        let pre_id = VmRuntime::from_meta(&pod.metadata).id;
+        let (vm_holders, fork_holders, id_taken) = {
+            let t = self.tables();
+            let id_taken = !spec.managed
+                && !pre_id.is_empty()
+                && t.vms_by_pod
+                    .values()
+                    .chain(t.vms_by_name.values())
+                    .any(|v| !v.synthetic && v.id() == pre_id);
+            (
+                t.holders_of(&spec.vm_name, Some(&key)),
+                t.holders_of(&spec.fork_from, Some(&key)),
+                id_taken,
+            )
+        };
+        let roots = &self.cfg.clone_from_dir_roots;
+        // Symlinks are resolved only for a directory that exists (a missing one fails the
+        // clone anyway); roots that do not resolve are compared as configured.
+        let mut resolved_dir = None;
+        let mut resolved_roots = Vec::new();
+        if spec.managed
+            && let Some(dir) = tenant::clone_dir_to_check(raw_dir)
+        {
+            resolved_dir = tokio::fs::canonicalize(dir).await.ok();
+            for r in roots {
+                resolved_roots.push(
+                    tokio::fs::canonicalize(r)
+                        .await
+                        .unwrap_or_else(|_| r.clone()),
+                );
+            }
+        }
+        let verdict = tenant::check_create(&tenant::CreateCheck {
+            namespace: ns,
+            pod: name,
+            vm: &spec.vm_name,
+            vm_holders: &vm_holders,
+            fork_from: &spec.fork_from,
+            fork_holders: &fork_holders,
+            clone_dir: raw_dir,
+            roots,
+            resolved_dir: resolved_dir.as_deref(),
+            resolved_roots: &resolved_roots,
+            managed: spec.managed,
+            claimed_managed_id: id_taken.then_some(pre_id.as_str()),
+        });
+        if let Err(e) = &verdict {
+            warn!(
+                pod = %key,
+                vm = %spec.vm_name,
+                fork_from = %spec.fork_from,
+                ?vm_holders,
+                ?fork_holders,
+                refusal = %e,
+                "tenant isolation refused the pod"
+            );
+        }
+        verdict
     }
 
     /// failCreate (§6.1): failOp, then untrack the incarnation so the retry starts clean.

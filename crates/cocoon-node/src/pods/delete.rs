@@ -15,7 +15,7 @@ use cocoon_api::naming::{
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
-use super::{Handler, Result, failed, pod_key, status};
+use super::{Handler, Result, failed, pod_key, status, tenant};
 
 impl Handler {
     /// DeletePod (§7).
@@ -38,8 +38,26 @@ impl Handler {
         }
         let keep = HibernateFlags::from_meta(&pod.metadata).keep_snapshot_on_delete;
         let Some(vm) = vm else {
-            if !keep && !spec.vm_name.is_empty() {
-                self.drop_local_snapshots(&spec.vm_name).await;
+            // Tenant isolation: only this pod's own snapshots. A tracked pod uses the name it
+            // was tracked with; an untracked one (say, refused at create) only its own hashed
+            // VM name that no other tracked pod holds.
+            let (tracked, vm_name) = match self
+                .tracked_pod(&key)
+                .filter(|p| p.metadata.uid == pod.metadata.uid)
+            {
+                Some(p) => (true, VmSpec::from_meta(&p.metadata).vm_name),
+                None => (false, spec.vm_name.clone()),
+            };
+            let holders = self.tables().holders_of(&vm_name, Some(&key));
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            let may_drop = tenant::delete_may_drop_snapshots(tracked, ns, name, &vm_name, &holders);
+            if !keep && !vm_name.is_empty() {
+                if may_drop {
+                    self.drop_local_snapshots(&vm_name).await;
+                } else {
+                    warn!(pod = %key, vm = %vm_name, "not dropping the local snapshots of a VM that is not this pod's");
+                }
             }
             self.forget(&key);
             let reason = if keep {

@@ -23,6 +23,10 @@
 //! * Stale-create reconciliation ("beyond", §14) is implemented ([`stale`]): a `creating`
 //!   record left by an agent killed mid-create is collected at startup, so the pod's CreatePod
 //!   (retried by the controller's backoff) can take the name again.
+//! * Tenant isolation ([`tenant`], not in the spec): a pod may only use its own VM (the
+//!   contract's hashed name for its namespace and name, never one another live pod holds),
+//!   fork from a VM of its own namespace, and clone from a directory under
+//!   `VK_CLONE_FROM_DIR_ROOTS`. Refusals are failOp with reason `TenantIsolationRefused`.
 
 pub mod controller;
 mod create;
@@ -36,6 +40,7 @@ pub mod samples;
 mod stale;
 pub mod state;
 pub mod status;
+pub mod tenant;
 mod transfer;
 mod update;
 
@@ -168,6 +173,9 @@ pub struct PodConfig {
     pub restore_mode: String,
     /// `COCOON_ROOT_DIR` (cloud-image detection of the fixup script).
     pub cocoon_root_dir: PathBuf,
+    /// `VK_CLONE_FROM_DIR_ROOTS`: the only directories `clone-from-dir` may name (empty:
+    /// every `clone-from-dir` is refused; see [`tenant`]).
+    pub clone_from_dir_roots: Vec<PathBuf>,
     /// Timing knobs.
     pub timing: Timing,
 }

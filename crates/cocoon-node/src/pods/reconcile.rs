@@ -17,6 +17,7 @@ use tracing::{info, warn};
 
 use super::rules::{self, OwedOp};
 use super::state::TrackedVm;
+use super::tenant;
 use super::{Handler, OrphanPolicy, Result, annotation, failed, pod_key};
 use crate::runtime::VmRecord;
 use crate::runtime::types::STATE_CREATING;
@@ -90,6 +91,37 @@ impl Handler {
             } else {
                 by_id.get(vm_id.as_str()).copied()
             };
+            // Tenant isolation: only the pod's own VM is adopted (see `tenant`).
+            let (ns, name) = (
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+                pod.metadata.name.as_deref().unwrap_or_default(),
+            );
+            let found = match found {
+                Some(vm) => {
+                    let how = if vm_id.is_empty() {
+                        tenant::Found::ByName
+                    } else {
+                        tenant::Found::ById(vm.name())
+                    };
+                    if tenant::reconcile_may_track(ns, name, &spec.vm_name, how) {
+                        Some(vm)
+                    } else {
+                        warn!(pod = %key, vm = %vm.name(), id = %vm.id, "not adopting a VM that is not this pod's (tenant isolation); CreatePod decides");
+                        None
+                    }
+                }
+                None => None,
+            };
+            let hib = hib
+                && (tenant::reconcile_may_track(
+                    ns,
+                    name,
+                    &spec.vm_name,
+                    tenant::Found::HibernatedWithoutVm,
+                ) || {
+                    warn!(pod = %key, vm = %spec.vm_name, "not tracking a hibernated pod whose VM name is not its own (tenant isolation); CreatePod decides");
+                    false
+                });
             match found {
                 Some(vm) if !matched.contains(&vm.id) => {
                     matched.insert(vm.id.clone());

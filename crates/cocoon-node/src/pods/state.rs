@@ -9,7 +9,10 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use cocoon_api::contract::{AnnotationCodec, VmSpec};
+
 use super::intent::Intent;
+use super::tenant::Holder;
 use crate::runtime::VmRecord;
 
 /// A tracked VM: the runtime record plus the cached IP (§11.2).
@@ -110,6 +113,31 @@ impl Tables {
     /// UID of the tracked pod under `key`.
     pub fn tracked_uid(&self, key: &str) -> Option<&str> {
         self.pods.get(key).and_then(|p| p.metadata.uid.as_deref())
+    }
+
+    /// The tracked pods (other than `except_key`) that hold VM name `vm`: by their
+    /// `vm.cocoonstack.io/name` annotation (hibernated and unmanaged pods included) or by the
+    /// VM tracked for them (tenant isolation, see `tenant`).
+    pub fn holders_of(&self, vm: &str, except_key: Option<&str>) -> Vec<Holder> {
+        if vm.is_empty() {
+            return Vec::new();
+        }
+        let mut out: Vec<Holder> = self
+            .pods
+            .iter()
+            .filter(|(k, _)| Some(k.as_str()) != except_key)
+            .filter(|(k, p)| {
+                VmSpec::from_meta(&p.metadata).vm_name == vm
+                    || self.vms_by_pod.get(*k).is_some_and(|v| v.name() == vm)
+            })
+            .map(|(_, p)| Holder {
+                namespace: p.metadata.namespace.clone().unwrap_or_default(),
+                name: p.metadata.name.clone().unwrap_or_default(),
+                uid: p.metadata.uid.clone().unwrap_or_default(),
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        out
     }
 
     /// The pod key tracking VM `id` or `name` (a name match needs both names non-empty).

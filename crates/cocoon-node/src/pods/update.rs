@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use super::create::{FollowUp, ch_windows};
 use super::rules::PodResources;
 use super::state::TrackedVm;
+use super::tenant;
 use super::{Handler, Result, failed, pod_key, uid};
 
 impl Handler {
@@ -28,6 +29,39 @@ impl Handler {
             return Err(failed(format!(
                 "resumed operation still in flight for {key}"
             )));
+        }
+        // Tenant isolation: the VM name is written once (contract §2.2). A pod whose annotation
+        // now names another VM would hibernate into, or wake from, that VM's snapshots; the
+        // tracked copy (which passed the rules when it was tracked) is kept instead.
+        let incoming_vm = VmSpec::from_meta(&pod.metadata).vm_name;
+        let tracked_vm_name = {
+            let t = self.tables();
+            t.vms_by_pod
+                .get(&key)
+                .map(|v| v.name().to_owned())
+                .filter(|n| !n.is_empty())
+                .or_else(|| {
+                    t.pods
+                        .get(&key)
+                        .map(|p| VmSpec::from_meta(&p.metadata).vm_name)
+                })
+        };
+        if let Some(tracked) = tracked_vm_name.filter(|n| *n != incoming_vm) {
+            let refusal = tenant::Refusal::NameChanged {
+                tracked,
+                vm: incoming_vm,
+            }
+            .to_string();
+            let already = self
+                .tables()
+                .intents
+                .get(&key)
+                .is_some_and(|i| i.lifecycle.is_failed() && i.lifecycle.message == refusal);
+            if !already {
+                self.fail_op(&pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &refusal)
+                    .await;
+            }
+            return Ok(());
         }
         // Store the incoming object with this agent's own intent re-applied: the controller's
         // copy may carry a stale lifecycle-state.

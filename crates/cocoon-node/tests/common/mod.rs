@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,6 +86,8 @@ pub struct AgentOptions {
     /// The agent's cancellation token, when the test shares it with other tasks (a fresh one
     /// if `None`).
     pub token: Option<CancellationToken>,
+    /// `VK_CLONE_FROM_DIR_ROOTS` (none: every `clone-from-dir` is refused).
+    pub clone_from_dir_roots: Vec<PathBuf>,
 }
 
 impl AgentOptions {
@@ -100,6 +102,7 @@ impl AgentOptions {
             registration: None,
             ready_within: WAIT,
             token: None,
+            clone_from_dir_roots: Vec::new(),
         }
     }
 }
@@ -191,6 +194,7 @@ pub async fn start_agent_with(
             leases_path: leases,
             restore_mode: "ondemand".into(),
             cocoon_root_dir: root.to_owned(),
+            clone_from_dir_roots: opts.clone_from_dir_roots,
             timing: opts.timing,
         },
         client,

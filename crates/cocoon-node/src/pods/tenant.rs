@@ -1,0 +1,816 @@
+//! Tenant isolation on the node: which VMs, fork sources and `clone-from-dir` directories a
+//! pod may use. Pure rules; the shells in `create`, `update`, `delete` and `reconcile` gather
+//! the inputs (the agent's tracked pods, the configured clone roots) and act on the verdict.
+//!
+//! # The rule
+//!
+//! A pod `<ns>/<pod>` may only bring up, adopt, restore, hibernate (snapshot) or delete the
+//! local snapshots of **its own VM**, fork from a VM of **its own namespace**, and clone from a
+//! directory under a **configured clone root**:
+//!
+//! * **Own VM** (`vm.cocoonstack.io/name`). The name must be exactly
+//!   `VMNameForPod(ns, pod)` (`contract.md` §2.2, the hashed scheme the operator writes). Within
+//!   a namespace this also means a pod can never name a sibling's VM. The legacy unhashed form
+//!   `vk-<ns>-<pod>` of an earlier operator is ambiguous between namespaces (`vk-a-b-x` is
+//!   `a`/`b-x` and `a-b`/`x`), so it never proves ownership by itself: it is accepted only
+//!   where this agent already holds evidence that ties the VM to this very pod — the startup
+//!   reconcile adopting, **by its runtime id**, a VM the pod annotates and whose runtime name
+//!   is the pod's VM name — and the pod then stays tracked, so its later hibernate and wake
+//!   need no new proof. A CreatePod (fresh boot, adopt by name, explicit or derived restore)
+//!   for a legacy name is refused: new pods always get hashed names from the operator.
+//! * **Never a VM another live pod holds.** Whatever the name proof, a VM name that another
+//!   pod tracked by this agent holds (another namespace or name, or another UID; tracked with
+//!   a VM, hibernated without one, or unmanaged) is refused.
+//! * **Fork source** (`vm.cocoonstack.io/fork-from`). When a pod tracked by this agent holds
+//!   the source, that holder decides: a holder in the same namespace allows it (the operator's
+//!   sub-agents fork from their own main, which is bound to the same node), a holder in any
+//!   other namespace refuses it. With no holder, the source must verify as
+//!   `VMNameForPod(ns, candidate)` for the candidate pod name recovered from the name (the
+//!   text between `vk-<ns>-` and the `-<6 hex>` suffix, taken without dots). Names that cannot
+//!   be verified that way (legacy, shortened, dotted pod names) need a same-namespace holder.
+//! * **Unmanaged pods** (static toolboxes) are checked on their VM name too, and their
+//!   pre-assigned `vm.cocoonstack.io/id` must not be the id of a VM this node manages.
+//! * **`clone-from-dir`.** The directory must lie under one of the roots of
+//!   `VK_CLONE_FROM_DIR_ROOTS`, compared by whole path components (`/a` admits `/a` and `/a/x`,
+//!   never `/ab`); with no root configured every `clone-from-dir` is refused. When the path
+//!   exists, its symlink-resolved form must lie under a (resolved) root too, so a link inside
+//!   a root cannot point out of it. Values the spec's own validation rejects (relative or not
+//!   canonical, §6.2 step 3) are left to that validation and never reach the runtime.
+//!
+//! Each refusal names the annotation; the shells report it through failOp with the reason
+//! `TenantIsolationRefused` (`create`/`update`) and leave every other VM untouched.
+//!
+//! # Known limit
+//!
+//! The contract's hash suffix has 24 bits. A tenant in a namespace that extends another's
+//! (`team-x` vs `team`) could search for a pod name whose *shortened* (over 63 characters) VM
+//! name collides with a victim's; the holder rule still protects VMs held on this node.
+
+use std::path::{Path, PathBuf};
+
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::env::node as env;
+use cocoon_api::naming::{VM_HASH_HEX_LEN, VM_NAME_PREFIX, vm_name_for_pod};
+
+/// How a VM name relates to a pod under the naming contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameForm {
+    /// Exactly `VMNameForPod(ns, pod)`.
+    Hashed,
+    /// Exactly the legacy unhashed `vk-<ns>-<pod, dots → dashes>`.
+    Legacy,
+}
+
+/// The legacy unhashed VM name of an earlier operator: `vk-<ns>-<pod, dots → dashes>`.
+pub fn legacy_vm_name(ns: &str, pod: &str) -> String {
+    format!("{VM_NAME_PREFIX}{ns}-{}", pod.replace('.', "-"))
+}
+
+/// Is `vm` the VM name of pod `<ns>/<pod>`, and in which form?
+pub fn own_name_form(ns: &str, pod: &str, vm: &str) -> Option<NameForm> {
+    if vm == vm_name_for_pod(ns, pod) {
+        Some(NameForm::Hashed)
+    } else if vm == legacy_vm_name(ns, pod) {
+        Some(NameForm::Legacy)
+    } else {
+        None
+    }
+}
+
+/// Does `vm` verify as `VMNameForPod(ns, candidate)` for the candidate pod name recovered from
+/// it? (Unshortened, dot-free pod names only; see the module docs.)
+pub fn verifies_for_namespace(ns: &str, vm: &str) -> bool {
+    let Some(rest) = vm.strip_prefix(&format!("{VM_NAME_PREFIX}{ns}-")) else {
+        return false;
+    };
+    let Some(candidate) = rest
+        .len()
+        .checked_sub(VM_HASH_HEX_LEN + 1)
+        .and_then(|cut| rest.get(..cut))
+    else {
+        return false;
+    };
+    !candidate.is_empty() && vm_name_for_pod(ns, candidate) == vm
+}
+
+/// A pod tracked by this agent that holds a VM name (by annotation or by its tracked VM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+}
+
+/// Why a pod was refused. The text names the annotation and is the Event / lifecycle message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// `vm.cocoonstack.io/name` is not this pod's VM under the naming contract.
+    #[error(
+        "annotation {key}: VM {vm:?} does not belong to pod {ns}/{pod} (its VM name is {expected:?})",
+        key = ann::VM_NAME
+    )]
+    NotOwnVm {
+        vm: String,
+        ns: String,
+        pod: String,
+        expected: String,
+    },
+    /// `vm.cocoonstack.io/name` is the legacy form, which a CreatePod cannot prove.
+    #[error(
+        "annotation {key}: VM {vm:?} has the legacy unhashed form, which does not prove it belongs to namespace {ns:?}; only a VM this node already runs for the pod is kept (new pods use {expected:?})",
+        key = ann::VM_NAME
+    )]
+    LegacyUnproven {
+        vm: String,
+        ns: String,
+        expected: String,
+    },
+    /// Another live pod holds the VM.
+    #[error("annotation {key}: VM {vm:?} is held by another live pod", key = ann::VM_NAME)]
+    HeldByOther { vm: String },
+    /// The fork source is not a VM of this namespace.
+    #[error(
+        "annotation {key}: VM {vm:?} does not belong to namespace {ns:?}",
+        key = ann::FORK_FROM
+    )]
+    ForeignForkSource { vm: String, ns: String },
+    /// The `clone-from-dir` directory is outside every configured root.
+    #[error(
+        "annotation {key}: {dir:?} is not under a configured clone root ({var})",
+        key = ann::CLONE_FROM_DIR,
+        var = env::CLONE_FROM_DIR_ROOTS
+    )]
+    CloneDirNotAllowed { dir: String },
+    /// The directory is under a root lexically but resolves (symlinks) outside every root.
+    #[error(
+        "annotation {key}: {dir:?} resolves to {resolved:?}, which is not under a configured clone root ({var})",
+        key = ann::CLONE_FROM_DIR,
+        var = env::CLONE_FROM_DIR_ROOTS
+    )]
+    CloneDirEscapes { dir: String, resolved: String },
+    /// An unmanaged pod pre-assigns the runtime id of a VM this node manages.
+    #[error(
+        "annotation {key}: {id:?} is the id of a VM this node manages; an unmanaged pod cannot claim it",
+        key = ann::VM_ID
+    )]
+    ManagedIdClaimed { id: String },
+    /// The pod's VM name differs from the one this agent tracks it with.
+    #[error(
+        "annotation {key}: changed from {tracked:?} to {vm:?}; the VM name of a pod never changes",
+        key = ann::VM_NAME
+    )]
+    NameChanged { tracked: String, vm: String },
+}
+
+/// Checks the pod's own VM name for a CreatePod (hashed form only) and the holder rule.
+/// `holders` are the tracked pods holding `vm`, this incarnation excluded.
+pub fn check_own_vm(ns: &str, pod: &str, vm: &str, holders: &[Holder]) -> Result<(), Refusal> {
+    let expected = vm_name_for_pod(ns, pod);
+    match own_name_form(ns, pod, vm) {
+        Some(NameForm::Hashed) => {}
+        Some(NameForm::Legacy) => {
+            return Err(Refusal::LegacyUnproven {
+                vm: vm.to_owned(),
+                ns: ns.to_owned(),
+                expected,
+            });
+        }
+        None => {
+            return Err(Refusal::NotOwnVm {
+                vm: vm.to_owned(),
+                ns: ns.to_owned(),
+                pod: pod.to_owned(),
+                expected,
+            });
+        }
+    }
+    if !holders.is_empty() {
+        return Err(Refusal::HeldByOther { vm: vm.to_owned() });
+    }
+    Ok(())
+}
+
+/// Checks a fork source (`fork-from`) for a pod of namespace `ns`; `holders` are the tracked
+/// pods holding `src`.
+pub fn check_fork_source(ns: &str, src: &str, holders: &[Holder]) -> Result<(), Refusal> {
+    let allowed = if holders.is_empty() {
+        verifies_for_namespace(ns, src)
+    } else {
+        holders.iter().all(|h| h.namespace == ns)
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(Refusal::ForeignForkSource {
+            vm: src.to_owned(),
+            ns: ns.to_owned(),
+        })
+    }
+}
+
+/// Is `dir` equal to or below one of `roots`, by whole path components?
+pub fn under_a_root(dir: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|r| dir.starts_with(r))
+}
+
+/// The `clone-from-dir` directory as the spec's validation sees it: `Some` only for a
+/// non-blank, absolute, canonical value (others are that validation's to reject).
+pub fn clone_dir_to_check(raw: Option<&str>) -> Option<&str> {
+    let v = raw.map(str::trim).filter(|v| !v.is_empty())?;
+    (v.starts_with('/') && super::rules::clean_path(v) == v).then_some(v)
+}
+
+/// Checks a `clone-from-dir` value against the configured roots. `resolved` is the
+/// symlink-resolved directory and `resolved_roots` the resolved roots, when they exist.
+pub fn check_clone_dir(
+    raw: Option<&str>,
+    roots: &[PathBuf],
+    resolved: Option<&Path>,
+    resolved_roots: &[PathBuf],
+) -> Result<(), Refusal> {
+    let Some(dir) = clone_dir_to_check(raw) else {
+        return Ok(());
+    };
+    if !under_a_root(Path::new(dir), roots) {
+        return Err(Refusal::CloneDirNotAllowed {
+            dir: dir.to_owned(),
+        });
+    }
+    if let Some(real) = resolved
+        && !under_a_root(real, resolved_roots)
+    {
+        return Err(Refusal::CloneDirEscapes {
+            dir: dir.to_owned(),
+            resolved: real.display().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Everything a CreatePod is checked on.
+#[derive(Debug, Clone, Copy)]
+pub struct CreateCheck<'a> {
+    /// The pod's namespace.
+    pub namespace: &'a str,
+    /// The pod's name.
+    pub pod: &'a str,
+    /// `vm.cocoonstack.io/name`.
+    pub vm: &'a str,
+    /// Tracked pods holding `vm`, this incarnation excluded.
+    pub vm_holders: &'a [Holder],
+    /// `vm.cocoonstack.io/fork-from` (empty: none).
+    pub fork_from: &'a str,
+    /// Tracked pods holding `fork_from`.
+    pub fork_holders: &'a [Holder],
+    /// The raw `clone-from-dir` annotation.
+    pub clone_dir: Option<&'a str>,
+    /// `VK_CLONE_FROM_DIR_ROOTS`.
+    pub roots: &'a [PathBuf],
+    /// The symlink-resolved directory, when it exists.
+    pub resolved_dir: Option<&'a Path>,
+    /// The symlink-resolved roots.
+    pub resolved_roots: &'a [PathBuf],
+    /// Managed pod (fork and clone sources apply only to managed pods).
+    pub managed: bool,
+    /// For an unmanaged pod: its pre-assigned `vm.cocoonstack.io/id` when that is the id of a
+    /// VM this node manages (tracked or indexed by name), else `None`.
+    pub claimed_managed_id: Option<&'a str>,
+}
+
+/// The CreatePod decision: own VM first, then the fork source and the clone directory.
+pub fn check_create(c: &CreateCheck<'_>) -> Result<(), Refusal> {
+    check_own_vm(c.namespace, c.pod, c.vm, c.vm_holders)?;
+    if !c.managed {
+        // An unmanaged pod's VM is external; it must not alias a VM of this node (the event
+        // watcher maps runtime events to pods by id).
+        return match c.claimed_managed_id {
+            Some(id) => Err(Refusal::ManagedIdClaimed { id: id.to_owned() }),
+            None => Ok(()),
+        };
+    }
+    if !c.fork_from.is_empty() {
+        check_fork_source(c.namespace, c.fork_from, c.fork_holders)?;
+    }
+    check_clone_dir(c.clone_dir, c.roots, c.resolved_dir, c.resolved_roots)
+}
+
+/// How the startup reconcile found a pod's VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found<'a> {
+    /// By the pod's `vm.cocoonstack.io/id`; the record's runtime name.
+    ById(&'a str),
+    /// By the pod's VM name (the pod annotates no id).
+    ByName,
+    /// No VM; the pod is hibernated and would be tracked without one.
+    HibernatedWithoutVm,
+}
+
+/// May the startup reconcile track pod `<ns>/<pod>` with VM name `vm`? Adopting by id needs
+/// the record to carry the pod's VM name, which may then be the legacy form (the id this
+/// agent wrote ties it to the pod); by name or without a VM the hashed form is required.
+pub fn reconcile_may_track(ns: &str, pod: &str, vm: &str, found: Found<'_>) -> bool {
+    match (own_name_form(ns, pod, vm), found) {
+        (None, _) => false,
+        (Some(_), Found::ById(record_name)) => record_name == vm,
+        (Some(form), Found::ByName | Found::HibernatedWithoutVm) => form == NameForm::Hashed,
+    }
+}
+
+/// May DeletePod of an untracked pod (no VM) drop the local snapshots `<vm>` and `fork-<vm>`?
+/// Only for its own hashed VM name that no other tracked pod holds; a pod this agent tracks
+/// passed the rules when it was tracked.
+pub fn delete_may_drop_snapshots(
+    tracked: bool,
+    ns: &str,
+    pod: &str,
+    vm: &str,
+    holders: &[Holder],
+) -> bool {
+    tracked || check_own_vm(ns, pod, vm, holders).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(ns: &str, name: &str) -> Holder {
+        Holder {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: format!("uid-{ns}-{name}"),
+        }
+    }
+
+    #[test]
+    fn own_vm_rows() {
+        let a_main = vm_name_for_pod("a", "demo-0");
+        let b_x = vm_name_for_pod("a-b", "x");
+        /// (row, ns, pod, vm, holders, refusal prefix or None = allowed)
+        type Row<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            String,
+            Vec<Holder>,
+            Option<&'a str>,
+        );
+        let cases: Vec<Row> = vec![
+            // (row, ns, pod, vm, holders, refusal prefix or None = allowed)
+            (
+                "own hashed name",
+                "a",
+                "demo-0",
+                a_main.clone(),
+                vec![],
+                None,
+            ),
+            (
+                "another namespace's VM",
+                "b",
+                "demo-0",
+                a_main.clone(),
+                vec![],
+                Some("annotation vm.cocoonstack.io/name: VM \"vk-a-demo-0-"),
+            ),
+            (
+                "a sibling's VM in the same namespace",
+                "a",
+                "demo-1",
+                a_main.clone(),
+                vec![],
+                Some("annotation vm.cocoonstack.io/name:"),
+            ),
+            (
+                "own hashed name held by another live pod",
+                "a",
+                "demo-0",
+                a_main.clone(),
+                vec![holder("a", "demo-0")],
+                Some("annotation vm.cocoonstack.io/name: VM \"vk-a-demo-0-"),
+            ),
+            (
+                "legacy form of the pod itself",
+                "a",
+                "b-x",
+                "vk-a-b-x".into(),
+                vec![],
+                Some("annotation vm.cocoonstack.io/name: VM \"vk-a-b-x\" has the legacy"),
+            ),
+            (
+                "legacy form read the other way round",
+                "a-b",
+                "x",
+                "vk-a-b-x".into(),
+                vec![],
+                Some("annotation vm.cocoonstack.io/name: VM \"vk-a-b-x\" has the legacy"),
+            ),
+            (
+                "hashed names never collide across the split",
+                "a",
+                "b-x",
+                b_x.clone(),
+                vec![],
+                Some("annotation vm.cocoonstack.io/name:"),
+            ),
+            (
+                "arbitrary name",
+                "a",
+                "p",
+                "my-vm".into(),
+                vec![],
+                Some("annotation vm.cocoonstack.io/name: VM \"my-vm\" does not belong to pod a/p"),
+            ),
+        ];
+        for (row, ns, pod, vm, holders, want) in cases {
+            let got = check_own_vm(ns, pod, &vm, &holders);
+            match want {
+                None => assert_eq!(got, Ok(()), "{row}"),
+                Some(prefix) => {
+                    let msg = got.expect_err(row).to_string();
+                    assert!(msg.starts_with(prefix), "{row}: {msg}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fork_source_rows() {
+        let a_main = vm_name_for_pod("a", "demo-0");
+        let long_ns = "n".repeat(40);
+        let long_main = vm_name_for_pod(&long_ns, &format!("{}-0", "c".repeat(40)));
+        let dotted = vm_name_for_pod("a", "my.set-0");
+        let cases: Vec<(&str, &str, String, Vec<Holder>, bool)> = vec![
+            // (row, pod namespace, source, holders of the source, allowed)
+            (
+                "own namespace, main tracked here",
+                "a",
+                a_main.clone(),
+                vec![holder("a", "demo-0")],
+                true,
+            ),
+            (
+                "own namespace, verified by name",
+                "a",
+                a_main.clone(),
+                vec![],
+                true,
+            ),
+            (
+                "another namespace's main, tracked here",
+                "b",
+                a_main.clone(),
+                vec![holder("a", "demo-0")],
+                false,
+            ),
+            (
+                "another namespace's main, not tracked",
+                "b",
+                a_main.clone(),
+                vec![],
+                false,
+            ),
+            (
+                "held by pods of two namespaces",
+                "a",
+                a_main.clone(),
+                vec![holder("a", "demo-0"), holder("b", "x")],
+                false,
+            ),
+            (
+                "legacy main held in the same namespace",
+                "a",
+                "vk-a-demo-0".into(),
+                vec![holder("a", "demo-0")],
+                true,
+            ),
+            (
+                "legacy name with no holder",
+                "a",
+                "vk-a-demo-0".into(),
+                vec![],
+                false,
+            ),
+            (
+                "ambiguous legacy held by the other namespace",
+                "a-b",
+                "vk-a-b-x".into(),
+                vec![holder("a", "b-x")],
+                false,
+            ),
+            (
+                "shortened name with no holder",
+                &long_ns,
+                long_main.clone(),
+                vec![],
+                false,
+            ),
+            (
+                "shortened name held in the namespace",
+                &long_ns,
+                long_main.clone(),
+                vec![holder(&long_ns, "m")],
+                true,
+            ),
+            (
+                "dotted pod name needs a holder",
+                "a",
+                dotted.clone(),
+                vec![],
+                false,
+            ),
+            (
+                "namespace prefix trick",
+                "a",
+                vm_name_for_pod("a-b", "x"),
+                vec![],
+                false,
+            ),
+            (
+                "wrong hash",
+                "a",
+                "vk-a-demo-0-000000".into(),
+                vec![],
+                false,
+            ),
+            ("not a VM name", "a", "vk-a-".into(), vec![], false),
+        ];
+        for (row, ns, src, holders, allowed) in cases {
+            let got = check_fork_source(ns, &src, &holders);
+            assert_eq!(got.is_ok(), allowed, "{row}: {got:?}");
+            if let Err(e) = got {
+                assert_eq!(
+                    e.to_string(),
+                    format!(
+                        "annotation vm.cocoonstack.io/fork-from: VM {src:?} does not belong to namespace {ns:?}"
+                    ),
+                    "{row}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn clone_dir_rows() {
+        let roots = vec![PathBuf::from("/srv/staged"), PathBuf::from("/data/snaps")];
+        /// (row, annotation, roots, resolved dir, refusal prefix or None = allowed)
+        type Row<'a> = (
+            &'a str,
+            Option<&'a str>,
+            &'a [PathBuf],
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: Vec<Row> = vec![
+            // (row, annotation, roots, resolved dir, refusal prefix or None = allowed)
+            ("no annotation", None, &roots, None, None),
+            ("blank annotation", Some("  "), &roots, None, None),
+            (
+                "under a root",
+                Some("/srv/staged/snap-1"),
+                &roots,
+                None,
+                None,
+            ),
+            (
+                "deep under the second root",
+                Some("/data/snaps/x/y"),
+                &roots,
+                None,
+                None,
+            ),
+            ("the root itself", Some("/srv/staged"), &roots, None, None),
+            (
+                "a sibling sharing the root's prefix",
+                Some("/srv/staged-evil/snap"),
+                &roots,
+                None,
+                Some(
+                    "annotation vm.cocoonstack.io/clone-from-dir: \"/srv/staged-evil/snap\" is not under a configured clone root (VK_CLONE_FROM_DIR_ROOTS)",
+                ),
+            ),
+            (
+                "outside every root",
+                Some("/home/a/snap"),
+                &roots,
+                None,
+                Some("annotation vm.cocoonstack.io/clone-from-dir: \"/home/a/snap\" is not under"),
+            ),
+            (
+                "no root configured",
+                Some("/srv/staged/snap-1"),
+                &[],
+                None,
+                Some(
+                    "annotation vm.cocoonstack.io/clone-from-dir: \"/srv/staged/snap-1\" is not under",
+                ),
+            ),
+            (
+                "a symlink out of the root",
+                Some("/srv/staged/link"),
+                &roots,
+                Some("/home/a/snap"),
+                Some(
+                    "annotation vm.cocoonstack.io/clone-from-dir: \"/srv/staged/link\" resolves to \"/home/a/snap\"",
+                ),
+            ),
+            (
+                "a symlink within the roots",
+                Some("/srv/staged/link"),
+                &roots,
+                Some("/data/snaps/s"),
+                None,
+            ),
+            (
+                "relative: the spec's validation rejects it",
+                Some("srv/staged"),
+                &[],
+                None,
+                None,
+            ),
+            (
+                "not canonical: the spec's validation rejects it",
+                Some("/srv/staged/../x"),
+                &[],
+                None,
+                None,
+            ),
+        ];
+        for (row, raw, roots, resolved, want) in cases {
+            let got = check_clone_dir(raw, roots, resolved.map(Path::new), roots);
+            match want {
+                None => assert_eq!(got, Ok(()), "{row}"),
+                Some(prefix) => {
+                    let msg = got.expect_err(row).to_string();
+                    assert!(msg.starts_with(prefix), "{row}: {msg}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn create_check_order_and_unmanaged_pods() {
+        let roots = vec![PathBuf::from("/srv/staged")];
+        let own = vm_name_for_pod("b", "p");
+        let a_main = vm_name_for_pod("a", "demo-0");
+        let base = CreateCheck {
+            namespace: "b",
+            pod: "p",
+            vm: &own,
+            vm_holders: &[],
+            fork_from: "",
+            fork_holders: &[],
+            clone_dir: None,
+            roots: &roots,
+            resolved_dir: None,
+            resolved_roots: &roots,
+            managed: true,
+            claimed_managed_id: None,
+        };
+        assert_eq!(check_create(&base), Ok(()));
+        let fork = CreateCheck {
+            fork_from: &a_main,
+            ..base
+        };
+        assert!(matches!(
+            check_create(&fork),
+            Err(Refusal::ForeignForkSource { .. })
+        ));
+        let dir = CreateCheck {
+            clone_dir: Some("/tmp/x"),
+            ..base
+        };
+        assert!(matches!(
+            check_create(&dir),
+            Err(Refusal::CloneDirNotAllowed { .. })
+        ));
+        // Unmanaged pods never fork or clone, but their VM name is still checked.
+        let unmanaged = CreateCheck {
+            managed: false,
+            ..fork
+        };
+        assert_eq!(check_create(&unmanaged), Ok(()));
+        let foreign = CreateCheck {
+            vm: &a_main,
+            managed: false,
+            ..base
+        };
+        assert!(matches!(
+            check_create(&foreign),
+            Err(Refusal::NotOwnVm { .. })
+        ));
+        let alias = CreateCheck {
+            claimed_managed_id: Some("vm-123"),
+            ..unmanaged
+        };
+        assert_eq!(
+            check_create(&alias).map_err(|e| e.to_string()),
+            Err("annotation vm.cocoonstack.io/id: \"vm-123\" is the id of a VM this node manages; an unmanaged pod cannot claim it".to_owned())
+        );
+    }
+
+    #[test]
+    fn reconcile_rows() {
+        let own = vm_name_for_pod("a", "demo-0");
+        for (row, ns, pod, vm, found, want) in [
+            (
+                "own hashed, by id",
+                "a",
+                "demo-0",
+                own.as_str(),
+                Found::ById(own.as_str()),
+                true,
+            ),
+            (
+                "own hashed, by name",
+                "a",
+                "demo-0",
+                own.as_str(),
+                Found::ByName,
+                true,
+            ),
+            (
+                "own hashed, hibernated",
+                "a",
+                "demo-0",
+                own.as_str(),
+                Found::HibernatedWithoutVm,
+                true,
+            ),
+            (
+                "by id, but the VM has another name",
+                "a",
+                "demo-0",
+                own.as_str(),
+                Found::ById("vk-b-p-123456"),
+                false,
+            ),
+            (
+                "another namespace's VM by name",
+                "b",
+                "demo-0",
+                own.as_str(),
+                Found::ByName,
+                false,
+            ),
+            (
+                "legacy, by id with matching name",
+                "a",
+                "b-x",
+                "vk-a-b-x",
+                Found::ById("vk-a-b-x"),
+                true,
+            ),
+            (
+                "legacy, by name",
+                "a-b",
+                "x",
+                "vk-a-b-x",
+                Found::ByName,
+                false,
+            ),
+            (
+                "legacy, hibernated",
+                "a-b",
+                "x",
+                "vk-a-b-x",
+                Found::HibernatedWithoutVm,
+                false,
+            ),
+        ] {
+            assert_eq!(reconcile_may_track(ns, pod, vm, found), want, "{row}");
+        }
+    }
+
+    #[test]
+    fn delete_snapshot_cleanup_rows() {
+        let own = vm_name_for_pod("a", "p");
+        let foreign = vm_name_for_pod("b", "q");
+        for (row, tracked, vm, holders, want) in [
+            ("tracked pod", true, own.as_str(), vec![], true),
+            ("untracked, own name", false, own.as_str(), vec![], true),
+            (
+                "untracked, another namespace's VM",
+                false,
+                foreign.as_str(),
+                vec![],
+                false,
+            ),
+            (
+                "untracked, own name held by another",
+                false,
+                own.as_str(),
+                vec![holder("a", "p")],
+                false,
+            ),
+        ] {
+            assert_eq!(
+                delete_may_drop_snapshots(tracked, "a", "p", vm, &holders),
+                want,
+                "{row}"
+            );
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! Tenant isolation on the node, on the real control plane and the real registry with an
+//! in-process agent on the simulator: raw pods of namespace B that name, restore, fork from,
+//! rename themselves onto, or (after an agent restart) claim by id a VM of namespace A are all
+//! refused with a `TenantIsolationRefused` Event and lifecycle `failed` naming the annotation;
+//! A's VMs, their local snapshots and their registry tags stay untouched, and A's own paths
+//! (a sub-agent forking from its main, a wake from `:hibernate`) keep working.
+
+mod common;
+
+use common::{
+    AgentOptions, BoxError, TestResult, WAIT, ann_of, hibernate_pod, patch_ann, registry,
+    start_agent, start_agent_with, vm_pod, wait_gone, wait_lifecycle, wait_running,
+};
+
+use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::events::node as ev;
+use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
+use cocoon_api::naming::{fork_snapshot_name, vm_name_for_pod};
+use cocoon_node::runtime::sim::{OutOfBandVm, SimRuntime, Verb};
+use cocoon_testenv::{
+    TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+/// Waits for a `TenantIsolationRefused` Event on this pod incarnation and for its lifecycle
+/// `failed`; returns the lifecycle message (the Event's note is `create: <message>` or
+/// `update: <message>`).
+async fn wait_refused(client: &Client, ns: &str, name: &str, op: &str) -> TestResult<String> {
+    let p = wait_lifecycle(client, ns, name, LifecycleState::Failed, 1).await?;
+    let msg = Lifecycle::from_meta(&p.metadata).message;
+    let uid = p.metadata.uid.clone().unwrap_or_default();
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let want = format!("{op}: {msg}");
+    wait_until(&format!("{ns}/{name}: refusal event"), WAIT, || {
+        let events = events.clone();
+        let (uid, want) = (uid.clone(), want.clone());
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(ev::TENANT_ISOLATION_REFUSED)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref() == Some(want.as_str())
+                    && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
+            })
+        }
+    })
+    .await?;
+    Ok(msg)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_namespace_cannot_take_restore_fork_or_snapshot_a_vm() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns_a = create_namespace(&client, "tenant-a").await?;
+        let ns_b = create_namespace(&client, "tenant-b").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let agent = start_agent(env, &node, tmp.path()).await?;
+        let reg = registry(env.registry_addr());
+        let api_a: Api<Pod> = Api::namespaced(client.clone(), &ns_a);
+        let api_b: Api<Pod> = Api::namespaced(client.clone(), &ns_b);
+
+        // Tenant A: a running main, and a second VM hibernated to the registry.
+        api_a
+            .create(&PostParams::default(), &vm_pod(&ns_a, "main", &node, &[]))
+            .await?;
+        wait_running(&client, &ns_a, "main").await?;
+        let vm_a = vm_name_for_pod(&ns_a, "main");
+        let id_a = agent.sim.vm_info(&vm_a)?.id;
+        let token_a = agent.sim.guest_token(&vm_a)?;
+        api_a
+            .create(&PostParams::default(), &vm_pod(&ns_a, "hib", &node, &[]))
+            .await?;
+        wait_running(&client, &ns_a, "hib").await?;
+        let vm_hib = vm_name_for_pod(&ns_a, "hib");
+        let token_hib = agent.sim.guest_token(&vm_hib)?;
+        hibernate_pod(&client, &ns_a, "hib", 2).await?;
+        let hib_tag = reg
+            .snapshot_info(&vm_hib, "hibernate")
+            .await?
+            .ok_or("A's hibernate tag pushed")?
+            .snapshot_id;
+        assert!(agent.sim.snapshot_dir(&vm_hib).is_some(), "A's local copy");
+
+        // Tenant B: a pod of its own that runs, for the rename attempt below.
+        api_b
+            .create(&PostParams::default(), &vm_pod(&ns_b, "own", &node, &[]))
+            .await?;
+        wait_running(&client, &ns_b, "own").await?;
+        let vm_b = vm_name_for_pod(&ns_b, "own");
+        let id_b = agent.sim.vm_info(&vm_b)?.id;
+        agent.sim.clear_calls();
+
+        // B names A's running VM (the adopt path), A's hibernated VM with and without the
+        // restore marker, and forks from A's main.
+        /// (pod name, annotations, expected refusal prefix)
+        type Attempt<'a> = (&'a str, Vec<(&'a str, &'a str)>, String);
+        let attempts: [Attempt; 4] = [
+            (
+                "take",
+                vec![(ann::VM_NAME, vm_a.as_str())],
+                format!(
+                    "annotation vm.cocoonstack.io/name: VM {vm_a:?} does not belong to pod {ns_b}/take"
+                ),
+            ),
+            (
+                "restore",
+                vec![
+                    (ann::VM_NAME, vm_hib.as_str()),
+                    (ann::RESTORE_FROM_HIBERNATE, "true"),
+                ],
+                format!(
+                    "annotation vm.cocoonstack.io/name: VM {vm_hib:?} does not belong to pod {ns_b}/restore"
+                ),
+            ),
+            (
+                "derive",
+                vec![(ann::VM_NAME, vm_hib.as_str())],
+                format!(
+                    "annotation vm.cocoonstack.io/name: VM {vm_hib:?} does not belong to pod {ns_b}/derive"
+                ),
+            ),
+            (
+                "fork",
+                vec![(ann::FORK_FROM, vm_a.as_str()), (ann::MODE, "clone")],
+                format!(
+                    "annotation vm.cocoonstack.io/fork-from: VM {vm_a:?} does not belong to namespace {ns_b:?}"
+                ),
+            ),
+        ];
+        for (name, extra, _) in &attempts {
+            api_b
+                .create(&PostParams::default(), &vm_pod(&ns_b, name, &node, extra))
+                .await?;
+        }
+        for (name, _, want) in &attempts {
+            let msg = wait_refused(&client, &ns_b, name, "create").await?;
+            assert!(msg.starts_with(want.as_str()), "{name}: {msg}");
+            let p = api_b.get(name).await?;
+            assert_eq!(ann_of(&p, ann::VM_ID), None, "{name}: no VM annotated");
+        }
+
+        // B renames its own running pod onto A's main and asks for a hibernate: that would
+        // save B's VM as A's snapshot and push it as A's `:hibernate`.
+        patch_ann(
+            &client,
+            &ns_b,
+            "own",
+            json!({ann::VM_NAME: vm_a, ann::HIBERNATE: "true", ann::GENERATION: "2"}),
+        )
+        .await?;
+        let msg = wait_refused(&client, &ns_b, "own", "update").await?;
+        assert_eq!(
+            msg,
+            format!(
+                "annotation vm.cocoonstack.io/name: changed from {vm_b:?} to {vm_a:?}; the VM name of a pod never changes"
+            )
+        );
+
+        // Nothing of A's was touched: no bring-up, save, removal or clone at all.
+        for verb in [
+            Verb::Run,
+            Verb::Clone,
+            Verb::Remove,
+            Verb::SnapshotSave,
+            Verb::SnapshotImport,
+        ] {
+            assert_eq!(
+                agent.sim.call_count(verb),
+                0,
+                "{verb:?}: {:?}",
+                agent.sim.calls()
+            );
+        }
+        assert_eq!(agent.sim.vm_info(&vm_a)?.id, id_a, "A's VM kept");
+        assert!(agent.sim.vm_info(&vm_a)?.alive, "A's VM still running");
+        assert_eq!(agent.sim.guest_token(&vm_a)?, token_a, "A's guest state");
+        assert!(
+            agent.sim.snapshot_dir(&fork_snapshot_name(&vm_a)).is_none(),
+            "no fork baseline of A's VM was saved"
+        );
+        assert!(
+            !reg.has_manifest(&vm_a, "hibernate").await?,
+            "nothing pushed into A's main's repository"
+        );
+        assert_eq!(agent.sim.vm_info(&vm_b)?.id, id_b, "B's own VM kept too");
+
+        // Deleting B's refused pods must not drop A's local snapshots either.
+        for (name, _, _) in &attempts {
+            api_b.delete(name, &DeleteParams::default()).await?;
+        }
+        for (name, _, _) in &attempts {
+            wait_gone(&client, &ns_b, name).await?;
+        }
+        assert!(
+            agent.sim.snapshot_dir(&vm_hib).is_some(),
+            "A's local hibernate copy survives B's deletes"
+        );
+        assert_eq!(
+            reg.snapshot_info(&vm_hib, "hibernate")
+                .await?
+                .map(|i| i.snapshot_id),
+            Some(hib_tag),
+            "A's registry tag is untouched"
+        );
+
+        // A's own paths still work: a sub-agent forks from its main, and the hibernated VM
+        // wakes with its state.
+        api_a
+            .create(
+                &PostParams::default(),
+                &vm_pod(
+                    &ns_a,
+                    "sub-1",
+                    &node,
+                    &[(ann::FORK_FROM, vm_a.as_str()), (ann::MODE, "clone")],
+                ),
+            )
+            .await?;
+        wait_running(&client, &ns_a, "sub-1").await?;
+        assert_eq!(
+            agent.sim.guest_token(&vm_name_for_pod(&ns_a, "sub-1"))?,
+            token_a,
+            "the sub-agent forked from A's main"
+        );
+        patch_ann(
+            &client,
+            &ns_a,
+            "hib",
+            json!({ann::HIBERNATE: null, ann::GENERATION: "3"}),
+        )
+        .await?;
+        wait_running(&client, &ns_a, "hib").await?;
+        assert_eq!(agent.sim.guest_token(&vm_hib)?, token_hib, "A's wake");
+
+        agent.kill().await;
+        delete_namespace(&client, &ns_a).await?;
+        delete_namespace(&client, &ns_b).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// The startup reconcile adopts by `vm.cocoonstack.io/id`: a pod of B that annotates A's VM
+/// id (with its own VM name) must not be handed A's VM after an agent restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_agent_does_not_adopt_another_namespace_vm_by_id() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        // B's namespace sorts first, so the reconcile meets the thief before A's own pod.
+        let ns_b = create_namespace(&client, "tenant-0b").await?;
+        let ns_a = create_namespace(&client, "tenant-1a").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let agent = start_agent(env, &node, tmp.path()).await?;
+        let api_a: Api<Pod> = Api::namespaced(client.clone(), &ns_a);
+        let api_b: Api<Pod> = Api::namespaced(client.clone(), &ns_b);
+        api_a
+            .create(&PostParams::default(), &vm_pod(&ns_a, "main", &node, &[]))
+            .await?;
+        wait_running(&client, &ns_a, "main").await?;
+        let vm_a = vm_name_for_pod(&ns_a, "main");
+        let id_a = agent.sim.vm_info(&vm_a)?.id;
+        let token_a = agent.sim.guest_token(&vm_a)?;
+        agent.kill().await;
+
+        // While the agent is down, B's pod claims A's VM id under its own VM name.
+        api_b
+            .create(
+                &PostParams::default(),
+                &vm_pod(&ns_b, "thief", &node, &[(ann::VM_ID, id_a.as_str())]),
+            )
+            .await?;
+        let agent = start_agent_with(
+            env.client()?,
+            env.registry_addr(),
+            &node,
+            tmp.path(),
+            AgentOptions::new(tmp.path()),
+            |_| Ok(()),
+        )
+        .await?;
+        let key_b = format!("{ns_b}/thief");
+        assert!(
+            agent
+                .handler
+                .tracked_vm(&key_b)
+                .is_none_or(|v| v.id() != id_a),
+            "the reconcile did not hand A's VM to B"
+        );
+        // B's pod gets a VM of its own instead; A's is untouched.
+        let p = wait_running(&client, &ns_b, "thief").await?;
+        assert_ne!(ann_of(&p, ann::VM_ID), Some(id_a.clone()), "B's own VM");
+        assert!(agent.sim.vm_info(&vm_name_for_pod(&ns_b, "thief"))?.alive);
+        let key_a = format!("{ns_a}/main");
+        assert_eq!(
+            agent.handler.tracked_vm(&key_a).map(|v| v.id().to_owned()),
+            Some(id_a.clone()),
+            "A's pod keeps its VM"
+        );
+        assert_eq!(agent.sim.vm_info(&vm_a)?.id, id_a);
+        assert_eq!(agent.sim.guest_token(&vm_a)?, token_a);
+
+        agent.kill().await;
+        delete_namespace(&client, &ns_a).await?;
+        delete_namespace(&client, &ns_b).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// A VM with the legacy unhashed name of an earlier operator is kept for the pod that already
+/// runs it (adopted by its id at startup); a new pod with a legacy name is refused, since that
+/// form is ambiguous between namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_legacy_named_vm_is_kept_only_for_the_pod_that_runs_it() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "tenant-l").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let root = tmp.path().join(&node);
+        // The VM an earlier agent brought up for pod `old`, under the legacy name.
+        let legacy = format!("vk-{ns}-old");
+        let id = {
+            let rt = SimRuntime::open(common::sim_config(&root))?;
+            rt.handle()
+                .create_vm(OutOfBandVm {
+                    name: legacy.clone(),
+                    ..OutOfBandVm::default()
+                })?
+                .id
+        };
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(
+            &PostParams::default(),
+            &vm_pod(
+                &ns,
+                "old",
+                &node,
+                // As the earlier agent left it: the VM id and lifecycle `ready`.
+                &[
+                    (ann::VM_NAME, legacy.as_str()),
+                    (ann::VM_ID, id.as_str()),
+                    (ann::LIFECYCLE_STATE, "ready"),
+                ],
+            ),
+        )
+        .await?;
+        let agent = start_agent(env, &node, &root).await?;
+        let p = common::wait_running_with(&client, &ns, "old", false).await?;
+        assert_eq!(ann_of(&p, ann::VM_ID), Some(id.clone()), "adopted by id");
+        assert_eq!(agent.sim.call_count(Verb::Run), 0, "no fresh boot");
+
+        let fresh = format!("vk-{ns}-new");
+        api.create(
+            &PostParams::default(),
+            &vm_pod(&ns, "new", &node, &[(ann::VM_NAME, fresh.as_str())]),
+        )
+        .await?;
+        let msg = wait_refused(&client, &ns, "new", "create").await?;
+        assert_eq!(
+            msg,
+            format!(
+                "annotation vm.cocoonstack.io/name: VM {fresh:?} has the legacy unhashed form, which does not prove it belongs to namespace {ns:?}; only a VM this node already runs for the pod is kept (new pods use {:?})",
+                vm_name_for_pod(&ns, "new")
+            )
+        );
+        assert_eq!(agent.sim.call_count(Verb::Run), 0, "nothing booted for it");
+
+        agent.kill().await;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
