@@ -223,12 +223,7 @@ async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> T
         ..Default::default()
     };
     let issued: TokenRequest = sas
-        .create_subresource(
-            "token",
-            name,
-            &PostParams::default(),
-            &request,
-        )
+        .create_subresource("token", name, &PostParams::default(), &request)
         .await?;
     Ok(issued
         .status
