@@ -399,11 +399,12 @@ mod tests {
     fn a_listed_running_vm_is_live_only_when_inspect_and_pid_agree() {
         let not_found = || Err(RuntimeError::VmNotFound("Error: vm x: VM not found".into()));
         let transient = || Err(RuntimeError::Other("dial: connection refused".into()));
-        let cases: Vec<(
+        type Case = (
             VmRecord,
             std::result::Result<VmRecord, RuntimeError>,
-            Option<(&str, i64)>,
-        )> = vec![
+            Option<(&'static str, i64)>,
+        );
+        let cases: Vec<Case> = vec![
             // v0.3.8: listed running with pid 0, inspect says stale.
             (
                 vm("running", 0),

@@ -990,7 +990,9 @@ mod tests {
         let group =
             "Manage\n\nUsage:\n  cocoon vm [command]\n\nAvailable Commands:\n  clone  Clone\n";
         let leaf = |flags: &str| format!("Usage:\n  cocoon vm x [flags]\n\nFlags:\n{flags}");
-        let cases: &[(&str, [Option<String>; 3], [bool; 6])] = &[
+        // vm help, the three verb helps, and [exec, -i, logs, --tail, net, --nics].
+        type Case = (&'static str, [Option<String>; 3], [bool; 6]);
+        let cases: &[Case] = &[
             // Listed, own help with every flag.
             (
                 "  exec  a\n  logs  b\n  net  c\n",

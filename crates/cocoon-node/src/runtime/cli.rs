@@ -976,7 +976,9 @@ mod tests {
 
     #[test]
     fn tail_keeper_keeps_the_last_lines_within_the_byte_bound() {
-        let cases: &[(&[&[u8]], usize, usize, &[u8])] = &[
+        // chunks, lines, max bytes, the kept tail.
+        type Case = (&'static [&'static [u8]], usize, usize, &'static [u8]);
+        let cases: &[Case] = &[
             (&[b"a\nb\nc\n"], 2, 100, b"b\nc\n"),
             // Chunks split lines anywhere.
             (
