@@ -534,6 +534,7 @@ impl TailKeeper {
     pub fn push(&mut self, mut chunk: &[u8]) {
         while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
             self.partial.extend_from_slice(&chunk[..=i]);
+            self.cut_partial();
             let line = std::mem::take(&mut self.partial);
             self.bytes += line.len();
             self.done.push_back(line);
@@ -552,6 +553,14 @@ impl TailKeeper {
                 self.bytes -= old.len();
             }
         }
+        // Cut an over-long line only once it reaches twice the bound, so a huge line costs
+        // one move per `max_bytes` of input, not one per chunk.
+        if self.partial.len() > self.max_bytes.saturating_mul(2) {
+            self.cut_partial();
+        }
+    }
+
+    fn cut_partial(&mut self) {
         if self.partial.len() > self.max_bytes {
             let cut = self.partial.len() - self.max_bytes;
             self.partial.drain(..cut);
@@ -560,6 +569,7 @@ impl TailKeeper {
 
     /// The kept tail. A last line without newline counts as a line.
     pub fn finish(mut self) -> Vec<u8> {
+        self.cut_partial();
         if !self.partial.is_empty() {
             let line = std::mem::take(&mut self.partial);
             self.bytes += line.len();
@@ -996,6 +1006,15 @@ mod tests {
             (&[b"aaaa\nbbbb\ncccc\n"], 10, 10, b"bbbb\ncccc\n"),
             // ... then the start of a line longer than the bound.
             (&[b"x\n0123456789abcdef"], 10, 8, b"89abcdef"),
+            (
+                &[b"0123456789", b"abcdefghij", b"klmnopqrst"],
+                10,
+                8,
+                b"mnopqrst",
+            ),
+            // A cut line that then ends is kept (its end), later lines after it.
+            (&[b"0123456789abcdefghij\n", b"z\n"], 10, 8, b"z\n"),
+            (&[b"0123456789abcdefghij\n"], 10, 8, b"defghij\n"),
         ];
         for (chunks, lines, max, want) in cases {
             let mut k = TailKeeper::new(*lines, *max);
