@@ -44,6 +44,9 @@ pub enum AgentError {
     /// Node registration failed.
     #[error("{0}")]
     Node(#[from] crate::node::NodeError),
+    /// The simulated runtime's control socket could not be served.
+    #[error("{0}")]
+    Control(#[from] crate::runtime::sim::socket::ServeError),
 }
 
 /// Everything an in-process agent runs with.
@@ -147,7 +150,15 @@ pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
 pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
     let client = Client::try_default().await?;
     let metrics = Arc::new(NodeMetrics::new(config.cocoon_root_dir.clone()));
-    let (runtime, _sim) = config.runtime.open(|k| std::env::var(k).ok()).await?;
+    let (runtime, sim) = config.runtime.open(|k| std::env::var(k).ok()).await?;
+    let shutdown = CancellationToken::new();
+    // The simulator's control socket for black-box tests and demos (never on the real runtime).
+    let _control = sim
+        .map(|h| {
+            let path = crate::runtime::sim::socket::socket_path(h.root());
+            crate::runtime::sim::socket::ControlServer::start(h, &path, &shutdown)
+        })
+        .transpose()?;
     let registry = if config.oci_registry.trim().is_empty() {
         warn!("OCI_REGISTRY is empty; running without a registry");
         None
@@ -158,7 +169,6 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
     };
     let resources = crate::node::capacity::read_resources(&config)
         .map_err(|e| AgentError::Config(e.to_string()))?;
-    let shutdown = CancellationToken::new();
     // The kubelet API binds first: with port 0 the Node must advertise the port it got.
     let tls = TlsMaterial::load_or_generate(
         &config.tls_cert,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::hibernation::decide::Timing;
+use crate::leader::ElectionTiming;
 
 /// A configuration value was present but unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,6 +17,29 @@ pub enum ConfigError {
     HibernationConcurrency(i64),
     #[error("{name}: invalid duration {value:?} (use Go-style text such as 3m0s, 45s or 500ms)")]
     Duration { name: &'static str, value: String },
+    #[error("{name} ({env}): duration {value:?} is out of range")]
+    DurationOutOfRange {
+        name: &'static str,
+        env: &'static str,
+        value: String,
+    },
+    #[error(
+        "leader election timings: need 0 < retry period ({retry:?}) < renew deadline ({renew_deadline:?}) < lease duration ({lease_duration:?})"
+    )]
+    ElectionTiming {
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry: Duration,
+    },
+}
+
+/// Why a duration text was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurationError {
+    /// Not Go-style duration text.
+    Invalid,
+    /// Parsed, but no [`Duration`] holds it (too large).
+    OutOfRange,
 }
 
 /// Raw inputs: a flag value when given, else the environment variable (both as text).
@@ -32,6 +56,12 @@ pub struct RawConfig {
     pub requeue_interval: Option<String>,
     /// How long a CocoonSet may stay Suspending (`--suspend-timeout` / `COCOON_SUSPEND_TIMEOUT`).
     pub suspend_timeout: Option<String>,
+    /// Leader election: `--leader-elect-lease-duration` / `LEADER_ELECT_LEASE_DURATION`.
+    pub lease_duration: Option<String>,
+    /// `--leader-elect-renew-deadline` / `LEADER_ELECT_RENEW_DEADLINE`.
+    pub renew_deadline: Option<String>,
+    /// `--leader-elect-retry-period` / `LEADER_ELECT_RETRY_PERIOD`.
+    pub retry_period: Option<String>,
 }
 
 /// The operator's effective configuration.
@@ -46,6 +76,8 @@ pub struct OperatorConfig {
     pub hibernation_timing: Timing,
     /// The CocoonSet suspend deadline (`cocoonset.md` 6C), default 3m0s.
     pub suspend_timeout: Duration,
+    /// Lease duration, renew deadline and retry period (15s, 10s, 2s by default).
+    pub election: ElectionTiming,
 }
 
 /// The spec's suspend deadline: `Suspending` → `Failed` after this long.
@@ -78,13 +110,13 @@ fn concurrency(raw: &Option<String>, err: fn(i64) -> ConfigError) -> Result<u16,
 
 /// Parses Go-style durations: a sequence of `<number><unit>` with units h, m, s, ms, us, ns
 /// (`3m0s`, `1h30m`, `45s`, `250ms`, `1.5s`).
-pub fn parse_go_duration(text: &str) -> Option<Duration> {
+pub fn parse_go_duration(text: &str) -> Result<Duration, DurationError> {
     let mut rest = text.trim();
     if rest.is_empty() {
-        return None;
+        return Err(DurationError::Invalid);
     }
     if rest == "0" {
-        return Some(Duration::ZERO);
+        return Ok(Duration::ZERO);
     }
     let mut total = 0f64;
     while !rest.is_empty() {
@@ -92,9 +124,11 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
         if num_end == 0 {
-            return None;
+            return Err(DurationError::Invalid);
         }
-        let value: f64 = rest[..num_end].parse().ok()?;
+        let value: f64 = rest[..num_end]
+            .parse()
+            .map_err(|_| DurationError::Invalid)?;
         rest = &rest[num_end..];
         let unit_end = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -106,25 +140,65 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
             "ms" => 1e-3,
             "us" | "µs" => 1e-6,
             "ns" => 1e-9,
-            _ => return None,
+            _ => return Err(DurationError::Invalid),
         };
         total += value * scale;
         rest = &rest[unit_end..];
     }
-    Some(Duration::from_secs_f64(total))
+    // Huge texts overflow to values no Duration holds (or to infinity): refused, not a panic.
+    Duration::try_from_secs_f64(total).map_err(|_| DurationError::OutOfRange)
 }
 
 fn duration(
-    name: &'static str,
+    (name, env): (&'static str, &'static str),
     raw: &Option<String>,
     default: Duration,
 ) -> Result<Duration, ConfigError> {
-    match set(raw) {
-        None => Ok(default),
-        Some(text) => parse_go_duration(text).ok_or_else(|| ConfigError::Duration {
+    let Some(text) = set(raw) else {
+        return Ok(default);
+    };
+    parse_go_duration(text).map_err(|e| match e {
+        DurationError::Invalid => ConfigError::Duration {
             name,
             value: text.to_string(),
-        }),
+        },
+        DurationError::OutOfRange => ConfigError::DurationOutOfRange {
+            name,
+            env,
+            value: text.to_string(),
+        },
+    })
+}
+
+/// The flag and environment variable of each duration setting.
+pub const HIBERNATE_TIMEOUT: (&str, &str) = ("--hibernate-timeout", "COCOON_HIBERNATE_TIMEOUT");
+pub const WAKE_TIMEOUT: (&str, &str) = ("--wake-timeout", "COCOON_WAKE_TIMEOUT");
+pub const REQUEUE_INTERVAL: (&str, &str) = ("--requeue-interval", "COCOON_REQUEUE_INTERVAL");
+pub const SUSPEND_TIMEOUT: (&str, &str) = ("--suspend-timeout", "COCOON_SUSPEND_TIMEOUT");
+pub const LEASE_DURATION: (&str, &str) = (
+    "--leader-elect-lease-duration",
+    "LEADER_ELECT_LEASE_DURATION",
+);
+pub const RENEW_DEADLINE: (&str, &str) = (
+    "--leader-elect-renew-deadline",
+    "LEADER_ELECT_RENEW_DEADLINE",
+);
+pub const RETRY_PERIOD: (&str, &str) = ("--leader-elect-retry-period", "LEADER_ELECT_RETRY_PERIOD");
+
+/// The election timings must order as client-go's do: a holder gives up (renew deadline)
+/// before anyone may take over (lease duration), and retries within the deadline.
+pub fn election_timing(t: ElectionTiming) -> Result<ElectionTiming, ConfigError> {
+    let ordered = Duration::ZERO < t.retry
+        && t.retry < t.renew_deadline
+        && t.renew_deadline < t.lease_duration;
+    if ordered {
+        Ok(t)
+    } else {
+        Err(ConfigError::ElectionTiming {
+            lease_duration: t.lease_duration,
+            renew_deadline: t.renew_deadline,
+            retry: t.retry,
+        })
     }
 }
 
@@ -137,16 +211,12 @@ impl RawConfig {
         let defaults = Timing::default();
         let hibernation_timing = Timing {
             hibernate_timeout: duration(
-                "--hibernate-timeout",
+                HIBERNATE_TIMEOUT,
                 &self.hibernate_timeout,
                 defaults.hibernate_timeout,
             )?,
-            wake_timeout: duration("--wake-timeout", &self.wake_timeout, defaults.wake_timeout)?,
-            requeue: duration(
-                "--requeue-interval",
-                &self.requeue_interval,
-                defaults.requeue,
-            )?,
+            wake_timeout: duration(WAKE_TIMEOUT, &self.wake_timeout, defaults.wake_timeout)?,
+            requeue: duration(REQUEUE_INTERVAL, &self.requeue_interval, defaults.requeue)?,
             finalizer_requeue: defaults.finalizer_requeue,
         };
         Ok(OperatorConfig {
@@ -170,10 +240,26 @@ impl RawConfig {
             )?,
             hibernation_timing,
             suspend_timeout: duration(
-                "--suspend-timeout",
+                SUSPEND_TIMEOUT,
                 &self.suspend_timeout,
                 DEFAULT_SUSPEND_TIMEOUT,
             )?,
+            election: {
+                let d = ElectionTiming::default();
+                election_timing(ElectionTiming {
+                    lease_duration: duration(
+                        LEASE_DURATION,
+                        &self.lease_duration,
+                        d.lease_duration,
+                    )?,
+                    renew_deadline: duration(
+                        RENEW_DEADLINE,
+                        &self.renew_deadline,
+                        d.renew_deadline,
+                    )?,
+                    retry: duration(RETRY_PERIOD, &self.retry_period, d.retry)?,
+                })?
+            },
         })
     }
 }
@@ -198,6 +284,90 @@ mod tests {
         assert_eq!((c.cocoonset_concurrency, c.hibernation_concurrency), (4, 4));
         assert_eq!(c.hibernation_timing, Timing::default());
         assert_eq!(c.suspend_timeout, Duration::from_secs(180));
+        assert_eq!(c.election, ElectionTiming::default());
+    }
+
+    #[test]
+    fn huge_durations_are_a_config_error_naming_the_variable() {
+        let huge = "9".repeat(400) + "h";
+        for (text, want) in [
+            ("100000000000000000000h", DurationError::OutOfRange),
+            (huge.as_str(), DurationError::OutOfRange),
+            ("1.8446744073709552e19s", DurationError::Invalid),
+            ("-5s", DurationError::Invalid),
+            ("NaNs", DurationError::Invalid),
+            ("infh", DurationError::Invalid),
+        ] {
+            assert_eq!(parse_go_duration(text), Err(want), "{text}");
+        }
+        type Field = fn(&mut RawConfig) -> &mut Option<String>;
+        let fields: [(Field, &str); 4] = [
+            (
+                |r| &mut r.hibernate_timeout,
+                "--hibernate-timeout (COCOON_HIBERNATE_TIMEOUT)",
+            ),
+            (
+                |r| &mut r.wake_timeout,
+                "--wake-timeout (COCOON_WAKE_TIMEOUT)",
+            ),
+            (
+                |r| &mut r.requeue_interval,
+                "--requeue-interval (COCOON_REQUEUE_INTERVAL)",
+            ),
+            (
+                |r| &mut r.suspend_timeout,
+                "--suspend-timeout (COCOON_SUSPEND_TIMEOUT)",
+            ),
+        ];
+        for (field, named) in fields {
+            let mut r = raw();
+            *field(&mut r) = Some("100000000000000000000h".into());
+            let err = r.resolve().expect_err("refused");
+            assert_eq!(
+                err.to_string(),
+                format!("{named}: duration \"100000000000000000000h\" is out of range")
+            );
+        }
+    }
+
+    #[test]
+    fn election_timings_are_configurable_and_must_order() {
+        let with = |l: &str, d: &str, r: &str| RawConfig {
+            lease_duration: Some(l.into()),
+            renew_deadline: Some(d.into()),
+            retry_period: Some(r.into()),
+            ..raw()
+        };
+        assert_eq!(
+            with("3s", "2s", "300ms").resolve().map(|c| c.election),
+            Ok(ElectionTiming {
+                lease_duration: Duration::from_secs(3),
+                renew_deadline: Duration::from_secs(2),
+                retry: Duration::from_millis(300),
+            })
+        );
+        for (l, d, r) in [
+            ("3s", "3s", "1s"),
+            ("3s", "4s", "1s"),
+            ("3s", "2s", "2s"),
+            ("3s", "2s", "0"),
+        ] {
+            assert!(
+                matches!(
+                    with(l, d, r).resolve(),
+                    Err(ConfigError::ElectionTiming { .. })
+                ),
+                "{l} {d} {r}"
+            );
+        }
+        let bad = RawConfig {
+            renew_deadline: Some("soon".into()),
+            ..raw()
+        };
+        assert_eq!(
+            bad.resolve().expect_err("bad").to_string(),
+            "--leader-elect-renew-deadline: invalid duration \"soon\" (use Go-style text such as 3m0s, 45s or 500ms)"
+        );
     }
 
     #[test]
@@ -300,12 +470,12 @@ mod tests {
         ] {
             assert_eq!(
                 parse_go_duration(text),
-                Some(Duration::from_secs_f64(secs)),
+                Ok(Duration::from_secs_f64(secs)),
                 "{text}"
             );
         }
         for bad in ["", "3", "m", "3x", "-1s", "1s2"] {
-            assert_eq!(parse_go_duration(bad), None, "{bad}");
+            assert_eq!(parse_go_duration(bad), Err(DurationError::Invalid), "{bad}");
         }
         let r = RawConfig {
             wake_timeout: Some("soon".into()),

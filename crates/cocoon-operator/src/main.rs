@@ -1,6 +1,8 @@
 //! `cocoon-operator`: one binary, three modes. `run` reconciles the CRDs, `node` is the
 //! per-host node agent, `crd` prints the CustomResourceDefinitions.
 
+mod simctl;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -32,6 +34,8 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Drive the simulated runtime under a running node agent (VK_RUNTIME=sim only).
+    Sim(simctl::SimArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -73,6 +77,16 @@ struct RunArgs {
     /// How long a CocoonSet may stay Suspending before it reports Failed (default 3m0s).
     #[arg(long, env = "COCOON_SUSPEND_TIMEOUT", value_name = "DURATION")]
     suspend_timeout: Option<String>,
+    /// Leader election: how long a Lease lasts without renewal before another replica may
+    /// take it over, as that replica observes (default 15s).
+    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", value_name = "DURATION")]
+    leader_elect_lease_duration: Option<String>,
+    /// How long the holder keeps writing without a successful renew (default 10s).
+    #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", value_name = "DURATION")]
+    leader_elect_renew_deadline: Option<String>,
+    /// How often the Lease is read and renewed (default 2s).
+    #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION")]
+    leader_elect_retry_period: Option<String>,
     /// Reconcile only the resources of this namespace (default: every namespace).
     #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
     watch_namespace: Option<String>,
@@ -129,6 +143,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         wake_timeout: args.wake_timeout,
         requeue_interval: args.requeue_interval,
         suspend_timeout: args.suspend_timeout,
+        lease_duration: args.leader_elect_lease_duration,
+        renew_deadline: args.leader_elect_renew_deadline,
+        retry_period: args.leader_elect_retry_period,
     }
     .resolve()?;
     let registry = cocoon_operator::registry::connect(&config.oci_registry)
@@ -209,20 +226,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .ok()
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| format!("cocoon-operator-{}", std::process::id()));
-        info!(lease = cocoon_operator::leader::LEASE_NAME, namespace = %namespace, identity = %identity, "leader election on");
+        info!(lease = cocoon_operator::leader::LEASE_NAME, namespace = %namespace, identity = %identity, timing = ?config.election, "leader election on");
         let mut stop_lease = stop_tx.subscribe();
-        let (c, l) = (client.clone(), leadership.clone());
+        let (c, l, timing) = (client.clone(), leadership.clone(), config.election);
         tokio::spawn(async move {
-            cocoon_operator::leader::run(
-                c,
-                &namespace,
-                identity,
-                cocoon_operator::leader::ElectionTiming::default(),
-                l,
-                async move {
-                    let _ = stop_lease.recv().await;
-                },
-            )
+            cocoon_operator::leader::run(c, &namespace, identity, timing, l, async move {
+                let _ = stop_lease.recv().await;
+            })
             .await;
         });
     }
@@ -290,6 +300,7 @@ fn main() -> anyhow::Result<()> {
             .context("start the async runtime")?
             .block_on(run(*args)),
         Command::Node => node(),
+        Command::Sim(args) => simctl::main(args),
     }
 }
 

@@ -158,6 +158,30 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
+    /// Removes every series of one CocoonSet (it was deleted): a long-running operator
+    /// would otherwise render every set it ever saw.
+    pub fn forget_set(&self, set: &SetLabels) {
+        for family in [
+            &self.subagent_rebuild,
+            &self.subagent_dead_letter,
+            &self.slot_release_pods_deleted,
+            &self.slot_release_wake_unschedulable,
+            &self.migrate_unschedulable,
+        ] {
+            family.remove(set);
+        }
+        for placement in [
+            cocoon_api::contract::metrics::operator::PLACEMENT_HINT_NODE,
+            cocoon_api::contract::metrics::operator::PLACEMENT_POOL,
+        ] {
+            self.slot_release_wake.remove(&PlacementLabels {
+                namespace: set.namespace.clone(),
+                cocoonset: set.cocoonset.clone(),
+                placement: placement.to_string(),
+            });
+        }
+    }
+
     /// The registry in the OpenMetrics text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -196,5 +220,40 @@ mod tests {
         );
         assert!(text.contains("# TYPE cocoon_operator_hibernate_phase_duration_seconds histogram"));
         assert!(text.contains("# TYPE cocoon_operator_subagent_rebuild counter"));
+    }
+
+    #[test]
+    fn a_forgotten_set_loses_every_series_and_others_keep_theirs() {
+        let m = Metrics::new();
+        let set = |name: &str| SetLabels {
+            namespace: "ns".into(),
+            cocoonset: name.into(),
+        };
+        for name in ["gone", "kept"] {
+            m.subagent_rebuild.get_or_create(&set(name)).inc();
+            m.subagent_dead_letter.get_or_create(&set(name)).inc();
+            m.slot_release_pods_deleted.get_or_create(&set(name)).inc();
+            m.slot_release_wake_unschedulable
+                .get_or_create(&set(name))
+                .inc();
+            m.migrate_unschedulable.get_or_create(&set(name)).inc();
+            for placement in ["hint-node", "pool"] {
+                m.slot_release_wake
+                    .get_or_create(&PlacementLabels {
+                        namespace: "ns".into(),
+                        cocoonset: name.into(),
+                        placement: placement.into(),
+                    })
+                    .inc();
+            }
+        }
+        m.forget_set(&set("gone"));
+        let text = m.render();
+        assert!(!text.contains("cocoonset=\"gone\""), "{text}");
+        assert_eq!(
+            text.matches("cocoonset=\"kept\"").count(),
+            7,
+            "every series of the other set stays: {text}"
+        );
     }
 }

@@ -52,6 +52,15 @@ where
     })
 }
 
+/// Runs `futures` with at most `limit` in flight (at least one), and returns their outputs
+/// in input order: a fan-out over every pod of a set stays bounded however large the set.
+pub async fn at_most<F: Future>(limit: usize, futures: Vec<F>) -> Vec<F::Output> {
+    futures::stream::iter(futures)
+        .buffered(limit.max(1))
+        .collect()
+        .await
+}
+
 /// Per-object failure counts: 200 ms after the first failed pass, doubling to a minute (as
 /// controller-runtime's per-item backoff), back to the start after a pass that succeeds.
 #[derive(Debug, Default)]
@@ -116,6 +125,40 @@ mod tests {
         );
         b.succeeded("a");
         assert_eq!(b.failed("a".into()), Duration::from_millis(400));
+    }
+
+    #[tokio::test]
+    async fn at_most_bounds_the_futures_in_flight_and_keeps_the_order() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (now, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let job = |i: usize| {
+            let (now, peak) = (&now, &peak);
+            async move {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(n, Ordering::SeqCst);
+                // Stay in flight across a few polls, finishing out of order.
+                for _ in 0..(i % 5) + 1 {
+                    tokio::task::yield_now().await;
+                }
+                now.fetch_sub(1, Ordering::SeqCst);
+                i
+            }
+        };
+        let out = at_most(8, (0..30).map(job).collect()).await;
+        assert_eq!(out, (0..30).collect::<Vec<_>>());
+        assert_eq!(
+            peak.load(Ordering::SeqCst),
+            8,
+            "eight in flight, never more"
+        );
+        peak.store(0, Ordering::SeqCst);
+        let out = at_most(0, (0..3).map(job).collect()).await;
+        assert_eq!(out, [0, 1, 2]);
+        assert_eq!(
+            peak.load(Ordering::SeqCst),
+            1,
+            "a zero limit still runs one"
+        );
     }
 
     #[tokio::test]

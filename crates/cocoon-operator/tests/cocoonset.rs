@@ -375,7 +375,7 @@ async fn failing_sub_agent_is_rebuilt_then_dead_lettered_until_a_spec_edit() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let ScriptedNode { fail, .. } = node_actor(&client, &ns, Script::default());
-        let _running = start_controller(&client, &ns, env.registry_addr());
+        let running = start_controller(&client, &ns, env.registry_addr());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         if let Ok(mut f) = fail.lock() {
@@ -440,6 +440,29 @@ async fn failing_sub_agent_is_rebuilt_then_dead_lettered_until_a_spec_edit() {
             !p.annotations()
                 .contains_key("cocoonset.cocoonstack.io/dead-letter")
         );
+
+        // Deleted, the set leaves nothing behind: its rebuild and dead-letter series go from
+        // /metrics, its status memory from the controller.
+        let series = "cocoonset=\"demo\"";
+        let text = running.ctx.metrics.render();
+        assert!(
+            text.contains(&format!(
+                "cocoon_operator_subagent_rebuild_total{{namespace=\"{ns}\",{series}}}"
+            )),
+            "{text}"
+        );
+        let uid = cs.uid().ok_or("uid")?;
+        assert!(running.ctx.remembers(&uid));
+        sets.delete("demo", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("demo gone", WAIT, || async {
+            matches!(sets.get_opt("demo").await, Ok(None)).then_some(())
+        })
+        .await?;
+        cocoon_testenv::wait_until("demo's series and memory gone", WAIT, || async {
+            let text = running.ctx.metrics.render();
+            (!text.contains(series) && !running.ctx.remembers(&uid)).then_some(())
+        })
+        .await?;
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         TestResult::Ok(())
     })
@@ -507,4 +530,66 @@ impl ReadyCondition for CocoonSet {
                 .any(|c| c.type_ == "Ready" && c.status == "True")
         })
     }
+}
+
+/// A set that vanishes without a teardown pass (its finalizer stripped by hand, then deleted,
+/// while this replica stands by and runs no pass) is forgotten as well: the controller's
+/// memory of its last status goes with the watch's delete.
+#[tokio::test]
+async fn a_set_deleted_behind_the_controllers_back_is_forgotten() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cs-forget").await?;
+        let leadership = cocoon_operator::leader::Leadership::elected();
+        leadership.set_renew_deadline(Duration::from_secs(3600));
+        leadership.renewed(std::time::Instant::now());
+        let ctx = Arc::new(
+            cocoonset::Context::new(
+                client.clone(),
+                recorder(&client),
+                Arc::new(Metrics::new()),
+                Arc::new(OciTagRegistry::new(registry_client(env.registry_addr()))),
+                fast_timing(),
+            )
+            .with_leadership(leadership.clone()),
+        );
+        let (_stop, _task) = spawn_sets(ctx.clone(), &ns);
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        // No node serves this pool: the main stays Pending, the set reports Pending.
+        let pool = cocoon_testenv::unique_name("nowhere");
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("gone", spec(&pool, 0)),
+        )
+        .await?;
+        let cs = wait_set(&sets, "gone", "Pending", |cs| {
+            phase_is(cs, CocoonSetPhase::Pending)
+        })
+        .await?;
+        let uid = cs.uid().ok_or("uid")?;
+        cocoon_testenv::wait_until("the status remembered", WAIT, || async {
+            ctx.remembers(&uid).then_some(())
+        })
+        .await?;
+        // Standing by from here: no pass, so no teardown pass either.
+        leadership.lost();
+        sets.patch(
+            "gone",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+        sets.delete("gone", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("gone is gone", WAIT, || async {
+            matches!(sets.get_opt("gone").await, Ok(None)).then_some(())
+        })
+        .await?;
+        cocoon_testenv::wait_until("its memory gone", WAIT, || async {
+            (!ctx.remembers(&uid)).then_some(())
+        })
+        .await?;
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        TestResult::Ok(())
+    })
+    .await;
 }

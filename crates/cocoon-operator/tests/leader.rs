@@ -1,6 +1,7 @@
 //! Leader election on the real API server: of two replicas exactly one leads and reconciles;
 //! when the leader dies without releasing, the other takes over within the lease duration and
-//! work continues.
+//! work continues. A replica that loses the lease mid-pass skips the write it was about to
+//! make and ends the pass; when it leads again it reconciles every cached set once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use cocoon_api::crd::hibernation::{
 use cocoon_operator::hibernation::{self, decide::Timing};
 use cocoon_operator::leader::{self, ElectionTiming, Leadership};
 use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig};
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -141,8 +142,12 @@ async fn one_leader_reconciles_and_a_dead_leader_is_replaced() {
         .await?;
         let took = started.elapsed();
         assert!(
-            dead.is_leader(),
-            "the aborted replica never noticed (it is dead)"
+            dead.elector_flag(),
+            "the aborted replica's elector never noticed (it is dead)"
+        );
+        assert!(
+            !dead.is_leader(),
+            "yet it holds no more: its last renew is older than the renew deadline"
         );
         eprintln!(
             "handover after {took:?} (lease duration {:?})",
@@ -151,6 +156,143 @@ async fn one_leader_reconciles_and_a_dead_leader_is_replaced() {
 
         crs.create(&PostParams::default(), &cr("second")).await?;
         wait_pending(&crs, "second").await?;
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}
+
+/// The real registry client, except that the first create-protocol read (the `:hibernate`
+/// probe right before a pod create) revokes the replica's leadership: the lease is lost
+/// between the decision to create and the create.
+struct RevokeOnFirstRead {
+    inner: OciTagRegistry,
+    leadership: Leadership,
+    revoked: std::sync::atomic::AtomicBool,
+}
+
+impl TagRegistry for RevokeOnFirstRead {
+    fn has_manifest<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RegistryError>> {
+        self.inner.has_manifest(vm, tag)
+    }
+    fn delete_tag<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<(), RegistryError>> {
+        self.inner.delete_tag(vm, tag)
+    }
+    fn manifest_annotations<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<Option<std::collections::BTreeMap<String, String>>, RegistryError>>
+    {
+        if !self.revoked.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.leadership.lost();
+        }
+        self.inner.manifest_annotations(vm, tag)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_after_the_lease_is_lost_is_skipped_and_the_next_acquisition_reconciles_all() {
+    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
+    use cocoon_operator::cocoonset;
+    use k8s_openapi::api::core::v1::Pod;
+    use std::sync::atomic::Ordering;
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "leader-loss").await?;
+        // Held by hand: acquired now, no renew deadline to speak of, revoked by the registry.
+        let leadership = Leadership::elected();
+        leadership.set_renew_deadline(Duration::from_secs(3600));
+        leadership.renewed(std::time::Instant::now());
+        let tags = Arc::new(RevokeOnFirstRead {
+            inner: OciTagRegistry::new(
+                RegistryClient::new(
+                    RegistryConfig::for_registry(env.registry_addr()).expect("cfg"),
+                )
+                .expect("client"),
+            ),
+            leadership: leadership.clone(),
+            revoked: Default::default(),
+        });
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "cocoon-operator".into(),
+                instance: None,
+            },
+        );
+        let metrics = Arc::new(Metrics::new());
+        let ctx = Arc::new(
+            cocoonset::Context::new(
+                client.clone(),
+                recorder,
+                metrics.clone(),
+                tags.clone(),
+                cocoonset::plan::Timing {
+                    requeue_after_write: Duration::from_millis(200),
+                    wait_for_main: Duration::from_millis(500),
+                    ..cocoonset::plan::Timing::default()
+                },
+            )
+            .with_leadership(leadership.clone()),
+        );
+        let (c, n) = (ctx.clone(), ns.clone());
+        let controller = tokio::spawn(async move {
+            cocoonset::run(
+                c,
+                Some(&n),
+                2,
+                std::future::pending(),
+                Arc::new(cocoon_operator::admin::Readiness::default()),
+            )
+            .await
+        });
+
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
+        spec.node_pool = cocoon_testenv::unique_name("nowhere");
+        sets.create(&PostParams::default(), &CocoonSet::new("s", spec))
+            .await?;
+        cocoon_testenv::wait_until(
+            "the pass that lost the lease before its pod create ended",
+            Duration::from_secs(60),
+            || async { (ctx.stats.lost_leadership.load(Ordering::SeqCst) == 1).then_some(()) },
+        )
+        .await?;
+        assert!(tags.revoked.load(Ordering::SeqCst));
+        let writes = ctx.stats.writes.load(Ordering::SeqCst);
+        assert!(
+            pods.list(&Default::default()).await?.items.is_empty(),
+            "the create after the loss was skipped"
+        );
+        let text = metrics.render();
+        assert!(
+            !text.contains("cocoon_operator_reconcile_errors_total{"),
+            "a lost lease is no reconcile error: {text}"
+        );
+
+        // Leading again: every cached set gets a pass, and the main is created.
+        leadership.renewed(std::time::Instant::now());
+        cocoon_testenv::wait_until(
+            "the main created after the lease came back",
+            Duration::from_secs(60),
+            || async {
+                let list = pods.list(&Default::default()).await.ok()?;
+                (list.items.len() == 1).then_some(())
+            },
+        )
+        .await?;
+        assert!(ctx.stats.writes.load(Ordering::SeqCst) > writes);
+        controller.abort();
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     })

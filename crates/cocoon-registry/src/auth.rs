@@ -2,9 +2,12 @@
 //! Docker config keychain (auths, credHelpers, credsStore); parsing of WWW-Authenticate.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::io::{Read, Write as _};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde::Deserialize;
@@ -19,6 +22,10 @@ pub const ENV_PASSWORD: &str = "OCI_REGISTRY_PASSWORD";
 pub const ENV_TOKEN: &str = "OCI_REGISTRY_TOKEN";
 /// Environment variable: directory holding the Docker `config.json` (Docker's own name).
 pub const ENV_DOCKER_CONFIG: &str = "DOCKER_CONFIG";
+/// How long a `docker-credential-*` helper may take before it is killed.
+pub const DEFAULT_HELPER_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a redacted secret prints as in `Debug` output.
+const REDACTED: &str = "<redacted>";
 
 /// Credentials for one registry host.
 #[derive(Clone, PartialEq, Eq, Default)]
@@ -79,6 +86,9 @@ pub enum CredentialSource {
         path: PathBuf,
         /// Directory of `docker-credential-*` helpers; `None` searches `PATH`.
         helper_dir: Option<PathBuf>,
+        /// A helper still running after this long is killed and the resolution fails
+        /// ([`Error::HelperTimeout`]); pulls and pushes do not wait on a hung helper.
+        helper_timeout: Duration,
     },
     /// Anonymous.
     #[default]
@@ -124,6 +134,7 @@ impl CredentialSource {
             Some(path) if path.is_file() => CredentialSource::DockerConfig {
                 path,
                 helper_dir: None,
+                helper_timeout: DEFAULT_HELPER_TIMEOUT,
             },
             _ => CredentialSource::Anonymous,
         })
@@ -135,20 +146,24 @@ impl CredentialSource {
         match self {
             CredentialSource::Static(c) => Ok(c.clone()),
             CredentialSource::Anonymous => Ok(Credentials::Anonymous),
-            CredentialSource::DockerConfig { path, helper_dir } => {
+            CredentialSource::DockerConfig {
+                path,
+                helper_dir,
+                helper_timeout,
+            } => {
                 let bytes = std::fs::read(path)
                     .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
                 let cfg = DockerConfig::parse(&bytes)
                     .map_err(|e| e.context(format!("docker config {}", path.display())))?;
                 cfg.credentials_for(host, &|helper, server| {
-                    run_helper(helper_dir.as_deref(), helper, server)
+                    run_helper(helper_dir.as_deref(), helper, server, *helper_timeout)
                 })
             }
         }
     }
 }
 
-/// The parts of Docker's `config.json` that carry credentials.
+/// The parts of Docker's `config.json` that carry credentials. `Debug` redacts the secrets.
 #[derive(Debug, Default, Deserialize)]
 pub struct DockerConfig {
     #[serde(default)]
@@ -159,7 +174,7 @@ pub struct DockerConfig {
     creds_store: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Default, Deserialize)]
 struct AuthEntry {
     #[serde(default)]
     auth: Option<String>,
@@ -174,12 +189,40 @@ struct AuthEntry {
 }
 
 /// What a `docker-credential-<name> get` printed.
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 struct HelperOutput {
     #[serde(rename = "Username", default)]
     username: String,
     #[serde(rename = "Secret", default)]
     secret: String,
+}
+
+/// `Some("<redacted>")` for a set secret, `None` for an absent one: `Debug` output tells
+/// whether a secret is there, never what it is.
+fn redacted(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| REDACTED)
+}
+
+impl std::fmt::Debug for AuthEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `auth` is base64 of user:password, as secret as the password.
+        f.debug_struct("AuthEntry")
+            .field("auth", &redacted(&self.auth))
+            .field("username", &self.username)
+            .field("password", &redacted(&self.password))
+            .field("identitytoken", &redacted(&self.identitytoken))
+            .field("registrytoken", &redacted(&self.registrytoken))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for HelperOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HelperOutput")
+            .field("username", &self.username)
+            .field("secret", &REDACTED)
+            .finish()
+    }
 }
 
 /// Runs a credential helper: `(helper name, server) → helper stdout, or None when the helper
@@ -275,8 +318,14 @@ fn normalize_server(s: &str) -> String {
     }
 }
 
-/// Runs `docker-credential-<helper> get` with the server on stdin.
-fn run_helper(dir: Option<&Path>, helper: &str, server: &str) -> Result<Option<Vec<u8>>> {
+/// Runs `docker-credential-<helper> get` with the server on stdin; kills it (and whatever it
+/// started) when it has not exited within `timeout`.
+fn run_helper(
+    dir: Option<&Path>,
+    helper: &str,
+    server: &str,
+    timeout: Duration,
+) -> Result<Option<Vec<u8>>> {
     if helper.is_empty() || helper.contains(['/', '\0']) {
         return Err(Error::invalid(
             "credHelpers",
@@ -293,23 +342,59 @@ fn run_helper(dir: Option<&Path>, helper: &str, server: &str) -> Result<Option<V
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group, so that a timeout kills what the helper started as well.
+        .process_group(0)
         .spawn()
         .map_err(|e| Error::io(format!("running {bin}"), e))?;
+    let deadline = Instant::now() + timeout;
+    // Readers on threads of their own: a helper writing more than a pipe holds must not
+    // block on us while we wait for it to exit.
+    let (tx, rx) = mpsc::channel();
+    read_on_thread(child.stdout.take(), Pipe::Stdout, tx.clone());
+    read_on_thread(child.stderr.take(), Pipe::Stderr, tx);
     if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(server.as_bytes())
-            .map_err(|e| Error::io(format!("writing to {bin}"), e))?;
+        // A helper that exits without reading its stdin closes the pipe: not an error here,
+        // its exit status tells.
+        let _ = stdin.write_all(server.as_bytes());
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| Error::io(format!("waiting for {bin}"), e))?;
-    if out.status.success() {
-        return Ok(Some(out.stdout));
+    let status = match wait_until(&mut child, deadline) {
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            kill_group(&mut child);
+            tracing::warn!(helper = %bin, ?timeout, "credential helper timed out; killed");
+            return Err(Error::HelperTimeout {
+                helper: helper.to_string(),
+                after: timeout,
+            });
+        }
+        Err(e) => {
+            kill_group(&mut child);
+            return Err(Error::io(format!("waiting for {bin}"), e));
+        }
+    };
+    // The output, unless something the helper left behind holds its pipes open.
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((Pipe::Stdout, b)) => stdout = b,
+            Ok((Pipe::Stderr, b)) => stderr = b,
+            Err(_) => {
+                kill_group(&mut child);
+                return Err(Error::HelperTimeout {
+                    helper: helper.to_string(),
+                    after: timeout,
+                });
+            }
+        }
+    }
+    if status.success() {
+        return Ok(Some(stdout));
     }
     let text = format!(
         "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
     );
     // The helper protocol's way of saying "nothing stored for this server".
     if text.to_ascii_lowercase().contains("credentials not found") {
@@ -317,8 +402,64 @@ fn run_helper(dir: Option<&Path>, helper: &str, server: &str) -> Result<Option<V
     }
     Err(Error::io(
         format!("{bin} get"),
-        std::io::Error::other(format!("{} ({})", out.status, text.trim())),
+        std::io::Error::other(format!("{status} ({})", text.trim())),
     ))
+}
+
+/// Which output of a helper a reader thread read.
+enum Pipe {
+    Stdout,
+    Stderr,
+}
+
+/// Reads `pipe` to its end on a thread of its own and sends the bytes to `tx`.
+fn read_on_thread<R: Read + Send + 'static>(
+    pipe: Option<R>,
+    which: Pipe,
+    tx: mpsc::Sender<(Pipe, Vec<u8>)>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        let _ = tx.send((which, buf));
+    });
+}
+
+/// Waits for `child` to exit until `deadline`; `None` when it is still running then.
+fn wait_until(
+    child: &mut Child,
+    deadline: Instant,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    // std has no wait with a timeout: poll, starting fast (helpers usually answer at once).
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Kills the helper's process group and reaps the helper.
+fn kill_group(child: &mut Child) {
+    // The group id is the helper's pid (`process_group(0)`). It cannot have been reused:
+    // the helper is not reaped yet, or (its output still open) something it started is
+    // still in the group, and a pid is not handed out while a group of that id exists.
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        // SAFETY: kill(2) takes plain integers and touches no memory of this process.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// A parsed `WWW-Authenticate` challenge.
@@ -415,8 +556,9 @@ fn parse_params(s: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The token endpoint's answer (`token` or `access_token`, optional lifetime).
-#[derive(Debug, Deserialize)]
+/// The token endpoint's answer (`token` or `access_token`, optional lifetime). `Debug`
+/// redacts the tokens.
+#[derive(Deserialize)]
 pub(crate) struct TokenResponse {
     #[serde(default)]
     pub token: Option<String>,
@@ -424,6 +566,16 @@ pub(crate) struct TokenResponse {
     pub access_token: Option<String>,
     #[serde(default)]
     pub expires_in: Option<u64>,
+}
+
+impl std::fmt::Debug for TokenResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenResponse")
+            .field("token", &redacted(&self.token))
+            .field("access_token", &redacted(&self.access_token))
+            .field("expires_in", &self.expires_in)
+            .finish()
+    }
 }
 
 impl TokenResponse {
@@ -586,27 +738,17 @@ mod tests {
     fn credential_helpers_are_executed() {
         let dir = std::env::temp_dir().join(format!("cocoon-reg-helper-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mkdir");
-        let script = dir.join("docker-credential-fake");
-        let src = dir.join("docker-credential-fake.src");
-        std::fs::write(
-            &src,
+        install_helper(
+            &dir,
+            "fake",
             "#!/bin/sh\nread server\nif [ \"$1\" = get ] && [ \"$server\" = reg.example ]; then\n  echo '{\"Username\":\"hu\",\"Secret\":\"hs\"}'\nelse\n  echo 'credentials not found in native keychain'; exit 1\nfi\n",
-        )
-        .expect("write");
-        // Installed by another process: an executable this process held open for writing could
-        // leak into a child forked by a concurrent test and make exec fail with ETXTBSY.
-        let status = std::process::Command::new("install")
-            .args(["-m", "0755"])
-            .arg(&src)
-            .arg(&script)
-            .status()
-            .expect("run install");
-        assert!(status.success(), "install the helper");
+        );
         let cfg_path = dir.join("config.json");
         std::fs::write(&cfg_path, br#"{"credsStore":"fake"}"#).expect("write");
         let src = CredentialSource::DockerConfig {
             path: cfg_path,
             helper_dir: Some(dir.clone()),
+            helper_timeout: DEFAULT_HELPER_TIMEOUT,
         };
         assert_eq!(
             src.resolve("reg.example").ok(),
@@ -623,5 +765,139 @@ mod tests {
     fn debug_never_prints_secrets() {
         let s = format!("{:?}", Credentials::basic("u", "hunter2"));
         assert!(!s.contains("hunter2"));
+        let auth = b64("alice:pw-in-auth");
+        let cfg = DockerConfig::parse(
+            format!(
+                r#"{{"credsStore":"store","auths":{{
+                    "a.example": {{"auth":"{auth}"}},
+                    "b.example": {{"username":"bob","password":"pw-plain"}},
+                    "c.example": {{"identitytoken":"idt-secret","registrytoken":"rt-secret"}}
+                }}}}"#
+            )
+            .as_bytes(),
+        )
+        .expect("parse");
+        let shown = format!("{cfg:?} {cfg:#?}");
+        for secret in [
+            auth.as_str(),
+            "pw-in-auth",
+            "pw-plain",
+            "idt-secret",
+            "rt-secret",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("bob") && shown.contains(REDACTED),
+            "non-secrets and the presence of secrets still show: {shown}"
+        );
+        let out: HelperOutput =
+            serde_json::from_str(r#"{"Username":"hu","Secret":"helper-secret"}"#).expect("json");
+        let shown = format!("{out:?}");
+        assert!(
+            !shown.contains("helper-secret") && shown.contains("hu"),
+            "{shown}"
+        );
+        let tok: TokenResponse = serde_json::from_str(
+            r#"{"token":"tok-secret","access_token":"acc-secret","expires_in":300}"#,
+        )
+        .expect("json");
+        let shown = format!("{tok:?}");
+        assert!(
+            !shown.contains("tok-secret") && !shown.contains("acc-secret") && shown.contains("300"),
+            "{shown}"
+        );
+    }
+
+    /// Installs `body` as the executable `dir/docker-credential-<name>`.
+    fn install_helper(dir: &Path, name: &str, body: &str) {
+        let src = dir.join(format!("docker-credential-{name}.src"));
+        std::fs::write(&src, body).expect("write");
+        // Installed by another process: an executable this process held open for writing could
+        // leak into a child forked by a concurrent test and make exec fail with ETXTBSY.
+        let status = std::process::Command::new("install")
+            .args(["-m", "0755"])
+            .arg(&src)
+            .arg(dir.join(format!("docker-credential-{name}")))
+            .status()
+            .expect("run install");
+        assert!(status.success(), "install the helper");
+    }
+
+    /// Live (not zombie) processes whose environment holds `mark`.
+    fn live_with_env(mark: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            if !pid.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            if !env.split(|b| *b == 0).any(|v| v == mark.as_bytes()) {
+                continue;
+            }
+            let zombie = std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|st| {
+                    st.rsplit_once(')')
+                        .map(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+                .unwrap_or(true);
+            if !zombie {
+                found.push(pid);
+            }
+        }
+        found
+    }
+
+    #[tokio::test]
+    async fn a_hung_helper_is_killed_at_the_timeout() {
+        let dir = std::env::temp_dir().join(format!("cocoon-reg-hung-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        // The helper starts a child that never ends, marked through its environment, and
+        // waits for it.
+        let mark = format!("COCOON_HUNG_HELPER={}", dir.display());
+        install_helper(
+            &dir,
+            "hung",
+            &format!("#!/bin/sh\nexport {mark}\nsleep 100000 &\nwait\n"),
+        );
+        let cfg_path = dir.join("config.json");
+        std::fs::write(&cfg_path, br#"{"credsStore":"hung"}"#).expect("write");
+        let src = CredentialSource::DockerConfig {
+            path: cfg_path,
+            helper_dir: Some(dir.clone()),
+            helper_timeout: Duration::from_millis(300),
+        };
+        let err = tokio::task::spawn_blocking(move || src.resolve("reg.example"))
+            .await
+            .expect("join")
+            .expect_err("a hung helper must fail the resolution");
+        assert!(
+            matches!(&err, Error::HelperTimeout { helper, after }
+                if helper == "hung" && *after == Duration::from_millis(300)),
+            "{err:?}"
+        );
+        assert_eq!(err.class(), crate::ErrorClass::Local);
+        assert!(!err.is_transient(), "not retried: it would hang again");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("docker-credential-hung") && msg.contains("300ms"),
+            "{msg}"
+        );
+        // The helper and what it started are killed.
+        cocoon_testenv::wait_until(
+            "the helper's processes killed",
+            Duration::from_secs(30),
+            || {
+                let left = live_with_env(&mark);
+                async move { left.is_empty().then_some(()) }
+            },
+        )
+        .await
+        .expect("the helper and its child are killed");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -113,6 +113,15 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A `docker-credential-<helper>` gave no answer in time and was killed.
+    #[error("docker-credential-{helper} get: no answer within {}; killed", cocoon_api::contract::go_duration(*.after))]
+    HelperTimeout {
+        /// The helper's name (`docker-credential-` is prepended).
+        helper: String,
+        /// The limit it ran into.
+        after: Duration,
+    },
+
     /// An error with the caller's context prepended; the class is the inner error's.
     #[error("{context}: {source}")]
     Context {
@@ -148,7 +157,7 @@ impl Error {
             | Error::SizeMismatch { .. }
             | Error::WrongKind { .. } => ErrorClass::Protocol,
             Error::Invalid { .. } | Error::MissingSetting { .. } => ErrorClass::Invalid,
-            Error::Io { .. } => ErrorClass::Local,
+            Error::Io { .. } | Error::HelperTimeout { .. } => ErrorClass::Local,
             Error::Context { source, .. } => source.class(),
         }
     }

@@ -37,6 +37,19 @@ pub(crate) const MAX_SMALL_BODY: usize = 4 << 20;
 const MAX_REDIRECTS: usize = 5;
 /// Token lifetime assumed when the token endpoint does not say (the spec's minimum).
 const DEFAULT_TOKEN_SECS: u64 = 60;
+/// Longest a token is cached, whatever `expires_in` says (a huge value must not overflow the
+/// expiry instant).
+const MAX_TOKEN_SECS: u64 = 24 * 3600;
+
+/// How long a token the endpoint gave `expires_in` seconds stays cached: between
+/// [`DEFAULT_TOKEN_SECS`] and [`MAX_TOKEN_SECS`], renewed 10 s early.
+fn token_cache_for(expires_in: Option<u64>) -> Duration {
+    let secs = expires_in
+        .unwrap_or(DEFAULT_TOKEN_SECS)
+        .clamp(DEFAULT_TOKEN_SECS, MAX_TOKEN_SECS);
+    // Renew a little early so an in-flight request does not carry a dying token.
+    Duration::from_secs(secs).saturating_sub(Duration::from_secs(10))
+}
 
 /// The token scope of a call (`repository:<name>:<actions>` or `registry:catalog:*`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -483,10 +496,7 @@ impl Http {
                     return Ok(false);
                 }
                 let key = scope.cloned().unwrap_or_else(|| Scope(scopes.join(" ")));
-                let ttl =
-                    Duration::from_secs(ttl.unwrap_or(DEFAULT_TOKEN_SECS).max(DEFAULT_TOKEN_SECS));
-                // Renew a little early so an in-flight request does not carry a dying token.
-                let exp = Instant::now() + ttl.saturating_sub(Duration::from_secs(10));
+                let exp = Instant::now() + token_cache_for(ttl);
                 self.cache
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -773,4 +783,25 @@ pub(crate) fn file_body(
         }
     });
     ChannelBody::new(rx, len, progress).boxed_unsync()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_lifetimes_are_bounded() {
+        let s = Duration::from_secs;
+        assert_eq!(token_cache_for(None), s(50));
+        assert_eq!(
+            token_cache_for(Some(5)),
+            s(50),
+            "at least the spec's minimum"
+        );
+        assert_eq!(token_cache_for(Some(300)), s(290));
+        // A token endpoint's absurd lifetime is capped: the expiry instant cannot overflow.
+        let huge = token_cache_for(Some(u64::MAX));
+        assert_eq!(huge, s(MAX_TOKEN_SECS - 10));
+        assert!(Instant::now().checked_add(huge).is_some());
+    }
 }

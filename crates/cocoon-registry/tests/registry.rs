@@ -651,6 +651,7 @@ async fn wrong_credentials_are_an_auth_error_and_right_ones_work() {
     cfg.credentials = CredentialSource::DockerConfig {
         path: docker.join("config.json"),
         helper_dir: None,
+        helper_timeout: cocoon_registry::auth::DEFAULT_HELPER_TIMEOUT,
     };
     let c = RegistryClient::new(cfg).expect("client");
     let src = work.path().join("src");
@@ -670,6 +671,74 @@ async fn wrong_credentials_are_an_auth_error_and_right_ones_work() {
         c.delete_tag(&repo, "hibernate").await.expect("delete"),
         DeleteOutcome::Deleted(_)
     ));
+}
+
+#[tokio::test]
+async fn a_hung_credential_helper_fails_pushes_and_pulls_instead_of_hanging() {
+    let reg = registry(Some(RegistryAuth::new("alice", "s3cret-pw"))).await;
+    let repo = unique_name("vk-hung-helper");
+    let work = TempDir::new("cocoon-reg-hung");
+    let docker = work.path().join("docker");
+    std::fs::create_dir_all(&docker).expect("mkdir");
+    // A credential helper that never answers.
+    let src = work.path().join("helper.src");
+    std::fs::write(&src, "#!/bin/sh\nsleep 100000 &\nwait\n").expect("write");
+    let status = std::process::Command::new("install")
+        .args(["-m", "0755"])
+        .arg(&src)
+        .arg(docker.join("docker-credential-stuck"))
+        .status()
+        .expect("install");
+    assert!(status.success());
+    std::fs::write(docker.join("config.json"), br#"{"credsStore":"stuck"}"#).expect("write");
+    let mut cfg = RegistryConfig::for_registry(reg.addr()).expect("cfg");
+    cfg.credentials = CredentialSource::DockerConfig {
+        path: docker.join("config.json"),
+        helper_dir: Some(docker.clone()),
+        helper_timeout: std::time::Duration::from_millis(300),
+    };
+    let c = RegistryClient::new(cfg).expect("client");
+    let snap = work.path().join("src");
+    std::fs::create_dir_all(&snap).expect("mkdir");
+    let files = small_snapshot();
+    write_snapshot_dir(&snap, "vm-a", "sid-a", &files, 13);
+    let is_helper_timeout = |e: &cocoon_registry::Error| {
+        let mut cur: &(dyn std::error::Error + 'static) = e;
+        loop {
+            if let Some(cocoon_registry::Error::HelperTimeout { helper, .. }) =
+                cur.downcast_ref::<cocoon_registry::Error>()
+            {
+                return helper == "stuck";
+            }
+            match cur.source() {
+                Some(s) => cur = s,
+                None => return false,
+            }
+        }
+    };
+    // The safety net only turns a regression (a hang) into a failure; nothing is timed.
+    let guard = std::time::Duration::from_secs(120);
+    let push = tokio::time::timeout(
+        guard,
+        c.push_snapshot_dir(&repo, &snap, &PushOptions::new("hibernate", BASE_IMAGE)),
+    )
+    .await
+    .expect("the push must not hang on the helper")
+    .expect_err("no credentials: the push fails");
+    assert!(is_helper_timeout(&push), "{push:?}");
+    assert!(
+        push.to_string().contains("docker-credential-stuck"),
+        "{push}"
+    );
+    let dst = work.path().join("dst");
+    let pull = tokio::time::timeout(
+        guard,
+        c.pull_snapshot_to_dir(&repo, "hibernate", &dst, "vm-a"),
+    )
+    .await
+    .expect("the pull must not hang on the helper")
+    .expect_err("no credentials: the pull fails");
+    assert!(is_helper_timeout(&pull), "{pull:?}");
 }
 
 #[tokio::test]

@@ -14,7 +14,8 @@
 //!    ([`PROTOCOLS`]) and answer `101 Switching Protocols` naming it.
 //! 2. The client opens the streams (`streamtype` header): `error` always, then `stdin`,
 //!    `stdout`, `stderr` as requested (`stderr` never with a TTY), `resize` with a TTY (v3+).
-//!    Each gets a `SYN_REPLY`. They must all exist within [`STREAM_CREATION_TIMEOUT`].
+//!    Each gets a `SYN_REPLY` (streams past the five of one exec get `RST_STREAM`
+//!    `REFUSED_STREAM`). They must all exist within [`STREAM_CREATION_TIMEOUT`].
 //! 3. The command runs through [`PodBackend::exec`]; stdin `DATA` feeds the guest, guest
 //!    output goes out as `DATA` on `stdout`/`stderr`, each ended with FIN when the guest side
 //!    closes.
@@ -64,6 +65,10 @@ const PEER_CLOSE_GRACE: Duration = Duration::from_secs(5);
 const FRAME_QUEUE: usize = 64;
 /// Buffered stdin frames before the reader waits for the guest to consume them.
 const STDIN_QUEUE: usize = 16;
+/// Streams one session accepts: one exec opens at most `error`, `stdin`, `stdout`, `stderr`
+/// and `resize`. Further `SYN_STREAM`s are refused (`RST_STREAM` `REFUSED_STREAM`), so a
+/// client cannot make the session remember streams without end.
+const MAX_STREAMS: usize = 5;
 /// Pipe size between the guest's output and its SPDY stream.
 const OUTPUT_PIPE: usize = 64 * 1024;
 
@@ -299,7 +304,8 @@ pub(super) async fn session<IO>(
     let (frames, frames_rx) = mpsc::channel::<Frame>(FRAME_QUEUE);
     let writer = tokio::spawn(write_frames(wr, frames_rx));
     let (stdin_tx, stdin_rx) = mpsc::channel::<Vec<u8>>(STDIN_QUEUE);
-    let (streams_tx, mut streams_rx) = mpsc::unbounded_channel::<NewStream>();
+    // Never full: the reader hands over at most MAX_STREAMS streams.
+    let (streams_tx, mut streams_rx) = mpsc::channel::<NewStream>(MAX_STREAMS);
     let gone = CancellationToken::new();
     let reader = tokio::spawn(read_frames(
         rd,
@@ -480,12 +486,12 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<F
     let _ = wr.shutdown().await;
 }
 
-/// Reads the client's frames: replies to new streams, feeds stdin, echoes pings. Cancels
-/// `gone` when the connection ends.
+/// Reads the client's frames: replies to new streams (refusing those past [`MAX_STREAMS`]),
+/// feeds stdin, echoes pings. Cancels `gone` when the connection ends.
 async fn read_frames<R: AsyncRead + Unpin>(
     mut rd: R,
     frames: mpsc::Sender<Frame>,
-    streams: mpsc::UnboundedSender<NewStream>,
+    streams: mpsc::Sender<NewStream>,
     stdin: mpsc::Sender<Vec<u8>>,
     gone: CancellationToken,
 ) {
@@ -493,6 +499,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
     let mut dec = Decoder::new();
     let mut stdin = Some(stdin);
     let mut stdin_id = None;
+    let mut accepted = 0usize;
     loop {
         let frame = match dec.read_frame(&mut rd).await {
             Ok(Some(f)) => f,
@@ -513,6 +520,18 @@ async fn read_frames<R: AsyncRead + Unpin>(
                     .find(|(k, _)| k == "streamtype")
                     .map(|(_, v)| v.clone())
                     .unwrap_or_default();
+                if accepted >= MAX_STREAMS {
+                    debug!(stream_id, kind = %kind, "exec: refusing a stream past the per-session limit");
+                    let refuse = Frame::RstStream {
+                        stream_id,
+                        status: spdy::RST_REFUSED_STREAM,
+                    };
+                    if frames.send(refuse).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                accepted += 1;
                 let reply = Frame::SynReply {
                     stream_id,
                     fin: false,
@@ -528,7 +547,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
                         stdin_id = Some(stream_id);
                     }
                 }
-                let _ = streams.send(NewStream {
+                // Never full: at most MAX_STREAMS are sent, its capacity.
+                let _ = streams.try_send(NewStream {
                     id: stream_id,
                     kind,
                 });
@@ -721,5 +741,64 @@ mod tests {
                 .expect("utf8")
                 .contains("no live VM")
         );
+    }
+
+    #[tokio::test]
+    async fn a_session_refuses_streams_past_one_exec_worth() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (frames_tx, mut frames_rx) = mpsc::channel(FRAME_QUEUE);
+        let (streams_tx, mut streams_rx) = mpsc::channel(MAX_STREAMS);
+        let (stdin_tx, _stdin_rx) = mpsc::channel(STDIN_QUEUE);
+        let reader = tokio::spawn(read_frames(
+            server,
+            frames_tx,
+            streams_tx,
+            stdin_tx,
+            CancellationToken::new(),
+        ));
+        let mut enc = Encoder::new().expect("encoder");
+        let ids: Vec<u32> = (0..20).map(|i| 2 * i + 1).collect();
+        for id in &ids {
+            let syn = Frame::SynStream {
+                stream_id: *id,
+                fin: false,
+                headers: vec![("streamtype".into(), STREAM_STDOUT.into())],
+            };
+            client
+                .write_all(&enc.encode(&syn).expect("encode"))
+                .await
+                .expect("write");
+        }
+        // The reader answers in order: once the ping is echoed, every SYN_STREAM before it
+        // has been answered.
+        client
+            .write_all(&enc.encode(&Frame::Ping { id: 99 }).expect("encode"))
+            .await
+            .expect("write");
+        let (mut replied, mut refused) = (Vec::new(), Vec::new());
+        loop {
+            match frames_rx.recv().await.expect("reader alive") {
+                Frame::SynReply { stream_id, .. } => replied.push(stream_id),
+                Frame::RstStream { stream_id, status } => {
+                    assert_eq!(status, spdy::RST_REFUSED_STREAM);
+                    refused.push(stream_id);
+                }
+                Frame::Ping { id: 99 } => break,
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+        assert_eq!(replied, ids[..MAX_STREAMS]);
+        assert_eq!(refused, ids[MAX_STREAMS..]);
+        let mut handed = Vec::new();
+        while let Ok(s) = streams_rx.try_recv() {
+            handed.push(s.id);
+        }
+        assert_eq!(
+            handed,
+            ids[..MAX_STREAMS],
+            "only accepted streams reach the session"
+        );
+        drop(client);
+        reader.await.expect("reader ends with the connection");
     }
 }

@@ -38,6 +38,8 @@ pub const MAX_PAYLOAD: usize = 0x00FF_FFFF;
 /// Largest decompressed header block accepted from a peer.
 const MAX_HEADER_BLOCK: usize = 1 << 20;
 
+/// `RST_STREAM` status `REFUSED_STREAM`: the stream was not processed.
+pub const RST_REFUSED_STREAM: u32 = 3;
 /// `RST_STREAM` status `CANCEL`.
 pub const RST_CANCEL: u32 = 5;
 

@@ -5,7 +5,7 @@
 //! Each pod key has one worker task fed through a `watch` channel, so bursts of updates
 //! coalesce into the latest object and different pods proceed in parallel.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ pub async fn run(handler: Arc<Handler>) {
     let cfg =
         watcher::Config::default().fields(&format!("spec.nodeName={}", handler.cfg.node_name));
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
-    let mut seen_in_init: Vec<String> = Vec::new();
+    let mut relist = Relist::default();
     handler.spawn(lifecycle_reconciler(handler.clone()));
     handler.spawn(drift_reconciler(handler.clone()));
     loop {
@@ -48,28 +48,68 @@ pub async fn run(handler: Arc<Handler>) {
             _ = handler.shutdown.cancelled() => break,
             n = stream.try_next() => n,
         };
-        match next {
-            Ok(Some(Event::Apply(pod))) | Ok(Some(Event::InitApply(pod))) => {
-                let key = pod_key(&pod);
-                seen_in_init.push(key.clone());
-                feed(&handler, &workers, key, Some(pod));
-            }
-            Ok(Some(Event::Delete(pod))) => feed(&handler, &workers, pod_key(&pod), None),
-            Ok(Some(Event::Init)) => seen_in_init.clear(),
-            Ok(Some(Event::InitDone)) => {
-                // Tracked pods that vanished while the watch was down get a local DeletePod.
-                for key in handler.tracked_keys() {
-                    if !seen_in_init.contains(&key) {
-                        feed(&handler, &workers, key, None);
-                    }
-                }
-                seen_in_init.clear();
-            }
+        let event = match next {
+            Ok(Some(event)) => event,
             Ok(None) => break,
-            Err(e) => warn!(error = %e, "pod watch error"),
+            Err(e) => {
+                warn!(error = %e, "pod watch error");
+                continue;
+            }
+        };
+        // Tracked pods that vanished while the watch was down get a local DeletePod.
+        for key in relist.observe(&event, || handler.tracked_keys()) {
+            feed(&handler, &workers, key, None);
+        }
+        match event {
+            Event::Apply(pod) | Event::InitApply(pod) => {
+                feed(&handler, &workers, pod_key(&pod), Some(pod));
+            }
+            Event::Delete(pod) => feed(&handler, &workers, pod_key(&pod), None),
+            Event::Init | Event::InitDone => {}
         }
     }
     info!("pod controller stopped");
+}
+
+/// The pod keys one relist returned (`Init`, `InitApply`…, `InitDone`), to find the tracked
+/// pods that vanished while the watch was down. Only `InitApply` events are remembered, and
+/// the set is dropped at `InitDone`, so it holds at most one list's keys and nothing between
+/// relists, however many events the watch delivers.
+#[derive(Debug, Default)]
+struct Relist {
+    listed: HashSet<String>,
+}
+
+impl Relist {
+    /// Feeds one watch event; at `InitDone`, returns the keys of `tracked` the list did not
+    /// return (called only then).
+    fn observe(
+        &mut self,
+        event: &Event<Pod>,
+        tracked: impl FnOnce() -> Vec<String>,
+    ) -> Vec<String> {
+        match event {
+            Event::Init => self.listed.clear(),
+            Event::InitApply(obj) => {
+                self.listed.insert(pod_key(obj));
+            }
+            Event::InitDone => {
+                let listed = std::mem::take(&mut self.listed);
+                return tracked()
+                    .into_iter()
+                    .filter(|k| !listed.contains(k))
+                    .collect();
+            }
+            Event::Apply(_) | Event::Delete(_) => {}
+        }
+        Vec::new()
+    }
+
+    /// Keys remembered right now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.listed.len()
+    }
 }
 
 fn feed(handler: &Arc<Handler>, workers: &Workers, key: String, pod: Option<Pod>) {
@@ -252,3 +292,68 @@ async fn drift_reconciler(h: Arc<Handler>) {
 
 /// Grace used by tests and shutdown paths.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p
+    }
+
+    fn keys(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn relist_finds_the_tracked_pods_the_list_missed() {
+        let mut r = Relist::default();
+        let none = || -> Vec<String> { panic!("tracked keys are read at InitDone only") };
+        assert!(r.observe(&Event::Init, none).is_empty());
+        assert!(
+            r.observe(&Event::InitApply(pod("a", "p1")), none)
+                .is_empty()
+        );
+        assert!(
+            r.observe(&Event::InitApply(pod("a", "p2")), none)
+                .is_empty()
+        );
+        assert!(
+            r.observe(&Event::InitApply(pod("a", "p1")), none)
+                .is_empty()
+        );
+        assert_eq!(r.len(), 2, "a set: a pod listed twice counts once");
+        let gone = r.observe(&Event::InitDone, || keys(&["a/p1", "a/p2", "a/p3", "b/p1"]));
+        assert_eq!(gone, keys(&["a/p3", "b/p1"]));
+        assert_eq!(r.len(), 0, "forgotten at InitDone");
+        // A relist that restarts drops the partial list of the aborted one.
+        r.observe(&Event::Init, none);
+        r.observe(&Event::InitApply(pod("a", "p1")), none);
+        r.observe(&Event::Init, none);
+        r.observe(&Event::InitApply(pod("a", "p2")), none);
+        let gone = r.observe(&Event::InitDone, || keys(&["a/p1", "a/p2"]));
+        assert_eq!(gone, keys(&["a/p1"]));
+    }
+
+    #[test]
+    fn events_between_relists_are_not_remembered() {
+        let mut r = Relist::default();
+        let none = || -> Vec<String> { panic!("tracked keys are read at InitDone only") };
+        r.observe(&Event::Init, none);
+        r.observe(&Event::InitApply(pod("a", "p0")), none);
+        r.observe(&Event::InitDone, Vec::new);
+        for i in 0..10_000 {
+            let p = pod("a", &format!("p{i}"));
+            assert!(r.observe(&Event::Apply(p.clone()), none).is_empty());
+            assert!(r.observe(&Event::Delete(p), none).is_empty());
+        }
+        assert_eq!(
+            r.len(),
+            0,
+            "watch events after InitDone must not grow the relist state"
+        );
+    }
+}

@@ -21,6 +21,10 @@ impl Handler {
     /// DeletePod (§7).
     pub async fn delete_pod(self: &Arc<Self>, pod: &Pod) -> Result<()> {
         let key = pod_key(pod);
+        if self.tables().evicting.contains(&key) {
+            // The eviction deleting this pod forgets it and writes its `Failed` status (§10).
+            return Ok(());
+        }
         if self.tables().resumed.contains(&key) {
             return Err(failed(format!(
                 "resumed operation still in flight for {key}"

@@ -174,6 +174,9 @@ impl Handler {
             pod.metadata.namespace.as_deref().unwrap_or_default(),
         );
         let name = pod.metadata.name.as_deref().unwrap_or_default();
+        // The DELETE below brings the pod back with a deletionTimestamp; DeletePod must not
+        // finish it (as `Succeeded`) while this eviction does.
+        self.tables().evicting.insert(key.to_owned());
         let mut deleted = false;
         for attempt in 1..=2u32 {
             match api.delete(name, &DeleteParams::default()).await {
@@ -192,6 +195,7 @@ impl Handler {
             }
         }
         if !deleted {
+            self.tables().evicting.remove(key);
             self.metrics.pod_evict_failure.inc();
             return;
         }
@@ -200,6 +204,7 @@ impl Handler {
         self.forget(key);
         let st = status::evicted(previous.as_ref(), reason, message);
         let _ = self.write_status(pod, &st).await;
+        self.tables().evicting.remove(key);
     }
 
     /// A deferred inspect loop for a VM whose inspect stayed transient.

@@ -72,6 +72,9 @@ pub struct Tables {
     pub ready_pending: HashSet<String>,
     /// Pod keys restoring via a derived marker (in memory only).
     pub derived_restore: HashSet<String>,
+    /// Pod keys an eviction (§10) is deleting: DeletePod leaves them to it, so that the
+    /// eviction's `Failed` status is the last word and not DeletePod's `Succeeded`.
+    pub evicting: HashSet<String>,
 }
 
 impl Tables {

@@ -33,6 +33,14 @@ use super::suspend::{self, Deadline, GateItem, WakeStep};
 use super::{Created, Error, Pass, Step, create_through_protocol, pods, post_pod, prepare_create};
 use crate::metrics::PlacementLabels;
 
+/// A create-protocol error as a registry error of `flow`; a lost lease stays what it is.
+fn context_of(flow: &str, e: Error) -> Error {
+    match e {
+        Error::LostLeadership(l) => Error::LostLeadership(l),
+        e => Error::Registry(format!("{flow}: {e}")),
+    }
+}
+
 impl Pass<'_> {
     fn phase(&self) -> Option<CocoonSetPhase> {
         self.cs.status.as_ref().and_then(|s| s.phase)
@@ -241,7 +249,7 @@ impl Pass<'_> {
                 registry.has_manifest(vm, tags::HIBERNATE)
             })
             .collect();
-        let results = futures::future::join_all(calls).await;
+        let results = crate::shell::at_most(super::REGISTRY_CALLS_AT_ONCE, calls).await;
         let mut complete = true;
         for r in results {
             match r {
@@ -306,6 +314,9 @@ impl Pass<'_> {
             // Best effort: a missing flag costs the wake a registry pull, while blocking the
             // delete would keep the seat the policy exists to free.
             if let Err(e) = self.patch_pod_annotations(&name, &delta).await {
+                if let Error::LostLeadership(l) = e {
+                    return Err(l.into());
+                }
                 warn!(pod = %name, error = %e, "could not flag keep-snapshot-on-delete; releasing anyway");
             }
             self.delete_pod(&name).await?;
@@ -421,6 +432,9 @@ impl Pass<'_> {
                 // Best effort, as in seat release: without the flag the target pulls the
                 // snapshot from the registry instead of the source node.
                 if let Err(e) = self.patch_pod_annotations(&main_name, &delta).await {
+                    if let Error::LostLeadership(l) = e {
+                        return Err(l.into());
+                    }
                     warn!(pod = %main_name, error = %e, "could not flag keep-snapshot-on-delete; migrating anyway");
                 }
                 self.delete_pod(&main_name).await?;
@@ -470,6 +484,7 @@ impl Pass<'_> {
     }
 
     async fn drop_main_tag(&self, vm: &str) -> Result<(), Error> {
+        self.ctx.registry_write()?;
         self.ctx
             .stats
             .registry_calls
@@ -488,7 +503,7 @@ impl Pass<'_> {
         let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
         let (tag, decision) = prepare_create(self.ctx, &mut pod, facts)
             .await
-            .map_err(|e| Error::Registry(format!("migrate: {e}")))?;
+            .map_err(|e| context_of("migrate", e))?;
         if decision.forget {
             self.forget_vms(&[pods::vm_name(&pod).to_string()]).await?;
         }
@@ -534,6 +549,7 @@ impl Pass<'_> {
             }
             WakeStep::Complete { placement } => {
                 let vm = naming::vm_name_for_agent(&self.ns, &self.name, 0);
+                self.ctx.registry_write()?;
                 self.ctx
                     .stats
                     .registry_calls
@@ -582,7 +598,7 @@ impl Pass<'_> {
         let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
         let (tag, decision) = prepare_create(self.ctx, &mut pod, facts)
             .await
-            .map_err(|e| Error::Registry(format!("wake: {e}")))?;
+            .map_err(|e| context_of("wake", e))?;
         if decision.forget {
             self.forget_vms(&[pods::vm_name(&pod).to_string()]).await?;
         }
@@ -662,6 +678,7 @@ impl Pass<'_> {
         if woken.is_empty() {
             return Ok(());
         }
+        self.ctx.registry_write()?;
         let mut failures = Vec::new();
         let stats = &self.ctx.stats;
         let registry = &self.ctx.registry;
@@ -672,7 +689,7 @@ impl Pass<'_> {
                 registry.delete_tag(vm, tags::HIBERNATE)
             })
             .collect();
-        let results = futures::future::join_all(deletes).await;
+        let results = crate::shell::at_most(super::REGISTRY_CALLS_AT_ONCE, deletes).await;
         for (vm, r) in woken.iter().zip(results) {
             match r {
                 Ok(()) => record.remove_vm(vm),

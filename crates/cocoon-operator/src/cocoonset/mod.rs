@@ -58,6 +58,9 @@ const CONTROLLER: &str = "cocoonset";
 /// Pod writes of one step that go out together, at most this many at once (the spec's cap
 /// on concurrent pod creates).
 const POD_WRITES_AT_ONCE: usize = 8;
+/// Registry calls of one step over every pod of a set (the suspend gate's probes, reclaim's
+/// tag deletes) in flight at once: the same cap.
+const REGISTRY_CALLS_AT_ONCE: usize = POD_WRITES_AT_ONCE;
 
 /// A pass failed; the controller logs it and retries with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +78,9 @@ pub enum Error {
     /// Step 8's durable `Migrating` marker could not be written.
     #[error("migrate: patch migrating status: {0}")]
     MigratingStatus(kube::Error),
+    /// The lease is no longer held: the write was skipped and the pass ends (no retry).
+    #[error(transparent)]
+    LostLeadership(#[from] crate::leader::LostLeadership),
 }
 
 impl Error {
@@ -84,6 +90,7 @@ impl Error {
             Error::Registry(_) => "registry",
             Error::Missing(_) | Error::Invalid(_) => "invalid",
             Error::Cache => "cache",
+            Error::LostLeadership(_) => "leadership",
         }
     }
 }
@@ -101,15 +108,8 @@ pub struct Stats {
     pub registry_calls: AtomicU64,
     /// Time spent in passes, summed over the concurrent workers (microseconds).
     pub busy_micros: AtomicU64,
-}
-
-impl Stats {
-    /// Counts one write; `site` (the caller's line) makes a stray write easy to find in a
-    /// debug log.
-    fn write(&self, site: u32) {
-        debug!(site, "cocoonset write");
-        self.writes.fetch_add(1, Ordering::Relaxed);
-    }
+    /// Passes ended because the lease was lost before one of their writes.
+    pub lost_leadership: AtomicU64,
 }
 
 /// Shared state of the controller.
@@ -135,6 +135,8 @@ pub struct Context {
     /// status write, that write's own included, and the status it wrote; see
     /// [`Pass::status_body`].
     written_status: Mutex<HashMap<String, (Vec<String>, CocoonSetStatus)>>,
+    /// Per set (by UID): its metric labels, so its series go when the set does.
+    tracked: Mutex<HashMap<String, SetLabels>>,
 }
 
 impl Context {
@@ -159,6 +161,86 @@ impl Context {
             hibernations_synced: std::sync::atomic::AtomicBool::new(false),
             leadership: crate::leader::Leadership::always(),
             written_status: Mutex::default(),
+            tracked: Mutex::default(),
+        }
+    }
+
+    /// The write gate of every API write: checked right before the request goes out, and
+    /// the write counted; `site` (the caller's line) makes a stray write easy to find in a
+    /// debug log. A refused write ends the pass ([`Error::LostLeadership`]).
+    fn write(&self, site: u32) -> Result<(), Error> {
+        self.leadership.may_write("cocoonset API write")?;
+        debug!(site, "cocoonset write");
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The write gate of a registry write (a tag delete).
+    fn registry_write(&self) -> Result<(), Error> {
+        Ok(self.leadership.may_write("cocoonset registry tag delete")?)
+    }
+
+    /// Whether the per-set memory holds anything about the set with this UID (tests).
+    pub fn remembers(&self, uid: &str) -> bool {
+        let written = self
+            .written_status
+            .lock()
+            .is_ok_and(|m| m.contains_key(uid));
+        let tracked = self.tracked.lock().is_ok_and(|m| m.contains_key(uid));
+        written || tracked
+    }
+
+    fn track(&self, cs: &CocoonSet) {
+        if let (Some(uid), Some(ns), Ok(mut m)) = (cs.uid(), cs.namespace(), self.tracked.lock()) {
+            m.entry(uid).or_insert_with(|| SetLabels {
+                namespace: ns,
+                cocoonset: cs.name_any(),
+            });
+        }
+    }
+
+    /// Drops what this controller remembers about a deleted set: its last written status,
+    /// its retry backoff and its metric series.
+    fn forget_set(&self, cs: &CocoonSet) {
+        let key = shell::object_key(cs);
+        self.retries.succeeded(&key);
+        if let Ok(mut m) = self.written_status.lock() {
+            m.remove(&key);
+        }
+        let labels = self.tracked.lock().ok().and_then(|mut m| m.remove(&key));
+        let labels = labels.unwrap_or_else(|| SetLabels {
+            namespace: cs.namespace().unwrap_or_default(),
+            cocoonset: cs.name_any(),
+        });
+        self.metrics.forget_set(&labels);
+    }
+
+    /// After a complete list: forgets the sets that are gone (their deletes may have
+    /// happened while the watch was down, and a relist reports no deletes).
+    fn forget_missing(&self, live: &Store<CocoonSet>) {
+        let present: BTreeSet<String> = live.state().iter().filter_map(|cs| cs.uid()).collect();
+        let gone: Vec<(String, SetLabels)> = self
+            .tracked
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .filter(|(uid, _)| !present.contains(*uid))
+                    .map(|(u, l)| (u.clone(), l.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (uid, labels) in gone {
+            if let Ok(mut m) = self.tracked.lock() {
+                m.remove(&uid);
+            }
+            if let Ok(mut m) = self.written_status.lock() {
+                m.remove(&uid);
+            }
+            self.retries.succeeded(&uid);
+            self.metrics.forget_set(&labels);
+        }
+        if let Ok(mut m) = self.written_status.lock() {
+            m.retain(|uid, _| present.contains(uid));
         }
     }
 
@@ -203,16 +285,25 @@ pub async fn run(
     let gate = crate::admin::SyncGate::new(2, readiness);
     let (sets_synced, pods_synced) = (gate.part(), gate.part());
     let pods_flag = ctx.clone();
+    // Standbys keep their caches warm but run no pass until they lead; then every set once.
+    let standby = crate::leader::StandbyFilter::new(ctx.leadership.clone());
+    let (sets_standby, pods_standby, lists) = (standby.clone(), standby.clone(), standby.clone());
+    let (forget, live) = (ctx.clone(), set_reader.clone());
     let set_events = set_changes(
         watcher(sets, watcher::Config::default().any_semantic())
             .default_backoff()
             .reflect(set_writer)
-            .inspect(move |ev| {
-                if matches!(ev, Ok(watcher::Event::InitDone)) {
+            .inspect(move |ev| match ev {
+                Ok(watcher::Event::InitDone) => {
                     sets_synced();
+                    forget.forget_missing(&live);
+                    lists.list_complete();
                 }
+                Ok(watcher::Event::Delete(cs)) => forget.forget_set(cs),
+                _ => {}
             }),
-    );
+    )
+    .filter(move |_| futures::future::ready(sets_standby.pass()));
     // Only pods carrying the set label are cached: ownership is then checked per pass.
     let pod_config = watcher::Config::default()
         .labels(labels::COCOONSET_NAME)
@@ -227,7 +318,8 @@ pub async fn run(
                     pods_synced();
                 }
             }),
-    );
+    )
+    .filter(move |_| futures::future::ready(pods_standby.pass()));
     // The CocoonHibernations steps 8 and 10 consult, from a cache like every other read.
     let hibernations: Api<CocoonHibernation> = match namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
@@ -250,6 +342,7 @@ pub async fn run(
     let controller = Controller::for_stream(set_events, set_reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .owns_stream(pod_events)
+        .reconcile_all_on(standby.reconcile_all())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -308,11 +401,20 @@ fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
 
 async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !ctx.leadership.is_leader() {
-        // A standby: look again soon, write nothing.
-        return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+        // A standby (or a replica that just lost the lease): nothing until it leads, when
+        // every set gets a pass.
+        return Ok(Action::await_change());
     }
+    ctx.track(&cs);
     let started = Instant::now();
-    let result = reconcile_inner(&cs, &ctx).await;
+    let result = match reconcile_inner(&cs, &ctx).await {
+        // The lease went mid-pass: the write was skipped and the pass ends, no retry.
+        Err(Error::LostLeadership(_)) => {
+            ctx.stats.lost_leadership.fetch_add(1, Ordering::Relaxed);
+            Ok(Action::await_change())
+        }
+        other => other,
+    };
     ctx.stats.busy_micros.fetch_add(
         u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         Ordering::Relaxed,
@@ -467,6 +569,10 @@ impl<'a> Pass<'a> {
     }
 
     async fn event(&self, warning: bool, reason: &str, message: String) {
+        if self.ctx.leadership.may_write("cocoonset event").is_err() {
+            // The pass's next write ends it.
+            return;
+        }
         let event = KubeEvent {
             type_: if warning {
                 EventType::Warning
@@ -500,7 +606,7 @@ impl<'a> Pass<'a> {
         let Some(patch) = annotations_merge_patch(&delta) else {
             return Ok(());
         };
-        self.ctx.stats.write(line!());
+        self.ctx.write(line!())?;
         debug!(name = %self.name, %patch, "patching the set's annotations");
         let patched = self
             .sets
@@ -585,7 +691,7 @@ impl<'a> Pass<'a> {
 
     async fn delete_pod(&mut self, name: &str) -> Result<(), Error> {
         self.pending_stamps.remove(name);
-        self.ctx.stats.write(line!());
+        self.ctx.write(line!())?;
         match self.pod_api.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -700,6 +806,7 @@ impl<'a> Pass<'a> {
         // repository does not hold back the others' cleanup on the retry.
         let mut failures = Vec::new();
         for item in plan::gc_plan(&self.cs, &self.ns, &names) {
+            self.ctx.registry_write()?;
             self.ctx
                 .stats
                 .registry_calls
@@ -737,7 +844,7 @@ impl<'a> Pass<'a> {
             .cloned()
             .collect();
         let patch = json!({"metadata": {"finalizers": list, "resourceVersion": self.cs.resource_version()}});
-        self.ctx.stats.write(line!());
+        self.ctx.write(line!())?;
         match self
             .sets
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -756,7 +863,7 @@ impl<'a> Pass<'a> {
         let mut list = self.cs.finalizers().to_vec();
         list.push(finalizers::COCOONSET.to_string());
         let patch = json!({"metadata": {"finalizers": list, "resourceVersion": self.cs.resource_version()}});
-        self.ctx.stats.write(line!());
+        self.ctx.write(line!())?;
         self.sets
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
@@ -1239,7 +1346,7 @@ async fn send_status(
     name: &str,
     body: &Value,
 ) -> Result<Option<String>, Error> {
-    ctx.stats.write(line!());
+    ctx.write(line!())?;
     let patched = sets
         .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await?;
@@ -1256,7 +1363,7 @@ async fn patch_pod(
     let Some(patch) = annotations_merge_patch(delta) else {
         return Ok(());
     };
-    ctx.stats.write(line!());
+    ctx.write(line!())?;
     api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
@@ -1318,6 +1425,7 @@ async fn prepare_create(
         ..facts
     });
     if decision.drop_tag {
+        ctx.registry_write()?;
         ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
             return Err(Error::Registry(format!(
@@ -1336,7 +1444,7 @@ async fn prepare_create(
 /// Posts a pod; AlreadyExists (the old pod still terminating, or a racing pass) is reported,
 /// not failed.
 async fn post_pod(ctx: &Context, api: &Api<Pod>, pod: &Pod) -> Result<Created, Error> {
-    ctx.stats.write(line!());
+    ctx.write(line!())?;
     match api.create(&PostParams::default(), pod).await {
         Ok(_) => Ok(Created::Yes),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),

@@ -7,7 +7,7 @@ mod decide_tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cocoon_api::contract::{annotations as ann, finalizers, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
@@ -42,6 +42,9 @@ pub enum Error {
     Registry(String),
     #[error("object has no {0}")]
     Missing(&'static str),
+    /// The lease is no longer held: the write was skipped and the pass ends (no retry).
+    #[error(transparent)]
+    LostLeadership(#[from] crate::leader::LostLeadership),
 }
 
 impl Error {
@@ -50,6 +53,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Registry(_) => "registry",
             Error::Missing(_) => "invalid",
+            Error::LostLeadership(_) => "leadership",
         }
     }
 }
@@ -99,6 +103,12 @@ impl Context {
         self
     }
 
+    /// The write gate, checked right before every API and registry write: a refused
+    /// write ends the pass ([`Error::LostLeadership`]).
+    fn write(&self, what: &str) -> Result<(), Error> {
+        Ok(self.leadership.may_write(what)?)
+    }
+
     fn last_announced(&self, uid: &str) -> Option<Announced> {
         self.observed.lock().ok().and_then(|m| m.get(uid).copied())
     }
@@ -116,6 +126,10 @@ impl Context {
     }
 
     async fn publish(&self, cr: &CocoonHibernation, ev: &EventPlan) {
+        if self.write("cocoonhibernation event").is_err() {
+            // The pass's next write ends it.
+            return;
+        }
         let event = KubeEvent {
             type_: if ev.warning {
                 EventType::Warning
@@ -154,23 +168,30 @@ pub async fn run(
     // can mark readiness.
     let (store, writer) = kube::runtime::reflector::store::<CocoonHibernation>();
     let synced = crate::admin::SyncGate::new(1, readiness).part();
+    // Standbys keep their caches warm but run no pass until they lead; then every CR once.
+    let standby = crate::leader::StandbyFilter::new(ctx.leadership.clone());
+    let (cr_standby, pod_standby, lists) = (standby.clone(), standby.clone(), standby.clone());
     let cr_events = watcher(crs, watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(writer)
         .inspect(move |ev| {
             if matches!(ev, Ok(WatchEvent::InitDone)) {
                 synced();
+                lists.list_complete();
             }
         })
-        .applied_objects();
+        .applied_objects()
+        .filter(move |_| futures::future::ready(cr_standby.pass()));
     let controller = Controller::for_stream(cr_events, store.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     if let Ok(mut slot) = ctx.store.lock() {
         *slot = Some(store.clone());
     }
-    let pod_changes = annotation_changes(watcher(pods, watcher::Config::default().any_semantic()));
+    let pod_changes = annotation_changes(watcher(pods, watcher::Config::default().any_semantic()))
+        .filter(move |_| futures::future::ready(pod_standby.pass()));
     controller
         .watches_stream(pod_changes, move |pod| crs_for_pod(&store, &pod))
+        .reconcile_all_on(standby.reconcile_all())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -224,11 +245,16 @@ fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, ctx: Arc<Context>) -> A
 
 async fn reconcile(cr: Arc<CocoonHibernation>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !ctx.leadership.is_leader() {
-        // A standby: look again soon, write nothing.
-        return Ok(Action::requeue(Duration::from_secs(2)));
+        // A standby (or a replica that just lost the lease): nothing until it leads, when
+        // every CR gets a pass.
+        return Ok(Action::await_change());
     }
     let started = Instant::now();
-    let result = reconcile_inner(&cr, &ctx).await;
+    let result = match reconcile_inner(&cr, &ctx).await {
+        // The lease went mid-pass: the write was skipped and the pass ends, no retry.
+        Err(Error::LostLeadership(_)) => Ok(Action::await_change()),
+        other => other,
+    };
     ctx.metrics
         .reconcile_duration
         .get_or_create(&ControllerLabel {
@@ -295,6 +321,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
         list.push(finalizers::COCOONHIBERNATION.to_string());
         let patch =
             json!({"metadata": {"finalizers": list, "resourceVersion": cr.resource_version()}});
+        ctx.write("cocoonhibernation finalizer add")?;
         crs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
@@ -308,6 +335,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
             serde_json::Value::Null
         };
         let patch = json!({"metadata": {"annotations": {ann::HIBERNATE: value}}});
+        ctx.write("pod hibernate annotation")?;
         pods.patch(
             &cr.spec.pod_ref.name,
             &PatchParams::default(),
@@ -332,6 +360,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
     }
     if let Some(status) = &plan.status {
         let patch = json!({"status": status});
+        ctx.write("cocoonhibernation status")?;
         crs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
     }
@@ -377,6 +406,7 @@ async fn drop_woken_tag(
         info!(vm = %vm, pod = %pod_name, "the VM the snapshot came from still runs; :hibernate kept until the woken VM does");
         return Ok(false);
     }
+    ctx.write("registry tag delete")?;
     ctx.registry
         .delete_tag(vm, tags::HIBERNATE)
         .await
@@ -418,8 +448,11 @@ async fn delete(
         let others = crs.list(&ListParams::default()).await?.items;
         if decide::another_holder(cr, &others) {
             info!(vm = %vm, name = %cr.name_any(), "another CocoonHibernation still tracks this VM; keeping its :hibernate tag");
-        } else if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
-            error!(vm = %vm, error = %e, "could not delete the :hibernate tag of a deleted CocoonHibernation; teardown GC may reclaim it");
+        } else {
+            ctx.write("registry tag delete")?;
+            if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
+                error!(vm = %vm, error = %e, "could not delete the :hibernate tag of a deleted CocoonHibernation; teardown GC may reclaim it");
+            }
         }
     }
     ctx.forget(&cr.uid().unwrap_or_default());
@@ -430,6 +463,7 @@ async fn delete(
         .cloned()
         .collect();
     let patch = json!({"metadata": {"finalizers": list, "resourceVersion": cr.resource_version()}});
+    ctx.write("cocoonhibernation finalizer removal")?;
     match crs
         .patch(
             &cr.name_any(),

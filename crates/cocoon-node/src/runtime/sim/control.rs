@@ -61,6 +61,84 @@ pub enum Verb {
     Stats,
 }
 
+impl Verb {
+    /// Every verb, in declaration order.
+    pub const ALL: [Verb; 21] = [
+        Verb::Clone,
+        Verb::Run,
+        Verb::Inspect,
+        Verb::List,
+        Verb::Remove,
+        Verb::Start,
+        Verb::Exec,
+        Verb::Logs,
+        Verb::NetResize,
+        Verb::SnapshotSave,
+        Verb::SnapshotRemove,
+        Verb::SnapshotInspect,
+        Verb::SnapshotList,
+        Verb::SnapshotImport,
+        Verb::SnapshotExport,
+        Verb::EnsureImage,
+        Verb::ImagePresent,
+        Verb::ImageImport,
+        Verb::WatchEvents,
+        Verb::ReconcileStaleCreate,
+        Verb::Stats,
+    ];
+
+    /// The wire name (`snake_case`, as serialized).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Clone => "clone",
+            Verb::Run => "run",
+            Verb::Inspect => "inspect",
+            Verb::List => "list",
+            Verb::Remove => "remove",
+            Verb::Start => "start",
+            Verb::Exec => "exec",
+            Verb::Logs => "logs",
+            Verb::NetResize => "net_resize",
+            Verb::SnapshotSave => "snapshot_save",
+            Verb::SnapshotRemove => "snapshot_remove",
+            Verb::SnapshotInspect => "snapshot_inspect",
+            Verb::SnapshotList => "snapshot_list",
+            Verb::SnapshotImport => "snapshot_import",
+            Verb::SnapshotExport => "snapshot_export",
+            Verb::EnsureImage => "ensure_image",
+            Verb::ImagePresent => "image_present",
+            Verb::ImageImport => "image_import",
+            Verb::WatchEvents => "watch_events",
+            Verb::ReconcileStaleCreate => "reconcile_stale_create",
+            Verb::Stats => "stats",
+        }
+    }
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown verb name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown verb {0:?} (one of: {list})", list = Verb::ALL.map(Verb::as_str).join(", "))]
+pub struct UnknownVerb(pub String);
+
+impl std::str::FromStr for Verb {
+    type Err = UnknownVerb;
+
+    /// The wire name, with `-` accepted for `_` (`net-resize`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let want = s.trim().replace('-', "_");
+        Verb::ALL
+            .into_iter()
+            .find(|v| v.as_str() == want)
+            .ok_or_else(|| UnknownVerb(s.to_owned()))
+    }
+}
+
 /// Which snapshot-name collision wording `snapshot save` uses (§7.2), so that both parser
 /// branches of §3.3 get exercised.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,10 +217,18 @@ impl Default for Latencies {
     }
 }
 
+/// The largest `VK_SIM_LATENCY_SCALE`: slow motion, not a hang.
+pub const MAX_LATENCY_SCALE: f64 = 1e6;
+
 impl Latencies {
-    /// Every duration multiplied by `factor` (throughputs divided), for slow-motion demos.
+    /// Every duration multiplied by `factor` (throughputs divided), for slow-motion demos;
+    /// `factor` is clamped to `[0, MAX_LATENCY_SCALE]` (NaN counts as 0).
     pub fn scaled(&self, factor: f64) -> Self {
-        let f = factor.max(0.0);
+        let f = if factor.is_nan() {
+            0.0
+        } else {
+            factor.clamp(0.0, MAX_LATENCY_SCALE)
+        };
         let d = |x: Duration| x.mul_f64(f);
         let rate = |r: u64| {
             if r == 0 || f == 0.0 {
@@ -220,8 +306,9 @@ pub struct Call {
     pub args: serde_json::Value,
 }
 
-/// How to crash a VM out of band.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How to crash a VM out of band (wire names `stopped`, `error`, `kill_process`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CrashKind {
     /// Record `stopped`, process gone.
     Stopped,
@@ -373,6 +460,21 @@ mod tests {
     }
 
     #[test]
+    fn verb_names_round_trip_through_serde_and_from_str() {
+        for v in Verb::ALL {
+            let wire = serde_json::to_value(v).expect("serialize");
+            assert_eq!(wire, serde_json::Value::String(v.as_str().to_owned()));
+            assert_eq!(v.as_str().parse::<Verb>(), Ok(v));
+            assert_eq!(v.as_str().replace('_', "-").parse::<Verb>(), Ok(v));
+        }
+        let err = "reboot".parse::<Verb>().expect_err("unknown");
+        assert!(
+            err.to_string()
+                .starts_with(r#"unknown verb "reboot" (one of: clone, run,"#)
+        );
+    }
+
+    #[test]
     fn collision_wordings() {
         assert_eq!(
             CollisionWording::AlreadyExists.message("vk-a", "id1"),
@@ -394,5 +496,12 @@ mod tests {
         assert_eq!(l.run, Duration::from_millis(200));
         assert_eq!(l.export_bytes_per_sec, (1u64 << 30) / 10);
         assert_eq!(Latencies::default().scaled(0.0).run, Duration::ZERO);
+        // Out-of-range factors are clamped, never a panic.
+        assert_eq!(Latencies::default().scaled(f64::NAN).run, Duration::ZERO);
+        assert_eq!(Latencies::default().scaled(-3.0).run, Duration::ZERO);
+        assert_eq!(
+            Latencies::default().scaled(f64::INFINITY),
+            Latencies::default().scaled(MAX_LATENCY_SCALE)
+        );
     }
 }

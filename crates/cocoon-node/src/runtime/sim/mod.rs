@@ -17,8 +17,10 @@
 //!
 //! The node agent selects it with `VK_RUNTIME=sim` and `VK_SIM_ROOT=<dir>`
 //! ([`BackendChoice`](super::BackendChoice)); [`SimConfig::from_env`] lists the `VK_SIM_*`
-//! knobs demos can set. Tests drive everything else through the in-process [`SimHandle`]
-//! (there is no HTTP or file control surface).
+//! knobs demos can set. In-process tests drive everything else through [`SimHandle`]; the node
+//! agent binary also serves a subset of it (crash, delete, fail a verb, list, call counts) on
+//! the Unix socket `<root>/control.sock` for black-box tests and demos ([`socket`], driven by
+//! `cocoon-operator sim`).
 //!
 //! # Layout under the root
 //!
@@ -30,6 +32,7 @@
 //! | `run/<cloudhypervisor\|firecracker>/<vmID>/` | guest disk (`cow.raw`, or `overlay.qcow2` for cloud images, like cocoon's run dir) and `console.log` |
 //! | `sim/images.json`, `sim/images/` | image store (by name and digest) and imported image bytes |
 //! | `net/leases.json` | cocoon-net leases (or `SimConfig::lease_path`, i.e. `VK_LEASES_PATH`) |
+//! | `control.sock` | the control socket, while a node agent serves it ([`socket`]) |
 //!
 //! With `COCOON_ROOT_DIR` set to the simulator root, the node agent's cloud-image test
 //! (`<root>/run/cloudhypervisor/<vmID>/overlay.qcow2`) sees the simulator's files.
@@ -78,6 +81,7 @@
 mod control;
 mod guest;
 mod net;
+pub mod socket;
 mod state;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -96,7 +100,10 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 use tokio_util::io::SyncIoBridge;
 
-pub use control::{Call, CollisionWording, CrashKind, FailRule, ImageKind, Latencies, Verb};
+pub use control::{
+    Call, CollisionWording, CrashKind, FailRule, ImageKind, Latencies, MAX_LATENCY_SCALE,
+    UnknownVerb, Verb,
+};
 pub use guest::{DiskFill, DiskSpec, GuestFs, HOSTNAME_PATH, TOKEN_PATH};
 pub use net::{IpPool, Lease};
 
@@ -227,7 +234,11 @@ impl SimConfig {
             cfg.tick_interval = d;
         }
         if let Some(v) = get("VK_SIM_LATENCY_SCALE") {
-            let f: f64 = v.parse().map_err(|_| bad("VK_SIM_LATENCY_SCALE", &v))?;
+            let f: f64 = v
+                .parse()
+                .ok()
+                .filter(|f: &f64| (0.0..=MAX_LATENCY_SCALE).contains(f))
+                .ok_or_else(|| bad("VK_SIM_LATENCY_SCALE", &v))?;
             cfg.latencies = cfg.latencies.scaled(f);
         }
         if let Some(v) = get("VK_SIM_DISK_SIZE") {
@@ -325,6 +336,19 @@ impl Default for OutOfBandVm {
             state: STATE_RUNNING.into(),
         }
     }
+}
+
+/// One VM of [`SimHandle::vm_rows`] (also a row of the control socket's `list`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VmRow {
+    /// VM name.
+    pub name: String,
+    /// VM id.
+    pub id: String,
+    /// The state `inspect` reports (`running`, `stopped`, `error`, `stopped (stale)`, …).
+    pub state: String,
+    /// The simulated hypervisor process is alive.
+    pub alive: bool,
 }
 
 /// What the simulator knows about a VM beyond its record.
@@ -2595,6 +2619,37 @@ impl SimHandle {
         })
     }
 
+    /// Every VM as `list` would report it (sorted by name, then id), with whether its
+    /// simulated process is alive; no call is recorded.
+    pub fn vm_rows(&self) -> Vec<VmRow> {
+        let mut rows: Vec<VmRow> = self
+            .inner
+            .st()
+            .vms
+            .values()
+            .map(|v| {
+                let r = v.reported();
+                VmRow {
+                    name: r.config.name.clone(),
+                    id: r.id.clone(),
+                    state: r.state.clone(),
+                    alive: v.alive,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.name, &a.id).cmp(&(&b.name, &b.id)));
+        rows
+    }
+
+    /// How many calls of each verb so far (verbs never called are absent).
+    pub fn call_counts(&self) -> BTreeMap<Verb, usize> {
+        let mut counts = BTreeMap::new();
+        for c in &self.inner.ctl().calls {
+            *counts.entry(c.verb).or_default() += 1;
+        }
+        counts
+    }
+
     /// Synthetic stats of a VM (as [`Runtime::vm_stats`], without recording a call).
     pub fn stats(&self, vm: &str) -> Result<VmStats> {
         let st = self.inner.st();
@@ -2618,5 +2673,25 @@ impl SimHandle {
             .iter()
             .map(|(k, v)| (k.clone(), v.iter().map(|s| (*s).to_owned()).collect()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_scale_out_of_range_is_an_error_naming_the_variable() {
+        let with = |v: &'static str| {
+            SimConfig::from_env(PathBuf::from("/nonexistent"), move |k| {
+                (k == "VK_SIM_LATENCY_SCALE").then(|| v.to_owned())
+            })
+        };
+        assert!(with("20").is_ok());
+        assert!(with("0").is_ok());
+        for bad in ["inf", "NaN", "-1", "1e300", "1000001", "fast"] {
+            let err = with(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains("VK_SIM_LATENCY_SCALE"), "{bad}: {err:?}");
+        }
     }
 }

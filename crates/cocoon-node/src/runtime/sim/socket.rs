@@ -1,0 +1,804 @@
+//! The simulator's control socket: part of [`SimHandle`] served to other processes, so that
+//! black-box tests and demos can crash, delete or fail things under a running node agent
+//! (`runtime.md` §7.10 leaves the surface open; this is the chosen one).
+//!
+//! * **Where.** `<VK_SIM_ROOT>/control.sock`, mode `0600` (only the agent's user can connect).
+//!   Only the node agent on the simulated runtime serves it; with `VK_RUNTIME=cocoon` there is
+//!   none. It is bound in a private `0700` directory, chmod'ed, then renamed into place, so it is
+//!   never reachable with wider permissions. A socket left by a killed agent is replaced; a live
+//!   one (another agent on the same root) or a non-socket file at the path is an error.
+//! * **Protocol.** Line-delimited JSON: each request is one JSON object on one line, answered by
+//!   one line, `{"ok": <reply>}` or `{"error": "<text>"}`. A connection may send several.
+//!   Requests: `{"op":"list"}`, `{"op":"crash","vm":V,"kind":"stopped"|"error"|"kill_process"}`,
+//!   `{"op":"delete","vm":V}`, `{"op":"fail","verb":"start","times":N,"message":M,"target":T}`
+//!   (`message` and `target` optional), `{"op":"clear_failures"}`, `{"op":"calls"}`,
+//!   `{"op":"close_event_streams"}`. `V` is a VM name or id.
+//! * **Bounds.** A request line is at most [`MAX_REQUEST_BYTES`]; a longer one is answered with
+//!   an error and the connection is closed. At most [`MAX_CONNECTIONS`] connections are served
+//!   at once; one more is answered with an error and closed. A connection idle for
+//!   [`IDLE_TIMEOUT`] (or whose reader stalls a reply that long) is closed.
+//!
+//! [`request`] is the client side (`cocoon-operator sim` uses it).
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::state::random_hex;
+use super::{CrashKind, FailRule, SimHandle, Verb, VmRow};
+
+/// File name of the socket under the simulator root.
+pub const SOCKET_NAME: &str = "control.sock";
+/// Longest request line (without its newline).
+pub const MAX_REQUEST_BYTES: usize = 64 << 10;
+/// Longest reply line the client accepts.
+pub const MAX_REPLY_BYTES: usize = 16 << 20;
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 8;
+/// A connection with no complete request (or a stalled reply) for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the client waits for the agent.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The control socket of the simulator rooted at `root`.
+pub fn socket_path(root: &Path) -> PathBuf {
+    root.join(SOCKET_NAME)
+}
+
+/// One request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Every VM ([`Reply::Vms`]).
+    List,
+    /// Crash a VM out of band ([`SimHandle::crash`]; [`Reply::Vm`]).
+    Crash {
+        /// VM name or id.
+        vm: String,
+        /// How.
+        kind: CrashKind,
+    },
+    /// Delete a VM out of band ([`SimHandle::delete_vm`]; [`Reply::Done`]).
+    Delete {
+        /// VM name or id.
+        vm: String,
+    },
+    /// Fail the next `times` calls of a verb ([`SimHandle::fail`]; [`Reply::Done`]).
+    Fail {
+        /// The verb.
+        verb: Verb,
+        /// How many calls (at least 1).
+        times: u32,
+        /// The error text (it goes through the runtime's error classifier); default
+        /// `simulated failure of <verb>`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        /// Only calls naming this VM name/id, snapshot name or image ref.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+    },
+    /// Remove every failure rule ([`Reply::Done`]).
+    ClearFailures,
+    /// Call counts per verb ([`Reply::Calls`]).
+    Calls,
+    /// End every open event stream; the agent reconnects ([`Reply::Done`]).
+    CloseEventStreams,
+}
+
+/// What a successful request returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// Done, nothing to report.
+    Done,
+    /// Every VM.
+    Vms(Vec<VmRow>),
+    /// The VM after the change.
+    Vm(VmRow),
+    /// Calls per verb (verbs never called are absent).
+    Calls(BTreeMap<Verb, usize>),
+}
+
+/// One reply line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    /// The request was applied.
+    Ok(Reply),
+    /// It was refused or failed; the text says why.
+    Error(String),
+}
+
+/// Why the agent could not serve the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Another process answers on it (two agents on one simulator root).
+    #[error(
+        "control socket {}: another simulated runtime agent serves it (one agent per VK_SIM_ROOT)",
+        .0.display()
+    )]
+    InUse(PathBuf),
+    /// Something that is not a socket sits at the path; it is left alone.
+    #[error("control socket {}: the path exists and is not a socket", .0.display())]
+    NotASocket(PathBuf),
+    /// Binding failed.
+    #[error("control socket {}: {source}", path.display())]
+    Io {
+        /// The socket path.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+/// Why a control request did not get an answer (or got a refusal).
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing serves the socket (no agent, or it ended).
+    #[error("no simulated runtime agent at {}: {source}", root.display())]
+    NoAgent {
+        /// The simulator root asked for.
+        root: PathBuf,
+        /// The connect error.
+        source: io::Error,
+    },
+    /// Talking to the socket failed.
+    #[error("control socket {}: {source}", path.display())]
+    Io {
+        /// The socket path.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The reply was not a reply.
+    #[error("control socket {}: bad reply: {message}", path.display())]
+    BadReply {
+        /// The socket path.
+        path: PathBuf,
+        /// What was wrong.
+        message: String,
+    },
+    /// The agent refused or failed the request; its text.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Applies one request to the simulator.
+pub fn execute(handle: &SimHandle, req: Request) -> Result<Reply, String> {
+    let non_empty = |field: &str, v: &str| {
+        if v.trim().is_empty() {
+            Err(format!("{field} must not be empty"))
+        } else {
+            Ok(())
+        }
+    };
+    match req {
+        Request::List => Ok(Reply::Vms(handle.vm_rows())),
+        Request::Crash { vm, kind } => {
+            non_empty("vm", &vm)?;
+            let rec = handle.crash(&vm, kind).map_err(|e| e.to_string())?;
+            handle
+                .vm_rows()
+                .into_iter()
+                .find(|r| r.id == rec.id)
+                .map(Reply::Vm)
+                .ok_or_else(|| format!("VM not found: {vm}"))
+        }
+        Request::Delete { vm } => {
+            non_empty("vm", &vm)?;
+            handle.delete_vm(&vm).map_err(|e| e.to_string())?;
+            Ok(Reply::Done)
+        }
+        Request::Fail {
+            verb,
+            times,
+            message,
+            target,
+        } => {
+            if times == 0 {
+                return Err("times must be at least 1".into());
+            }
+            if let Some(t) = &target {
+                non_empty("target", t)?;
+            }
+            let message = message
+                .filter(|m| !m.trim().is_empty())
+                .unwrap_or_else(|| format!("simulated failure of {verb}"));
+            let mut rule = FailRule::new(verb, message).times(times);
+            if let Some(t) = target {
+                rule = rule.target(t);
+            }
+            handle.fail(rule);
+            Ok(Reply::Done)
+        }
+        Request::ClearFailures => {
+            handle.clear_failures();
+            Ok(Reply::Done)
+        }
+        Request::Calls => Ok(Reply::Calls(handle.call_counts())),
+        Request::CloseEventStreams => {
+            handle.close_event_streams();
+            Ok(Reply::Done)
+        }
+    }
+}
+
+/// Parses and applies one request line.
+async fn respond(handle: &SimHandle, line: &[u8]) -> Response {
+    let req: Request = match serde_json::from_slice(line) {
+        Ok(r) => r,
+        Err(e) => return Response::Error(format!("invalid request: {e}")),
+    };
+    info!(request = ?req, "simulator control request");
+    let h = handle.clone();
+    // Crashes and deletes rewrite the VM index on disk.
+    match tokio::task::spawn_blocking(move || execute(&h, req)).await {
+        Ok(Ok(reply)) => Response::Ok(reply),
+        Ok(Err(e)) => Response::Error(e),
+        Err(e) => Response::Error(format!("control request failed: {e}")),
+    }
+}
+
+fn encode(r: &Response) -> Vec<u8> {
+    let mut out = serde_json::to_vec(r)
+        .or_else(|e| serde_json::to_vec(&Response::Error(format!("encode reply: {e}"))))
+        .unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+/// The socket an agent serves; it is removed when this is dropped.
+#[derive(Debug)]
+pub struct ControlServer {
+    path: PathBuf,
+    /// (device, inode) of the socket file, so that only our own file is removed.
+    file: (u64, u64),
+    stop: CancellationToken,
+}
+
+impl ControlServer {
+    /// Binds `path` and serves `handle` on it until `shutdown` is cancelled or this is
+    /// dropped. Needs a Tokio runtime.
+    pub fn start(
+        handle: SimHandle,
+        path: &Path,
+        shutdown: &CancellationToken,
+    ) -> Result<ControlServer, ServeError> {
+        let (std_listener, file) = bind(path)?;
+        let io = |source| ServeError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        std_listener.set_nonblocking(true).map_err(io)?;
+        let listener = UnixListener::from_std(std_listener).map_err(io)?;
+        let stop = shutdown.child_token();
+        tokio::spawn(accept_loop(listener, handle, stop.clone()));
+        info!(path = %path.display(), "simulator control socket listening");
+        Ok(ControlServer {
+            path: path.to_owned(),
+            file,
+            stop,
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Ok(m) = std::fs::symlink_metadata(&self.path)
+            && (m.dev(), m.ino()) == self.file
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Binds a listener at `path` that is never reachable with permissions wider than 0600.
+fn bind(path: &Path) -> Result<(std::os::unix::net::UnixListener, (u64, u64)), ServeError> {
+    let io = |source| ServeError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(ServeError::InUse(path.to_owned()));
+            }
+            // Left by an agent that ended without cleaning up: the rename replaces it.
+        }
+        Ok(_) => return Err(ServeError::NotASocket(path.to_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // Short, so that the temporary path fits sun_path whenever the final one does.
+    let private = parent.join(format!(".cs{}", random_hex(3)));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(io)?;
+    let bound = (|| -> io::Result<_> {
+        let tmp = private.join("s");
+        let listener = std::os::unix::net::UnixListener::bind(&tmp)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&tmp, path)?;
+        let m = std::fs::symlink_metadata(path)?;
+        Ok((listener, (m.dev(), m.ino())))
+    })();
+    let _ = std::fs::remove_dir_all(&private);
+    bound.map_err(io)
+}
+
+async fn accept_loop(listener: UnixListener, handle: SimHandle, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, _)) => match slots.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let (h, s) = (handle.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        serve_connection(stream, h, s).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    warn!(
+                        max = MAX_CONNECTIONS,
+                        "simulator control socket: too many connections, refusing one"
+                    );
+                    // Best effort and non-blocking: a refused client must not hold the loop.
+                    let _ = stream.try_write(&encode(&Response::Error(format!(
+                        "too many control connections (at most {MAX_CONNECTIONS})"
+                    ))));
+                }
+            },
+            Err(e) => {
+                // E.g. out of file descriptors: back off instead of spinning.
+                warn!(error = %e, "simulator control socket: accept failed");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn serve_connection(stream: UnixStream, handle: SimHandle, stop: CancellationToken) {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    let limit = MAX_REQUEST_BYTES as u64 + 1;
+    loop {
+        let mut line = Vec::new();
+        let mut limited = (&mut read).take(limit);
+        let got = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = tokio::time::timeout(IDLE_TIMEOUT, limited.read_until(b'\n', &mut line)) => r,
+        };
+        match got {
+            Err(_) => {
+                debug!("simulator control connection idle, closing");
+                return;
+            }
+            Ok(Err(e)) => {
+                debug!(error = %e, "simulator control connection read failed");
+                return;
+            }
+            Ok(Ok(0)) => return,
+            Ok(Ok(_)) => {}
+        }
+        let complete = line.last() == Some(&b'\n');
+        let response = if !complete && line.len() > MAX_REQUEST_BYTES {
+            Response::Error(format!(
+                "request longer than {MAX_REQUEST_BYTES} bytes; closing the connection"
+            ))
+        } else {
+            while matches!(line.last(), Some(b'\n' | b'\r')) {
+                line.pop();
+            }
+            respond(&handle, &line).await
+        };
+        let out = encode(&response);
+        let sent = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = tokio::time::timeout(IDLE_TIMEOUT, write.write_all(&out)) => r,
+        };
+        if !matches!(sent, Ok(Ok(()))) || !complete {
+            // A write failure, a too-long line, or the peer's end of input.
+            return;
+        }
+    }
+}
+
+/// Sends one request to the agent serving the simulator at `root` and returns its reply.
+/// Blocking; waits at most [`CLIENT_TIMEOUT`] per read or write.
+pub fn request(root: &Path, req: &Request) -> Result<Reply, ClientError> {
+    let path = socket_path(root);
+    let io = |source| ClientError::Io {
+        path: path.clone(),
+        source,
+    };
+    let bad = |message: String| ClientError::BadReply {
+        path: path.clone(),
+        message,
+    };
+    let mut stream = match std::os::unix::net::UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Err(ClientError::NoAgent {
+                root: root.to_owned(),
+                source: e,
+            });
+        }
+        Err(e) => return Err(io(e)),
+    };
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT)).map_err(io)?;
+    stream.set_write_timeout(Some(CLIENT_TIMEOUT)).map_err(io)?;
+    let mut line = serde_json::to_vec(req).map_err(|e| bad(e.to_string()))?;
+    line.push(b'\n');
+    stream.write_all(&line).map_err(io)?;
+    let mut reader = io::BufReader::new(stream.take(MAX_REPLY_BYTES as u64 + 1));
+    let mut buf = Vec::new();
+    reader.read_until(b'\n', &mut buf).map_err(io)?;
+    if buf.last() != Some(&b'\n') {
+        return Err(bad(if buf.len() > MAX_REPLY_BYTES {
+            format!("longer than {MAX_REPLY_BYTES} bytes")
+        } else {
+            "the agent closed the connection before replying".into()
+        }));
+    }
+    match serde_json::from_slice::<Response>(&buf) {
+        Ok(Response::Ok(reply)) => Ok(reply),
+        Ok(Response::Error(e)) => Err(ClientError::Refused(e)),
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::sim::{OutOfBandVm, SimConfig, SimRuntime};
+
+    fn sim(dir: &Path) -> (SimRuntime, SimHandle) {
+        let rt = SimRuntime::open(SimConfig::new(dir)).expect("open");
+        let h = rt.handle();
+        (rt, h)
+    }
+
+    async fn call(root: &Path, req: Request) -> Result<Reply, ClientError> {
+        let root = root.to_owned();
+        tokio::task::spawn_blocking(move || request(&root, &req))
+            .await
+            .expect("join")
+    }
+
+    /// Sends raw bytes on a fresh connection and reads one reply line.
+    async fn raw(path: &Path, bytes: &[u8]) -> (String, UnixStream) {
+        let mut s = UnixStream::connect(path).await.expect("connect");
+        s.write_all(bytes).await.expect("write");
+        let line = read_line(&mut s).await;
+        (line, s)
+    }
+
+    async fn read_line(s: &mut UnixStream) -> String {
+        let mut line = String::new();
+        let mut r = BufReader::new(s);
+        tokio::time::timeout(Duration::from_secs(10), r.read_line(&mut line))
+            .await
+            .expect("reply in time")
+            .expect("read");
+        line
+    }
+
+    fn running_vm(h: &SimHandle, name: &str) -> String {
+        h.create_vm(OutOfBandVm {
+            name: name.into(),
+            ..OutOfBandVm::default()
+        })
+        .expect("create")
+        .id
+    }
+
+    #[test]
+    fn requests_have_their_wire_form() {
+        let cases = [
+            (Request::List, r#"{"op":"list"}"#),
+            (
+                Request::Crash {
+                    vm: "a".into(),
+                    kind: CrashKind::KillProcess,
+                },
+                r#"{"op":"crash","vm":"a","kind":"kill_process"}"#,
+            ),
+            (
+                Request::Fail {
+                    verb: Verb::NetResize,
+                    times: 2,
+                    message: None,
+                    target: Some("a".into()),
+                },
+                r#"{"op":"fail","verb":"net_resize","times":2,"target":"a"}"#,
+            ),
+            (Request::ClearFailures, r#"{"op":"clear_failures"}"#),
+        ];
+        for (req, wire) in cases {
+            assert_eq!(serde_json::to_string(&req).expect("encode"), wire);
+            assert_eq!(serde_json::from_str::<Request>(wire).expect("decode"), req);
+        }
+        for bad in [
+            r#"{"op":"reboot"}"#,
+            r#"{"op":"delete"}"#,
+            r#"{"op":"delete","vm":"a","force":true}"#,
+            r#"{"op":"fail","verb":"fly","times":1}"#,
+            r#"{"op":"fail","verb":"start","times":-1}"#,
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
+        let calls = Response::Ok(Reply::Calls(BTreeMap::from([(Verb::Start, 2)])));
+        assert_eq!(
+            serde_json::to_string(&calls).expect("encode"),
+            r#"{"ok":{"calls":{"start":2}}}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn crash_delete_fail_and_list_over_the_socket() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (rt, h) = sim(tmp.path());
+        let id = running_vm(&h, "vm-a");
+        running_vm(&h, "vm-b");
+        let shutdown = CancellationToken::new();
+        let server =
+            ControlServer::start(h.clone(), &socket_path(tmp.path()), &shutdown).expect("serve");
+        let mode = std::fs::metadata(server.path()).expect("stat").mode();
+        assert_eq!(mode & 0o777, 0o600, "owner-only socket");
+        assert!(
+            std::fs::read_dir(tmp.path())
+                .expect("ls")
+                .flatten()
+                .all(|e| !e.file_name().to_string_lossy().starts_with(".cs")),
+            "no private bind directory left behind"
+        );
+
+        let Reply::Vms(rows) = call(tmp.path(), Request::List).await.expect("list") else {
+            panic!("list answers vms");
+        };
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["vm-a", "vm-b"]);
+        assert!(rows.iter().all(|r| r.state == "running" && r.alive));
+
+        let crashed = call(
+            tmp.path(),
+            Request::Crash {
+                vm: "vm-a".into(),
+                kind: CrashKind::KillProcess,
+            },
+        )
+        .await
+        .expect("crash");
+        assert_eq!(
+            crashed,
+            Reply::Vm(VmRow {
+                name: "vm-a".into(),
+                id: id.clone(),
+                state: "stopped (stale)".into(),
+                alive: false,
+            })
+        );
+        assert!(!h.vm_info("vm-a").expect("info").alive);
+
+        call(tmp.path(), Request::Delete { vm: "vm-b".into() })
+            .await
+            .expect("delete");
+        assert!(h.vm_info("vm-b").is_err(), "deleted out of band");
+        let err = call(tmp.path(), Request::Delete { vm: "vm-b".into() })
+            .await
+            .expect_err("gone");
+        assert_eq!(err.to_string(), "VM not found: vm-b");
+
+        call(
+            tmp.path(),
+            Request::Fail {
+                verb: Verb::Start,
+                times: 1,
+                message: Some("boom".into()),
+                target: None,
+            },
+        )
+        .await
+        .expect("fail");
+        use crate::runtime::Runtime as _;
+        let err = rt.start(&id).await.expect_err("injected");
+        assert_eq!(err.to_string(), "boom");
+        rt.start(&id).await.expect("only the next call failed");
+        let err = call(
+            tmp.path(),
+            Request::Fail {
+                verb: Verb::Start,
+                times: 0,
+                message: None,
+                target: None,
+            },
+        )
+        .await
+        .expect_err("zero");
+        assert_eq!(err.to_string(), "times must be at least 1");
+        let Reply::Calls(counts) = call(tmp.path(), Request::Calls).await.expect("calls") else {
+            panic!("calls answers counts");
+        };
+        assert_eq!(counts.get(&Verb::Start), Some(&2), "both starts counted");
+        drop(server);
+        assert!(
+            !socket_path(tmp.path()).exists(),
+            "socket removed when the server ends"
+        );
+        let err = call(tmp.path(), Request::List)
+            .await
+            .expect_err("no server");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "no simulated runtime agent at {}: ",
+                tmp.path().display()
+            )),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_and_oversized_requests_get_an_error_line() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (_rt, h) = sim(tmp.path());
+        let shutdown = CancellationToken::new();
+        let server = ControlServer::start(h, &socket_path(tmp.path()), &shutdown).expect("serve");
+        let (line, mut s) = raw(server.path(), b"not json\n").await;
+        assert!(line.starts_with(r#"{"error":"invalid request: "#), "{line}");
+        // The connection stays usable after a bad request.
+        s.write_all(b"{\"op\":\"list\"}\r\n").await.expect("write");
+        assert_eq!(read_line(&mut s).await, "{\"ok\":{\"vms\":[]}}\n");
+
+        let mut long = vec![b' '; MAX_REQUEST_BYTES + 10];
+        long.push(b'\n');
+        let (line, mut s) = raw(server.path(), &long).await;
+        assert_eq!(
+            line,
+            format!(
+                "{{\"error\":\"request longer than {MAX_REQUEST_BYTES} bytes; closing the connection\"}}\n"
+            )
+        );
+        let mut rest = Vec::new();
+        // The server closed the connection: the remaining input is not read.
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+            .await
+            .expect("closed in time")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "nothing after the error");
+
+        // A request of exactly the limit is read and served.
+        let mut max = vec![b' '; MAX_REQUEST_BYTES - 13];
+        max.extend_from_slice(b"{\"op\":\"list\"}\n");
+        assert_eq!(max.len(), MAX_REQUEST_BYTES + 1);
+        let (line, _s) = raw(server.path(), &max).await;
+        assert_eq!(line, "{\"ok\":{\"vms\":[]}}\n");
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_limit_are_refused() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (_rt, h) = sim(tmp.path());
+        let shutdown = CancellationToken::new();
+        let server = ControlServer::start(h, &socket_path(tmp.path()), &shutdown).expect("serve");
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let (line, s) = raw(server.path(), b"{\"op\":\"list\"}\n").await;
+            assert_eq!(line, "{\"ok\":{\"vms\":[]}}\n");
+            held.push(s);
+        }
+        let (line, _s) = raw(server.path(), b"{\"op\":\"list\"}\n").await;
+        assert_eq!(
+            line,
+            format!("{{\"error\":\"too many control connections (at most {MAX_CONNECTIONS})\"}}\n")
+        );
+        drop(held.pop());
+        // The freed slot is served again (the server notices the close asynchronously).
+        let served = poll_until(|| async {
+            let mut s = UnixStream::connect(server.path()).await.ok()?;
+            s.write_all(b"{\"op\":\"list\"}\n").await.ok()?;
+            let line = read_line(&mut s).await;
+            line.starts_with("{\"ok\"").then_some(())
+        })
+        .await;
+        assert!(served.is_some(), "a slot frees when a connection closes");
+    }
+
+    /// Polls `check` until it returns `Some` (10 s at most).
+    async fn poll_until<T, F, Fut>(mut check: F) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = check().await {
+                return Some(v);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn stale_sockets_are_replaced_live_ones_and_files_refused() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let path = socket_path(tmp.path());
+        let shutdown = CancellationToken::new();
+        // A socket nobody listens on any more (a killed agent's).
+        drop(std::os::unix::net::UnixListener::bind(&path).expect("bind"));
+        assert!(path.exists());
+        let (_rt, h) = sim(tmp.path());
+        let server = ControlServer::start(h.clone(), &path, &shutdown).expect("stale replaced");
+        call(tmp.path(), Request::List).await.expect("served");
+        let err = ControlServer::start(h.clone(), &path, &shutdown).expect_err("in use");
+        assert!(matches!(err, ServeError::InUse(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("another simulated runtime agent serves it")
+        );
+        call(tmp.path(), Request::List)
+            .await
+            .expect("the first server still serves");
+        drop(server);
+
+        std::fs::write(&path, "not a socket").expect("write");
+        let err = ControlServer::start(h.clone(), &path, &shutdown).expect_err("file");
+        assert!(matches!(err, ServeError::NotASocket(_)), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "not a socket",
+            "a non-socket is left alone"
+        );
+
+        // Cancelling the agent's shutdown token stops serving.
+        std::fs::remove_file(&path).expect("rm");
+        let server = ControlServer::start(h, &path, &shutdown).expect("serve");
+        shutdown.cancel();
+        let refused = poll_until(|| async {
+            let root = tmp.path().to_owned();
+            let r = tokio::task::spawn_blocking(move || request(&root, &Request::List))
+                .await
+                .ok()?;
+            r.is_err().then_some(())
+        })
+        .await;
+        assert!(refused.is_some(), "no answers after shutdown");
+        drop(server);
+    }
+}

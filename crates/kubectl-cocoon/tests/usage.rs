@@ -1,0 +1,40 @@
+//! Usage errors the plugin binary reports before it talks to any cluster: exit code 2 and a
+//! message naming the flag, never a panic.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run kubectl-cocoon");
+    assert!(
+        out.stdout.is_empty(),
+        "usage errors print nothing on stdout"
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn out_of_range_durations_are_usage_errors_naming_the_flag() {
+    let huge_digits = format!("{}s", "9".repeat(400));
+    for (flag, value) in [
+        ("--timeout", "99999999999999999999h"),
+        ("--timeout", huge_digits.as_str()),
+        ("--failure-grace", "99999999999999999999h"),
+        ("--request-timeout", "99999999999999999999h"),
+    ] {
+        let (code, stderr) = run(&["suspend", "demo", flag, value]);
+        assert_eq!(code, Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("out of range"),
+            "{flag} {value}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
