@@ -22,6 +22,7 @@ n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$dir/count"
 printf '%s\n' "$@" > "$dir/argv.$n"
 echo $$ > "$dir/pid.$n"
+printf '%s' "${NO_COLOR-unset}" > "$dir/nocolor.$n"
 cat > "$dir/stdin.$n"
 key="$1_$2"
 for k in "$n" "$key"; do
@@ -197,30 +198,63 @@ async fn capability_detection_reads_help_and_gates_optional_flags() {
     assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
     assert_eq!(fake.calls(), 3);
 
-    // A new cocoon lists everything.
+    // The old cocoon has no exec, logs or net: refused before anything runs.
+    let err = rt
+        .exec(ExecRequest::new("id1", ["true"]))
+        .await
+        .expect_err("no exec");
+    assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("the installed cocoon CLI has no vm exec"),
+        "{err}"
+    );
+    let err = rt.logs("id1", Some(10)).await.expect_err("no logs");
+    assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    let err = rt.net_resize("id1", 0).await.expect_err("no net");
+    assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    assert_eq!(fake.calls(), 3);
+
+    // A new cocoon lists everything; each listed verb's own help is read.
     let fake = Fake::new();
     fake.answer(
         "1",
-        "  --restore-mode string\n  --cpu-weight int\n  --cpu-quota-us int\n  --cpu-period-us int\n  --from-dir string\n",
+        "  --restore-mode string\n  --on-demand\n  --cpu-weight int\n  --cpu-quota-us int\n  --cpu-period-us int\n  --from-dir string\n",
         "",
         0,
     );
     fake.answer(
         "2",
-        "  reconcile-stale-create  collect a stale record\n",
+        "Available Commands:\n  exec  run a command\n  logs  console log\n  net  resize NICs\n  reconcile-stale-create  collect a stale record\n",
         "",
         0,
     );
+    fake.answer(
+        "3",
+        "Flags:\n  -e, --env stringArray\n  -i, --interactive\n",
+        "",
+        0,
+    );
+    fake.answer("4", "Flags:\n      --tail int\n", "", 0);
+    fake.answer("5", "Flags:\n      --nics int\n", "", 0);
     assert_eq!(
         CliRuntime::detect(fake.config()).await.capabilities(),
         Capabilities::ALL
     );
+    assert_eq!(
+        fake.all_argv()[2..],
+        [
+            v(&["vm", "exec", "--help"]),
+            v(&["vm", "logs", "--help"]),
+            v(&["vm", "net", "--help"]),
+        ]
+    );
 
-    // No binary at all: no optional feature assumed.
+    // No binary at all: no optional feature assumed, the §3.2 verbs are.
     let cfg = CliConfig::new("/nonexistent/cocoon");
     assert_eq!(
         CliRuntime::detect(cfg).await.capabilities(),
-        Capabilities::NONE
+        Capabilities::UNDETECTED
     );
 }
 
@@ -826,4 +860,105 @@ async fn import_sink_accepts_streaming_writes() {
     drop(h.sink);
     h.done.await.expect("done");
     assert_eq!(fake.stdin(2), b"abcdef");
+}
+
+#[tokio::test]
+async fn every_child_runs_with_no_color() {
+    let fake = Fake::new();
+    let rt = CliRuntime::detect(fake.config()).await;
+    rt.list().await.expect("list");
+    let _ = rt
+        .snapshot_export("vk-a")
+        .await
+        .expect("export")
+        .read_to_end()
+        .await;
+    rt.image_import("img")
+        .await
+        .expect("image import")
+        .write_all(b"QFI")
+        .await
+        .expect("import");
+    let n = fake.calls();
+    assert!(n >= 5, "{n} calls");
+    for i in 1..=n {
+        let seen =
+            std::fs::read_to_string(fake.path().join(format!("nocolor.{i}"))).expect("recorded");
+        assert_eq!(
+            seen,
+            "1",
+            "call {i} {:?} ran without NO_COLOR=1",
+            fake.argv(i)
+        );
+    }
+}
+
+#[tokio::test]
+async fn group_help_with_exit_zero_and_unknown_flags_are_unsupported() {
+    let fake = Fake::new();
+    let rt = fake.runtime();
+    let group = "Manage virtual machines\n\nUsage:\n  cocoon vm [command]\n\nAvailable Commands:\n  clone  Clone\n\nUse \"cocoon vm [command] --help\" for more information about a command.\n";
+    fake.answer("vm_logs", group, "", 0);
+    let err = rt.logs("id1", Some(5)).await.expect_err("help is no log");
+    assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    fake.answer("vm_inspect", group, "", 0);
+    let err = rt.inspect("id1").await.expect_err("help is no record");
+    assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    fake.answer("vm_net", "", "Error: unknown flag: --nics\n", 1);
+    let err = rt.net_resize("id1", 0).await.expect_err("unknown flag");
+    assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("unknown flag: --nics"), "{err}");
+}
+
+#[tokio::test]
+async fn logs_without_tail_support_are_tailed_by_the_agent() {
+    let fake = Fake::new();
+    let caps = Capabilities {
+        logs_tail: false,
+        ..Capabilities::ALL
+    };
+    let rt = CliRuntime::with_capabilities(fake.config(), caps);
+    let log: String = (1..=500).map(|i| format!("line {i}\n")).collect();
+    fake.answer("vm_logs", &log, "", 0);
+    let got = rt.logs("id1", Some(3)).await.expect("logs");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "line 498\nline 499\nline 500\n"
+    );
+    assert_eq!(fake.argv(1), v(&["vm", "logs", "id1"]));
+    // No tail requested: the whole log.
+    let got = rt.logs("id1", None).await.expect("logs");
+    assert_eq!(got.len(), log.len());
+    // Errors keep the CLI's wording.
+    fake.answer("vm_logs", "", "Error: vm id1: VM not found\n", 1);
+    assert!(
+        rt.logs("id1", Some(3))
+            .await
+            .expect_err("missing")
+            .is_vm_not_found()
+    );
+}
+
+#[tokio::test]
+async fn exec_flags_the_cli_lacks_are_refused_before_running() {
+    let fake = Fake::new();
+    let caps = Capabilities {
+        exec_stdin: false,
+        net_nics: false,
+        ..Capabilities::ALL
+    };
+    let rt = CliRuntime::with_capabilities(fake.config(), caps);
+    let mut req = ExecRequest::new("id1", ["cat"]);
+    req.stdin = Some(Box::pin(std::io::Cursor::new(b"x".to_vec())));
+    let err = rt.exec(req).await.expect_err("no -i");
+    assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("has no -i"), "{err}");
+    let err = rt.net_resize("id1", 0).await.expect_err("no --nics");
+    assert!(matches!(err, RuntimeError::Unsupported(_)), "{err:?}");
+    assert_eq!(fake.calls(), 0);
+    // Without stdin the exec runs.
+    rt.exec(ExecRequest::new("id1", ["true"]))
+        .await
+        .expect("exec");
+    assert_eq!(fake.argv(1), v(&["vm", "exec", "id1", "--", "true"]));
 }

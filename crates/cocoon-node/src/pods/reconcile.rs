@@ -19,8 +19,8 @@ use super::rules::{self, OwedOp};
 use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, OrphanPolicy, Result, annotation, failed, pod_key};
-use crate::runtime::VmRecord;
-use crate::runtime::types::STATE_CREATING;
+use crate::runtime::types::{STATE_CREATING, STATE_STOPPED_STALE};
+use crate::runtime::{RuntimeError, VmRecord};
 
 /// What the orphan policy does with one pod-less VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,33 @@ pub fn orphan_action(policy: OrphanPolicy) -> OrphanAction {
         OrphanPolicy::Alert => OrphanAction::AlertAndIndex,
         OrphanPolicy::Keep => OrphanAction::Index,
     }
+}
+
+/// Whether a listed VM must be confirmed with `inspect` before the reconcile believes it: a
+/// listing may say `running` for a VM whose hypervisor is gone (cocoon v0.3.8's `vm list`
+/// does, where `inspect` says `stopped (stale)`). Other states are taken as listed (down).
+pub fn needs_liveness_check(listed: &VmRecord) -> bool {
+    listed.is_running()
+}
+
+/// The record the reconcile indexes for a listed `running` VM, given its `inspect`: the
+/// inspected record; `None` when the VM is gone since the listing; the listed record when
+/// inspect failed otherwise. Whichever record is kept, `running` with PID 0 is not live and
+/// reads `stopped (stale)`.
+pub fn confirmed_record(
+    listed: VmRecord,
+    inspected: std::result::Result<VmRecord, RuntimeError>,
+) -> Option<VmRecord> {
+    let mut vm = match inspected {
+        Ok(fresh) if !fresh.id.is_empty() => fresh,
+        Ok(_) => listed,
+        Err(e) if e.is_vm_not_found() => return None,
+        Err(_) => listed,
+    };
+    if vm.is_running() && vm.pid == 0 {
+        vm.state = STATE_STOPPED_STALE.to_owned();
+    }
+    Some(vm)
 }
 
 /// Counts of a finished reconcile.
@@ -67,6 +94,7 @@ impl Handler {
         let (pods, vms) = tokio::join!(api.list(&lp), self.rt.list());
         let pods = pods.map_err(|e| failed(format!("list pods on {node}: {e}")))?;
         let vms = vms.map_err(|e| failed(format!("list local VMs: {e}")))?;
+        let vms = self.confirm_listed_running(vms).await;
         // A `creating` record belongs to an interrupted create; it is neither adopted nor an
         // orphan, and this agent never removes it. Stale-create reconciliation (§14) asks the
         // runtime to collect it; records that left `creating` meanwhile rejoin the listing.
@@ -182,6 +210,34 @@ impl Handler {
             adopted: adopted.len(),
             orphans,
         })
+    }
+
+    /// Confirms every listed `running` VM with `inspect` (parallelism 8) before adoption
+    /// counts it as up ([`confirmed_record`]).
+    async fn confirm_listed_running(&self, vms: Vec<VmRecord>) -> Vec<VmRecord> {
+        let checked: Vec<Option<VmRecord>> = futures::stream::iter(vms)
+            .map(|vm| async move {
+                if !needs_liveness_check(&vm) {
+                    return Some(vm);
+                }
+                let inspected = self.rt.inspect(&vm.id).await;
+                if let Err(e) = &inspected {
+                    warn!(id = %vm.id, error = %e, "confirming a listed running VM failed");
+                }
+                let kept = confirmed_record(vm.clone(), inspected);
+                match &kept {
+                    None => info!(id = %vm.id, "listed VM is gone"),
+                    Some(k) if !k.is_running() => {
+                        info!(id = %vm.id, state = %k.state, "listed as running, but not live")
+                    }
+                    Some(_) => {}
+                }
+                kept
+            })
+            .buffered(8)
+            .collect()
+            .await;
+        checked.into_iter().flatten().collect()
     }
 
     /// The orphan policy of §9.1 step 7 for one VM that no pod matched.
@@ -346,5 +402,84 @@ mod tests {
             orphan_action(OrphanPolicy::parse("bogus")),
             OrphanAction::AlertAndIndex
         );
+    }
+
+    fn vm(state: &str, pid: i64) -> VmRecord {
+        VmRecord {
+            id: "TMZ7IBM3A3KJGYMV6K3ZZMS2EZ".into(),
+            state: state.into(),
+            pid,
+            ..VmRecord::default()
+        }
+    }
+
+    #[test]
+    fn only_listed_running_vms_are_confirmed() {
+        let cases: &[(&str, bool)] = &[
+            ("running", true),
+            ("stopped (stale)", false),
+            ("stopped", false),
+            ("error", false),
+            ("created", false),
+        ];
+        for (state, want) in cases {
+            assert_eq!(needs_liveness_check(&vm(state, 0)), *want, "{state}");
+        }
+    }
+
+    #[test]
+    fn a_listed_running_vm_is_live_only_when_inspect_and_pid_agree() {
+        let not_found = || Err(RuntimeError::VmNotFound("Error: vm x: VM not found".into()));
+        let transient = || Err(RuntimeError::Other("dial: connection refused".into()));
+        type Case = (
+            VmRecord,
+            std::result::Result<VmRecord, RuntimeError>,
+            Option<(&'static str, i64)>,
+        );
+        let cases: Vec<Case> = vec![
+            // v0.3.8: listed running with pid 0, inspect says stale.
+            (
+                vm("running", 0),
+                Ok(vm("stopped (stale)", 0)),
+                Some(("stopped (stale)", 0)),
+            ),
+            // Confirmed.
+            (
+                vm("running", 41),
+                Ok(vm("running", 42)),
+                Some(("running", 42)),
+            ),
+            // Inspect says running, but pid 0 is not a live process.
+            (
+                vm("running", 41),
+                Ok(vm("running", 0)),
+                Some(("stopped (stale)", 0)),
+            ),
+            (
+                vm("running", 41),
+                Ok(vm("stopped", 0)),
+                Some(("stopped", 0)),
+            ),
+            // Gone since the listing.
+            (vm("running", 41), not_found(), None),
+            // Cannot confirm: the listing stands, but pid 0 is still not live.
+            (vm("running", 41), transient(), Some(("running", 41))),
+            (vm("running", 0), transient(), Some(("stopped (stale)", 0))),
+            // An empty inspect record does not replace the listing.
+            (
+                vm("running", 41),
+                Ok(VmRecord::default()),
+                Some(("running", 41)),
+            ),
+        ];
+        for (listed, inspected, want) in cases {
+            let what = format!("{listed:?} / {inspected:?}");
+            let got = confirmed_record(listed, inspected);
+            assert_eq!(
+                got.as_ref().map(|v| (v.state.as_str(), v.pid)),
+                want,
+                "{what}"
+            );
+        }
     }
 }

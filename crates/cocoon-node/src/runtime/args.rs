@@ -12,47 +12,171 @@ use cocoon_api::contract::Backend;
 /// Optional features of the installed `cocoon` (§3.1 capability detection).
 ///
 /// Detection (see [`Capabilities::from_help`]): the backend runs `cocoon vm clone --help` and
-/// `cocoon vm --help` once at startup and looks for the flag and verb names in the text.
+/// `cocoon vm --help` once at startup, then `cocoon vm <verb> --help` for each of `exec`,
+/// `logs` and `net` that the `vm` help lists, and looks for the verb and flag names in the
+/// texts. A verb counts only when it is listed as a command (an indented line starting with
+/// its name) and its own help is not the `vm` group help (a release without the verb prints
+/// the group help and exits 0). A flag counts only when a flag line lists it exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
     /// `vm clone --restore-mode`.
     pub restore_mode: bool,
+    /// `vm clone --on-demand`: the boolean form of restore mode `ondemand` (v0.3.8).
+    pub on_demand: bool,
     /// `--cpu-weight`, `--cpu-quota-us`, `--cpu-period-us`.
     pub cpu_policy: bool,
     /// `vm clone --from-dir`.
     pub from_dir: bool,
     /// `vm reconcile-stale-create`.
     pub reconcile_stale_create: bool,
+    /// The `vm exec` verb.
+    pub exec: bool,
+    /// `vm exec -i` (stdin passed to the guest).
+    pub exec_stdin: bool,
+    /// The `vm logs` verb.
+    pub logs: bool,
+    /// `vm logs --tail`.
+    pub logs_tail: bool,
+    /// The `vm net` verb.
+    pub net: bool,
+    /// `vm net --nics`.
+    pub net_nics: bool,
 }
+
+/// The help texts capability detection reads; `None` for a verb help that was not read
+/// (the verb is not listed) or could not be run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HelpTexts {
+    /// `vm clone --help`.
+    pub clone: String,
+    /// `vm --help`.
+    pub vm: String,
+    /// `vm exec --help`.
+    pub exec: Option<String>,
+    /// `vm logs --help`.
+    pub logs: Option<String>,
+    /// `vm net --help`.
+    pub net: Option<String>,
+}
+
+/// The verbs whose own help detection reads, when the `vm` help lists them.
+pub const PROBED_VERBS: [&str; 3] = ["exec", "logs", "net"];
 
 impl Capabilities {
     /// A current cocoon: every optional feature.
     pub const ALL: Capabilities = Capabilities {
         restore_mode: true,
+        on_demand: true,
         cpu_policy: true,
         from_dir: true,
         reconcile_stale_create: true,
+        exec: true,
+        exec_stdin: true,
+        logs: true,
+        logs_tail: true,
+        net: true,
+        net_nics: true,
     };
-    /// An old cocoon (or one whose help could not be read): no optional feature.
+    /// Nothing optional and none of the probed verbs.
     pub const NONE: Capabilities = Capabilities {
         restore_mode: false,
+        on_demand: false,
         cpu_policy: false,
         from_dir: false,
         reconcile_stale_create: false,
+        exec: false,
+        exec_stdin: false,
+        logs: false,
+        logs_tail: false,
+        net: false,
+        net_nics: false,
+    };
+    /// The help could not be read: no optional feature, but the verbs of §3.2 (`exec -i`,
+    /// `logs --tail`, `net --nics`) are assumed, so their failures show the CLI's own error.
+    pub const UNDETECTED: Capabilities = Capabilities {
+        exec: true,
+        exec_stdin: true,
+        logs: true,
+        logs_tail: true,
+        net: true,
+        net_nics: true,
+        ..Capabilities::NONE
     };
 
-    /// Derives the capabilities from the help texts of `vm clone --help` and `vm --help`.
-    /// The CPU policy counts only when all three flags are listed.
-    pub fn from_help(clone_help: &str, vm_help: &str) -> Self {
+    /// Derives the capabilities from the help texts. The CPU policy counts only when all
+    /// three flags are listed.
+    pub fn from_help(help: &HelpTexts) -> Self {
+        let clone = help.clone.as_str();
+        // Listed, and its own help (when readable) is not the group help.
+        let verb = |name: &str, text: &Option<String>| -> Option<Option<String>> {
+            let own = text.as_deref().is_none_or(|t| !is_group_help(t));
+            (lists_verb(&help.vm, name) && own).then(|| text.clone())
+        };
+        let exec = verb("exec", &help.exec);
+        let logs = verb("logs", &help.logs);
+        let net = verb("net", &help.net);
+        let has = |text: &Option<Option<String>>, flag: &str| {
+            text.as_ref()
+                .and_then(Option::as_deref)
+                .is_some_and(|t| lists_flag(t, flag))
+        };
         Capabilities {
-            restore_mode: clone_help.contains("--restore-mode"),
+            restore_mode: lists_flag(clone, "--restore-mode"),
+            on_demand: lists_flag(clone, "--on-demand"),
             cpu_policy: ["--cpu-weight", "--cpu-quota-us", "--cpu-period-us"]
                 .iter()
-                .all(|f| clone_help.contains(f)),
-            from_dir: clone_help.contains("--from-dir"),
-            reconcile_stale_create: vm_help.contains("reconcile-stale-create"),
+                .all(|f| lists_flag(clone, f)),
+            from_dir: lists_flag(clone, "--from-dir"),
+            reconcile_stale_create: lists_verb(&help.vm, "reconcile-stale-create"),
+            exec: exec.is_some(),
+            exec_stdin: has(&exec, "-i"),
+            logs: logs.is_some(),
+            logs_tail: has(&logs, "--tail"),
+            net: net.is_some(),
+            net_nics: has(&net, "--nics"),
         }
     }
+}
+
+/// True when a help text lists `verb` as a command: an indented line whose first word is it,
+/// inside a `...Commands:` section when the text has one (so that `cocoon` of the indented
+/// usage line `  cocoon vm [command]` is no command).
+pub fn lists_verb(help: &str, verb: &str) -> bool {
+    let header = |l: &str| !l.starts_with(char::is_whitespace) && l.trim_end().ends_with(':');
+    let commands = |l: &str| l.trim_end().ends_with("Commands:");
+    let sectioned = help.lines().any(|l| header(l) && commands(l));
+    let mut inside = !sectioned;
+    for l in help.lines() {
+        if header(l) {
+            inside = !sectioned || commands(l);
+        } else if inside
+            && l.starts_with(char::is_whitespace)
+            && l.split_whitespace().next() == Some(verb)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// True when a flag line (an indented line starting with `-`) of a help text names `flag`
+/// exactly in its flag column, e.g. `-i` in `  -i, --interactive   keep stdin open` (the
+/// description starts after the first run of two spaces and is not searched).
+pub fn lists_flag(help: &str, flag: &str) -> bool {
+    help.lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .map(|l| l.split("  ").next().unwrap_or(l))
+        .any(|l| {
+            l.split(|c: char| c.is_whitespace() || c == ',' || c == '=')
+                .any(|w| w == flag)
+        })
+}
+
+/// True when a text is a command *group* help (cobra's `Usage:` plus `Available Commands:`),
+/// which a release prints, with exit status 0, for a verb it does not have.
+pub fn is_group_help(text: &str) -> bool {
+    text.contains("Usage:") && text.contains("Available Commands:")
 }
 
 /// An argv (without the binary) plus warnings about flags dropped for lack of a capability.
@@ -94,6 +218,31 @@ fn push_cpu_policy(out: &mut BuiltArgs, policy: &CpuPolicy, caps: &Capabilities)
     }
 }
 
+/// How a clone's restore mode reaches the installed CLI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreModeFlag {
+    /// `--restore-mode <mode>`.
+    Valued,
+    /// The boolean `--on-demand` (a release without `--restore-mode`, mode `ondemand`).
+    OnDemand,
+    /// Nothing: mode `copy` on a release with the boolean flag, whose default is a full load.
+    Default,
+    /// The release cannot express the mode: omitted with a warning.
+    Dropped,
+}
+
+/// The rule for a non-empty restore mode: `--restore-mode` when listed; otherwise, where the
+/// clone help lists the boolean `--on-demand`, `ondemand` maps to it and `copy` to its
+/// default; anything else is dropped.
+pub fn restore_mode_flag(mode: &str, caps: &Capabilities) -> RestoreModeFlag {
+    match (caps.restore_mode, caps.on_demand, mode) {
+        (true, _, _) => RestoreModeFlag::Valued,
+        (false, true, "ondemand") => RestoreModeFlag::OnDemand,
+        (false, true, "copy") => RestoreModeFlag::Default,
+        _ => RestoreModeFlag::Dropped,
+    }
+}
+
 /// `vm clone --output json [--name TO] [--network N] [--no-direct-io] [--pull]
 /// [--restore-mode M] [--nics N] [--cpu-weight W] [--cpu-quota-us Q] [--cpu-period-us P]
 /// (SNAPSHOT | --from-dir DIR)`, flags in exactly this order.
@@ -118,13 +267,16 @@ pub fn clone_args(req: &CloneRequest, caps: &Capabilities) -> Result<BuiltArgs> 
     // Firecracker restores have neither restore modes nor hot-added NICs.
     let fc = req.is_firecracker();
     if !req.restore_mode.is_empty() && !fc {
-        if caps.restore_mode {
-            push_flag(&mut out.argv, "--restore-mode", &req.restore_mode);
-        } else {
-            out.warnings.push(format!(
+        match restore_mode_flag(&req.restore_mode, caps) {
+            RestoreModeFlag::Valued => {
+                push_flag(&mut out.argv, "--restore-mode", &req.restore_mode);
+            }
+            RestoreModeFlag::OnDemand => out.argv.push(s("--on-demand")),
+            RestoreModeFlag::Default => {}
+            RestoreModeFlag::Dropped => out.warnings.push(format!(
                 "installed cocoon has no --restore-mode; restore mode {:?} not applied",
                 req.restore_mode
-            ));
+            )),
         }
     }
     if let Some(n) = req.nics.filter(|_| !fc) {
@@ -350,6 +502,11 @@ pub fn clone_help_args() -> Vec<String> {
 /// `vm --help` (capability detection).
 pub fn vm_help_args() -> Vec<String> {
     vec![s("vm"), s("--help")]
+}
+
+/// `vm <verb> --help` (capability detection of `exec`, `logs`, `net`).
+pub fn verb_help_args(verb: &str) -> Vec<String> {
+    vec![s("vm"), verb.to_owned(), s("--help")]
 }
 
 /// The `--memory`/`--storage` value: a Quantity converted to a byte count, an unparsable (or
@@ -760,6 +917,7 @@ mod tests {
                 reconcile_stale_create_args("i"),
                 &["vm", "reconcile-stale-create", "i", "-o", "json"],
             ),
+            (verb_help_args("exec"), &["vm", "exec", "--help"]),
         ];
         for (got, want) in cases {
             assert_eq!(got, argv(want));
@@ -794,12 +952,167 @@ mod tests {
         assert_eq!(size_arg("  "), "");
     }
 
+    fn help(clone: &str, vm: &str, verbs: [Option<&str>; 3]) -> HelpTexts {
+        let [exec, logs, net] = verbs.map(|v| v.map(str::to_owned));
+        HelpTexts {
+            clone: clone.to_owned(),
+            vm: vm.to_owned(),
+            exec,
+            logs,
+            net,
+        }
+    }
+
     #[test]
     fn capabilities_from_help_text() {
-        let new_clone = "Flags:\n  --restore-mode string\n  --cpu-weight int\n  --cpu-quota-us int\n  --cpu-period-us int\n  --from-dir string\n";
-        let caps = Capabilities::from_help(new_clone, "Commands:\n  reconcile-stale-create\n");
+        let new_clone = "Flags:\n  --restore-mode string\n  --on-demand\n  --cpu-weight int\n  --cpu-quota-us int\n  --cpu-period-us int\n  --from-dir string\n";
+        let new_vm = "Available Commands:\n  exec    run\n  logs    console log\n  net     resize\n  reconcile-stale-create\n";
+        let caps = Capabilities::from_help(&help(
+            new_clone,
+            new_vm,
+            [
+                Some("Flags:\n  -e, --env stringArray\n  -i, --interactive   keep stdin open\n"),
+                Some("Flags:\n      --tail int   last N lines\n"),
+                Some("Flags:\n      --nics int\n"),
+            ],
+        ));
         assert_eq!(caps, Capabilities::ALL);
-        let caps = Capabilities::from_help("Flags:\n  --name string\n  --cpu-weight int\n", "");
+        let caps = Capabilities::from_help(&help(
+            "Flags:\n  --name string\n  --cpu-weight int\n",
+            "",
+            [None, None, None],
+        ));
         assert_eq!(caps, Capabilities::NONE);
+    }
+
+    #[test]
+    fn verbs_need_a_listing_and_a_help_of_their_own() {
+        let group =
+            "Manage\n\nUsage:\n  cocoon vm [command]\n\nAvailable Commands:\n  clone  Clone\n";
+        let leaf = |flags: &str| format!("Usage:\n  cocoon vm x [flags]\n\nFlags:\n{flags}");
+        // vm help, the three verb helps, and [exec, -i, logs, --tail, net, --nics].
+        type Case = (&'static str, [Option<String>; 3], [bool; 6]);
+        let cases: &[Case] = &[
+            // Listed, own help with every flag.
+            (
+                "  exec  a\n  logs  b\n  net  c\n",
+                [
+                    Some(leaf("  -i, --interactive\n")),
+                    Some(leaf("      --tail int\n")),
+                    Some(leaf("      --nics int\n")),
+                ],
+                [true, true, true, true, true, true],
+            ),
+            // Listed, but the flags are missing (or only mentioned in prose).
+            (
+                "  exec  a\n  logs  b\n  net  c\n",
+                [
+                    Some(leaf("  -e, --env stringArray   like -i elsewhere\n")),
+                    Some(leaf("      --tailing\n")),
+                    Some(leaf("      --nics-max int\n")),
+                ],
+                [true, false, true, false, true, false],
+            ),
+            // Not listed: a help text alone does not count.
+            (
+                "  clone  a\n",
+                [
+                    Some(leaf("  -i\n")),
+                    Some(leaf("  --tail int\n")),
+                    Some(leaf("  --nics int\n")),
+                ],
+                [false; 6],
+            ),
+            // Listed, but the verb's help is the group help: the verb is missing.
+            (
+                "  exec  a\n  logs  b\n  net  c\n",
+                [
+                    Some(group.to_owned()),
+                    Some(group.to_owned()),
+                    Some(group.to_owned()),
+                ],
+                [false; 6],
+            ),
+            // Listed, help unreadable: the verb, none of its flags.
+            (
+                "  exec  a\n  logs  b\n  net  c\n",
+                [None, None, None],
+                [true, false, true, false, true, false],
+            ),
+            // A word in a description line is not a command.
+            ("  list   exec logs net\n", [None, None, None], [false; 6]),
+            // Outside the commands section, an indented word is not a command.
+            (
+                "Usage:\n  exec [flags]\n\nAvailable Commands:\n  logs  b\n\nFlags:\n  net\n",
+                [None, None, None],
+                [false, false, true, false, false, false],
+            ),
+        ];
+        for (vm, verbs, want) in cases {
+            let [exec, logs, net] = verbs.clone();
+            let caps = Capabilities::from_help(&HelpTexts {
+                clone: String::new(),
+                vm: (*vm).to_owned(),
+                exec,
+                logs,
+                net,
+            });
+            let got = [
+                caps.exec,
+                caps.exec_stdin,
+                caps.logs,
+                caps.logs_tail,
+                caps.net,
+                caps.net_nics,
+            ];
+            assert_eq!(got, *want, "vm help {vm:?}, verbs {verbs:?}");
+        }
+    }
+
+    #[test]
+    fn restore_mode_rules() {
+        let valued = Capabilities::ALL;
+        let boolean = Capabilities {
+            restore_mode: false,
+            ..Capabilities::ALL
+        };
+        let neither = Capabilities::NONE;
+        let cases: &[(&Capabilities, &str, RestoreModeFlag)] = &[
+            (&valued, "ondemand", RestoreModeFlag::Valued),
+            (&valued, "mmap", RestoreModeFlag::Valued),
+            (&boolean, "ondemand", RestoreModeFlag::OnDemand),
+            (&boolean, "copy", RestoreModeFlag::Default),
+            (&boolean, "mmap", RestoreModeFlag::Dropped),
+            (&neither, "ondemand", RestoreModeFlag::Dropped),
+            (&neither, "copy", RestoreModeFlag::Dropped),
+        ];
+        for (caps, mode, want) in cases {
+            assert_eq!(restore_mode_flag(mode, caps), *want, "{mode} with {caps:?}");
+        }
+        // In the argv: `--on-demand` where `--restore-mode` would go, before `--nics`.
+        let mut req = clone_req();
+        req.restore_mode = "ondemand".into();
+        req.nics = Some(1);
+        let got = clone_args(&req, &boolean).expect("args");
+        assert_eq!(
+            got.argv,
+            argv(&[
+                "vm",
+                "clone",
+                "--output",
+                "json",
+                "--name",
+                "vm-a",
+                "--on-demand",
+                "--nics",
+                "1",
+                "snap-a"
+            ])
+        );
+        assert!(got.warnings.is_empty());
+        // Firecracker: no restore mode at all.
+        req.backend = Some(Backend::Firecracker);
+        let got = clone_args(&req, &boolean).expect("args");
+        assert!(!got.argv.contains(&"--on-demand".to_owned()));
     }
 }

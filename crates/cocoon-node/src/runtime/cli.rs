@@ -4,12 +4,26 @@
 //! Every child is started with `kill_on_drop`, so dropping a call (or a stream's completion)
 //! kills the `cocoon` process, which is how cancellation reaches it.
 //!
+//! Every child runs with `NO_COLOR=1` (the CLI colours its stderr log lines otherwise), and
+//! ANSI escapes are stripped from any CLI text that ends up in an error.
+//!
 //! Capability detection (§3.1): [`CliRuntime::detect`] runs `cocoon vm clone --help` and
-//! `cocoon vm --help` once and looks for `--restore-mode`, the three `--cpu-*` flags,
-//! `--from-dir` and the `reconcile-stale-create` verb. Missing restore-mode / CPU-policy flags
-//! are omitted with a warning; a request that needs `--from-dir` (or the stale-create verb)
-//! fails with [`RuntimeError::Unsupported`]. If the help cannot be run at all, no optional
-//! feature is assumed.
+//! `cocoon vm --help` once, then `cocoon vm <verb> --help` for each of `exec`, `logs` and `net`
+//! the `vm` help lists, and looks for `--restore-mode`, `--on-demand`, the three `--cpu-*`
+//! flags, `--from-dir`, the `reconcile-stale-create` verb, and `exec -i`, `logs --tail`,
+//! `net --nics` (see [`Capabilities::from_help`]). Missing restore-mode / CPU-policy flags
+//! are omitted with a warning (restore mode `ondemand` becomes the boolean `--on-demand` of
+//! v0.3.8); a request that needs `--from-dir`, the stale-create verb, `vm exec` (or its `-i`
+//! for stdin) or `vm net --nics` fails with [`RuntimeError::Unsupported`] before anything
+//! runs. `vm logs` without `--tail` runs without it and the agent keeps the last lines
+//! itself (bounded, [`MAX_LOG_TAIL_BYTES`]). If the help cannot be run at all, no optional
+//! feature is assumed, the §3.2 verbs are ([`Capabilities::UNDETECTED`]).
+//!
+//! Whatever the capabilities say, a CLI that answers with its command *group* help and exit
+//! status 0 (a release without the verb) or with `unknown flag` / `unknown shorthand flag`
+//! yields [`RuntimeError::Unsupported`], never a result; for `exec`, whose output streams to
+//! the caller, that check is made only when the capabilities were not detected (a guest
+//! command may print such texts itself).
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -20,8 +34,9 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use super::Runtime;
+use super::args::HelpTexts;
 use super::args::{self, Capabilities};
-use super::error::{Result, RuntimeError, classify};
+use super::error::{Result, RuntimeError, classify, says_unknown_flag, strip_ansi};
 use super::events::{EventStream, VmEvent, parse_event_line};
 use super::heal::{RawSnapshotVerbs, RetryPolicy, save_healing};
 use super::io::{ExportHandle, ImportHandle};
@@ -34,6 +49,13 @@ use super::types::{
 
 /// Longest event line accepted (§5 reader rules); longer lines are skipped.
 pub const MAX_EVENT_LINE: usize = 1 << 20;
+
+/// Most bytes of console log the agent keeps when it tails a `vm logs` without `--tail`
+/// itself; older lines are dropped first.
+pub const MAX_LOG_TAIL_BYTES: usize = 4 << 20;
+
+/// Leading bytes of an undetected `exec`'s output kept to recognise the CLI's own texts.
+const EXEC_PEEK: usize = 16 << 10;
 
 /// Configuration of the CLI backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +87,8 @@ impl CliConfig {
 pub struct CliRuntime {
     cfg: CliConfig,
     caps: Capabilities,
+    /// The capabilities were detected (or given), not assumed.
+    detected: bool,
 }
 
 /// A finished child: exit status and both outputs.
@@ -72,6 +96,33 @@ struct Captured {
     status: ExitStatus,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
+}
+
+/// For an `exec` whose capabilities were not detected: the CLI's own refusal, told from guest
+/// output by its texts. Exit 0 with nothing but the group help on stdout is a missing verb;
+/// a failure whose stderr is the flag parser's `unknown flag` is a missing flag.
+fn exec_cli_refusal(
+    label: &str,
+    code: Option<i32>,
+    out: &Peeked,
+    err: &Peeked,
+) -> Option<RuntimeError> {
+    match code {
+        Some(0) => out
+            .whole()
+            .filter(|o| args::is_group_help(&String::from_utf8_lossy(o)))
+            .map(|_| no_verb(label, "exec")),
+        Some(_) => err
+            .whole()
+            .map(trimmed)
+            .filter(|e| says_unknown_flag(e))
+            .map(|e| {
+                RuntimeError::Unsupported(format!(
+                    "{label}: the installed cocoon CLI refused the invocation: {e}"
+                ))
+            }),
+        None => None,
+    }
 }
 
 /// Go-style text of a non-success exit: `exit status N` or `signal: N`.
@@ -84,8 +135,35 @@ fn exit_text(status: &ExitStatus) -> String {
     }
 }
 
+/// CLI output as diagnostic text: lossy UTF-8, ANSI escapes stripped, trimmed.
 fn trimmed(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).trim().to_owned()
+    strip_ansi(&String::from_utf8_lossy(bytes))
+        .trim()
+        .to_owned()
+}
+
+/// The error of a verb the installed CLI does not have.
+fn no_verb(label: &str, verb: &str) -> RuntimeError {
+    RuntimeError::Unsupported(format!(
+        "{label}: the installed cocoon CLI has no vm {verb}"
+    ))
+}
+
+/// The error of a flag the installed CLI's verb does not have.
+fn no_flag(label: &str, verb: &str, flag: &str, why: &str) -> RuntimeError {
+    RuntimeError::Unsupported(format!(
+        "{label}: the installed cocoon CLI's vm {verb} has no {flag} ({why})"
+    ))
+}
+
+/// A successful exit whose stdout is the CLI's group help is a missing verb, not a result.
+fn group_help_instead_of_result(label: &str, stdout: &[u8]) -> Option<RuntimeError> {
+    let text = String::from_utf8_lossy(stdout);
+    args::is_group_help(&text).then(|| {
+        RuntimeError::Unsupported(format!(
+            "{label}: the installed cocoon CLI does not have this command (it printed its command help)"
+        ))
+    })
 }
 
 /// Drains a child pipe in the background so the child never blocks on it.
@@ -103,25 +181,64 @@ fn drain(pipe: Option<impl AsyncRead + Unpin + Send + 'static>) -> JoinHandle<Ve
 impl CliRuntime {
     /// A backend with explicitly given capabilities (no detection).
     pub fn with_capabilities(cfg: CliConfig, caps: Capabilities) -> Self {
-        CliRuntime { cfg, caps }
+        CliRuntime {
+            cfg,
+            caps,
+            detected: true,
+        }
     }
 
     /// A backend whose capabilities are detected from the installed CLI's help texts.
     pub async fn detect(cfg: CliConfig) -> Self {
         let mut rt = CliRuntime {
             cfg,
-            caps: Capabilities::NONE,
+            caps: Capabilities::UNDETECTED,
+            detected: false,
         };
         let clone_help = rt.help_text(&args::clone_help_args()).await;
         let vm_help = rt.help_text(&args::vm_help_args()).await;
         match (clone_help, vm_help) {
-            (Some(c), Some(v)) => rt.caps = Capabilities::from_help(&c, &v),
+            (Some(clone), Some(vm)) => {
+                let mut help = HelpTexts {
+                    clone,
+                    vm,
+                    ..HelpTexts::default()
+                };
+                for verb in args::PROBED_VERBS {
+                    if !args::lists_verb(&help.vm, verb) {
+                        continue;
+                    }
+                    let text = rt.help_text(&args::verb_help_args(verb)).await;
+                    match verb {
+                        "exec" => help.exec = text,
+                        "logs" => help.logs = text,
+                        _ => help.net = text,
+                    }
+                }
+                rt.caps = Capabilities::from_help(&help);
+                rt.detected = true;
+            }
             _ => tracing::warn!(
                 bin = %rt.cfg.bin.display(),
                 "cannot read cocoon help; assuming no restore-mode, CPU-policy or from-dir support"
             ),
         }
-        tracing::info!(caps = ?rt.caps, "cocoon capabilities");
+        tracing::info!(caps = ?rt.caps, detected = rt.detected, "cocoon capabilities");
+        for (missing, what) in [
+            (
+                !rt.caps.exec,
+                "vm exec: kubectl exec and guest fix-ups will fail",
+            ),
+            (!rt.caps.logs, "vm logs: kubectl logs will fail"),
+            (
+                !rt.caps.net_nics,
+                "vm net --nics: Windows hibernate on cloud-hypervisor will fail",
+            ),
+        ] {
+            if missing {
+                tracing::warn!(bin = %rt.cfg.bin.display(), "installed cocoon CLI has no {what}");
+            }
+        }
         rt
     }
 
@@ -133,6 +250,7 @@ impl CliRuntime {
     fn command(&self, argv: &[String]) -> Command {
         let mut c = Command::new(&self.cfg.bin);
         c.args(argv)
+            .env("NO_COLOR", "1")
             .kill_on_drop(true)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -176,6 +294,9 @@ impl CliRuntime {
                 trimmed(&c.stderr)
             )));
         }
+        if let Some(e) = group_help_instead_of_result(label, &c.stdout) {
+            return Err(e);
+        }
         Ok(c.stdout)
     }
 
@@ -193,7 +314,51 @@ impl CliRuntime {
                 exit_text(&c.status)
             )));
         }
+        if let Some(e) = group_help_instead_of_result(label, &c.stdout) {
+            return Err(e);
+        }
         Ok(output)
+    }
+
+    /// `vm logs <id>` on a release without `--tail`: the whole log streams through a
+    /// [`TailKeeper`], so memory stays bounded by [`MAX_LOG_TAIL_BYTES`].
+    async fn logs_tailed_here(&self, label: &str, id: &str, tail: u64) -> Result<Vec<u8>> {
+        let mut child = self.spawn(label, self.command(&args::logs_args(id, None)))?;
+        let mut stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| RuntimeError::Other(format!("{label}: no stdout pipe")))?;
+        let err = drain(child.stderr.take());
+        let lines = usize::try_from(tail).unwrap_or(usize::MAX);
+        let mut keeper = TailKeeper::new(lines, MAX_LOG_TAIL_BYTES);
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = stdout
+                .read(&mut buf)
+                .await
+                .map_err(|e| RuntimeError::Other(format!("{label}: read: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            keeper.push(&buf[..n]);
+        }
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| RuntimeError::Other(format!("{label}: wait: {e}")))?;
+        let stderr = err.await.unwrap_or_default();
+        if !status.success() {
+            return Err(classify(format!(
+                "{label}: {} (stderr: {})",
+                exit_text(&status),
+                trimmed(&stderr)
+            )));
+        }
+        let out = keeper.finish();
+        match group_help_instead_of_result(label, &out) {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 
     /// Spawns a child whose stdin is the returned sink (`snapshot import`, `image import`).
@@ -296,22 +461,122 @@ async fn next_line(
     }
 }
 
-/// Copies a child pipe into the caller's writer (or discards it).
+/// What [`pump`] saw of a pipe: its first bytes (up to the peek size) and its length.
+#[derive(Debug, Default)]
+struct Peeked {
+    head: Vec<u8>,
+    total: usize,
+}
+
+impl Peeked {
+    /// The whole output, if it fit in the peek.
+    fn whole(&self) -> Option<&[u8]> {
+        (self.total == self.head.len()).then_some(self.head.as_slice())
+    }
+}
+
+/// Copies a child pipe into the caller's writer (or discards it), keeping its first `peek`
+/// bytes.
 async fn pump(
     pipe: Option<impl AsyncRead + Unpin>,
-    sink: Option<ByteWriter>,
-) -> std::io::Result<()> {
+    mut sink: Option<ByteWriter>,
+    peek: usize,
+) -> std::io::Result<Peeked> {
+    let mut seen = Peeked::default();
     let Some(mut pipe) = pipe else {
-        return Ok(());
+        return Ok(seen);
     };
-    match sink {
-        Some(mut w) => {
-            tokio::io::copy(&mut pipe, &mut w).await?;
-            w.flush().await
+    let mut buf = vec![0u8; 32 << 10];
+    loop {
+        let n = pipe.read(&mut buf).await?;
+        if n == 0 {
+            break;
         }
-        None => tokio::io::copy(&mut pipe, &mut tokio::io::sink())
-            .await
-            .map(drop),
+        let chunk = &buf[..n];
+        let keep = peek.saturating_sub(seen.head.len()).min(n);
+        seen.head.extend_from_slice(&chunk[..keep]);
+        seen.total += n;
+        if let Some(w) = sink.as_mut() {
+            w.write_all(chunk).await?;
+        }
+    }
+    if let Some(w) = sink.as_mut() {
+        w.flush().await?;
+    }
+    Ok(seen)
+}
+
+/// Keeps the last `lines` lines of a byte stream within `max_bytes` (older lines, then the
+/// start of an over-long line, are dropped first): the agent's own tail for a `vm logs`
+/// without `--tail`.
+#[derive(Debug)]
+pub struct TailKeeper {
+    lines: usize,
+    max_bytes: usize,
+    done: std::collections::VecDeque<Vec<u8>>,
+    bytes: usize,
+    partial: Vec<u8>,
+}
+
+impl TailKeeper {
+    /// A keeper of the last `lines` lines, at most `max_bytes` bytes.
+    pub fn new(lines: usize, max_bytes: usize) -> Self {
+        TailKeeper {
+            lines,
+            max_bytes,
+            done: std::collections::VecDeque::new(),
+            bytes: 0,
+            partial: Vec::new(),
+        }
+    }
+
+    /// Feeds the next chunk of the stream.
+    pub fn push(&mut self, mut chunk: &[u8]) {
+        while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
+            self.partial.extend_from_slice(&chunk[..=i]);
+            self.cut_partial();
+            let line = std::mem::take(&mut self.partial);
+            self.bytes += line.len();
+            self.done.push_back(line);
+            chunk = &chunk[i + 1..];
+            self.trim();
+        }
+        self.partial.extend_from_slice(chunk);
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        while self.done.len() > self.lines
+            || (self.bytes + self.partial.len() > self.max_bytes && !self.done.is_empty())
+        {
+            if let Some(old) = self.done.pop_front() {
+                self.bytes -= old.len();
+            }
+        }
+        // Cut an over-long line only once it reaches twice the bound, so a huge line costs
+        // one move per `max_bytes` of input, not one per chunk.
+        if self.partial.len() > self.max_bytes.saturating_mul(2) {
+            self.cut_partial();
+        }
+    }
+
+    fn cut_partial(&mut self) {
+        if self.partial.len() > self.max_bytes {
+            let cut = self.partial.len() - self.max_bytes;
+            self.partial.drain(..cut);
+        }
+    }
+
+    /// The kept tail. A last line without newline counts as a line.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.cut_partial();
+        if !self.partial.is_empty() {
+            let line = std::mem::take(&mut self.partial);
+            self.bytes += line.len();
+            self.done.push_back(line);
+            self.trim();
+        }
+        self.done.into_iter().flatten().collect()
     }
 }
 
@@ -466,8 +731,19 @@ impl Runtime for CliRuntime {
             stdout,
             stderr,
         } = req;
-        let argv = args::exec_args(&id, &argv, &env, stdin.is_some())?;
         let label = format!("cocoon vm exec {id}");
+        if !self.caps.exec {
+            return Err(no_verb(&label, "exec"));
+        }
+        if stdin.is_some() && !self.caps.exec_stdin {
+            return Err(no_flag(
+                &label,
+                "exec",
+                "-i",
+                "stdin cannot reach the guest",
+            ));
+        }
+        let argv = args::exec_args(&id, &argv, &env, stdin.is_some())?;
         let mut cmd = self.command(&argv);
         if stdin.is_some() {
             cmd.stdin(Stdio::piped());
@@ -485,7 +761,10 @@ impl Runtime for CliRuntime {
             }
         };
         let main = async {
-            let (out, err) = tokio::join!(pump(child_out, stdout), pump(child_err, stderr));
+            let (out, err) = tokio::join!(
+                pump(child_out, stdout, EXEC_PEEK),
+                pump(child_err, stderr, EXEC_PEEK)
+            );
             let status = child.wait().await;
             (out, err, status)
         };
@@ -500,8 +779,14 @@ impl Runtime for CliRuntime {
             }
         };
         let status = status.map_err(|e| RuntimeError::Other(format!("{label}: wait: {e}")))?;
-        out.and(err)
-            .map_err(|e| RuntimeError::Other(format!("{label}: copy output: {e}")))?;
+        let copy_err =
+            |e: std::io::Error| RuntimeError::Other(format!("{label}: copy output: {e}"));
+        let (out, err) = (out.map_err(copy_err)?, err.map_err(copy_err)?);
+        if !self.detected
+            && let Some(e) = exec_cli_refusal(&label, status.code(), &out, &err)
+        {
+            return Err(e);
+        }
         match status.code() {
             Some(0) => Ok(()),
             Some(code) => Err(RuntimeError::exit(&id, code)),
@@ -513,17 +798,32 @@ impl Runtime for CliRuntime {
     }
 
     async fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>> {
-        self.run_stdout(&format!("cocoon vm logs {id}"), &args::logs_args(id, tail))
-            .await
+        let label = format!("cocoon vm logs {id}");
+        if !self.caps.logs {
+            return Err(no_verb(&label, "logs"));
+        }
+        match tail {
+            Some(n) if !self.caps.logs_tail => self.logs_tailed_here(&label, id, n).await,
+            _ => self.run_stdout(&label, &args::logs_args(id, tail)).await,
+        }
     }
 
     async fn net_resize(&self, id: &str, nics: u32) -> Result<()> {
-        self.run_stdout(
-            &format!("cocoon vm net {id}"),
-            &args::net_resize_args(id, nics),
-        )
-        .await
-        .map(drop)
+        let label = format!("cocoon vm net {id}");
+        if !self.caps.net {
+            return Err(no_verb(&label, "net"));
+        }
+        if !self.caps.net_nics {
+            return Err(no_flag(
+                &label,
+                "net",
+                "--nics",
+                "the NIC count cannot be changed",
+            ));
+        }
+        self.run_stdout(&label, &args::net_resize_args(id, nics))
+            .await
+            .map(drop)
     }
 
     async fn snapshot_save(&self, name: &str, vm_id: &str) -> Result<()> {
@@ -682,6 +982,84 @@ mod tests {
                 Line::Text(b"last-no-newline".to_vec()),
             ]
         );
+    }
+
+    #[test]
+    fn tail_keeper_keeps_the_last_lines_within_the_byte_bound() {
+        // chunks, lines, max bytes, the kept tail.
+        type Case = (&'static [&'static [u8]], usize, usize, &'static [u8]);
+        let cases: &[Case] = &[
+            (&[b"a\nb\nc\n"], 2, 100, b"b\nc\n"),
+            // Chunks split lines anywhere.
+            (
+                &[b"on", b"e\ntw", b"o\nthr", b"ee\n"],
+                2,
+                100,
+                b"two\nthree\n",
+            ),
+            // A last line without newline is a line.
+            (&[b"a\nb\nc"], 2, 100, b"b\nc"),
+            (&[b"a\n"], 5, 100, b"a\n"),
+            (&[b""], 5, 100, b""),
+            (&[b"a\nb\n"], 0, 100, b""),
+            // The byte bound drops older lines first ...
+            (&[b"aaaa\nbbbb\ncccc\n"], 10, 10, b"bbbb\ncccc\n"),
+            // ... then the start of a line longer than the bound.
+            (&[b"x\n0123456789abcdef"], 10, 8, b"89abcdef"),
+            (
+                &[b"0123456789", b"abcdefghij", b"klmnopqrst"],
+                10,
+                8,
+                b"mnopqrst",
+            ),
+            // A cut line that then ends is kept (its end), later lines after it.
+            (&[b"0123456789abcdefghij\n", b"z\n"], 10, 8, b"z\n"),
+            (&[b"0123456789abcdefghij\n"], 10, 8, b"defghij\n"),
+        ];
+        for (chunks, lines, max, want) in cases {
+            let mut k = TailKeeper::new(*lines, *max);
+            for c in *chunks {
+                k.push(c);
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&k.finish()),
+                String::from_utf8_lossy(want),
+                "{chunks:?} lines={lines} max={max}"
+            );
+        }
+    }
+
+    #[test]
+    fn undetected_exec_tells_cli_refusals_from_guest_output() {
+        let peeked = |b: &[u8]| Peeked {
+            head: b.to_vec(),
+            total: b.len(),
+        };
+        let help = peeked(b"Manage virtual machines\n\nUsage:\n  cocoon vm [command]\n\nAvailable Commands:\n  clone  x\n");
+        let none = peeked(b"");
+        let flag = peeked(b"Error: unknown shorthand flag: 'i' in -i\n");
+        let guest = peeked(b"sh: 1: nope: not found\n");
+        let cut = Peeked {
+            head: help.head.clone(),
+            total: help.total + 1,
+        };
+        let cases: &[(Option<i32>, &Peeked, &Peeked, bool)] = &[
+            (Some(0), &help, &none, true),
+            (Some(0), &cut, &none, false),
+            (Some(0), &guest, &none, false),
+            (Some(1), &none, &flag, true),
+            (Some(1), &none, &guest, false),
+            (Some(3), &help, &none, false),
+            (None, &none, &flag, false),
+        ];
+        for (code, out, err, want) in cases {
+            let got = exec_cli_refusal("cocoon vm exec x", *code, out, err);
+            assert_eq!(
+                matches!(got, Some(RuntimeError::Unsupported(_))),
+                *want,
+                "{code:?} {out:?} {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -93,6 +93,8 @@ const SNAPSHOT_NOT_FOUND: &[&str] = &["snapshot not found", "no such snapshot"];
 const IMAGE_NOT_FOUND: &[&str] = &["not found in any backend"];
 const IN_USE: &[&str] = &["is in use by an active"];
 const ALREADY: &[&str] = &["already exists", "already in use by", "held by"];
+/// The CLI's flag parser refused the invocation (a release without that flag): nothing ran.
+const UNKNOWN_FLAG: &[&str] = &["unknown flag: ", "unknown shorthand flag: "];
 
 fn contains_any(haystack_lower: &str, phrases: &[&str]) -> bool {
     phrases.iter().any(|p| haystack_lower.contains(p))
@@ -103,14 +105,26 @@ pub fn says_snapshot_not_found(text: &str) -> bool {
     contains_any(&text.to_ascii_lowercase(), SNAPSHOT_NOT_FOUND)
 }
 
+/// True when the text is the CLI's flag parser refusing a flag (`unknown flag: --tail`,
+/// `unknown shorthand flag: 'i' in -i`).
+pub fn says_unknown_flag(text: &str) -> bool {
+    contains_any(&text.to_ascii_lowercase(), UNKNOWN_FLAG)
+}
+
 /// Maps an error text to its class by the §3.4 phrases; unmatched text is `Other`.
+///
+/// An unknown flag (`unknown flag: `, `unknown shorthand flag: `) is tested first and is
+/// [`RuntimeError::Unsupported`]: the installed release lacks the flag and nothing ran, so
+/// no other phrase in the text can be a result.
 ///
 /// The lock phrase (`is in use by an active`) is tested before the name-taken phrases so that
 /// a lock message that happens to mention a holder is still retried, not healed.
 pub fn classify(message: impl Into<String>) -> RuntimeError {
     let message = message.into();
     let lower = message.to_ascii_lowercase();
-    if contains_any(&lower, VM_NOT_FOUND) {
+    if contains_any(&lower, UNKNOWN_FLAG) {
+        RuntimeError::Unsupported(message)
+    } else if contains_any(&lower, VM_NOT_FOUND) {
         RuntimeError::VmNotFound(message)
     } else if contains_any(&lower, SNAPSHOT_NOT_FOUND) {
         RuntimeError::SnapshotNotFound(message)
@@ -124,6 +138,43 @@ pub fn classify(message: impl Into<String>) -> RuntimeError {
     } else {
         RuntimeError::Other(message)
     }
+}
+
+/// The text without ANSI escape sequences (colour codes of the CLI's log lines): CSI
+/// (`ESC [ ... final`), OSC (`ESC ] ... BEL` or `ESC \\`) and two-byte escapes.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('[') => {
+                // Parameters and intermediates up to the final byte (0x40..=0x7e).
+                for c in chars.by_ref() {
+                    if ('\u{40}'..='\u{7e}').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                while let Some(c) = chars.next() {
+                    if c == '\u{7}' {
+                        break;
+                    }
+                    if c == '\u{1b}' && chars.peek() == Some(&'\\') {
+                        chars.next();
+                        break;
+                    }
+                }
+            }
+            // A two-byte escape (or a lone ESC at the end): dropped.
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The holder id of a name collision: the word after `already in use by ` or `held by `
@@ -218,6 +269,46 @@ mod tests {
                 assert_eq!(holder.as_deref(), Some("9f86d081"))
             }
             other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_flags_are_unsupported_before_any_other_phrase() {
+        let cases: &[(&str, bool)] = &[
+            ("Error: unknown flag: --tail", true),
+            ("Error: unknown shorthand flag: 'i' in -i", true),
+            (
+                "x: exit status 1 (stderr: Error: unknown flag: --nics)",
+                true,
+            ),
+            // Even when the refused argument looks like another phrase.
+            ("Error: unknown flag: --vm-not-found", true),
+            ("Error: VM not found", false),
+            ("unknown command \"exec\"", false),
+        ];
+        for (text, want) in cases {
+            let got = matches!(classify(*text), RuntimeError::Unsupported(_));
+            assert_eq!(got, *want, "{text}");
+            assert_eq!(says_unknown_flag(text), *want, "{text}");
+        }
+    }
+
+    #[test]
+    fn ansi_escapes_are_stripped() {
+        let cases: &[(&str, &str)] = &[
+            ("plain", "plain"),
+            (
+                "\u{1b}[90m01 Dec 26 09:32 UTC\u{1b}[0m \u{1b}[32mINF\u{1b}[0m \u{1b}[1mimporting\u{1b}[0m",
+                "01 Dec 26 09:32 UTC INF importing",
+            ),
+            ("\u{1b}[38;5;196mred\u{1b}[m!", "red!"),
+            ("a\u{1b}]0;title\u{7}b", "ab"),
+            ("a\u{1b}]8;;x\u{1b}\\b", "ab"),
+            ("trailing\u{1b}", "trailing"),
+            ("ünïcode \u{1b}[1m✓\u{1b}[0m", "ünïcode ✓"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(strip_ansi(text), *want, "{text:?}");
         }
     }
 

@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-pub use args::Capabilities;
+pub use args::{Capabilities, HelpTexts};
 pub use error::{Result, RuntimeError, classify};
 pub use events::{EventDiffer, EventKind, EventStream, VmEvent};
 pub use heal::RetryPolicy;
