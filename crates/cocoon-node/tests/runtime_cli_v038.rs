@@ -789,6 +789,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
                 restore_mode: "ondemand".into(),
                 cocoon_root_dir: root.clone(),
                 timing: common::fast_timing(),
+                clone_from_dir_roots: Vec::new(),
             },
             client: client.clone(),
             runtime,
