@@ -42,9 +42,7 @@ use cocoon_node::runtime::{
     BackendChoice, Capabilities, CloneRequest, EventKind, ExecRequest, HelpTexts, Runtime,
     RuntimeError, classify, exec_capture,
 };
-use cocoon_testenv::{
-    Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
-};
+use cocoon_testenv::{Shared, TEST_NAMESPACE_LABEL, run_test, unique_name, wait_until};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
@@ -54,6 +52,9 @@ use tokio_util::sync::CancellationToken;
 /// The id and name of the VM the captures were made with.
 const VM_ID: &str = "TMZ7IBM3A3KJGYMV6K3ZZMS2EZ";
 const VM_NAME: &str = "vk-ns-demo-0";
+/// The namespace and pod whose legacy unhashed VM name the recorded VM carries.
+const LEGACY_NS: &str = "ns";
+const LEGACY_POD: &str = "demo-0";
 
 /// `shared/fixtures/cocoon-cli-v0.3.8` beside the repository (or under `COCOON_SHARED_DIR`).
 fn fixtures() -> PathBuf {
@@ -704,6 +705,25 @@ fn node_config(env: &Shared, node: &str, root: &Path, port: u16, bin: &Path) -> 
 }
 
 /// A pod that adopts the recorded VM `vm`, with lifecycle `ready` (nothing owed).
+/// Creates namespace `name` (labelled as a test namespace) unless it exists.
+async fn ensure_namespace(client: &kube::Client, name: &str) -> common::TestResult {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([(TEST_NAMESPACE_LABEL.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn adopting_pod(ns: &str, name: &str, node: &str, vm: &str, extra: &[(&str, &str)]) -> Pod {
     let mut a = vec![
         (ann::VM_NAME, vm),
@@ -737,27 +757,36 @@ async fn kubectl(env: &Shared, args: &[&str]) -> (Option<i32>, String, String) {
 async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() {
     run_test(|env| async move {
         let client = env.client()?;
-        let ns = create_namespace(&client, "cli-v038").await?;
+        // The recorded VM carries the legacy unhashed name `vk-ns-demo-0`, which tenant
+        // isolation keeps only for pod `demo-0` of namespace `ns` adopting it by its id.
+        let ns = LEGACY_NS.to_string();
+        ensure_namespace(&client, &ns).await?;
         let node = unique_name("cli-v038");
         let tmp = tempfile::tempdir()?;
         let root = tmp.path().join("root");
         std::fs::create_dir_all(&root)?;
         let replay = Replay::new();
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        // Bound before the agent starts, so the startup reconcile adopts them by name.
-        api.create(
-            &PostParams::default(),
-            &adopting_pod(&ns, "r1", &node, VM_NAME, &[]),
-        )
+        // Bound before the agent starts, so the startup reconcile adopts it by its id.
+        let _ = api
+            .delete(LEGACY_POD, &DeleteParams::default().grace_period(0))
+            .await;
+        wait_until("no stale demo-0", common::WAIT, || async {
+            matches!(api.get_opt(LEGACY_POD).await, Ok(None)).then_some(())
+        })
         .await?;
         api.create(
             &PostParams::default(),
             &adopting_pod(
                 &ns,
-                "w1",
+                LEGACY_POD,
                 &node,
-                "runtest",
-                &[(ann::OS, "windows"), (ann::BACKEND, "cloud-hypervisor")],
+                VM_NAME,
+                &[
+                    (ann::VM_ID, VM_ID),
+                    (ann::OS, "windows"),
+                    (ann::BACKEND, "cloud-hypervisor"),
+                ],
             ),
         )
         .await?;
@@ -818,9 +847,9 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
         })
         .await?;
 
-        // Adopts the recorded VM by name, and believes `inspect`, not the listing.
-        let r1 = format!("{ns}/r1");
-        let tracked = handler.tracked_vm(&r1).ok_or("r1 adopted")?;
+        // Adopts the recorded VM by its id, and believes `inspect`, not the listing.
+        let key = format!("{ns}/{LEGACY_POD}");
+        let tracked = handler.tracked_vm(&key).ok_or("demo-0 adopted")?;
         assert_eq!(tracked.id(), VM_ID);
         assert_eq!(tracked.record.state, "stopped (stale)");
         assert!(
@@ -829,18 +858,21 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
             replay.calls()
         );
         wait_until(
-            "r1 annotated with the adopted VM id",
+            "demo-0 annotated with the adopted VM id",
             common::WAIT,
             || async {
-                let p = api.get("r1").await.ok()?;
+                let p = api.get(LEGACY_POD).await.ok()?;
                 (common::ann_of(&p, ann::VM_ID).as_deref() == Some(VM_ID)).then_some(())
             },
         )
         .await?;
 
         // kubectl exec: a failure naming the missing verb, not the CLI's help and exit 0.
-        let (code, stdout, stderr) =
-            kubectl(env, &["exec", "-n", &ns, "r1", "--", "sh", "-c", "exit 3"]).await;
+        let (code, stdout, stderr) = kubectl(
+            env,
+            &["exec", "-n", &ns, LEGACY_POD, "--", "sh", "-c", "exit 3"],
+        )
+        .await;
         assert!(code.is_some_and(|c| c != 0 && c != 3), "{code:?} {stderr}");
         assert!(
             stderr.contains("the installed cocoon CLI has no vm exec"),
@@ -849,7 +881,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
         assert!(!stdout.contains("Manage virtual machines"), "{stdout}");
 
         // kubectl logs: a readable error naming the missing verb.
-        let (code, _stdout, stderr) = kubectl(env, &["logs", "-n", &ns, "r1"]).await;
+        let (code, _stdout, stderr) = kubectl(env, &["logs", "-n", &ns, LEGACY_POD]).await;
         assert_ne!(code, Some(0), "{stderr}");
         assert!(
             stderr.contains("the installed cocoon CLI has no vm logs"),
@@ -860,21 +892,21 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
         common::patch_ann(
             &client,
             &ns,
-            "w1",
+            LEGACY_POD,
             serde_json::json!({ann::HIBERNATE: "true", ann::GENERATION: "2"}),
         )
         .await?;
-        let p = common::wait_lifecycle(&client, &ns, "w1", LifecycleState::Failed, 2).await?;
+        let p = common::wait_lifecycle(&client, &ns, LEGACY_POD, LifecycleState::Failed, 2).await?;
         let msg = Lifecycle::from_meta(&p.metadata).message;
         assert!(
-            msg.contains("drop NIC pre-hibernate runtest:")
+            msg.contains(&format!("drop NIC pre-hibernate {VM_NAME}:"))
                 && msg.contains("the installed cocoon CLI has no vm net"),
             "{msg}"
         );
         let events: Api<Event> = Api::namespaced(client.clone(), &ns);
         wait_until("HibernateNetResizeFailed event", common::WAIT, || async {
             let list = events
-                .list(&ListParams::default().fields("involvedObject.name=w1"))
+                .list(&ListParams::default().fields(&format!("involvedObject.name={LEGACY_POD}")))
                 .await
                 .ok()?;
             list.items
@@ -899,7 +931,9 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
         let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
         let _ = leases.delete(&node, &DeleteParams::default()).await;
         let _ = nodes.delete(&node, &DeleteParams::default()).await;
-        delete_namespace(&client, &ns).await?;
+        let _ = api
+            .delete(LEGACY_POD, &DeleteParams::default().grace_period(0))
+            .await;
         Ok::<(), common::BoxError>(())
     })
     .await;
