@@ -69,46 +69,7 @@ fn replica_account(env: &Shared, name: &str, dir: &Path) -> Result<PathBuf, BoxE
             &format!("cocoon-system:{name}"),
         ],
     )?;
-    let token = kubectl(
-        env,
-        &[
-            "-n",
-            "cocoon-system",
-            "create",
-            "token",
-            name,
-            "--duration",
-            "1h",
-        ],
-    )?;
-    let path = dir.join(format!("{name}.kubeconfig"));
-    std::fs::copy(env.kubeconfig_path(), &path)?;
-    let path_s = path.to_string_lossy().into_owned();
-    kubectl(
-        env,
-        &[
-            "--kubeconfig",
-            &path_s,
-            "config",
-            "set-credentials",
-            name,
-            "--token",
-            token.trim(),
-        ],
-    )?;
-    kubectl(
-        env,
-        &[
-            "--kubeconfig",
-            &path_s,
-            "config",
-            "set-context",
-            "--current",
-            "--user",
-            name,
-        ],
-    )?;
-    Ok(path)
+    Ok(env.service_account_kubeconfig("cocoon-system", name, "1h", dir)?)
 }
 
 fn cleanup_account(env: &Shared, name: &str) {

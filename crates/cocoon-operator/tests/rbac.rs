@@ -76,46 +76,7 @@ fn apply_manifests(env: &Shared, dir: &Path) -> Result<(), BoxError> {
 
 /// A kubeconfig for the same cluster that authenticates with a token of `sa` in cocoon-system.
 fn service_account_kubeconfig(env: &Shared, sa: &str, dir: &Path) -> Result<PathBuf, BoxError> {
-    let token = run_kubectl(
-        env,
-        &[
-            "-n",
-            "cocoon-system",
-            "create",
-            "token",
-            sa,
-            "--duration",
-            "2h",
-        ],
-    )?;
-    let path = dir.join(format!("{sa}.kubeconfig"));
-    std::fs::copy(env.kubeconfig_path(), &path)?;
-    let path_s = path.to_string_lossy().into_owned();
-    run_kubectl(
-        env,
-        &[
-            "--kubeconfig",
-            &path_s,
-            "config",
-            "set-credentials",
-            sa,
-            "--token",
-            token.trim(),
-        ],
-    )?;
-    run_kubectl(
-        env,
-        &[
-            "--kubeconfig",
-            &path_s,
-            "config",
-            "set-context",
-            "--current",
-            "--user",
-            sa,
-        ],
-    )?;
-    Ok(path)
+    Ok(env.service_account_kubeconfig("cocoon-system", sa, "2h", dir)?)
 }
 
 /// Every (group, resource, verb) a list of rules grants (no wildcards are expected).

@@ -70,6 +70,10 @@ pub enum Error {
     )]
     External { kubeconfig: PathBuf, detail: String },
 
+    /// A kubectl call made for a test helper failed.
+    #[error("{0}")]
+    Kubectl(String),
+
     /// Something we generated or were handed is malformed.
     #[error("invalid {what}: {detail}")]
     Invalid { what: String, detail: String },

@@ -216,6 +216,64 @@ impl Shared {
         }
     }
 
+    /// A copy of the admin kubeconfig in `dir` that authenticates as ServiceAccount
+    /// `namespace/sa` with a fresh token valid for `duration` (kubectl's syntax, e.g. `2h`).
+    pub fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        sa: &str,
+        duration: &str,
+        dir: &Path,
+    ) -> Result<PathBuf> {
+        let run = |args: &[&str]| -> Result<String> {
+            let out = self
+                .kubectl()
+                .args(args)
+                .output()
+                .map_err(|e| Error::io(format!("running kubectl {}", args.join(" ")), e))?;
+            if !out.status.success() {
+                return Err(Error::Kubectl(format!(
+                    "kubectl {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        let token = run(&[
+            "-n",
+            namespace,
+            "create",
+            "token",
+            sa,
+            "--duration",
+            duration,
+        ])?;
+        let path = dir.join(format!("{sa}.kubeconfig"));
+        std::fs::copy(&self.kubeconfig, &path)
+            .map_err(|e| Error::io(format!("copying the kubeconfig to {}", path.display()), e))?;
+        let path_s = path.to_string_lossy().into_owned();
+        run(&[
+            "--kubeconfig",
+            &path_s,
+            "config",
+            "set-credentials",
+            sa,
+            "--token",
+            token.trim(),
+        ])?;
+        run(&[
+            "--kubeconfig",
+            &path_s,
+            "config",
+            "set-context",
+            "--current",
+            "--user",
+            sa,
+        ])?;
+        Ok(path)
+    }
+
     /// The upstream `kubectl` with `--kubeconfig` pointing at this env.
     pub fn kubectl(&self) -> std::process::Command {
         let mut cmd = std::process::Command::new(self.bin_dir.join("kubectl"));
