@@ -418,6 +418,7 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l client -d 'Print only the plugin\'s version and revision; do not contact the cluster'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s V -l version -d 'Print version'

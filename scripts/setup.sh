@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh -- installs everything the demo and the tests need on a fresh machine, idempotently:
-# Debian packages, Debian's docker-registry (extracted, not started), and the upstream
-# Kubernetes control plane built from Go modules into a cache outside the repository.
+# Debian packages (podman, runc and skopeo for the operator image), Debian's docker-registry
+# (extracted, not started), and the upstream Kubernetes control plane and krew built from Go
+# modules into a cache outside the repository.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -12,6 +13,11 @@ command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
 command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 command -v dpkg-deb >/dev/null 2>&1 || need_pkgs+=(dpkg)
+command -v strip >/dev/null 2>&1 || need_pkgs+=(binutils)
+command -v podman >/dev/null 2>&1 || need_pkgs+=(podman)
+command -v runc >/dev/null 2>&1 || need_pkgs+=(runc)
+command -v skopeo >/dev/null 2>&1 || need_pkgs+=(skopeo)
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need_pkgs+=(ca-certificates)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -27,3 +33,6 @@ log "local OCI registry (Debian docker-registry)"
 
 log "upstream control plane (cached; a cold build takes several minutes)"
 "$root/crates/cocoon-testenv/upstream/build.sh" >/dev/null
+
+log "krew (cached)"
+"$root/scripts/krew.sh" >/dev/null

@@ -15,8 +15,16 @@ use cocoon_operator::{cocoonset, hibernation};
 use kube::runtime::events::{Recorder, Reporter};
 use tracing::info;
 
+/// `--version`: the workspace version and the git revision the binary was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("COCOON_GIT_REVISION"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
-#[command(name = "cocoon-operator", version, about)]
+#[command(name = "cocoon-operator", version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -12,7 +12,7 @@ pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  success (also: already in t
 #[derive(Parser, Debug)]
 #[command(
     name = "kubectl-cocoon",
-    version,
+    version = crate::version::LONG_VERSION,
     about = "Lifecycle verbs for cocoon microVM agents: suspend, resume, hibernate, wake, migrate, status",
     after_help = EXIT_CODES_HELP,
     propagate_version = true
@@ -167,6 +167,9 @@ pub enum Command {
     Version {
         #[arg(short = 'o', long, value_enum)]
         output: Option<OutputFormat>,
+        /// Print only the plugin's version and revision; do not contact the cluster.
+        #[arg(long)]
+        client: bool,
     },
     /// Print a static completion script for bash, zsh, fish or powershell.
     Completion { shell: clap_complete::Shell },

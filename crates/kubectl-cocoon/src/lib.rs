@@ -37,29 +37,38 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             complete::run(&words, false, &cli.conn).await;
             Ok(())
         }
-        Command::Version { output } => {
-            let client_version = env!("CARGO_PKG_VERSION").to_string();
-            let operator = match cli.conn.connect().await {
-                Ok(conn) => match version::operator_version(&conn.client).await {
-                    Ok(v) => v,
+        Command::Version { output, client } => {
+            let client_version = version::CLIENT_VERSION.to_string();
+            let operator = if client {
+                None
+            } else {
+                match cli.conn.connect().await {
+                    Ok(conn) => match version::operator_version(&conn.client).await {
+                        Ok(v) => v,
+                        Err(e) => {
+                            eprintln!("warning: cannot read the operator version: {e}");
+                            None
+                        }
+                    },
                     Err(e) => {
-                        eprintln!("warning: cannot read the operator version: {e}");
+                        eprintln!("warning: {e}");
                         None
                     }
-                },
-                Err(e) => {
-                    eprintln!("warning: {e}");
-                    None
                 }
             };
             let v = version::Versions {
                 client: client_version.clone(),
+                client_revision: version::CLIENT_REVISION.to_string(),
                 operator: operator.clone(),
             };
             if let Some(fmt) = output {
                 return output::print_object(&v, fmt);
             }
             println!("Client Version: {client_version}");
+            println!("Client Revision: {}", version::CLIENT_REVISION);
+            if client {
+                return Ok(());
+            }
             println!(
                 "Operator Version: {}",
                 operator.as_deref().unwrap_or("unknown")

@@ -6,6 +6,18 @@ use kube::Client;
 use kube::api::Api;
 use serde::Serialize;
 
+/// The plugin's version (the workspace version).
+pub const CLIENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git revision the plugin was built from (`unknown` outside a git checkout).
+pub const CLIENT_REVISION: &str = env!("COCOON_GIT_REVISION");
+/// `--version`: the version and the git revision.
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("COCOON_GIT_REVISION"),
+    ")"
+);
+
 /// Namespace and name of the operator Deployment the version is read from.
 pub const OPERATOR_NAMESPACE: &str = "cocoon-system";
 pub const OPERATOR_DEPLOYMENT: &str = "cocoon-operator";
@@ -13,6 +25,8 @@ pub const OPERATOR_DEPLOYMENT: &str = "cocoon-operator";
 #[derive(Debug, Serialize)]
 pub struct Versions {
     pub client: String,
+    pub client_revision: String,
+    /// `null` when unknown, and with `--client` (the cluster is not asked).
     pub operator: Option<String>,
 }
 

@@ -1,0 +1,34 @@
+//! Embeds the git revision the binary is built from as `COCOON_GIT_REVISION` (`git rev-parse
+//! --short HEAD`; `unknown` outside a git checkout). Setting `COCOON_GIT_REVISION` in the
+//! environment overrides it, for builds from a source archive.
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=COCOON_GIT_REVISION");
+    let revision = match std::env::var("COCOON_GIT_REVISION") {
+        Ok(v) if !v.trim().is_empty() => v.trim().to_string(),
+        _ => git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into()),
+    };
+    // Rebuild when HEAD moves: HEAD itself, the branch it points at, and packed refs. Only
+    // existing files: cargo reruns a build script on every build for a missing one.
+    let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for name in watched {
+        if let Some(p) = git(&["rev-parse", "--git-path", &name])
+            && std::path::Path::new(&p).exists()
+        {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
+    println!("cargo:rustc-env=COCOON_GIT_REVISION={revision}");
+}
