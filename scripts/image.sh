@@ -34,22 +34,13 @@ done
 cacerts=/etc/ssl/certs/ca-certificates.crt
 [ -s "$cacerts" ] || { echo "image.sh: $cacerts is missing; run scripts/setup.sh (ca-certificates)" >&2; exit 1; }
 
-version=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
-[ -n "$version" ] || { echo "image.sh: no version in [workspace.package] of Cargo.toml" >&2; exit 1; }
+# shellcheck source=scripts/static-build.sh
+. "$root/scripts/static-build.sh"
 revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 full_revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 
-triple=x86_64-unknown-linux-gnu
-target_dir=${CARGO_TARGET_DIR:-$root/target}
 log "building cocoon-operator $version ($revision), release, static ($triple)"
-# --target keeps the static flag off build scripts and proc macros, which must stay dynamic.
-# Both binaries in one build (one feature set), as scripts/release.sh does: each reuses the other.
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-  cargo build --quiet --locked --release -p cocoon-operator -p kubectl-cocoon --target "$triple"
-bin="$target_dir/$triple/release/cocoon-operator"
-if ! ldd "$bin" 2>&1 | grep -Eq 'not a dynamic executable|statically linked'; then
-  echo "image.sh: $bin is not statically linked:" >&2; ldd "$bin" >&2 || true; exit 1
-fi
+bin=$(static_binary cocoon-operator)
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT

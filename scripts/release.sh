@@ -28,24 +28,16 @@ for tool in ldd strip tar gzip sha256sum awk; do
   command -v "$tool" >/dev/null 2>&1 || { echo "release.sh: $tool is missing; run scripts/setup.sh" >&2; exit 1; }
 done
 
-version=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
-[ -n "$version" ] || { echo "release.sh: no version in [workspace.package] of Cargo.toml" >&2; exit 1; }
+# shellcheck source=scripts/static-build.sh
+. "$root/scripts/static-build.sh"
 tag=${tag:-v$version}
 case "$tag" in
   v[0-9]*.[0-9]*.[0-9]*) ;;
   *) echo "release.sh: --tag $tag is not a vMAJOR.MINOR.PATCH tag" >&2; exit 2 ;;
 esac
 
-triple=x86_64-unknown-linux-gnu
-target_dir=${CARGO_TARGET_DIR:-$root/target}
 log "building kubectl-cocoon $version, release, static ($triple)"
-# The same build as scripts/image.sh (both binaries, one feature set), so each reuses the other.
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-  cargo build --quiet --locked --release -p cocoon-operator -p kubectl-cocoon --target "$triple"
-bin="$target_dir/$triple/release/kubectl-cocoon"
-if ! ldd "$bin" 2>&1 | grep -Eq 'not a dynamic executable|statically linked'; then
-  echo "release.sh: $bin is not statically linked:" >&2; ldd "$bin" >&2 || true; exit 1
-fi
+bin=$(static_binary kubectl-cocoon)
 
 mkdir -p "$out"
 stage=$(mktemp -d)

@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::path::Path;
 use std::process::Stdio;
@@ -25,7 +24,6 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::agent::AgentPodBackend;
-use cocoon_node::config::NodeConfig;
 use cocoon_node::kubelet::{KubeletServer, MetricsServer, NO_LIVE_VM_BODY, TlsMaterial};
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
@@ -77,19 +75,6 @@ impl KubeletAgent {
     }
 }
 
-fn node_config(env: &Shared, node: &str, root: &Path, port: u16) -> TestResult<NodeConfig> {
-    let vars: BTreeMap<&str, String> = [
-        ("VK_NODE_NAME", node.to_owned()),
-        ("VK_NODE_POOL", "default".to_owned()),
-        ("VK_NODE_IP", "127.0.0.1".to_owned()),
-        ("OCI_REGISTRY", env.registry_addr().to_owned()),
-        ("COCOON_ROOT_DIR", root.display().to_string()),
-        ("VK_KUBELET_PORT", port.to_string()),
-    ]
-    .into();
-    Ok(NodeConfig::from_lookup(|k| vars.get(k).cloned(), || None)?)
-}
-
 async fn start(env: &Shared, node: &str, root: &Path) -> TestResult<KubeletAgent> {
     std::fs::create_dir_all(root)?;
     let token = CancellationToken::new();
@@ -108,7 +93,7 @@ async fn start(env: &Shared, node: &str, root: &Path) -> TestResult<KubeletAgent
     let metrics = Arc::new(NodeMetrics::new(root.to_owned()));
     let metrics_server =
         MetricsServer::start("127.0.0.1:0".parse()?, metrics.clone(), &token).await?;
-    let config = node_config(env, node, root, kubelet.port())?;
+    let config = common::node_config(env, node, root, kubelet.port(), &[])?;
     let resources = capacity::read_resources(&config)?;
     let registration = NodeRegistration::from_config(&config, resources, kubelet.port());
     let mut opts = AgentOptions::new(root);

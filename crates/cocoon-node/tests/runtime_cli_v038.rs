@@ -19,7 +19,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -28,7 +27,6 @@ use std::time::Duration;
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_node::agent::{AgentParts, AgentPodBackend, run_agent};
-use cocoon_node::config::NodeConfig;
 use cocoon_node::kubelet::{KubeletServer, TlsMaterial};
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
@@ -689,22 +687,6 @@ async fn coloured_stderr_is_stripped_from_errors() {
 
 // ---- a node agent on the replay ------------------------------------------------------------
 
-fn node_config(env: &Shared, node: &str, root: &Path, port: u16, bin: &Path) -> NodeConfig {
-    let vars: BTreeMap<&str, String> = [
-        ("VK_NODE_NAME", node.to_owned()),
-        ("VK_NODE_POOL", "default".to_owned()),
-        ("VK_NODE_IP", "127.0.0.1".to_owned()),
-        ("OCI_REGISTRY", env.registry_addr().to_owned()),
-        ("COCOON_ROOT_DIR", root.display().to_string()),
-        ("VK_KUBELET_PORT", port.to_string()),
-        ("VK_COCOON_BIN", bin.display().to_string()),
-        ("VK_ORPHAN_POLICY", "keep".to_owned()),
-    ]
-    .into();
-    NodeConfig::from_lookup(|k| vars.get(k).cloned(), || None).expect("node config")
-}
-
-/// A pod that adopts the recorded VM `vm`, with lifecycle `ready` (nothing owed).
 /// Creates namespace `name` (labelled as a test namespace) unless it exists.
 async fn ensure_namespace(client: &kube::Client, name: &str) -> common::TestResult {
     use k8s_openapi::api::core::v1::Namespace;
@@ -724,6 +706,7 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> common::TestResu
     }
 }
 
+/// A pod that adopts the recorded VM `vm`, with lifecycle `ready` (nothing owed).
 fn adopting_pod(ns: &str, name: &str, node: &str, vm: &str, extra: &[(&str, &str)]) -> Pod {
     let mut a = vec![
         (ann::VM_NAME, vm),
@@ -805,7 +788,16 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
             &token,
         )
         .await?;
-        let config = node_config(env, &node, &root, kubelet.port(), &replay.bin());
+        let config = common::node_config(
+            env,
+            &node,
+            &root,
+            kubelet.port(),
+            &[
+                ("VK_COCOON_BIN", replay.bin().display().to_string()),
+                ("VK_ORPHAN_POLICY", "keep".to_owned()),
+            ],
+        )?;
         assert_eq!(config.runtime, BackendChoice::Cocoon { bin: replay.bin() });
         let (runtime, sim) = config.runtime.open(|_| None).await?;
         assert!(sim.is_none());

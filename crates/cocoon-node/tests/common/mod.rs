@@ -420,3 +420,28 @@ pub fn apiserver_kubelet_client(env: &Shared) -> TestResult<kubelet::ClientCert>
         &pki.join("apiserver-kubelet-client.key"),
     ))
 }
+
+/// The node agent configuration of a test agent on loopback: `VK_NODE_NAME`, the default pool,
+/// the test registry, `root` as `COCOON_ROOT_DIR`, the kubelet `port`, plus `extra` variables.
+pub fn node_config(
+    env: &Shared,
+    node: &str,
+    root: &Path,
+    port: u16,
+    extra: &[(&str, String)],
+) -> TestResult<cocoon_node::config::NodeConfig> {
+    let mut vars: BTreeMap<&str, String> = [
+        ("VK_NODE_NAME", node.to_owned()),
+        ("VK_NODE_POOL", "default".to_owned()),
+        ("VK_NODE_IP", "127.0.0.1".to_owned()),
+        ("OCI_REGISTRY", env.registry_addr().to_owned()),
+        ("COCOON_ROOT_DIR", root.display().to_string()),
+        ("VK_KUBELET_PORT", port.to_string()),
+    ]
+    .into();
+    vars.extend(extra.iter().cloned());
+    Ok(cocoon_node::config::NodeConfig::from_lookup(
+        |k| vars.get(k).cloned(),
+        || None,
+    )?)
+}

@@ -727,32 +727,15 @@ mod tests {
         );
         drop(held.pop());
         // The freed slot is served again (the server notices the close asynchronously).
-        let served = poll_until(|| async {
-            let mut s = UnixStream::connect(server.path()).await.ok()?;
-            s.write_all(b"{\"op\":\"list\"}\n").await.ok()?;
-            let line = read_line(&mut s).await;
-            line.starts_with("{\"ok\"").then_some(())
-        })
-        .await;
-        assert!(served.is_some(), "a slot frees when a connection closes");
-    }
-
-    /// Polls `check` until it returns `Some` (10 s at most).
-    async fn poll_until<T, F, Fut>(mut check: F) -> Option<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Option<T>>,
-    {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(v) = check().await {
-                return Some(v);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let served =
+            cocoon_testenv::wait_until("a freed slot served", Duration::from_secs(10), || async {
+                let mut s = UnixStream::connect(server.path()).await.ok()?;
+                s.write_all(b"{\"op\":\"list\"}\n").await.ok()?;
+                let line = read_line(&mut s).await;
+                line.starts_with("{\"ok\"").then_some(())
+            })
+            .await;
+        assert!(served.is_ok(), "a slot frees when a connection closes");
     }
 
     #[tokio::test]
@@ -790,15 +773,19 @@ mod tests {
         std::fs::remove_file(&path).expect("rm");
         let server = ControlServer::start(h, &path, &shutdown).expect("serve");
         shutdown.cancel();
-        let refused = poll_until(|| async {
-            let root = tmp.path().to_owned();
-            let r = tokio::task::spawn_blocking(move || request(&root, &Request::List))
-                .await
-                .ok()?;
-            r.is_err().then_some(())
-        })
+        let refused = cocoon_testenv::wait_until(
+            "requests refused after shutdown",
+            Duration::from_secs(10),
+            || async {
+                let root = tmp.path().to_owned();
+                let r = tokio::task::spawn_blocking(move || request(&root, &Request::List))
+                    .await
+                    .ok()?;
+                r.is_err().then_some(())
+            },
+        )
         .await;
-        assert!(refused.is_some(), "no answers after shutdown");
+        assert!(refused.is_ok(), "no answers after shutdown");
         drop(server);
     }
 }
