@@ -11,3 +11,4 @@ pub mod metrics;
 pub mod registry;
 pub mod shell;
 pub mod stripes;
+pub mod user_agent;

@@ -23,6 +23,8 @@ pub struct AuditRecord {
     pub name: String,
     /// The response code (0 when the record has none).
     pub code: u16,
+    /// The request's `User-Agent` ("" when it sent none).
+    pub user_agent: String,
 }
 
 /// The audit log of a test environment.
@@ -105,6 +107,7 @@ fn parse(v: &serde_json::Value) -> Option<AuditRecord> {
             .and_then(|c| c.as_u64())
             .and_then(|c| u16::try_from(c).ok())
             .unwrap_or(0),
+        user_agent: text(v.get("userAgent")),
     })
 }
 
@@ -120,7 +123,7 @@ mod tests {
         let sa = "system:serviceaccount:cocoon-system:cocoon-operator";
         let lines = [
             format!(
-                r#"{{"stage":"ResponseComplete","verb":"patch","user":{{"username":"{sa}"}},"objectRef":{{"resource":"cocoonsets","subresource":"status","namespace":"a","name":"s","apiGroup":"cocoonset.cocoonstack.io"}},"responseStatus":{{"code":200}}}}"#
+                r#"{{"stage":"ResponseComplete","verb":"patch","user":{{"username":"{sa}"}},"userAgent":"cocoon-operator/0.1.0","objectRef":{{"resource":"cocoonsets","subresource":"status","namespace":"a","name":"s","apiGroup":"cocoonset.cocoonstack.io"}},"responseStatus":{{"code":200}}}}"#
             ),
             format!(
                 r#"{{"stage":"ResponseStarted","verb":"watch","user":{{"username":"{sa}"}},"objectRef":{{"resource":"pods"}}}}"#
@@ -136,6 +139,8 @@ mod tests {
         assert_eq!(records.len(), 2, "{records:?}");
         assert_eq!(records[0].resource, "cocoonsets/status");
         assert_eq!(records[0].code, 200);
+        assert_eq!(records[0].user_agent, "cocoon-operator/0.1.0");
+        assert_eq!(records[1].user_agent, "");
         assert_eq!(records[1].code, 403);
         let calls = log.calls_of(sa).unwrap();
         assert!(calls.contains(&(

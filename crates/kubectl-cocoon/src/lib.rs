@@ -11,6 +11,7 @@ pub mod lifecycle;
 pub mod output;
 pub mod status;
 pub mod table;
+pub mod user_agent;
 pub mod version;
 pub mod view;
 pub mod wait;
