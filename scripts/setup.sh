@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh -- installs everything the demo and the tests need on a fresh machine, idempotently:
 # Debian packages (podman, runc and skopeo for the operator image), Debian's docker-registry
-# (extracted, not started), and the upstream Kubernetes control plane and krew built from Go
-# modules into a cache outside the repository.
+# (extracted, not started), and the upstream Kubernetes control plane, krew and helm built
+# from Go modules into a cache outside the repository.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -36,3 +36,6 @@ log "upstream control plane (cached; a cold build takes several minutes)"
 
 log "krew (cached)"
 "$root/scripts/krew.sh" >/dev/null
+
+log "helm (cached)"
+"$root/scripts/helm.sh" >/dev/null
