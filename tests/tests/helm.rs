@@ -103,14 +103,14 @@ fn objects(yaml: &str) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     for mut doc in docs {
         normalize(&mut doc);
-        if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
-            if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
-                for l in HELM_LABELS {
-                    labels.remove(l);
-                }
-                if labels.is_empty() {
-                    meta.remove("labels");
-                }
+        if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut)
+            && let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut)
+        {
+            for l in HELM_LABELS {
+                labels.remove(l);
+            }
+            if labels.is_empty() {
+                meta.remove("labels");
             }
         }
         let field = |v: &Value, path: &[&str]| {
