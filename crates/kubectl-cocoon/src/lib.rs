@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod complete;
 pub mod conn;
+pub mod describe;
 pub mod duration;
 pub mod error;
 pub mod gc;
@@ -94,7 +95,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     output,
                     watch,
                 } => status::status(&client, &ns, &names, &selection, output, watch, color).await,
-                Command::Describe { name } => status::describe(&client, &ns, &name, color).await,
+                Command::Describe { name } => describe::describe(&client, &ns, &name, color).await,
                 Command::Suspend {
                     names,
                     selection,

@@ -680,8 +680,7 @@ pub async fn pin(
             grace: flags.failure_grace,
             warnings: Some(crate::waiter::Warnings {
                 api: Api::namespaced(client.clone(), ns),
-                name: name.to_string(),
-                kinds: &["CocoonSet"],
+                objects: vec![("CocoonSet", name.to_string())],
                 since: wait_options(flags).since,
             }),
         },

@@ -59,6 +59,13 @@ pub fn set_observation(cs: Option<&CocoonSet>) -> Observation {
         observed_generation: st.observed_generation,
         phase: st.phase.map(|p| p.as_str().to_string()).unwrap_or_default(),
         ready_message: ready_message(&st.conditions),
+        members: st
+            .agents
+            .iter()
+            .map(|a| a.pod_name.clone())
+            .chain(st.toolboxes.iter().map(|t| t.pod_name.clone()))
+            .filter(|n| !n.is_empty())
+            .collect(),
         ..Default::default()
     }
 }
@@ -131,8 +138,7 @@ async fn wait_one(
                 grace: opts.grace,
                 warnings: Some(Warnings {
                     api: events,
-                    name: t.name.clone(),
-                    kinds: &["CocoonSet"],
+                    objects: vec![("CocoonSet", t.name.clone())],
                     since: opts.since,
                 }),
             };
@@ -157,8 +163,10 @@ async fn wait_one(
                 grace: opts.grace,
                 warnings: Some(Warnings {
                     api: events,
-                    name: t.name.clone(),
-                    kinds: &["CocoonHibernation", "Pod"],
+                    objects: vec![
+                        ("CocoonHibernation", t.name.clone()),
+                        ("Pod", t.name.clone()),
+                    ],
                     since: opts.since,
                 }),
             };

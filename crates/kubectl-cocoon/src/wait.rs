@@ -31,6 +31,8 @@ pub struct Observation {
     pub main_has_vm: bool,
     /// For pod targets: the pod reports Ready.
     pub pod_ready: bool,
+    /// For sets: the member pods' names (their Warning Events explain a stuck set).
+    pub members: Vec<String>,
 }
 
 /// The evaluator's answer.

@@ -34,14 +34,12 @@ pub struct WaitSpec<'a> {
     pub warnings: Option<Warnings>,
 }
 
-/// The Warning Events of one object: core/v1 Events selected by involvedObject name (and
-/// kind), newer than `since`.
+/// The Warning Events of one target: core/v1 Events whose involvedObject is one of
+/// `objects` (kind, name), or a member pod the observations name, newer than `since`.
 #[derive(Clone)]
 pub struct Warnings {
     pub api: Api<Event>,
-    pub name: String,
-    /// involvedObject kinds that count (`CocoonSet`; `CocoonHibernation` and `Pod` for a pod).
-    pub kinds: &'static [&'static str],
+    pub objects: Vec<(&'static str, String)>,
     /// Older events describe an earlier round.
     pub since: Option<Timestamp>,
 }
@@ -57,21 +55,21 @@ pub fn last_seen(e: &Event) -> Option<Timestamp> {
         .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-/// The newest of `events` whose involvedObject kind is one of `kinds`, not older than
+/// The newest Warning of `events` about one of `objects` (kind, name), not older than
 /// `since`, as `Reason: message`.
 pub fn newest_warning(
     events: &[Event],
-    kinds: &[&str],
+    objects: &[(&str, &str)],
     since: Option<Timestamp>,
 ) -> Option<String> {
     events
         .iter()
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .filter(|e| {
-            e.involved_object
-                .kind
-                .as_deref()
-                .is_some_and(|k| kinds.contains(&k))
+            let io = &e.involved_object;
+            objects
+                .iter()
+                .any(|(k, n)| io.kind.as_deref() == Some(*k) && io.name.as_deref() == Some(*n))
         })
         .filter(|e| match (since, last_seen(e)) {
             (Some(s), Some(t)) => t >= s,
@@ -88,11 +86,24 @@ pub fn newest_warning(
 }
 
 impl Warnings {
-    async fn newest(&self) -> Option<String> {
-        let lp = ListParams::default()
-            .fields(&format!("involvedObject.name={},type=Warning", self.name));
-        let list = self.api.list(&lp).await.ok()?;
-        newest_warning(&list.items, self.kinds, self.since)
+    /// One request: by name when every object shares one (a pod and its hibernation), else
+    /// the namespace's Warnings.
+    async fn newest(&self, members: &[String]) -> Option<String> {
+        let mut objects: Vec<(&str, &str)> =
+            self.objects.iter().map(|(k, n)| (*k, n.as_str())).collect();
+        objects.extend(members.iter().map(|m| ("Pod", m.as_str())));
+        let first = objects.first().map(|o| o.1)?;
+        let selector = if objects.iter().all(|o| o.1 == first) {
+            format!("involvedObject.name={first},type=Warning")
+        } else {
+            "type=Warning".to_string()
+        };
+        let list = self
+            .api
+            .list(&ListParams::default().fields(&selector))
+            .await
+            .ok()?;
+        newest_warning(&list.items, &objects, self.since)
     }
 }
 
@@ -105,6 +116,8 @@ struct Judge<'s, 'a> {
     last_failure: Option<String>,
     last_state: Option<String>,
     last_warning: Option<String>,
+    /// The member pods the last observation named (their Warnings count too).
+    members: Vec<String>,
 }
 
 impl Judge<'_, '_> {
@@ -113,6 +126,9 @@ impl Judge<'_, '_> {
         (obj, obs): (Option<K>, Observation),
     ) -> Result<Option<Option<K>>, CliError> {
         let spec = self.spec;
+        if !obs.members.is_empty() {
+            self.members = obs.members.clone();
+        }
         let verdict = self.state.evaluate(
             &spec.goal,
             &obs,
@@ -164,7 +180,7 @@ impl Judge<'_, '_> {
         let Some(w) = &self.spec.warnings else {
             return;
         };
-        if let Some(text) = w.newest().await
+        if let Some(text) = w.newest(&self.members).await
             && self.last_warning.as_deref() != Some(text.as_str())
         {
             self.line.warn(&text);
@@ -208,6 +224,7 @@ where
         last_failure: None,
         last_state: None,
         last_warning: None,
+        members: Vec::new(),
     };
     if spec.timeout.is_zero() {
         let current = api
@@ -335,15 +352,28 @@ mod tests {
             ),
         ];
         assert_eq!(
-            newest_warning(&events, &["CocoonSet"], None).as_deref(),
+            newest_warning(&events, &[("CocoonSet", "demo")], None).as_deref(),
             Some("WakeNoCapacity: WakeNoCapacity at 2026-12-01T10:05:00Z")
         );
         assert_eq!(
-            newest_warning(&events, &["CocoonHibernation", "Pod"], None).as_deref(),
+            newest_warning(
+                &events,
+                &[("CocoonHibernation", "demo"), ("Pod", "demo")],
+                None
+            )
+            .as_deref(),
             Some("HibernateSnapshotFailed: HibernateSnapshotFailed at 2026-12-01T10:08:00Z")
+        );
+        // Another object's warning is not this one's.
+        assert_eq!(
+            newest_warning(&events, &[("CocoonSet", "demo-two")], None),
+            None
         );
         // An earlier round's warning is not this wait's.
         let since: Timestamp = "2026-12-01T10:06:00Z".parse().expect("ts");
-        assert_eq!(newest_warning(&events, &["CocoonSet"], Some(since)), None);
+        assert_eq!(
+            newest_warning(&events, &[("CocoonSet", "demo")], Some(since)),
+            None
+        );
     }
 }
