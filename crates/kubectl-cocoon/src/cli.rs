@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::conn::ConnFlags;
 
 /// Exit codes, shown at the end of `--help`.
-pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  success (also: already in the requested state)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out\n  4  the wait reached Failed (after --failure-grace)\n  130  interrupted (Ctrl-C) while waiting; the write already happened\nSeveral targets are all written first, then waited for together under one --timeout; the exit\ncode is the worst of theirs (4 over 3 over 1).";
+pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  success (also: already in the requested state)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out\n  4  the wait reached Failed (after --failure-grace)\n  130  interrupted (Ctrl-C) while waiting; the write already happened\n\nSeveral targets are all written first, then waited for together under one --timeout;\nthe exit code is the worst of theirs (4 over 3 over 1).";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -103,12 +103,20 @@ pub enum Command {
         #[arg(short = 'w', long)]
         watch: bool,
     },
-    /// Show a CocoonSet (NAME or cocoonset/NAME), a pod (pod/NAME) or a CocoonHibernation
-    /// (cocoonhibernation/NAME): members or state, conditions and the object's Events.
+    /// Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events.
+    ///
+    /// NAME or cocoonset/NAME shows a set with its members; pod/NAME or
+    /// cocoonhibernation/NAME a pod with its hibernation. Events are those of exactly these
+    /// objects (involvedObject kind, name and uid).
     Describe { name: String },
-    /// Wait, read-only, until targets (cocoonset/NAME, pod/NAME) reach a phase; pods through
-    /// their CocoonHibernation (`--for=Ready`: Active and the pod Ready).
+    /// Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended.
+    ///
+    /// Targets: cocoonset/NAME (a bare NAME is a set) and pod/NAME, a pod through its
+    /// CocoonHibernation (--for=Ready: Active and the pod Ready, i.e. its VM serves).
+    /// Several targets are waited for together under one --timeout; --timeout 0 checks once.
     Wait {
+        /// cocoonset/NAME (or NAME), pod/NAME, cocoonhibernation/NAME; several allowed.
+        #[arg(value_name = "TARGET")]
         targets: Vec<String>,
         /// The phase to wait for: Suspended, Running, …; for pods Hibernated, Active, Ready.
         #[arg(long = "for", value_name = "PHASE")]
