@@ -66,6 +66,12 @@ pub fn set_observation(cs: Option<&CocoonSet>) -> Observation {
             .chain(st.toolboxes.iter().map(|t| t.pod_name.clone()))
             .filter(|n| !n.is_empty())
             .collect(),
+        uids: cs
+            .metadata
+            .uid
+            .iter()
+            .map(|u| ("CocoonSet", u.clone()))
+            .collect(),
         ..Default::default()
     }
 }
@@ -97,13 +103,21 @@ pub fn pod_observation(ch: Option<&CocoonHibernation>, pod: Option<&Pod>) -> Obs
                 phase: st.phase.map(|p| p.as_str().to_string()).unwrap_or_default(),
                 ready_message: ready_message(&st.conditions),
                 pod_ready,
+                uids: ch
+                    .metadata
+                    .uid
+                    .iter()
+                    .map(|u| ("CocoonHibernation", u.clone()))
+                    .chain(pod.and_then(|p| p.metadata.uid.clone()).map(|u| ("Pod", u)))
+                    .collect(),
                 ..Default::default()
             }
         }
-        (None, Some(_)) => Observation {
+        (None, Some(p)) => Observation {
             exists: true,
             phase: crate::wait::ACTIVE.into(),
             pod_ready,
+            uids: p.metadata.uid.iter().map(|u| ("Pod", u.clone())).collect(),
             ..Default::default()
         },
         (None, None) => Observation::default(),

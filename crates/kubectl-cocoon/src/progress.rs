@@ -53,9 +53,7 @@ impl Progress {
     /// Prints a line that stays (above the spinners on a terminal).
     pub fn println(&self, text: &str) {
         match &self.multi {
-            Some(m) => {
-                let _ = m.println(text);
-            }
+            Some(m) => m.suspend(|| eprintln!("{text}")),
             None => {
                 let mut err = std::io::stderr();
                 let _ = writeln!(err, "{text}");
@@ -117,9 +115,8 @@ impl Line {
             self.started.elapsed().as_secs_f64()
         );
         match &self.multi {
-            Some(m) => {
-                let _ = m.println(line);
-            }
+            // Above the spinners, whole (a line printed once may wrap like any log line).
+            Some(m) => m.suspend(|| eprintln!("{line}")),
             None => {
                 let mut err = std::io::stderr();
                 let _ = writeln!(err, "{line}");
@@ -128,17 +125,21 @@ impl Line {
         }
     }
 
-    /// The wait ended: the spinner becomes a final line (plain output prints it if new).
+    /// The wait ended: the spinner goes and a final line stays (plain output prints it if
+    /// new).
     pub fn finish(&self, msg: &str) {
-        match &self.bar {
-            Some(bar) => {
-                bar.set_style(
-                    ProgressStyle::with_template("{prefix} {elapsed:>4} {wide_msg}")
-                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        match (&self.bar, &self.multi) {
+            (Some(bar), Some(m)) => {
+                let line = format!(
+                    "{} {:7.3}s {msg}",
+                    self.prefix,
+                    self.started.elapsed().as_secs_f64()
                 );
-                bar.finish_with_message(msg.to_string());
+                bar.finish_and_clear();
+                m.remove(bar);
+                m.suspend(|| eprintln!("{line}"));
             }
-            None => self.plain(msg),
+            _ => self.plain(msg),
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct Observation {
     pub pod_ready: bool,
     /// For sets: the member pods' names (their Warning Events explain a stuck set).
     pub members: Vec<String>,
+    /// The (kind, uid) of the objects read: an Event of an earlier object of the same name is
+    /// not theirs.
+    pub uids: Vec<(&'static str, String)>,
 }
 
 /// The evaluator's answer.

@@ -55,11 +55,11 @@ pub fn last_seen(e: &Event) -> Option<Timestamp> {
         .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-/// The newest Warning of `events` about one of `objects` (kind, name), not older than
-/// `since`, as `Reason: message`.
+/// The newest Warning of `events` about one of `objects` (kind, name, and uid when known),
+/// not older than `since`, as `Reason: message`.
 pub fn newest_warning(
     events: &[Event],
-    objects: &[(&str, &str)],
+    objects: &[(&str, &str, Option<&str>)],
     since: Option<Timestamp>,
 ) -> Option<String> {
     events
@@ -67,9 +67,12 @@ pub fn newest_warning(
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .filter(|e| {
             let io = &e.involved_object;
-            objects
-                .iter()
-                .any(|(k, n)| io.kind.as_deref() == Some(*k) && io.name.as_deref() == Some(*n))
+            let uid = io.uid.as_deref().unwrap_or("");
+            objects.iter().any(|(k, n, u)| {
+                io.kind.as_deref() == Some(*k)
+                    && io.name.as_deref() == Some(*n)
+                    && (uid.is_empty() || u.is_none_or(|u| u == uid))
+            })
         })
         .filter(|e| match (since, last_seen(e)) {
             (Some(s), Some(t)) => t >= s,
@@ -88,10 +91,18 @@ pub fn newest_warning(
 impl Warnings {
     /// One request: by name when every object shares one (a pod and its hibernation), else
     /// the namespace's Warnings.
-    async fn newest(&self, members: &[String]) -> Option<String> {
-        let mut objects: Vec<(&str, &str)> =
-            self.objects.iter().map(|(k, n)| (*k, n.as_str())).collect();
-        objects.extend(members.iter().map(|m| ("Pod", m.as_str())));
+    async fn newest(&self, members: &[String], uids: &[(&'static str, String)]) -> Option<String> {
+        let uid_of = |kind: &str| {
+            uids.iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, u)| u.as_str())
+        };
+        let mut objects: Vec<(&str, &str, Option<&str>)> = self
+            .objects
+            .iter()
+            .map(|(k, n)| (*k, n.as_str(), uid_of(k)))
+            .collect();
+        objects.extend(members.iter().map(|m| ("Pod", m.as_str(), None)));
         let first = objects.first().map(|o| o.1)?;
         let selector = if objects.iter().all(|o| o.1 == first) {
             format!("involvedObject.name={first},type=Warning")
@@ -118,6 +129,8 @@ struct Judge<'s, 'a> {
     last_warning: Option<String>,
     /// The member pods the last observation named (their Warnings count too).
     members: Vec<String>,
+    /// The (kind, uid) of the objects the last observation read.
+    uids: Vec<(&'static str, String)>,
 }
 
 impl Judge<'_, '_> {
@@ -128,6 +141,9 @@ impl Judge<'_, '_> {
         let spec = self.spec;
         if !obs.members.is_empty() {
             self.members = obs.members.clone();
+        }
+        if !obs.uids.is_empty() {
+            self.uids = obs.uids.clone();
         }
         let verdict = self.state.evaluate(
             &spec.goal,
@@ -180,7 +196,7 @@ impl Judge<'_, '_> {
         let Some(w) = &self.spec.warnings else {
             return;
         };
-        if let Some(text) = w.newest(&self.members).await
+        if let Some(text) = w.newest(&self.members, &self.uids).await
             && self.last_warning.as_deref() != Some(text.as_str())
         {
             self.line.warn(&text);
@@ -225,20 +241,22 @@ where
         last_state: None,
         last_warning: None,
         members: Vec::new(),
+        uids: Vec::new(),
     };
     if spec.timeout.is_zero() {
         let current = api
             .get_opt(spec.name)
             .await
             .map_err(|e| CliError::from_kube(&format!("get {} {}", spec.kind, spec.name), e))?;
+        let judged = j.judge(observe(current).await?)?;
+        if let Some(done) = judged {
+            return Ok(done);
+        }
         j.poll_warnings().await;
-        return match j.judge(observe(current).await?)? {
-            Some(done) => Ok(done),
-            None => Err(j.timeout()),
-        };
+        return Err(j.timeout());
     }
     let result = tokio::time::timeout_at(spec.deadline, async {
-        j.poll_warnings().await;
+        let mut first = true;
         loop {
             // Current state first: an object that is already done returns at once.
             let current = match api.get_opt(spec.name).await {
@@ -253,6 +271,10 @@ where
             let rv = current.as_ref().and_then(|o| o.resource_version()).unwrap_or_default();
             if let Some(done) = j.judge(observe(current).await?)? {
                 return Ok(done);
+            }
+            if first {
+                first = false;
+                j.poll_warnings().await;
             }
             let params = WatchParams::default()
                 .fields(&format!("metadata.name={}", spec.name))
@@ -352,13 +374,13 @@ mod tests {
             ),
         ];
         assert_eq!(
-            newest_warning(&events, &[("CocoonSet", "demo")], None).as_deref(),
+            newest_warning(&events, &[("CocoonSet", "demo", None)], None).as_deref(),
             Some("WakeNoCapacity: WakeNoCapacity at 2026-12-01T10:05:00Z")
         );
         assert_eq!(
             newest_warning(
                 &events,
-                &[("CocoonHibernation", "demo"), ("Pod", "demo")],
+                &[("CocoonHibernation", "demo", None), ("Pod", "demo", None)],
                 None
             )
             .as_deref(),
@@ -366,13 +388,27 @@ mod tests {
         );
         // Another object's warning is not this one's.
         assert_eq!(
-            newest_warning(&events, &[("CocoonSet", "demo-two")], None),
+            newest_warning(&events, &[("CocoonSet", "demo-two", None)], None),
             None
+        );
+        // An earlier object of the same name is not this one.
+        let mut stale = event("CocoonSet", "Warning", "Stale", "2026-12-01T10:07:00Z");
+        stale.involved_object.uid = Some("old".into());
+        let mut current = event("CocoonSet", "Warning", "Current", "2026-12-01T10:06:30Z");
+        current.involved_object.uid = Some("new".into());
+        assert_eq!(
+            newest_warning(
+                &[stale, current],
+                &[("CocoonSet", "demo", Some("new"))],
+                None
+            )
+            .as_deref(),
+            Some("Current: Current at 2026-12-01T10:06:30Z")
         );
         // An earlier round's warning is not this wait's.
         let since: Timestamp = "2026-12-01T10:06:00Z".parse().expect("ts");
         assert_eq!(
-            newest_warning(&events, &[("CocoonSet", "demo")], Some(since)),
+            newest_warning(&events, &[("CocoonSet", "demo", None)], Some(since)),
             None
         );
     }
