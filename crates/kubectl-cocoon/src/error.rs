@@ -29,17 +29,13 @@ pub enum CliError {
     NotFound(String),
     #[error("forbidden: {0}")]
     Forbidden(String),
-    #[error("timeout: {kind} {name} not {goal} after {}{}", crate::duration::human(*.after), details(&[("last failure", last_failure), ("last state", last_state), ("last warning", last_warning)]))]
+    #[error("timeout: {kind} {name} not {goal} after {}{}", crate::duration::human(*.after), details(&[("last failure", &seen.failure), ("last state", &seen.state), ("last warning", &seen.warning)]))]
     Timeout {
         kind: &'static str,
         name: String,
         goal: String,
         after: Duration,
-        last_failure: Option<String>,
-        /// The last phase and Ready message seen.
-        last_state: Option<String>,
-        /// The newest Warning Event of the object (`Reason: message`).
-        last_warning: Option<String>,
+        seen: Box<Seen>,
     },
     #[error("{kind} {name} failed: {reason}{}", details(&[("last warning", last_warning)]))]
     Failed {
@@ -56,6 +52,17 @@ pub enum CliError {
     Interrupted(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// What a wait saw last, for its timeout message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// The last Failed reason.
+    pub failure: Option<String>,
+    /// The last phase and Ready message.
+    pub state: Option<String>,
+    /// The newest Warning Event of the object (`Reason: message`).
+    pub warning: Option<String>,
 }
 
 /// ` (last failure: X; last warning: Y)` of the parts that are known.
@@ -121,9 +128,10 @@ mod tests {
             name: "demo".into(),
             goal: "Suspended".into(),
             after: Duration::from_secs(600),
-            last_failure: Some("SuspendTimedOut".into()),
-            last_state: None,
-            last_warning: None,
+            seen: Box::new(Seen {
+                failure: Some("SuspendTimedOut".into()),
+                ..Seen::default()
+            }),
         };
         assert_eq!(timeout.exit_code(), 3);
         assert_eq!(
@@ -146,11 +154,13 @@ mod tests {
             name: "demo".into(),
             goal: "Running".into(),
             after: Duration::from_secs(60),
-            last_failure: None,
-            last_state: Some("Waking: main pod demo-0 is Pending".into()),
-            last_warning: Some(
-                "WakeNoCapacity: main pod demo-0 unschedulable: 0/3 nodes are available".into(),
-            ),
+            seen: Box::new(Seen {
+                failure: None,
+                state: Some("Waking: main pod demo-0 is Pending".into()),
+                warning: Some(
+                    "WakeNoCapacity: main pod demo-0 unschedulable: 0/3 nodes are available".into(),
+                ),
+            }),
         };
         assert_eq!(
             stuck.to_string(),

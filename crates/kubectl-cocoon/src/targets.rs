@@ -339,31 +339,34 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 mod tests {
     use super::*;
 
+    /// argument, bare kind, what it reads as (None: a usage error).
+    type Case<'a> = (&'a str, Kind, Option<(Kind, &'a str)>);
+
     #[test]
     fn target_words() {
-        let cases: &[(&str, Kind, Result<(Kind, &str), ()>)] = &[
-            ("demo", Kind::CocoonSet, Ok((Kind::CocoonSet, "demo"))),
-            ("demo-0", Kind::Pod, Ok((Kind::Pod, "demo-0"))),
-            ("cocoonset/demo", Kind::Pod, Ok((Kind::CocoonSet, "demo"))),
-            ("cs/demo", Kind::Pod, Ok((Kind::CocoonSet, "demo"))),
-            ("pod/demo-0", Kind::CocoonSet, Ok((Kind::Pod, "demo-0"))),
-            ("po/demo-0", Kind::CocoonSet, Ok((Kind::Pod, "demo-0"))),
+        let cases: &[Case] = &[
+            ("demo", Kind::CocoonSet, Some((Kind::CocoonSet, "demo"))),
+            ("demo-0", Kind::Pod, Some((Kind::Pod, "demo-0"))),
+            ("cocoonset/demo", Kind::Pod, Some((Kind::CocoonSet, "demo"))),
+            ("cs/demo", Kind::Pod, Some((Kind::CocoonSet, "demo"))),
+            ("pod/demo-0", Kind::CocoonSet, Some((Kind::Pod, "demo-0"))),
+            ("po/demo-0", Kind::CocoonSet, Some((Kind::Pod, "demo-0"))),
             (
                 "cocoonhibernation/demo-0",
                 Kind::CocoonSet,
-                Ok((Kind::Pod, "demo-0")),
+                Some((Kind::Pod, "demo-0")),
             ),
-            ("ch/demo-0", Kind::CocoonSet, Ok((Kind::Pod, "demo-0"))),
-            ("deployment/x", Kind::Pod, Err(())),
-            ("pod/", Kind::Pod, Err(())),
-            ("pod/a/b", Kind::Pod, Err(())),
-            ("", Kind::Pod, Err(())),
+            ("ch/demo-0", Kind::CocoonSet, Some((Kind::Pod, "demo-0"))),
+            ("deployment/x", Kind::Pod, None),
+            ("pod/", Kind::Pod, None),
+            ("pod/a/b", Kind::Pod, None),
+            ("", Kind::Pod, None),
         ];
         for (arg, bare, want) in cases {
             let got = parse_target(arg, *bare);
             match want {
-                Ok((k, n)) => assert_eq!(got.expect(arg), (*k, n.to_string()), "{arg}"),
-                Err(()) => assert!(matches!(got, Err(CliError::Usage(_))), "{arg}: {got:?}"),
+                Some((k, n)) => assert_eq!(got.expect(arg), (*k, n.to_string()), "{arg}"),
+                None => assert!(matches!(got, Err(CliError::Usage(_))), "{arg}: {got:?}"),
             }
         }
     }

@@ -210,9 +210,11 @@ impl Judge<'_, '_> {
             name: self.spec.name.to_string(),
             goal: self.spec.goal_text.clone(),
             after: self.spec.timeout,
-            last_failure: self.last_failure.clone(),
-            last_state: self.last_state.clone(),
-            last_warning: self.last_warning.clone(),
+            seen: Box::new(crate::error::Seen {
+                failure: self.last_failure.clone(),
+                state: self.last_state.clone(),
+                warning: self.last_warning.clone(),
+            }),
         }
     }
 }

@@ -655,17 +655,15 @@ fn strip_ansi(s: &str) -> String {
             out.push(c);
             continue;
         }
-        match chars.next() {
-            Some('[') => {
-                for c in chars.by_ref() {
-                    if c.is_ascii_alphabetic() || c == '~' {
-                        break;
-                    }
+        // CSI sequences; a two-byte escape is dropped with its second byte.
+        if chars.next() == Some('[') {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() || c == '~' {
+                    break;
                 }
-                // A cursor move or erase ends what was drawn so far on this line.
-                out.push('\r');
             }
-            Some(_) | None => {}
+            // A cursor move or erase ends what was drawn so far on this line.
+            out.push('\r');
         }
     }
     out
