@@ -423,13 +423,16 @@ pub async fn pods_and_sets(
             _ => "name at least one pod (or use -l / -A)".into(),
         }));
     }
-    let set_goal = targets::goal_for(verb, Kind::CocoonSet, flags.until.as_deref());
-    let pod_goal = targets::goal_for(verb, Kind::Pod, flags.until.as_deref())?;
-    let set_goal = if sets.is_empty() {
-        None
-    } else {
-        Some(set_goal?)
+    // `--until` must be a phase of each kind it applies to (only the kinds named).
+    let goal = |kind: Kind, none: bool| {
+        if none {
+            Ok(None)
+        } else {
+            targets::goal_for(verb, kind, flags.until.as_deref()).map(Some)
+        }
     };
+    let set_goal = goal(Kind::CocoonSet, sets.is_empty())?;
+    let pod_goal = goal(Kind::Pod, pods.is_empty())?;
     let all: Vec<(String, String)> = sets.iter().chain(pods.iter()).cloned().collect();
     let multi = all.len() > 1 || sel.selector.is_some() || sel.all_namespaces;
     if flags.dry_run == DryRun::None {
@@ -445,13 +448,15 @@ pub async fn pods_and_sets(
                 .await,
         );
     }
-    writes.extend(
-        futures::stream::iter(pods.iter())
-            .map(|(tns, pod)| write_desire(client, tns, pod, desire, &pod_goal, flags))
-            .buffered(WRITE_CONCURRENCY)
-            .collect::<Vec<_>>()
-            .await,
-    );
+    if let Some(goal) = &pod_goal {
+        writes.extend(
+            futures::stream::iter(pods.iter())
+                .map(|(tns, pod)| write_desire(client, tns, pod, desire, goal, flags))
+                .buffered(WRITE_CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await,
+        );
+    }
     conclude(client, writes, flags).await
 }
 
