@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::conn::ConnFlags;
 
 /// Exit codes, shown at the end of `--help`.
-pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  success (also: already in the requested state)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out\n  4  the wait reached Failed (after --failure-grace)";
+pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  success (also: already in the requested state)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out\n  4  the wait reached Failed (after --failure-grace)\n  130  interrupted (Ctrl-C) while waiting; the write already happened\n\nSeveral targets are all written first, then waited for together under one --timeout;\nthe exit code is the worst of theirs (4 over 3 over 1).";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -103,8 +103,34 @@ pub enum Command {
         #[arg(short = 'w', long)]
         watch: bool,
     },
-    /// Show one CocoonSet: members, conditions and recent events.
+    /// Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events.
+    ///
+    /// NAME or cocoonset/NAME shows a set with its members; pod/NAME or
+    /// cocoonhibernation/NAME a pod with its hibernation. Events are those of exactly these
+    /// objects (involvedObject kind, name and uid).
     Describe { name: String },
+    /// Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended.
+    ///
+    /// Targets: cocoonset/NAME (a bare NAME is a set) and pod/NAME, a pod through its
+    /// CocoonHibernation (--for=Ready: Active and the pod Ready, i.e. its VM serves).
+    /// Several targets are waited for together under one --timeout; --timeout 0 checks once.
+    Wait {
+        /// cocoonset/NAME (or NAME), pod/NAME, cocoonhibernation/NAME; several allowed.
+        #[arg(value_name = "TARGET")]
+        targets: Vec<String>,
+        /// The phase to wait for: Suspended, Running, …; for pods Hibernated, Active, Ready.
+        #[arg(long = "for", value_name = "PHASE")]
+        for_phase: String,
+        /// Overall wait budget (0 checks once).
+        #[arg(long, default_value = "10m", value_parser = crate::duration::parse_flag)]
+        timeout: Duration,
+        /// How long Failed must persist before it counts.
+        #[arg(long, default_value = "30s", value_parser = crate::duration::parse_flag)]
+        failure_grace: Duration,
+        /// Print the final object(s); several as a List.
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<OutputFormat>,
+    },
     /// Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true).
     Suspend {
         names: Vec<String>,
@@ -125,11 +151,15 @@ pub enum Command {
     Hibernate {
         pods: Vec<String>,
         #[command(flatten)]
+        selection: Selection,
+        #[command(flatten)]
         wait: WaitFlags,
     },
     /// Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set.
     Wake {
         targets: Vec<String>,
+        #[command(flatten)]
+        selection: Selection,
         #[command(flatten)]
         wait: WaitFlags,
     },

@@ -4,13 +4,17 @@
 pub mod cli;
 pub mod complete;
 pub mod conn;
+pub mod describe;
 pub mod duration;
 pub mod error;
 pub mod gc;
 pub mod lifecycle;
+pub mod multi;
 pub mod output;
+pub mod progress;
 pub mod status;
 pub mod table;
+pub mod targets;
 pub mod user_agent;
 pub mod version;
 pub mod view;
@@ -92,7 +96,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     output,
                     watch,
                 } => status::status(&client, &ns, &names, &selection, output, watch, color).await,
-                Command::Describe { name } => status::describe(&client, &ns, &name, color).await,
+                Command::Describe { name } => describe::describe(&client, &ns, &name, color).await,
                 Command::Suspend {
                     names,
                     selection,
@@ -103,26 +107,51 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     selection,
                     wait,
                 } => lifecycle::set_suspend(&client, &ns, &names, &selection, false, &wait).await,
-                Command::Hibernate { pods, wait } => {
-                    lifecycle::pod_desire(&client, &ns, &pods, Desire::Hibernate, &wait).await
+                Command::Hibernate {
+                    pods,
+                    selection,
+                    wait,
+                } => {
+                    lifecycle::pods_and_sets(
+                        &client,
+                        &ns,
+                        &pods,
+                        &selection,
+                        Desire::Hibernate,
+                        &wait,
+                    )
+                    .await
                 }
-                Command::Wake { targets, wait } => {
-                    let (sets, pods) = lifecycle::split_wake_targets(&targets)?;
-                    if !sets.is_empty() {
-                        lifecycle::set_suspend(
-                            &client,
-                            &ns,
-                            &sets,
-                            &cli::Selection::default(),
-                            false,
-                            &wait,
-                        )
-                        .await?;
-                    }
-                    if !pods.is_empty() {
-                        lifecycle::pod_desire(&client, &ns, &pods, Desire::Wake, &wait).await?;
-                    }
-                    Ok(())
+                Command::Wake {
+                    targets,
+                    selection,
+                    wait,
+                } => {
+                    lifecycle::pods_and_sets(
+                        &client,
+                        &ns,
+                        &targets,
+                        &selection,
+                        Desire::Wake,
+                        &wait,
+                    )
+                    .await
+                }
+                Command::Wait {
+                    targets,
+                    for_phase,
+                    timeout,
+                    failure_grace,
+                    output,
+                } => {
+                    let opts = multi::Options {
+                        timeout,
+                        grace: failure_grace,
+                        output,
+                        no_wait: false,
+                        since: None,
+                    };
+                    lifecycle::wait(&client, &ns, &targets, &for_phase, opts).await
                 }
                 Command::Migrate {
                     name,
