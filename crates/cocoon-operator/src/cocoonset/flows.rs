@@ -30,18 +30,11 @@ use tracing::{debug, info, warn};
 
 use super::migrate::{self, Advance, Engage};
 use super::suspend::{self, Deadline, GateItem, WakeStep};
-use super::{Created, Error, Pass, Step, create_through_protocol, pods, post_pod, prepare_create};
+use super::{Created, Error, Step, Walk, create_through_protocol, pods, post_pod, prepare_create};
 use crate::metrics::PlacementLabels;
+use crate::registry::RegistryError;
 
-/// A create-protocol error as a registry error of `flow`; a lost lease stays what it is.
-fn context_of(flow: &str, e: Error) -> Error {
-    match e {
-        Error::LostLeadership(l) => Error::LostLeadership(l),
-        e => Error::Registry(format!("{flow}: {e}")),
-    }
-}
-
-impl Pass<'_> {
+impl Walk<'_> {
     fn phase(&self) -> Option<CocoonSetPhase> {
         self.cs.status.as_ref().and_then(|s| s.phase)
     }
@@ -68,7 +61,7 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// [`Pass::patch_classified`] of several pods with the same delta, all at once.
+    /// [`Walk::patch_classified`] of several pods with the same delta, all at once.
     async fn patch_classified_all(
         &mut self,
         names: &[String],
@@ -179,7 +172,8 @@ impl Pass<'_> {
     async fn suspend_create_main(&mut self) -> Result<Step, Error> {
         let pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
         let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
-        let (outcome, forget) = create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
+        let (outcome, forget) =
+            create_through_protocol(self.ctx, &self.pod_api, pod, facts, "suspend").await;
         let forget: Vec<String> = forget.into_iter().collect();
         self.forget_vms(&forget).await?;
         Ok(Step::Return(Action::requeue(match outcome? {
@@ -230,7 +224,7 @@ impl Pass<'_> {
     /// 6A.3: whether every managed VM is hibernated at this generation with its tag in the
     /// registry, and a probe error, if any. No probe is made while a pod is still incomplete;
     /// then all go out together.
-    async fn suspend_gate(&self) -> (bool, Option<String>) {
+    async fn suspend_gate(&self) -> (bool, Option<RegistryError>) {
         let generation = self.generation();
         let mut probes = Vec::new();
         for pod in self.classified.all_by_name.values() {
@@ -255,7 +249,7 @@ impl Pass<'_> {
             match r {
                 Ok(true) => {}
                 Ok(false) => complete = false,
-                Err(e) => return (false, Some(e.to_string())),
+                Err(e) => return (false, Some(e)),
             }
         }
         (complete, None)
@@ -266,7 +260,7 @@ impl Pass<'_> {
     async fn suspend_not_complete(
         &mut self,
         deadline: Deadline,
-        probe_error: Option<String>,
+        probe_error: Option<RegistryError>,
     ) -> Result<Step, Error> {
         match deadline {
             Deadline::Restart(stamp) => {
@@ -275,7 +269,10 @@ impl Pass<'_> {
             Deadline::Running => {}
             Deadline::Exceeded => {
                 let deadline = self.ctx.timing.suspend_deadline;
-                let msg = ev::suspend_timed_out_message(deadline, probe_error.as_deref());
+                let msg = ev::suspend_timed_out_message(
+                    deadline,
+                    probe_error.as_ref().map(|e| e.to_string()).as_deref(),
+                );
                 warn!(namespace = %self.ns, name = %self.name, %msg, "suspend timed out");
                 self.event(true, reasons::SUSPEND_TIMED_OUT, msg).await;
                 self.write_phase(Some(CocoonSetPhase::Failed)).await?;
@@ -286,7 +283,8 @@ impl Pass<'_> {
         // A probe error goes to the runtime so the registry gets backoff; the deadline above
         // still counts it, so an unreachable registry ends in Failed rather than waiting.
         if let Some(e) = probe_error {
-            return Err(Error::Registry(format!("suspend gate: {e}")));
+            let what = format!("probe the {} tags", tags::HIBERNATE);
+            return Err(Error::registry("suspend gate", what, e));
         }
         Ok(Step::Return(Action::requeue(self.ctx.timing.suspend_poll)))
     }
@@ -384,7 +382,9 @@ impl Pass<'_> {
             .registry
             .has_manifest(&vm, tags::HIBERNATE)
             .await
-            .map_err(|e| Error::Registry(format!("migrate: {e}")))?;
+            .map_err(|e| {
+                Error::registry("migrate", format!("probe {vm}:{}", tags::HIBERNATE), e)
+            })?;
         let poll = Action::requeue(self.ctx.timing.migrate_poll);
         let mut decision = migrate::advance(&desired, migrating, main.as_ref(), tag);
         if matches!(decision, Advance::DropLeftover | Advance::DropSnapshot) {
@@ -493,7 +493,7 @@ impl Pass<'_> {
             .registry
             .delete_tag(vm, tags::HIBERNATE)
             .await
-            .map_err(|e| Error::Registry(format!("migrate: {e}")))
+            .map_err(|e| Error::registry("migrate", format!("delete {vm}:{}", tags::HIBERNATE), e))
     }
 
     /// 8.6.2: the old main is gone; recreate it under the current pin from the snapshot,
@@ -501,9 +501,7 @@ impl Pass<'_> {
     async fn migrate_recreate(&mut self) -> Result<Step, Error> {
         let mut pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
         let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
-        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts)
-            .await
-            .map_err(|e| context_of("migrate", e))?;
+        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts, "migrate").await?;
         if decision.forget {
             self.forget_vms(&[pods::vm_name(&pod).to_string()]).await?;
         }
@@ -558,7 +556,9 @@ impl Pass<'_> {
                     .registry
                     .delete_tag(&vm, tags::HIBERNATE)
                     .await
-                    .map_err(|e| Error::Registry(format!("wake: {e}")))?;
+                    .map_err(|e| {
+                        Error::registry("wake", format!("delete {vm}:{}", tags::HIBERNATE), e)
+                    })?;
                 if let Some(p) = placement {
                     self.ctx
                         .metrics
@@ -596,9 +596,7 @@ impl Pass<'_> {
     async fn wake_start(&mut self, hint: &str) -> Result<Step, Error> {
         let mut pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
         let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
-        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts)
-            .await
-            .map_err(|e| context_of("wake", e))?;
+        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts, "wake").await?;
         if decision.forget {
             self.forget_vms(&[pods::vm_name(&pod).to_string()]).await?;
         }
@@ -693,13 +691,10 @@ impl Pass<'_> {
         for (vm, r) in woken.iter().zip(results) {
             match r {
                 Ok(()) => record.remove_vm(vm),
-                Err(e) => failures.push(format!("{vm}:{}: {e}", tags::HIBERNATE)),
+                Err(e) => failures.push((format!("delete {vm}:{}", tags::HIBERNATE), e)),
             }
         }
         self.write_record(&record).await?;
-        if !failures.is_empty() {
-            return Err(Error::Registry(format!("reclaim: {}", failures.join("; "))));
-        }
-        Ok(())
+        Error::registry_all("reclaim", failures)
     }
 }

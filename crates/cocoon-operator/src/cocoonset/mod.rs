@@ -7,6 +7,7 @@
 //! 9 (release wake) and 10 (unsuspend/reclaim) are in `flows.rs` over the pure rules of
 //! [`suspend`]; step 8 (migration) is in `flows.rs` over the pure rules of [`migrate`].
 
+mod executor;
 mod flows;
 pub mod migrate;
 #[cfg(test)]
@@ -14,6 +15,7 @@ mod migrate_tests;
 pub mod plan;
 pub mod pods;
 pub mod quantity;
+pub mod steps;
 pub mod suspend;
 #[cfg(test)]
 mod suspend_tests;
@@ -29,8 +31,8 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use cocoon_api::contract::events::{self as ev, operator as reasons};
 use cocoon_api::contract::{
-    AnnotationCodec, AnnotationDelta, DeadLetter, GenerationStamp, RebuildHistory, ReclaimRecord,
-    annotations as ann, annotations_merge_patch, diff_annotations, finalizers, labels, oci, tags,
+    AnnotationCodec, AnnotationDelta, DeadLetter, RebuildHistory, ReclaimRecord,
+    annotations as ann, annotations_merge_patch, diff_annotations, labels, oci, tags,
 };
 use cocoon_api::crd::hibernation::{CocoonHibernation, HibernationPhase};
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus, ToolboxSpec};
@@ -46,12 +48,12 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use self::plan::{CreateFacts, CreatePlan, FailedStep, TagRead, Timing, Triage};
 use self::pods::Classified;
 use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, PhaseLabel, SetLabels};
-use crate::registry::TagRegistry;
+use crate::registry::{RegistryError, TagRegistry};
 use crate::shell;
 
 const CONTROLLER: &str = "cocoonset";
@@ -67,8 +69,15 @@ const REGISTRY_CALLS_AT_ONCE: usize = POD_WRITES_AT_ONCE;
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("registry: {0}")]
-    Registry(String),
+    /// A registry call of `step` failed; `what` names the call (and any others of the step
+    /// that failed with it), `source` is the first failure.
+    #[error("{step}: {what}")]
+    Registry {
+        step: &'static str,
+        what: String,
+        #[source]
+        source: RegistryError,
+    },
     #[error("object has no {0}")]
     Missing(&'static str),
     #[error("{0}")]
@@ -87,11 +96,51 @@ impl Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::Kube(_) | Error::MigratingStatus(_) => "kube",
-            Error::Registry(_) => "registry",
+            Error::Registry { .. } => "registry",
             Error::Missing(_) | Error::Invalid(_) => "invalid",
             Error::Cache => "cache",
             Error::LostLeadership(_) => "leadership",
         }
+    }
+
+    /// A registry call `what` of `step` failed.
+    fn registry(step: &'static str, what: impl Into<String>, source: RegistryError) -> Self {
+        Error::Registry {
+            step,
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// The failed calls of a step that tries them all (`what`, error), as one error: the first
+    /// is the source, the others are named. `Ok` when none failed.
+    fn registry_all(
+        step: &'static str,
+        failures: Vec<(String, RegistryError)>,
+    ) -> Result<(), Error> {
+        let mut failures = failures.into_iter();
+        let Some((what, source)) = failures.next() else {
+            return Ok(());
+        };
+        let rest: Vec<String> = failures.map(|(w, e)| format!("{w}: {e}")).collect();
+        let what = if rest.is_empty() {
+            what
+        } else {
+            format!("{what} (and also {})", rest.join("; "))
+        };
+        Err(Error::registry(step, what, source))
+    }
+
+    /// The error with its sources, for the log line.
+    fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
     }
 }
 
@@ -133,7 +182,7 @@ pub struct Context {
     leadership: crate::leader::Leadership,
     /// Per set (by UID): the resourceVersions this controller saw or produced up to its last
     /// status write, that write's own included, and the status it wrote; see
-    /// [`Pass::status_body`].
+    /// [`Walk::status_body`].
     written_status: Mutex<HashMap<String, (Vec<String>, CocoonSetStatus)>>,
     /// Per set (by UID): its metric labels, so its series go when the set does.
     tracked: Mutex<HashMap<String, SetLabels>>,
@@ -395,7 +444,7 @@ fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
             kind: err.kind().into(),
         })
         .inc();
-    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %err, retry_in = ?delay, "reconcile failed");
+    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %err.chain(), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
@@ -446,49 +495,61 @@ async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error>
     ctx.stats.passes.fetch_add(1, Ordering::Relaxed);
     let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
     // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
-    let owned: Vec<Pod> = store
-        .state()
-        .iter()
-        .filter(|p| pods::is_owned(cs, p))
-        .map(|p| (**p).clone())
-        .collect();
-    let mut pass = Pass::new(ctx, cs.clone(), ns);
+    let owned = steps::classify::owned(cs, store.state().iter().map(|p| &**p));
+    let mut walk = Walk::new(ctx, cs.clone(), ns);
 
     // Step 2.
     if cs.metadata.deletion_timestamp.is_some() {
-        return pass.teardown(&owned).await;
+        walk.forget_written_status();
+        let plan = steps::teardown::plan(&walk.observed(&owned));
+        return Ok(walk
+            .apply_step(plan)
+            .await?
+            .unwrap_or(Action::await_change()));
     }
     // Step 3.
-    if !cs.finalizers().iter().any(|f| f == finalizers::COCOONSET) {
-        pass.add_finalizer().await?;
-        return Ok(Action::requeue(ctx.timing.requeue_after_write));
+    if let Some(done) = walk
+        .apply_step(steps::finalizer::plan(&walk.observed(&owned)))
+        .await?
+    {
+        return Ok(done);
     }
     // Step 4.
-    pass.classified = Classified::from_owned(&owned);
+    walk.classified = steps::classify::plan(&owned);
     // Step 5: planned here, written with the first patch steps 6–10 make to each pod (the
     // hibernate annotation of a suspend, its clear on unsuspend), the rest right after them.
-    pass.stamp_generation();
-    let transitions = pass.transitions().await;
-    let stamped = pass.flush_stamps().await;
+    walk.stamp_generation();
+    let transitions = walk.transitions().await;
+    let stamped = walk.flush_stamps().await;
     let step = transitions?;
     stamped?;
     if let Step::Return(a) = step {
         return Ok(a);
     }
     // Step 11.
-    if let Step::Return(a) = pass.main_agent().await? {
+    if let Step::Return(a) = walk.main_agent().await? {
         return Ok(a);
     }
     // Steps 12 and 13.
-    pass.sub_agents().await?;
-    pass.toolboxes().await?;
+    walk.sub_agents().await?;
+    walk.toolboxes().await?;
     // Step 14.
-    pass.finish().await
+    let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
+    let progress = steps::status::Progress {
+        changed: walk.changed,
+        min_backoff: walk.min_backoff,
+        invalid: walk.invalid.clone(),
+    };
+    let plan = steps::status::plan(&walk.observed(&[]), &progress, now);
+    Ok(walk
+        .apply_step(plan)
+        .await?
+        .unwrap_or(Action::await_change()))
 }
 
 /// The state of one pass: the in-memory mirror of the set (its annotation writes applied),
 /// the step-4 classification, and what the pass has done so far.
-struct Pass<'a> {
+struct Walk<'a> {
     ctx: &'a Context,
     cs: CocoonSet,
     ns: String,
@@ -498,8 +559,10 @@ struct Pass<'a> {
     classified: Classified,
     changed: bool,
     min_backoff: Option<Duration>,
+    /// Step 13.1 found the spec invalid: reported by step 14.
+    invalid: Option<steps::toolboxes::InvalidSpec>,
     /// Step 5's generation stamps not written yet, by pod name: each rides on the pass's
-    /// next patch of that pod, and [`Pass::flush_stamps`] writes what is left after step 10.
+    /// next patch of that pod, and [`Walk::flush_stamps`] writes what is left after step 10.
     pending_stamps: BTreeMap<String, AnnotationDelta>,
     /// The set's resourceVersions this pass has seen: the cached one it started from, then
     /// the ones its own metadata patches produced.
@@ -512,11 +575,11 @@ enum Created {
     AlreadyExists,
 }
 
-impl<'a> Pass<'a> {
+impl<'a> Walk<'a> {
     fn new(ctx: &'a Context, cs: CocoonSet, ns: String) -> Self {
         let name = cs.name_any();
         let cs_version = cs.resource_version();
-        Pass {
+        Walk {
             sets: Api::namespaced(ctx.client.clone(), &ns),
             pod_api: Api::namespaced(ctx.client.clone(), &ns),
             ctx,
@@ -526,6 +589,7 @@ impl<'a> Pass<'a> {
             classified: Classified::default(),
             changed: false,
             min_backoff: None,
+            invalid: None,
             versions: cs_version.into_iter().collect(),
             pending_stamps: BTreeMap::new(),
         }
@@ -555,6 +619,36 @@ impl<'a> Pass<'a> {
 
     fn generation(&self) -> i64 {
         self.cs.metadata.generation.unwrap_or(0)
+    }
+
+    /// What the next step observes: the set as this walk knows it, `owned` from the cache
+    /// and the step-4 classification.
+    fn observed<'o>(&'o self, owned: &'o [Pod]) -> steps::Observed<'o> {
+        steps::Observed {
+            cs: &self.cs,
+            ns: &self.ns,
+            owned,
+            classified: &self.classified,
+            timing: &self.ctx.timing,
+        }
+    }
+
+    /// A deleted set's last written status is no longer needed to skip a write.
+    fn forget_written_status(&self) {
+        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
+            m.remove(&uid);
+        }
+    }
+
+    /// Step 5: the stamps of [`steps::stamp::plan`], mirrored into the classification; the
+    /// writes go out with the walk's next patch of each pod.
+    fn stamp_generation(&mut self) {
+        self.pending_stamps = steps::stamp::plan(&self.classified, self.generation());
+        for (name, delta) in &self.pending_stamps {
+            if let Some(p) = self.classified.all_by_name.get_mut(name) {
+                cocoon_api::contract::apply_delta(p.annotations_mut(), delta);
+            }
+        }
     }
 
     fn set_labels(&self) -> SetLabels {
@@ -733,7 +827,7 @@ impl<'a> Pass<'a> {
         results.into_iter().collect()
     }
 
-    /// [`Pass::patch_pods`] and a status write at once, for steps where nothing orders the
+    /// [`Walk::patch_pods`] and a status write at once, for steps where nothing orders the
     /// two: one round trip of the pass instead of two. The status is taken as written only
     /// if its patch succeeded; the first error is returned once both have finished.
     pub(super) async fn patch_pods_and_status(
@@ -776,113 +870,6 @@ impl<'a> Pass<'a> {
         let names = plan::stash_names(&self.cs, doomed);
         let delta = names.delta(self.cs.annotations());
         self.patch_set_annotations(delta).await
-    }
-
-    // ----- step 2 and 3 ----------------------------------------------------------------
-
-    async fn teardown(&mut self, owned: &[Pod]) -> Result<Action, Error> {
-        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
-            m.remove(&uid);
-        }
-        if !self
-            .cs
-            .finalizers()
-            .iter()
-            .any(|f| f == finalizers::COCOONSET)
-        {
-            return Ok(Action::await_change());
-        }
-        let names = plan::stash_names(&self.cs, owned);
-        let delta = names.delta(self.cs.annotations());
-        self.patch_set_annotations(delta).await?;
-        if !owned.is_empty() {
-            // Tag GC waits for the pods: the node agent may push :latest while they go.
-            for p in owned {
-                self.delete_pod(&p.name_any()).await?;
-            }
-            return Ok(Action::requeue(self.ctx.timing.wait_for_main));
-        }
-        // Every VM is tried, and the failures are returned together: one unreachable
-        // repository does not hold back the others' cleanup on the retry.
-        let mut failures = Vec::new();
-        for item in plan::gc_plan(&self.cs, &self.ns, &names) {
-            self.ctx.registry_write()?;
-            self.ctx
-                .stats
-                .registry_calls
-                .fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = self
-                .ctx
-                .registry
-                .delete_tag(&item.vm, tags::HIBERNATE)
-                .await
-            {
-                failures.push(format!("{}:{}: {e}", item.vm, tags::HIBERNATE));
-                continue;
-            }
-            if item.drop_latest {
-                self.ctx
-                    .stats
-                    .registry_calls
-                    .fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = self.ctx.registry.delete_tag(&item.vm, tags::LATEST).await {
-                    error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
-                }
-            }
-        }
-        if !failures.is_empty() {
-            return Err(Error::Registry(format!(
-                "teardown GC: {}",
-                failures.join("; ")
-            )));
-        }
-        let list: Vec<String> = self
-            .cs
-            .finalizers()
-            .iter()
-            .filter(|f| *f != finalizers::COCOONSET)
-            .cloned()
-            .collect();
-        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": self.cs.resource_version()}});
-        self.ctx.write(line!())?;
-        match self
-            .sets
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                info!(namespace = %self.ns, name = %self.name, "CocoonSet torn down");
-                Ok(Action::await_change())
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Action::await_change()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    async fn add_finalizer(&mut self) -> Result<(), Error> {
-        let mut list = self.cs.finalizers().to_vec();
-        list.push(finalizers::COCOONSET.to_string());
-        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": self.cs.resource_version()}});
-        self.ctx.write(line!())?;
-        self.sets
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        Ok(())
-    }
-
-    // ----- step 5 ----------------------------------------------------------------------
-
-    /// Step 5: plans the stamp of every pod that lacks this generation and mirrors it into
-    /// the classification; the writes go out with the pass's next patch of each pod.
-    fn stamp_generation(&mut self) {
-        let generation = self.generation();
-        let delta = GenerationStamp(generation).desired();
-        for (name, p) in self.classified.all_by_name.iter_mut() {
-            if GenerationStamp::from_meta(&p.metadata).0 != generation {
-                cocoon_api::contract::apply_delta(p.annotations_mut(), &delta);
-                self.pending_stamps.insert(name.clone(), delta.clone());
-            }
-        }
     }
 
     // Steps 6, 8, 9 and 10 live in `flows.rs`.
@@ -1123,7 +1110,8 @@ impl<'a> Pass<'a> {
         let pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
         let restorable = self.cr_restorable()?;
         let facts = self.facts_for(&pod, Role::Main, &restorable, false);
-        let (outcome, forget) = create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
+        let (outcome, forget) =
+            create_through_protocol(self.ctx, &self.pod_api, pod, facts, "main agent").await;
         let forget: Vec<String> = forget.into_iter().collect();
         self.forget_vms(&forget).await?;
         match outcome? {
@@ -1184,7 +1172,7 @@ impl<'a> Pass<'a> {
             // The futures are built up front; the stream only bounds how many run at once.
             let creates: Vec<_> = jobs
                 .into_iter()
-                .map(|(pod, facts)| create_through_protocol(ctx, &api, pod, facts))
+                .map(|(pod, facts)| create_through_protocol(ctx, &api, pod, facts, "sub-agents"))
                 .collect();
             let results: Vec<(Result<Created, Error>, Option<String>)> =
                 futures::stream::iter(creates)
@@ -1230,7 +1218,11 @@ impl<'a> Pass<'a> {
 
     async fn toolboxes(&mut self) -> Result<(), Error> {
         let toolboxes: Vec<ToolboxSpec> = self.cs.spec.toolboxes.clone();
-        validate_toolboxes(&toolboxes)?;
+        if let Err(invalid) = steps::toolboxes::validate(&toolboxes) {
+            warn!(namespace = %self.ns, name = %self.name, error = %invalid, "invalid spec: waiting for a change");
+            self.invalid = Some(invalid);
+            return Ok(());
+        }
         for t in &toolboxes {
             let pod_name = naming::pod_name_for_toolbox(&self.name, &t.name);
             let existing = self.classified.all_by_name.get(&pod_name).cloned();
@@ -1257,7 +1249,8 @@ impl<'a> Pass<'a> {
                     let restorable = self.cr_restorable()?;
                     let facts = self.facts_for(&pod, Role::Toolbox, &restorable, false);
                     let (outcome, forget) =
-                        create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
+                        create_through_protocol(self.ctx, &self.pod_api, pod, facts, "toolboxes")
+                            .await;
                     let forget: Vec<String> = forget.into_iter().collect();
                     self.forget_vms(&forget).await?;
                     match outcome? {
@@ -1300,45 +1293,8 @@ impl<'a> Pass<'a> {
             t.name, self.ns
         )))
     }
-
-    // ----- step 14 ---------------------------------------------------------------------
-
-    async fn finish(&mut self) -> Result<Action, Error> {
-        if self.changed {
-            return Ok(Action::requeue(self.ctx.timing.requeue_after_write));
-        }
-        let status = self.status_now(None);
-        self.write_status(status).await?;
-        Ok(match self.min_backoff {
-            Some(d) => Action::requeue(d),
-            None => Action::await_change(),
-        })
-    }
 }
 
-/// Step 13.1: the toolbox list as a whole, before anything changes.
-pub fn validate_toolboxes(toolboxes: &[ToolboxSpec]) -> Result<(), Error> {
-    let mut seen = BTreeSet::new();
-    for t in toolboxes {
-        if !seen.insert(t.name.as_str()) {
-            return Err(Error::Invalid(format!(
-                "duplicate toolbox name {:?} in spec",
-                t.name
-            )));
-        }
-        if naming::parse_int_slot_name(&t.name) {
-            return Err(Error::Invalid(format!(
-                "toolbox name {:?} must not be an integer: collides with agent slot pod naming",
-                t.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// §7 for one pod: read the `:hibernate` manifest (unless skipped), drop the tag when the
-/// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
-/// record (applied by the caller once all creates are done).
 /// One status merge patch; returns the resourceVersion it produced.
 async fn send_status(
     ctx: &Context,
@@ -1369,13 +1325,17 @@ async fn patch_pod(
     Ok(())
 }
 
+/// §7 for one pod: read the `:hibernate` manifest (unless skipped), drop the tag when the
+/// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
+/// record (applied by the caller once all creates are done).
 async fn create_through_protocol(
     ctx: &Context,
     api: &Api<Pod>,
     mut pod: Pod,
     facts: CreateFacts<'static>,
+    step: &'static str,
 ) -> (Result<Created, Error>, Option<String>) {
-    let (_, decision) = match prepare_create(ctx, &mut pod, facts).await {
+    let (_, decision) = match prepare_create(ctx, &mut pod, facts, step).await {
         Ok(x) => x,
         Err(e) => return (Err(e), None),
     };
@@ -1390,6 +1350,7 @@ async fn prepare_create(
     ctx: &Context,
     pod: &mut Pod,
     facts: CreateFacts<'static>,
+    step: &'static str,
 ) -> Result<(TagRead, CreatePlan), Error> {
     let vm = pods::vm_name(pod).to_string();
     let image = pod
@@ -1415,7 +1376,8 @@ async fn prepare_create(
                     .unwrap_or_default(),
             },
             Err(e) => {
-                return Err(Error::Registry(format!("get hibernate manifest {vm}: {e}")));
+                let what = format!("get {vm}:{} manifest", tags::HIBERNATE);
+                return Err(Error::registry(step, what, e));
             }
         }
     };
@@ -1428,10 +1390,8 @@ async fn prepare_create(
         ctx.registry_write()?;
         ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
-            return Err(Error::Registry(format!(
-                "delete {vm}:{}: {e}",
-                tags::HIBERNATE
-            )));
+            let what = format!("delete {vm}:{}", tags::HIBERNATE);
+            return Err(Error::registry(step, what, e));
         }
         info!(vm = %vm, "dropped a :hibernate tag the new pod could not boot over");
     }

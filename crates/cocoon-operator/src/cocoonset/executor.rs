@@ -1,0 +1,115 @@
+//! The executor: applies a step's [`StepPlan`] to the API server and the registry.
+//!
+//! Writes go out in the plan's order, each durable before the next, and the first error ends
+//! the pass (the runtime retries it with backoff). What a write changed is mirrored into the
+//! walk's view of the set before the next step plans, so a later step observes the earlier
+//! steps' results without reading the API again.
+
+use std::sync::atomic::Ordering;
+
+use cocoon_api::contract::tags;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use serde_json::json;
+use tracing::{error, info};
+
+use super::plan::GcItem;
+use super::steps::{Next, StepPlan, Write};
+use super::{Error, Walk};
+
+impl Walk<'_> {
+    /// Applies `plan`'s writes in order; returns what comes next.
+    pub(super) async fn apply(&mut self, plan: StepPlan) -> Result<Next, Error> {
+        for write in plan.writes {
+            self.apply_one(write).await?;
+        }
+        Ok(plan.next)
+    }
+
+    /// [`Walk::apply`] for a step that may end the pass: `Some(action)` when it does.
+    pub(super) async fn apply_step(&mut self, plan: StepPlan) -> Result<Option<Action>, Error> {
+        Ok(match self.apply(plan).await? {
+            Next::Continue => None,
+            Next::RequeueAfter(d) => Some(Action::requeue(d)),
+            Next::AwaitChange => Some(Action::await_change()),
+        })
+    }
+
+    async fn apply_one(&mut self, write: Write) -> Result<(), Error> {
+        match write {
+            Write::SetAnnotations(delta) => self.patch_set_annotations(delta).await,
+            Write::Finalizers {
+                list,
+                resource_version,
+                gone_ok,
+            } => self.write_finalizers(list, resource_version, gone_ok).await,
+            Write::DeletePod(name) => self.delete_pod(&name).await,
+            Write::GcTags(items) => self.gc_tags(&items).await,
+            Write::Status(status) => self.write_status(status).await,
+            Write::Event {
+                warning,
+                reason,
+                message,
+            } => {
+                self.event(warning, reason, message).await;
+                Ok(())
+            }
+        }
+    }
+
+    async fn write_finalizers(
+        &mut self,
+        list: Vec<String>,
+        resource_version: Option<String>,
+        gone_ok: bool,
+    ) -> Result<(), Error> {
+        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": resource_version}});
+        self.ctx.write(line!())?;
+        match self
+            .sets
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                if gone_ok {
+                    info!(namespace = %self.ns, name = %self.name, "CocoonSet torn down");
+                }
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 && gone_ok => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every VM is tried, and the failures are returned together: one unreachable repository
+    /// does not hold back the others' cleanup on the retry.
+    async fn gc_tags(&mut self, items: &[GcItem]) -> Result<(), Error> {
+        let mut failures = Vec::new();
+        for item in items {
+            self.ctx.registry_write()?;
+            self.ctx
+                .stats
+                .registry_calls
+                .fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = self
+                .ctx
+                .registry
+                .delete_tag(&item.vm, tags::HIBERNATE)
+                .await
+            {
+                failures.push((format!("delete {}:{}", item.vm, tags::HIBERNATE), e));
+                continue;
+            }
+            if item.drop_latest {
+                self.ctx
+                    .stats
+                    .registry_calls
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = self.ctx.registry.delete_tag(&item.vm, tags::LATEST).await {
+                    error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
+                }
+            }
+        }
+        Error::registry_all("teardown GC", failures)
+    }
+}

@@ -1,0 +1,101 @@
+//! The seed's reconcile steps as pure planners, one module per step.
+//!
+//! Each step reads what the pass has observed so far ([`Observed`]) and returns a
+//! [`StepPlan`]: the writes to make, in order, and what the pass does next. The executor
+//! (`super::executor`) applies the writes one after another, each durable before the next,
+//! stops at the first error, and mirrors what they changed into the pass's view before the
+//! next step plans. No planner talks to the API server or the registry.
+
+pub mod classify;
+pub mod finalizer;
+pub mod stamp;
+pub mod status;
+pub mod teardown;
+pub mod toolboxes;
+
+use std::time::Duration;
+
+use cocoon_api::contract::AnnotationDelta;
+use cocoon_api::crd::set::{CocoonSet, CocoonSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::plan::{GcItem, Timing};
+use super::pods::Classified;
+
+/// What a step sees: the set as this pass knows it (its own writes mirrored in), the
+/// controller-owned pods from the cache (terminating ones included), their step-4
+/// classification, and the timing.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    pub cs: &'a CocoonSet,
+    pub ns: &'a str,
+    pub owned: &'a [Pod],
+    pub classified: &'a Classified,
+    pub timing: &'a Timing,
+}
+
+impl Observed<'_> {
+    pub fn generation(&self) -> i64 {
+        self.cs.metadata.generation.unwrap_or(0)
+    }
+}
+
+/// One write of a step. The executor applies them in the plan's order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Merge-patch the set's annotations (nothing when the delta changes nothing).
+    SetAnnotations(AnnotationDelta),
+    /// Replace the set's finalizer list, under a resourceVersion precondition. `gone_ok`:
+    /// a set already gone counts as done (the last finalizer's removal).
+    Finalizers {
+        list: Vec<String>,
+        resource_version: Option<String>,
+        gone_ok: bool,
+    },
+    /// Delete a pod (NotFound is success).
+    DeletePod(String),
+    /// Step 2.4's registry GC: every VM's `:hibernate` tag is tried and the failures are
+    /// returned together; `:latest` (where listed) is best-effort.
+    GcTags(Vec<GcItem>),
+    /// Merge-patch the set's status (nothing when it already carries it).
+    Status(CocoonSetStatus),
+    /// Publish an Event on the set.
+    Event {
+        warning: bool,
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// What the pass does after a step's writes went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Hand over to the next step.
+    Continue,
+    /// End the pass; run again after this long.
+    RequeueAfter(Duration),
+    /// End the pass; run again on the next change of the set or its pods.
+    AwaitChange,
+}
+
+/// A step's decision: its writes in order, then what comes next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepPlan {
+    pub writes: Vec<Write>,
+    pub next: Next,
+}
+
+impl StepPlan {
+    /// No write; hand over to the next step.
+    pub fn proceed() -> Self {
+        StepPlan {
+            writes: Vec::new(),
+            next: Next::Continue,
+        }
+    }
+
+    /// `writes`, then `next`.
+    pub fn then(writes: Vec<Write>, next: Next) -> Self {
+        StepPlan { writes, next }
+    }
+}
