@@ -3,8 +3,9 @@
 //!
 //! A pass that changed something ends without a status: the change's own watch event brings
 //! the pass that reports it. An invalid spec (step 13.1) turns `Ready` False with a reason
-//! naming the field, and is announced once by a Warning Event with the status that first
-//! carries it; the set then waits for a spec change.
+//! naming the field (and `Progressing` False: nothing moves until the spec does), and is
+//! announced once by a Warning Event with the status that first carries it; the set then
+//! waits for a spec change.
 
 use std::time::Duration;
 
@@ -69,18 +70,20 @@ fn mark_invalid(
     generation: i64,
     now: Timestamp,
 ) {
-    set_condition(
-        &mut status.conditions,
-        NewCondition {
-            type_: "Ready",
-            status: "False",
-            reason,
-            message,
-            observed_generation: generation,
-        },
-        now,
-        false,
-    );
+    for type_ in ["Ready", "Progressing"] {
+        set_condition(
+            &mut status.conditions,
+            NewCondition {
+                type_,
+                status: "False",
+                reason,
+                message: message.clone(),
+                observed_generation: generation,
+            },
+            now,
+            false,
+        );
+    }
 }
 
 #[cfg(test)]
