@@ -14,47 +14,71 @@ use serde_json::json;
 use tracing::{error, info};
 
 use super::plan::GcItem;
-use super::steps::{Next, StepPlan, Write};
-use super::{Error, Walk};
+use super::steps::{Applied, Created, Next, SetCounter, StepPlan, Write};
+use super::{Error, Walk, create_through_protocol};
 
 impl Walk<'_> {
-    /// Applies `plan`'s writes in order; returns what comes next.
-    pub(super) async fn apply(&mut self, plan: StepPlan) -> Result<Next, Error> {
+    /// Applies `plan`'s writes in order; returns what comes next and what the writes
+    /// observed.
+    pub(super) async fn apply(&mut self, plan: StepPlan) -> Result<Applied, Error> {
+        let mut created = None;
         for write in plan.writes {
-            self.apply_one(write).await?;
+            if let Some(c) = self.apply_one(write).await? {
+                created = Some(c);
+            }
         }
-        Ok(plan.next)
+        Ok(Applied {
+            next: plan.next,
+            created,
+        })
     }
 
     /// [`Walk::apply`] for a step that may end the pass: `Some(action)` when it does.
     pub(super) async fn apply_step(&mut self, plan: StepPlan) -> Result<Option<Action>, Error> {
-        Ok(match self.apply(plan).await? {
+        Ok(match self.apply(plan).await?.next {
             Next::Continue => None,
             Next::RequeueAfter(d) => Some(Action::requeue(d)),
             Next::AwaitChange => Some(Action::await_change()),
         })
     }
 
-    async fn apply_one(&mut self, write: Write) -> Result<(), Error> {
+    /// One write; a create reports its outcome.
+    async fn apply_one(&mut self, write: Write) -> Result<Option<Created>, Error> {
         match write {
-            Write::SetAnnotations(delta) => self.patch_set_annotations(delta).await,
+            Write::SetAnnotations(delta) => self.patch_set_annotations(delta).await?,
             Write::Finalizers {
                 list,
                 resource_version,
                 gone_ok,
-            } => self.write_finalizers(list, resource_version, gone_ok).await,
-            Write::DeletePod(name) => self.delete_pod(&name).await,
-            Write::GcTags(items) => self.gc_tags(&items).await,
-            Write::Status(status) => self.write_status(status).await,
+            } => {
+                self.write_finalizers(list, resource_version, gone_ok)
+                    .await?
+            }
+            Write::DeletePod(name) => self.delete_pod(&name).await?,
+            Write::PatchPod { name, delta } => self.patch_pod_annotations(&name, &delta).await?,
+            Write::CreatePod { pod, facts, step } => {
+                let (outcome, forget) =
+                    create_through_protocol(self.ctx, &self.pod_api, *pod, facts, step).await;
+                let forget: Vec<String> = forget.into_iter().collect();
+                self.forget_vms(&forget).await?;
+                return outcome.map(Some);
+            }
+            Write::GcTags(items) => self.gc_tags(&items).await?,
+            Write::Status(status) => self.write_status(status).await?,
             Write::Event {
                 warning,
                 reason,
                 message,
-            } => {
-                self.event(warning, reason, message).await;
-                Ok(())
+            } => self.event(warning, reason, message).await,
+            Write::Count(counter) => {
+                let family = match counter {
+                    SetCounter::SubagentRebuild => &self.ctx.metrics.subagent_rebuild,
+                    SetCounter::SubagentDeadLetter => &self.ctx.metrics.subagent_dead_letter,
+                };
+                family.get_or_create(&self.set_labels()).inc();
             }
         }
+        Ok(None)
     }
 
     async fn write_finalizers(

@@ -29,10 +29,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use cocoon_api::contract::events::{self as ev, operator as reasons};
+use cocoon_api::contract::events::operator as reasons;
 use cocoon_api::contract::{
-    AnnotationCodec, AnnotationDelta, DeadLetter, RebuildHistory, ReclaimRecord,
-    annotations as ann, annotations_merge_patch, diff_annotations, labels, oci, tags,
+    AnnotationCodec, AnnotationDelta, ReclaimRecord, annotations as ann, annotations_merge_patch,
+    diff_annotations, labels, oci, tags,
 };
 use cocoon_api::crd::hibernation::{CocoonHibernation, HibernationPhase};
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus, ToolboxSpec};
@@ -52,6 +52,7 @@ use tracing::{debug, info, warn};
 
 use self::plan::{CreateFacts, CreatePlan, FailedStep, TagRead, Timing, Triage};
 use self::pods::Classified;
+use self::steps::{Created, Next, StepPlan};
 use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, PhaseLabel, SetLabels};
 use crate::registry::{RegistryError, TagRegistry};
 use crate::shell;
@@ -486,6 +487,22 @@ enum Step {
     Return(Action),
 }
 
+impl From<steps::Next> for Step {
+    fn from(next: steps::Next) -> Self {
+        match next {
+            steps::Next::Continue => Step::Continue,
+            steps::Next::RequeueAfter(d) => Step::Return(Action::requeue(d)),
+            steps::Next::AwaitChange => Step::Return(Action::await_change()),
+        }
+    }
+}
+
+/// Now in whole seconds: the API server stores condition times so, and a finer `now` would
+/// make a freshly written status differ from its read-back.
+fn status_time() -> Timestamp {
+    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default()
+}
+
 async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error> {
     let store = ctx.pod_store().ok_or(Error::Cache)?;
     if !ctx.pods_synced.load(Ordering::SeqCst) || !ctx.hibernations_synced.load(Ordering::SeqCst) {
@@ -534,7 +551,7 @@ async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error>
     walk.sub_agents().await?;
     walk.toolboxes().await?;
     // Step 14.
-    let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
+    let now = status_time();
     let progress = steps::status::Progress {
         changed: walk.changed,
         min_backoff: walk.min_backoff,
@@ -567,12 +584,6 @@ struct Walk<'a> {
     /// The set's resourceVersions this pass has seen: the cached one it started from, then
     /// the ones its own metadata patches produced.
     versions: Vec<String>,
-}
-
-/// Outcome of one create through the protocol.
-enum Created {
-    Yes,
-    AlreadyExists,
 }
 
 impl<'a> Walk<'a> {
@@ -709,17 +720,6 @@ impl<'a> Walk<'a> {
         self.versions.extend(patched.resource_version());
         cocoon_api::contract::apply_delta(self.cs.annotations_mut(), &delta);
         Ok(())
-    }
-
-    /// Writes the rebuild history after GC of entries outside the desired pod names.
-    async fn write_history(&mut self, mut history: RebuildHistory) -> Result<(), Error> {
-        history.retain_desired(&plan::desired_names(&self.cs));
-        let delta = history.delta(self.cs.annotations());
-        self.patch_set_annotations(delta).await
-    }
-
-    fn history(&self) -> RebuildHistory {
-        RebuildHistory::from_meta(&self.cs.metadata)
     }
 
     async fn write_status(&mut self, status: CocoonSetStatus) -> Result<(), Error> {
@@ -931,86 +931,38 @@ impl<'a> Walk<'a> {
 
     // ----- §6 triage applied -------------------------------------------------------------
 
-    /// Triage one existing pod and apply the decision; returns the decision.
+    /// Triage one existing pod ([`steps::triage`]) and apply the decision; returns it.
     async fn triage_pod(&mut self, pod: &Pod, reason: Option<String>) -> Result<Triage, Error> {
         let name = pod.name_any();
-        let mut history = self.history();
-        let generation = self.generation();
-        let decision = plan::triage(
-            reason,
-            pods::dead_letter(pod),
-            history.get(&name),
-            generation,
-            Utc::now(),
-            &self.ctx.timing,
-        );
-        match &decision {
-            Triage::Leave { .. } => {}
-            Triage::Wait(d) => self.note_backoff(*d),
-            Triage::ResetAndDelete => {
-                history.reset(&name);
-                self.write_history(history).await?;
-                self.delete_pod(&name).await?;
-                self.changed = true;
-            }
+        let triaged = steps::triage::plan(&self.observed(&[]), pod, reason, Utc::now());
+        match &triaged.decision {
             Triage::DeadLetter { reason } => {
-                warn!(namespace = %self.ns, pod = %name, generation, %reason, "rebuild budget spent: dead-lettered until the spec changes");
-                let delta = DeadLetter(Some(generation)).desired();
-                self.patch_pod_annotations(&name, &delta).await?;
-                plan::mark_exhausted(&mut history, &name, generation);
-                self.write_history(history).await?;
-                self.ctx
-                    .metrics
-                    .subagent_dead_letter
-                    .get_or_create(&self.set_labels())
-                    .inc();
-                let budget = self.ctx.timing.rebuild_budget;
-                self.event(
-                    true,
-                    reasons::SUB_AGENT_DEAD_LETTER,
-                    ev::dead_letter_message(&name, budget, reason),
-                )
-                .await;
+                warn!(namespace = %self.ns, pod = %name, generation = self.generation(), %reason, "rebuild budget spent: dead-lettered until the spec changes");
             }
             Triage::Rebuild { attempt, reason } => {
                 info!(namespace = %self.ns, pod = %name, attempt, %reason, "rebuilding");
-                // The history is durable before the delete, so a crash cannot refund it.
-                history.record_delete(&name, Utc::now(), generation);
-                self.write_history(history).await?;
-                self.delete_pod(&name).await?;
-                self.ctx
-                    .metrics
-                    .subagent_rebuild
-                    .get_or_create(&self.set_labels())
-                    .inc();
-                let attempt = u32::try_from(*attempt).unwrap_or(u32::MAX);
-                let budget = self.ctx.timing.rebuild_budget;
-                self.event(
-                    false,
-                    reasons::SUB_AGENT_REBUILDING,
-                    ev::rebuilding_message(&name, attempt, budget, reason),
-                )
-                .await;
-                self.changed = true;
             }
+            _ => {}
         }
-        Ok(decision)
+        if let Some(d) = triaged.backoff {
+            self.note_backoff(d);
+        }
+        self.apply(StepPlan::then(triaged.writes, Next::Continue))
+            .await?;
+        self.changed |= triaged.changed;
+        Ok(triaged.decision)
     }
 
-    /// For a missing pod: false when its budget is spent at this generation. An exhaustion
-    /// mark from an older generation is cleared first (the spec changed: fresh budget).
+    /// For a missing pod: false when its budget is spent at this generation
+    /// ([`steps::triage::may_recreate`]).
     async fn may_recreate(&mut self, pod_name: &str) -> Result<bool, Error> {
-        let history = self.history();
-        let generation = self.generation();
-        if plan::exhausted(&history, pod_name, generation) {
-            return Ok(false);
+        match steps::triage::may_recreate(&self.observed(&[]), pod_name) {
+            None => Ok(false),
+            Some(writes) => {
+                self.apply(StepPlan::then(writes, Next::Continue)).await?;
+                Ok(true)
+            }
         }
-        if plan::exhausted_earlier(&history, pod_name, generation) {
-            let mut history = history;
-            history.reset(pod_name);
-            self.write_history(history).await?;
-        }
-        Ok(true)
     }
 
     // ----- §7/§8 create protocol ---------------------------------------------------------
@@ -1039,17 +991,7 @@ impl<'a> Walk<'a> {
         restorable: &BTreeSet<String>,
         unconditional: bool,
     ) -> CreateFacts<'static> {
-        let record = ReclaimRecord::from_meta(&self.cs.metadata);
-        let vm = pods::vm_name(pod);
-        CreateFacts {
-            role,
-            image: "",
-            tag: TagRead::Skipped,
-            recorded: record.contains_vm(vm),
-            owed_restore: record.owes_restore(vm),
-            cr_restorable: restorable.contains(&pod.name_any()),
-            unconditional_intent: unconditional,
-        }
+        steps::create_facts(&self.observed(&[]), pod, role, restorable, unconditional)
     }
 
     /// Removes VMs from the reclaim record (the image rule and the sub-agent pre-create drop).
@@ -1068,60 +1010,15 @@ impl<'a> Walk<'a> {
     // ----- step 11 ---------------------------------------------------------------------
 
     async fn main_agent(&mut self) -> Result<Step, Error> {
-        let main_name = naming::pod_name_for_agent(&self.name, 0);
-        if let Some(main) = self.classified.main.clone() {
-            if pods::agent_drift(&self.cs, &self.ns, 0, &main).is_some() {
-                let reason = Some(ev::REASON_SPEC_DRIFTED.to_string());
-                match self.triage_pod(&main, reason).await? {
-                    Triage::ResetAndDelete | Triage::Rebuild { .. } => {
-                        return Ok(Step::Return(Action::requeue(
-                            self.ctx.timing.requeue_after_write,
-                        )));
-                    }
-                    Triage::Wait(d) => return Ok(Step::Return(Action::requeue(d))),
-                    Triage::Leave { .. } | Triage::DeadLetter { .. } => {}
-                }
-            }
-            if !pods::is_ready(&main) {
-                // A set coming back from Failed keeps reporting Failed until its main is
-                // Ready, so step 7.4 sees Failed → Ready and announces RecoveredFromFailure;
-                // the node agent writes lifecycle `ready` before the Ready condition, and a
-                // pass between the two would otherwise swallow the recovery.
-                let recovering =
-                    self.cs.status.as_ref().and_then(|s| s.phase) == Some(CocoonSetPhase::Failed);
-                let phase = if recovering {
-                    CocoonSetPhase::Failed
-                } else {
-                    CocoonSetPhase::Pending
-                };
-                let status = self.status_now(Some(phase));
-                self.write_status(status).await?;
-                return Ok(Step::Return(Action::requeue(self.ctx.timing.wait_for_main)));
-            }
-            return Ok(Step::Continue);
-        }
-        if !self.may_recreate(&main_name).await? {
-            // Budget spent and the main gone: Failed until the spec changes. No event here:
-            // SubAgentDeadLetter already announced it when the budget ran out.
-            let status = self.status_now(Some(CocoonSetPhase::Failed));
-            self.write_status(status).await?;
-            return Ok(Step::Return(Action::await_change()));
-        }
-        let pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
-        let restorable = self.cr_restorable()?;
-        let facts = self.facts_for(&pod, Role::Main, &restorable, false);
-        let (outcome, forget) =
-            create_through_protocol(self.ctx, &self.pod_api, pod, facts, "main agent").await;
-        let forget: Vec<String> = forget.into_iter().collect();
-        self.forget_vms(&forget).await?;
-        match outcome? {
-            Created::Yes => Ok(Step::Return(Action::requeue(
-                self.ctx.timing.requeue_after_write,
-            ))),
-            Created::AlreadyExists => {
-                Ok(Step::Return(Action::requeue(self.ctx.timing.wait_for_main)))
-            }
-        }
+        let restorable = if self.classified.main.is_none() {
+            self.cr_restorable()?
+        } else {
+            BTreeSet::new()
+        };
+        let plan = steps::main::plan(&self.observed(&[]), &restorable, Utc::now(), status_time());
+        let applied = self.apply(plan).await?;
+        let next = steps::main::after_create(applied.next, applied.created, &self.ctx.timing);
+        Ok(Step::from(next))
     }
 
     // ----- step 12 ---------------------------------------------------------------------

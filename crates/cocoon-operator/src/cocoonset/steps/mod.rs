@@ -8,19 +8,24 @@
 
 pub mod classify;
 pub mod finalizer;
+pub mod main;
 pub mod stamp;
 pub mod status;
 pub mod teardown;
 pub mod toolboxes;
+pub mod triage;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cocoon_api::contract::AnnotationDelta;
+use cocoon_api::contract::{AnnotationCodec, AnnotationDelta, ReclaimRecord};
 use cocoon_api::crd::set::{CocoonSet, CocoonSetStatus};
+use cocoon_api::naming::Role;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 
-use super::plan::{GcItem, Timing};
-use super::pods::Classified;
+use super::plan::{CreateFacts, GcItem, TagRead, Timing};
+use super::pods::{self, Classified};
 
 /// What a step sees: the set as this pass knows it (its own writes mirrored in), the
 /// controller-owned pods from the cache (terminating ones included), their step-4
@@ -54,6 +59,22 @@ pub enum Write {
     },
     /// Delete a pod (NotFound is success).
     DeletePod(String),
+    /// Merge-patch a pod's annotations; its pending step-5 stamp rides along.
+    PatchPod {
+        name: String,
+        delta: AnnotationDelta,
+    },
+    /// Create a pod through the create protocol (§7): read its VM's `:hibernate` manifest,
+    /// drop the tag under the image rule, forget the VM from the reclaim record, mark for
+    /// restore, post. `step` names the step in a registry error. Its outcome is fed back to
+    /// the step ([`Applied::created`]).
+    CreatePod {
+        pod: Box<Pod>,
+        facts: CreateFacts<'static>,
+        step: &'static str,
+    },
+    /// Count one of the set's metric series.
+    Count(SetCounter),
     /// Step 2.4's registry GC: every VM's `:hibernate` tag is tried and the failures are
     /// returned together; `:latest` (where listed) is best-effort.
     GcTags(Vec<GcItem>),
@@ -65,6 +86,29 @@ pub enum Write {
         reason: &'static str,
         message: String,
     },
+}
+
+/// A per-set counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetCounter {
+    SubagentRebuild,
+    SubagentDeadLetter,
+}
+
+/// Outcome of a [`Write::CreatePod`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    Yes,
+    /// The pod exists already (the old one still terminating, or a racing pass).
+    AlreadyExists,
+}
+
+/// What the executor observed while applying a plan, for the step to decide on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub next: Next,
+    /// The outcome of the plan's last create, if it made one.
+    pub created: Option<Created>,
 }
 
 /// What the pass does after a step's writes went through.
@@ -97,5 +141,27 @@ impl StepPlan {
     /// `writes`, then `next`.
     pub fn then(writes: Vec<Write>, next: Next) -> Self {
         StepPlan { writes, next }
+    }
+}
+
+/// The create facts of `pod` (its role, its VM's standing in the reclaim record, restore
+/// intent); the executor fills in the image and the tag read.
+pub fn create_facts(
+    o: &Observed<'_>,
+    pod: &Pod,
+    role: Role,
+    restorable: &BTreeSet<String>,
+    unconditional: bool,
+) -> CreateFacts<'static> {
+    let record = ReclaimRecord::from_meta(&o.cs.metadata);
+    let vm = pods::vm_name(pod);
+    CreateFacts {
+        role,
+        image: "",
+        tag: TagRead::Skipped,
+        recorded: record.contains_vm(vm),
+        owed_restore: record.owes_restore(vm),
+        cr_restorable: restorable.contains(&pod.name_any()),
+        unconditional_intent: unconditional,
     }
 }
