@@ -14,8 +14,9 @@ use serde_json::json;
 use tracing::{error, info};
 
 use super::plan::GcItem;
-use super::steps::{Applied, Created, Next, SetCounter, StepPlan, Write};
+use super::steps::{Applied, Counter, Created, Next, StepPlan, Write};
 use super::{Error, Walk, create_through_protocol};
+use crate::metrics::PhaseLabel;
 
 impl Walk<'_> {
     /// Applies `plan`'s writes in order; returns what comes next and what the writes
@@ -71,11 +72,22 @@ impl Walk<'_> {
                 message,
             } => self.event(warning, reason, message).await,
             Write::Count(counter) => {
-                let family = match counter {
-                    SetCounter::SubagentRebuild => &self.ctx.metrics.subagent_rebuild,
-                    SetCounter::SubagentDeadLetter => &self.ctx.metrics.subagent_dead_letter,
-                };
-                family.get_or_create(&self.set_labels()).inc();
+                let m = &self.ctx.metrics;
+                match counter {
+                    Counter::SubagentRebuild => {
+                        m.subagent_rebuild.get_or_create(&self.set_labels()).inc();
+                    }
+                    Counter::SubagentDeadLetter => {
+                        m.subagent_dead_letter
+                            .get_or_create(&self.set_labels())
+                            .inc();
+                    }
+                    Counter::LifecycleStateFailed { phase } => {
+                        m.lifecycle_state_failed_observed
+                            .get_or_create(&PhaseLabel { phase })
+                            .inc();
+                    }
+                }
             }
         }
         Ok(None)

@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use cocoon_api::contract::events::operator as reasons;
 use cocoon_api::contract::{
     AnnotationCodec, AnnotationDelta, ReclaimRecord, annotations as ann, annotations_merge_patch,
     diff_annotations, labels, oci, tags,
@@ -50,10 +49,10 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use self::plan::{CreateFacts, CreatePlan, FailedStep, TagRead, Timing, Triage};
+use self::plan::{CreateFacts, CreatePlan, TagRead, Timing, Triage};
 use self::pods::Classified;
 use self::steps::{Created, Next, StepPlan};
-use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, PhaseLabel, SetLabels};
+use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, SetLabels};
 use crate::registry::{RegistryError, TagRegistry};
 use crate::shell;
 
@@ -877,56 +876,28 @@ impl<'a> Walk<'a> {
     // ----- step 7 ----------------------------------------------------------------------
 
     async fn failed_state(&mut self) -> Result<Step, Error> {
+        let decision = steps::failed_main::plan(&self.observed(&[]));
         let Some(main) = self.classified.main.clone() else {
             return Ok(Step::Continue);
         };
-        let drifted = pods::agent_drift(&self.cs, &self.ns, 0, &main).is_some();
-        match plan::failed_step(&self.cs, &self.ns, Some(&main), drifted) {
-            FailedStep::Continue => Ok(Step::Continue),
-            FailedStep::Recovered { message } => {
-                self.event(false, reasons::RECOVERED_FROM_FAILURE, message)
-                    .await;
-                Ok(Step::Continue)
-            }
-            FailedStep::Rebuild { reason } => {
+        let plan = match decision {
+            steps::failed_main::FailedMain::Proceed(plan) => plan,
+            steps::failed_main::FailedMain::ClearThenReport => {
                 self.clear_leftover_hibernate(&main).await?;
-                match self.triage_pod(&main, Some(reason)).await? {
-                    Triage::Leave { .. } | Triage::DeadLetter { .. } => {
-                        // Dead-lettered at this generation: report Failed as 7.3 does, so
-                        // the set does not sit in Pending with a dead main.
-                        self.report_failed(&main).await
-                    }
-                    Triage::Wait(d) => Ok(Step::Return(Action::requeue(d))),
-                    Triage::ResetAndDelete | Triage::Rebuild { .. } => Ok(Step::Return(
-                        Action::requeue(self.ctx.timing.requeue_after_write),
-                    )),
-                }
+                steps::failed_main::report(&self.observed(&[]), &main, status_time())
             }
-            FailedStep::Fail(_) => {
+            steps::failed_main::FailedMain::ClearThenRebuild { reason } => {
                 self.clear_leftover_hibernate(&main).await?;
-                self.report_failed(&main).await
+                let decision = self.triage_pod(&main, Some(reason)).await?;
+                steps::failed_main::after_triage(
+                    &self.observed(&[]),
+                    &decision,
+                    &main,
+                    status_time(),
+                )
             }
-        }
-    }
-
-    async fn report_failed(&mut self, main: &Pod) -> Result<Step, Error> {
-        let report = plan::failed_report(&self.cs, &self.ns, main);
-        if report.announce {
-            self.event(true, report.reason, report.message.clone())
-                .await;
-            if let Some(phase) = &report.lifecycle_metric_phase {
-                self.ctx
-                    .metrics
-                    .lifecycle_state_failed_observed
-                    .get_or_create(&PhaseLabel {
-                        phase: phase.clone(),
-                    })
-                    .inc();
-            }
-        }
-        let status = self.status_now(Some(CocoonSetPhase::Failed));
-        self.write_status(status).await?;
-        Ok(Step::Return(Action::await_change()))
+        };
+        Ok(Step::from(self.apply(plan).await?.next))
     }
 
     // ----- §6 triage applied -------------------------------------------------------------

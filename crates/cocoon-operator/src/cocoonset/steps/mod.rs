@@ -7,6 +7,7 @@
 //! next step plans. No planner talks to the API server or the registry.
 
 pub mod classify;
+pub mod failed_main;
 pub mod finalizer;
 pub mod main;
 pub mod stamp;
@@ -74,7 +75,7 @@ pub enum Write {
         step: &'static str,
     },
     /// Count one of the set's metric series.
-    Count(SetCounter),
+    Count(Counter),
     /// Step 2.4's registry GC: every VM's `:hibernate` tag is tried and the failures are
     /// returned together; `:latest` (where listed) is best-effort.
     GcTags(Vec<GcItem>),
@@ -88,11 +89,15 @@ pub enum Write {
     },
 }
 
-/// A per-set counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SetCounter {
+/// A metric counter to increment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Counter {
+    /// The set's `subagent_rebuild`.
     SubagentRebuild,
+    /// The set's `subagent_dead_letter`.
     SubagentDeadLetter,
+    /// `lifecycle_state_failed_observed{phase}`.
+    LifecycleStateFailed { phase: String },
 }
 
 /// Outcome of a [`Write::CreatePod`].

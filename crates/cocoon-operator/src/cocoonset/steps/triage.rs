@@ -12,7 +12,7 @@ use cocoon_api::contract::{AnnotationCodec, DeadLetter, RebuildHistory};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::{Observed, SetCounter, Write};
+use super::{Counter, Observed, Write};
 use crate::cocoonset::plan::{self, Triage};
 use crate::cocoonset::pods;
 
@@ -63,7 +63,7 @@ pub fn plan(o: &Observed<'_>, pod: &Pod, reason: Option<String>, now: DateTime<U
                     delta: DeadLetter(Some(generation)).desired(),
                 },
                 history_write(o, history),
-                Write::Count(SetCounter::SubagentDeadLetter),
+                Write::Count(Counter::SubagentDeadLetter),
                 Write::Event {
                     warning: true,
                     reason: reasons::SUB_AGENT_DEAD_LETTER,
@@ -78,7 +78,7 @@ pub fn plan(o: &Observed<'_>, pod: &Pod, reason: Option<String>, now: DateTime<U
             let writes = vec![
                 history_write(o, history),
                 Write::DeletePod(name.clone()),
-                Write::Count(SetCounter::SubagentRebuild),
+                Write::Count(Counter::SubagentRebuild),
                 Write::Event {
                     warning: false,
                     reason: reasons::SUB_AGENT_REBUILDING,
@@ -164,8 +164,8 @@ mod tests {
                 Write::PatchPod { delta, .. } if delta.contains_key(ann::DEAD_LETTER) => {
                     "dead-letter"
                 }
-                Write::Count(SetCounter::SubagentRebuild) => "count rebuild",
-                Write::Count(SetCounter::SubagentDeadLetter) => "count dead-letter",
+                Write::Count(Counter::SubagentRebuild) => "count rebuild",
+                Write::Count(Counter::SubagentDeadLetter) => "count dead-letter",
                 Write::Event { reason, .. } => reason,
                 other => panic!("unexpected write {other:?}"),
             })
