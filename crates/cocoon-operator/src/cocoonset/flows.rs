@@ -113,14 +113,14 @@ impl Walk<'_> {
     }
 
     /// The set's namespace's CocoonHibernations, from the cache.
-    pub(super) fn list_hibernations(&self) -> Result<Vec<CocoonHibernation>, Error> {
-        let store = self.ctx.hibernation_store().ok_or(Error::Cache)?;
-        Ok(store
+    pub(super) fn list_hibernations(&self) -> Vec<CocoonHibernation> {
+        self.caches
+            .hibernations
             .state()
             .iter()
             .filter(|h| h.metadata.namespace.as_deref() == Some(self.ns.as_str()))
             .map(|h| (**h).clone())
-            .collect())
+            .collect()
     }
 
     // ----- step 6 ----------------------------------------------------------------------
@@ -642,7 +642,7 @@ impl Walk<'_> {
             return Ok(());
         }
         let owned_by_cr = if any_annotated {
-            suspend::hibernation_owned(&self.list_hibernations()?)
+            suspend::hibernation_owned(&self.list_hibernations())
         } else {
             BTreeSet::new()
         };

@@ -25,7 +25,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -82,8 +82,6 @@ pub enum Error {
     Missing(&'static str),
     #[error("{0}")]
     Invalid(String),
-    #[error("pod cache did not sync")]
-    Cache,
     /// Step 8's durable `Migrating` marker could not be written.
     #[error("migrate: patch migrating status: {0}")]
     MigratingStatus(kube::Error),
@@ -98,7 +96,6 @@ impl Error {
             Error::Kube(_) | Error::MigratingStatus(_) => "kube",
             Error::Registry { .. } => "registry",
             Error::Missing(_) | Error::Invalid(_) => "invalid",
-            Error::Cache => "cache",
             Error::LostLeadership(_) => "leadership",
         }
     }
@@ -169,15 +166,7 @@ pub struct Context {
     pub registry: Arc<dyn TagRegistry>,
     pub timing: Timing,
     pub stats: Stats,
-    pods: Mutex<Option<Store<Pod>>>,
-    hibernations: Mutex<Option<Store<CocoonHibernation>>>,
-    /// Set once the CocoonHibernation cache delivered its first complete list.
-    hibernations_synced: std::sync::atomic::AtomicBool,
     retries: shell::RetryBackoff,
-    /// Set once the pod cache delivered its first complete list. A flag rather than
-    /// `Store::wait_until_ready`: waiters parked on that before the list completed were seen
-    /// never to wake (three sets of a hundred stuck, each holding a concurrency slot).
-    pods_synced: std::sync::atomic::AtomicBool,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
     /// Per set (by UID): the resourceVersions this controller saw or produced up to its last
@@ -203,11 +192,7 @@ impl Context {
             registry,
             timing,
             stats: Stats::default(),
-            pods: Mutex::default(),
             retries: shell::RetryBackoff::default(),
-            pods_synced: std::sync::atomic::AtomicBool::new(false),
-            hibernations: Mutex::new(None),
-            hibernations_synced: std::sync::atomic::AtomicBool::new(false),
             leadership: crate::leader::Leadership::always(),
             written_status: Mutex::default(),
             tracked: Mutex::default(),
@@ -298,14 +283,25 @@ impl Context {
         self.leadership = leadership;
         self
     }
+}
 
-    fn pod_store(&self) -> Option<Store<Pod>> {
-        self.pods.lock().ok().and_then(|s| s.clone())
-    }
+/// The caches one run of the controller reads: built by [`run`] before the controller
+/// starts, then only read by its passes.
+struct Caches {
+    pods: Store<Pod>,
+    hibernations: Store<CocoonHibernation>,
+    /// Set once the pod cache delivered its first complete list. A flag rather than
+    /// `Store::wait_until_ready`: waiters parked on that before the list completed were seen
+    /// never to wake (three sets of a hundred stuck, each holding a concurrency slot).
+    pods_synced: AtomicBool,
+    /// Set once the CocoonHibernation cache delivered its first complete list.
+    hibernations_synced: AtomicBool,
+}
 
-    fn hibernation_store(&self) -> Option<Store<CocoonHibernation>> {
-        self.hibernations.lock().ok().and_then(|s| s.clone())
-    }
+/// What every pass of one run gets: the controller's context and the run's caches.
+struct Shared {
+    ctx: Arc<Context>,
+    caches: Caches,
 }
 
 /// Runs the controller until `shutdown` resolves, over every namespace or over one (tests).
@@ -327,13 +323,20 @@ pub async fn run(
     };
     let (set_reader, set_writer) = reflector::store::<CocoonSet>();
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
-    if let Ok(mut slot) = ctx.pods.lock() {
-        *slot = Some(pod_reader.clone());
-    }
+    let (hib_reader, hib_writer) = reflector::store::<CocoonHibernation>();
+    let shared = Arc::new(Shared {
+        ctx: ctx.clone(),
+        caches: Caches {
+            pods: pod_reader,
+            hibernations: hib_reader,
+            pods_synced: AtomicBool::new(false),
+            hibernations_synced: AtomicBool::new(false),
+        },
+    });
     // Ready once both caches delivered their first complete list.
     let gate = crate::admin::SyncGate::new(2, readiness);
     let (sets_synced, pods_synced) = (gate.part(), gate.part());
-    let pods_flag = ctx.clone();
+    let pods_flag = shared.clone();
     // Standbys keep their caches warm but run no pass until they lead; then every set once.
     let standby = crate::leader::StandbyFilter::new(ctx.leadership.clone());
     let (sets_standby, pods_standby, lists) = (standby.clone(), standby.clone(), standby.clone());
@@ -363,7 +366,7 @@ pub async fn run(
             .reflect(pod_writer)
             .inspect(move |ev| {
                 if matches!(ev, Ok(watcher::Event::InitDone)) {
-                    pods_flag.pods_synced.store(true, Ordering::SeqCst);
+                    pods_flag.caches.pods_synced.store(true, Ordering::SeqCst);
                     pods_synced();
                 }
             }),
@@ -374,17 +377,16 @@ pub async fn run(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let (hib_reader, hib_writer) = reflector::store::<CocoonHibernation>();
-    if let Ok(mut slot) = ctx.hibernations.lock() {
-        *slot = Some(hib_reader);
-    }
-    let hib_flag = ctx.clone();
+    let hib_flag = shared.clone();
     let hib_cache = watcher(hibernations, watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(hib_writer)
         .for_each(move |ev| {
             if matches!(ev, Ok(watcher::Event::InitDone)) {
-                hib_flag.hibernations_synced.store(true, Ordering::SeqCst);
+                hib_flag
+                    .caches
+                    .hibernations_synced
+                    .store(true, Ordering::SeqCst);
             }
             futures::future::ready(())
         });
@@ -393,7 +395,7 @@ pub async fn run(
         .owns_stream(pod_events)
         .reconcile_all_on(standby.reconcile_all())
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, shared)
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => debug!(object = %obj, "reconciled"),
@@ -435,7 +437,8 @@ fn pod_changes(
     })
 }
 
-fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(cs: Arc<CocoonSet>, err: &Error, shared: Arc<Shared>) -> Action {
+    let ctx = &shared.ctx;
     let delay = ctx.retries.failed(shell::object_key(cs.as_ref()));
     ctx.metrics
         .reconcile_errors
@@ -448,7 +451,8 @@ fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
     Action::requeue(delay)
 }
 
-async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let ctx = &shared.ctx;
     if !ctx.leadership.is_leader() {
         // A standby (or a replica that just lost the lease): nothing until it leads, when
         // every set gets a pass.
@@ -456,7 +460,7 @@ async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Erro
     }
     ctx.track(&cs);
     let started = Instant::now();
-    let result = match reconcile_inner(&cs, &ctx).await {
+    let result = match reconcile_inner(&cs, ctx, &shared.caches).await {
         // The lease went mid-pass: the write was skipped and the pass ends, no retry.
         Err(Error::LostLeadership(_)) => {
             ctx.stats.lost_leadership.fetch_add(1, Ordering::Relaxed);
@@ -502,17 +506,18 @@ fn status_time() -> Timestamp {
     Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default()
 }
 
-async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error> {
-    let store = ctx.pod_store().ok_or(Error::Cache)?;
-    if !ctx.pods_synced.load(Ordering::SeqCst) || !ctx.hibernations_synced.load(Ordering::SeqCst) {
+async fn reconcile_inner(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Result<Action, Error> {
+    let synced = caches.pods_synced.load(Ordering::SeqCst)
+        && caches.hibernations_synced.load(Ordering::SeqCst);
+    if !synced {
         // Look again shortly instead of holding a concurrency slot.
         return Ok(Action::requeue(Duration::from_millis(300)));
     }
     ctx.stats.passes.fetch_add(1, Ordering::Relaxed);
     let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
     // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
-    let owned = steps::classify::owned(cs, store.state().iter().map(|p| &**p));
-    let mut walk = Walk::new(ctx, cs.clone(), ns);
+    let owned = steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p));
+    let mut walk = Walk::new(ctx, caches, cs.clone(), ns);
 
     // Step 2.
     if cs.metadata.deletion_timestamp.is_some() {
@@ -567,6 +572,7 @@ async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error>
 /// the step-4 classification, and what the pass has done so far.
 struct Walk<'a> {
     ctx: &'a Context,
+    caches: &'a Caches,
     cs: CocoonSet,
     ns: String,
     name: String,
@@ -586,13 +592,14 @@ struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    fn new(ctx: &'a Context, cs: CocoonSet, ns: String) -> Self {
+    fn new(ctx: &'a Context, caches: &'a Caches, cs: CocoonSet, ns: String) -> Self {
         let name = cs.name_any();
         let cs_version = cs.resource_version();
         Walk {
             sets: Api::namespaced(ctx.client.clone(), &ns),
             pod_api: Api::namespaced(ctx.client.clone(), &ns),
             ctx,
+            caches,
             cs,
             ns,
             name,
@@ -939,9 +946,8 @@ impl<'a> Walk<'a> {
     // ----- §7/§8 create protocol ---------------------------------------------------------
 
     /// The pods a Hibernated or Waking CocoonHibernation names (from the cache).
-    fn cr_restorable(&self) -> Result<BTreeSet<String>, Error> {
-        Ok(self
-            .list_hibernations()?
+    fn cr_restorable(&self) -> BTreeSet<String> {
+        self.list_hibernations()
             .into_iter()
             .filter(|h| {
                 matches!(
@@ -950,7 +956,7 @@ impl<'a> Walk<'a> {
                 )
             })
             .map(|h| h.spec.pod_ref.name)
-            .collect())
+            .collect()
     }
 
     /// The create facts of `pod` (its role, VM and restore intent); the image and the tag
@@ -982,7 +988,7 @@ impl<'a> Walk<'a> {
 
     async fn main_agent(&mut self) -> Result<Step, Error> {
         let restorable = if self.classified.main.is_none() {
-            self.cr_restorable()?
+            self.cr_restorable()
         } else {
             BTreeSet::new()
         };
@@ -1020,7 +1026,7 @@ impl<'a> Walk<'a> {
             }
         }
         if !missing.is_empty() {
-            let restorable = self.cr_restorable()?;
+            let restorable = self.cr_restorable();
             let jobs: Vec<(Pod, CreateFacts<'static>)> = missing
                 .iter()
                 .map(|slot| {
@@ -1114,7 +1120,7 @@ impl<'a> Walk<'a> {
                         continue;
                     }
                     let pod = pods::build_toolbox_pod(&self.cs, &self.ns, t);
-                    let restorable = self.cr_restorable()?;
+                    let restorable = self.cr_restorable();
                     let facts = self.facts_for(&pod, Role::Toolbox, &restorable, false);
                     let (outcome, forget) =
                         create_through_protocol(self.ctx, &self.pod_api, pod, facts, "toolboxes")
