@@ -8,12 +8,14 @@
 use std::sync::atomic::Ordering;
 
 use cocoon_api::contract::tags;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{error, info};
 
-use super::plan::GcItem;
+use super::plan::{CreateFacts, GcItem};
 use super::steps::{Applied, Counter, Created, Next, StepPlan, Write};
 use super::{Error, Walk, create_through_protocol};
 use crate::metrics::PhaseLabel;
@@ -22,11 +24,9 @@ impl Walk<'_> {
     /// Applies `plan`'s writes in order; returns what comes next and what the writes
     /// observed.
     pub(super) async fn apply(&mut self, plan: StepPlan) -> Result<Applied, Error> {
-        let mut created = None;
+        let mut created = Vec::new();
         for write in plan.writes {
-            if let Some(c) = self.apply_one(write).await? {
-                created = Some(c);
-            }
+            created.extend(self.apply_one(write).await?);
         }
         Ok(Applied {
             next: plan.next,
@@ -43,8 +43,8 @@ impl Walk<'_> {
         })
     }
 
-    /// One write; a create reports its outcome.
-    async fn apply_one(&mut self, write: Write) -> Result<Option<Created>, Error> {
+    /// One write; creates report their outcomes.
+    async fn apply_one(&mut self, write: Write) -> Result<Vec<Created>, Error> {
         match write {
             Write::SetAnnotations(delta) => self.patch_set_annotations(delta).await?,
             Write::Finalizers {
@@ -62,8 +62,13 @@ impl Walk<'_> {
                     create_through_protocol(self.ctx, &self.pod_api, *pod, facts, step).await;
                 let forget: Vec<String> = forget.into_iter().collect();
                 self.forget_vms(&forget).await?;
-                return outcome.map(Some);
+                return outcome.map(|c| vec![c]);
             }
+            Write::CreatePods {
+                jobs,
+                step,
+                at_once,
+            } => return self.create_pods(jobs, step, at_once).await,
             Write::GcTags(items) => self.gc_tags(&items).await?,
             Write::Status(status) => self.write_status(status).await?,
             Write::Event {
@@ -90,7 +95,42 @@ impl Walk<'_> {
                 }
             }
         }
-        Ok(None)
+        Ok(Vec::new())
+    }
+
+    async fn create_pods(
+        &mut self,
+        jobs: Vec<(Pod, CreateFacts<'static>)>,
+        step: &'static str,
+        at_once: usize,
+    ) -> Result<Vec<Created>, Error> {
+        let (ctx, api) = (self.ctx, self.pod_api.clone());
+        // The futures are built up front; the stream only bounds how many run at once.
+        let creates: Vec<_> = jobs
+            .into_iter()
+            .map(|(pod, facts)| create_through_protocol(ctx, &api, pod, facts, step))
+            .collect();
+        let results: Vec<(Result<Created, Error>, Option<String>)> = futures::stream::iter(creates)
+            .buffer_unordered(at_once.max(1))
+            .collect()
+            .await;
+        let mut forget = Vec::new();
+        let mut created = Vec::new();
+        let mut first_err = None;
+        for (res, f) in results {
+            forget.extend(f);
+            match res {
+                Ok(c) => created.push(c),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.forget_vms(&forget).await?;
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(created),
+        }
     }
 
     async fn write_finalizers(

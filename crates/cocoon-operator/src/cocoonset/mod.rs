@@ -994,163 +994,86 @@ impl<'a> Walk<'a> {
         };
         let plan = steps::main::plan(&self.observed(&[]), &restorable, Utc::now(), status_time());
         let applied = self.apply(plan).await?;
-        let next = steps::main::after_create(applied.next, applied.created, &self.ctx.timing);
+        let next = steps::main::after_create(applied.next, &applied.created, &self.ctx.timing);
         Ok(Step::from(next))
     }
 
     // ----- step 12 ---------------------------------------------------------------------
 
     async fn sub_agents(&mut self) -> Result<(), Error> {
-        let Some(main) = self.classified.main.clone() else {
+        let Some(survey) = steps::sub_agents::survey(&self.observed(&[])) else {
             return Ok(());
         };
-        let replicas = self.cs.spec.agent.replicas.max(0);
-        let main_vm = pods::vm_name(&main).to_string();
-        let main_node = pods::bound_node(&main).to_string();
+        // One pod at a time: each triage and budget check reads the history the last wrote.
+        for (pod, reason) in &survey.existing {
+            self.triage_pod(pod, reason.clone()).await?;
+        }
         let mut missing = Vec::new();
-        for slot in 1..=replicas {
-            match self.classified.sub.get(&slot).cloned() {
-                Some(p) => {
-                    let drifted = pods::agent_drift(&self.cs, &self.ns, slot, &p).is_some();
-                    let reason = plan::rebuild_reason(&p, true, drifted);
-                    self.triage_pod(&p, reason).await?;
-                }
-                None => {
-                    if self
-                        .may_recreate(&naming::pod_name_for_agent(&self.name, slot))
-                        .await?
-                    {
-                        missing.push(slot);
-                    }
-                }
+        for slot in survey.missing {
+            if self
+                .may_recreate(&naming::pod_name_for_agent(&self.name, slot))
+                .await?
+            {
+                missing.push(slot);
             }
         }
-        if !missing.is_empty() {
-            let restorable = self.cr_restorable();
-            let jobs: Vec<(Pod, CreateFacts<'static>)> = missing
-                .iter()
-                .map(|slot| {
-                    let pod = pods::build_agent_pod(
-                        &self.cs,
-                        &self.ns,
-                        *slot,
-                        &main_vm,
-                        Some(&main_node),
-                    );
-                    let facts = self.facts_for(&pod, Role::SubAgent, &restorable, false);
-                    (pod, facts)
-                })
-                .collect();
-            let ctx = self.ctx;
-            let api = self.pod_api.clone();
-            // The futures are built up front; the stream only bounds how many run at once.
-            let creates: Vec<_> = jobs
-                .into_iter()
-                .map(|(pod, facts)| create_through_protocol(ctx, &api, pod, facts, "sub-agents"))
-                .collect();
-            let results: Vec<(Result<Created, Error>, Option<String>)> =
-                futures::stream::iter(creates)
-                    .buffer_unordered(self.ctx.timing.create_fanout.max(1))
-                    .collect()
-                    .await;
-            let mut forget = Vec::new();
-            let mut first_err = None;
-            for (res, f) in results {
-                forget.extend(f);
-                match res {
-                    Ok(Created::Yes) => self.changed = true,
-                    Ok(Created::AlreadyExists) => {}
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-            self.forget_vms(&forget).await?;
-            if let Some(e) = first_err {
-                return Err(e);
-            }
+        let restorable = if missing.is_empty() {
+            BTreeSet::new()
+        } else {
+            self.cr_restorable()
+        };
+        if let Some(create) = steps::sub_agents::creates(&self.observed(&[]), &missing, &restorable)
+        {
+            let applied = self
+                .apply(StepPlan::then(vec![create], Next::Continue))
+                .await?;
+            self.changed |= applied.created.contains(&Created::Yes);
         }
-        // Scale-down: stash first, so the tags of the leaving slots are GC'd at teardown.
-        let extras: Vec<Pod> = self
-            .classified
-            .sub
-            .iter()
-            .filter(|(slot, _)| **slot > replicas)
-            .map(|(_, p)| p.clone())
-            .collect();
-        if !extras.is_empty() {
-            self.stash(extras.iter()).await?;
-            for p in &extras {
-                self.delete_pod(&p.name_any()).await?;
-                self.changed = true;
-            }
-        }
+        let remove = steps::sub_agents::remove(&self.observed(&[]), &survey.extras);
+        self.changed |= !remove.is_empty();
+        self.apply(StepPlan::then(remove, Next::Continue)).await?;
         Ok(())
     }
 
     // ----- step 13 ---------------------------------------------------------------------
 
     async fn toolboxes(&mut self) -> Result<(), Error> {
-        let toolboxes: Vec<ToolboxSpec> = self.cs.spec.toolboxes.clone();
-        if let Err(invalid) = steps::toolboxes::validate(&toolboxes) {
+        if let Err(invalid) = steps::toolboxes::validate(&self.cs.spec.toolboxes) {
             warn!(namespace = %self.ns, name = %self.name, error = %invalid, "invalid spec: waiting for a change");
             self.invalid = Some(invalid);
             return Ok(());
         }
-        for t in &toolboxes {
-            let pod_name = naming::pod_name_for_toolbox(&self.name, &t.name);
-            let existing = self.classified.all_by_name.get(&pod_name).cloned();
-            match existing {
-                Some(_)
-                    if self.classified.toolbox.get(&t.name).map(|q| q.name_any())
-                        != Some(pod_name.clone()) =>
-                {
-                    return Err(Error::Invalid(format!(
-                        "create toolbox {}: name collision with existing pod {pod_name}",
-                        t.name
-                    )));
+        let (each, leaving) = steps::toolboxes::survey(&self.observed(&[]));
+        for toolbox in each {
+            match toolbox {
+                steps::toolboxes::Toolbox::Collision(message) => {
+                    return Err(Error::Invalid(message));
                 }
-                Some(p) => {
-                    let drifted = pods::toolbox_drift(&self.cs, &self.ns, t, &p).is_some();
-                    let reason = plan::rebuild_reason(&p, true, drifted);
-                    self.triage_pod(&p, reason).await?;
+                steps::toolboxes::Toolbox::Existing(pod, reason) => {
+                    self.triage_pod(&pod, reason).await?;
                 }
-                None => {
+                steps::toolboxes::Toolbox::Missing(t, pod_name) => {
                     if !self.may_recreate(&pod_name).await? {
                         continue;
                     }
-                    let pod = pods::build_toolbox_pod(&self.cs, &self.ns, t);
                     let restorable = self.cr_restorable();
-                    let facts = self.facts_for(&pod, Role::Toolbox, &restorable, false);
-                    let (outcome, forget) =
-                        create_through_protocol(self.ctx, &self.pod_api, pod, facts, "toolboxes")
-                            .await;
-                    let forget: Vec<String> = forget.into_iter().collect();
-                    self.forget_vms(&forget).await?;
-                    match outcome? {
-                        Created::Yes => self.changed = true,
-                        Created::AlreadyExists => {
-                            self.check_toolbox_collision(t, &pod_name).await?
+                    let create = steps::toolboxes::create(&self.observed(&[]), &t, &restorable);
+                    let applied = self
+                        .apply(StepPlan::then(vec![create], Next::Continue))
+                        .await?;
+                    match applied.created.last() {
+                        Some(Created::Yes) => self.changed = true,
+                        Some(Created::AlreadyExists) => {
+                            self.check_toolbox_collision(&t, &pod_name).await?
                         }
+                        None => {}
                     }
                 }
             }
         }
-        let wanted: BTreeSet<&str> = toolboxes.iter().map(|t| t.name.as_str()).collect();
-        let leaving: Vec<Pod> = self
-            .classified
-            .toolbox
-            .iter()
-            .filter(|(n, _)| !wanted.contains(n.as_str()))
-            .map(|(_, p)| p.clone())
-            .collect();
-        if !leaving.is_empty() {
-            self.stash(leaving.iter()).await?;
-            for p in &leaving {
-                self.delete_pod(&p.name_any()).await?;
-                self.changed = true;
-            }
-        }
+        let remove = steps::sub_agents::remove(&self.observed(&[]), &leaving);
+        self.changed |= !remove.is_empty();
+        self.apply(StepPlan::then(remove, Next::Continue)).await?;
         Ok(())
     }
 

@@ -78,8 +78,8 @@ pub fn plan(
 
 /// The create's outcome decides the requeue: a main that already exists (the old one still
 /// terminating) is waited for.
-pub fn after_create(next: Next, created: Option<Created>, t: &Timing) -> Next {
-    match created {
+pub fn after_create(next: Next, created: &[Created], t: &Timing) -> Next {
+    match created.last() {
         Some(Created::AlreadyExists) => Next::RequeueAfter(t.wait_for_main),
         _ => next,
     }
@@ -200,7 +200,7 @@ mod tests {
         let t = Timing::default();
         assert_eq!(p.next, Next::RequeueAfter(t.requeue_after_write));
         assert_eq!(
-            after_create(p.next, Some(Created::AlreadyExists), &t),
+            after_create(p.next, &[Created::AlreadyExists], &t),
             Next::RequeueAfter(t.wait_for_main),
             "an old main still terminating is waited for"
         );

@@ -12,6 +12,7 @@ pub mod finalizer;
 pub mod main;
 pub mod stamp;
 pub mod status;
+pub mod sub_agents;
 pub mod teardown;
 pub mod toolboxes;
 pub mod triage;
@@ -74,6 +75,14 @@ pub enum Write {
         facts: CreateFacts<'static>,
         step: &'static str,
     },
+    /// [`Write::CreatePod`] of several pods at once, at most `at_once` in flight; the VMs to
+    /// forget go out together once all are done, then the first error, if any, fails the
+    /// pass.
+    CreatePods {
+        jobs: Vec<(Pod, CreateFacts<'static>)>,
+        step: &'static str,
+        at_once: usize,
+    },
     /// Count one of the set's metric series.
     Count(Counter),
     /// Step 2.4's registry GC: every VM's `:hibernate` tag is tried and the failures are
@@ -112,8 +121,8 @@ pub enum Created {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Applied {
     pub next: Next,
-    /// The outcome of the plan's last create, if it made one.
-    pub created: Option<Created>,
+    /// The outcomes of the plan's creates, in order.
+    pub created: Vec<Created>,
 }
 
 /// What the pass does after a step's writes went through.
