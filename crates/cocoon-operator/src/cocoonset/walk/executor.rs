@@ -15,9 +15,9 @@ use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{error, info};
 
-use super::plan::{CreateFacts, GcItem};
-use super::steps::{Applied, Counter, Created, Next, StepPlan, Write};
 use super::{Error, Walk, create_through_protocol};
+use crate::cocoonset::plan::{CreateFacts, GcItem};
+use crate::cocoonset::steps::{Applied, Counter, Created, Next, StepPlan, Write};
 use crate::metrics::PhaseLabel;
 
 impl Walk<'_> {

@@ -1,7 +1,8 @@
-//! The shell of steps 6 (suspend), 8 (migration), 9 (release-policy wake) and 10
-//! (unsuspend bookkeeping and reclaim) of `cocoonset.md`, and the 7.1 clear of a leftover
-//! hibernate intent. Decisions come from [`super::suspend`] and [`super::migrate`]; this file
-//! observes and acts.
+//! Steps 6 (suspend), 8 (migration), 9 (release-policy wake) and 10 (unsuspend bookkeeping
+//! and reclaim) of `cocoonset.md`, and the 7.1 clear of a leftover hibernate intent, not yet
+//! moved to `steps/`: here each step still decides, writes, re-reads and decides again in one
+//! place. Their decisions come from the pure rules of [`crate::cocoonset::suspend`] and
+//! [`crate::cocoonset::migrate`].
 //!
 //! Crash safety: every durable marker is written before the side effect it guards — the
 //! reclaim record before any hibernate annotation (6A.2), `suspending-since` on entry into
@@ -28,9 +29,10 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use tracing::{debug, info, warn};
 
-use super::migrate::{self, Advance, Engage};
-use super::suspend::{self, Deadline, GateItem, WakeStep};
-use super::{Created, Error, Step, Walk, create_through_protocol, pods, post_pod, prepare_create};
+use super::{Created, Error, Step, Walk, create_through_protocol, post_pod, prepare_create};
+use crate::cocoonset::migrate::{self, Advance, Engage};
+use crate::cocoonset::pods;
+use crate::cocoonset::suspend::{self, Deadline, GateItem, WakeStep};
 use crate::metrics::PlacementLabels;
 use crate::registry::RegistryError;
 
@@ -243,7 +245,7 @@ impl Walk<'_> {
                 registry.has_manifest(vm, tags::HIBERNATE)
             })
             .collect();
-        let results = crate::shell::at_most(super::REGISTRY_CALLS_AT_ONCE, calls).await;
+        let results = crate::shell::at_most(crate::cocoonset::REGISTRY_CALLS_AT_ONCE, calls).await;
         let mut complete = true;
         for r in results {
             match r {
@@ -687,7 +689,8 @@ impl Walk<'_> {
                 registry.delete_tag(vm, tags::HIBERNATE)
             })
             .collect();
-        let results = crate::shell::at_most(super::REGISTRY_CALLS_AT_ONCE, deletes).await;
+        let results =
+            crate::shell::at_most(crate::cocoonset::REGISTRY_CALLS_AT_ONCE, deletes).await;
         for (vm, r) in woken.iter().zip(results) {
             match r {
                 Ok(()) => record.remove_vm(vm),
