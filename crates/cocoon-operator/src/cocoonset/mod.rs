@@ -52,7 +52,7 @@ use tracing::{debug, warn};
 use self::plan::Timing;
 use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, SetLabels};
 use crate::registry::{RegistryError, TagRegistry};
-use crate::shell;
+use crate::watch_retry;
 
 const CONTROLLER: &str = "cocoonset";
 /// Pod writes of one step that go out together, at most this many at once (the spec's cap
@@ -164,7 +164,7 @@ pub struct Context {
     pub registry: Arc<dyn TagRegistry>,
     pub timing: Timing,
     pub stats: Stats,
-    retries: shell::RetryBackoff,
+    retries: watch_retry::RetryBackoff,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
     /// Per set (by UID): the resourceVersions this controller saw or produced up to its last
@@ -190,7 +190,7 @@ impl Context {
             registry,
             timing,
             stats: Stats::default(),
-            retries: shell::RetryBackoff::default(),
+            retries: watch_retry::RetryBackoff::default(),
             leadership: crate::leader::Leadership::always(),
             written_status: Mutex::default(),
             tracked: Mutex::default(),
@@ -234,7 +234,7 @@ impl Context {
     /// Drops what this controller remembers about a deleted set: its last written status,
     /// its retry backoff and its metric series.
     fn forget_set(&self, cs: &CocoonSet) {
-        let key = shell::object_key(cs);
+        let key = watch_retry::object_key(cs);
         self.retries.succeeded(&key);
         if let Ok(mut m) = self.written_status.lock() {
             m.remove(&key);
@@ -410,8 +410,8 @@ pub async fn run(
 fn set_changes(
     events: impl Stream<Item = Result<WatchEvent<CocoonSet>, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<CocoonSet, watcher::Error>> + Send + 'static {
-    shell::changed_only(events, |cs: &CocoonSet| {
-        shell::fingerprint((
+    watch_retry::changed_only(events, |cs: &CocoonSet| {
+        watch_retry::fingerprint((
             cs.metadata.generation,
             serde_json::to_string(&cs.status).unwrap_or_default(),
             cs.metadata.deletion_timestamp.is_some(),
@@ -424,8 +424,8 @@ fn set_changes(
 fn pod_changes(
     events: impl Stream<Item = Result<WatchEvent<Pod>, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
-    shell::changed_only(events, |pod: &Pod| {
-        shell::fingerprint((
+    watch_retry::changed_only(events, |pod: &Pod| {
+        watch_retry::fingerprint((
             pod.metadata.deletion_timestamp.is_some(),
             pods::pod_phase(pod),
             pods::is_ready(pod),
@@ -437,7 +437,7 @@ fn pod_changes(
 
 fn error_policy(cs: Arc<CocoonSet>, err: &Error, shared: Arc<Shared>) -> Action {
     let ctx = &shared.ctx;
-    let delay = ctx.retries.failed(shell::object_key(cs.as_ref()));
+    let delay = ctx.retries.failed(watch_retry::object_key(cs.as_ref()));
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {
@@ -477,7 +477,7 @@ async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Er
         })
         .observe(started.elapsed().as_secs_f64());
     if result.is_ok() {
-        ctx.retries.succeeded(&shell::object_key(cs.as_ref()));
+        ctx.retries.succeeded(&watch_retry::object_key(cs.as_ref()));
     }
     result
 }

@@ -21,9 +21,9 @@ use crate::cocoonset::{plan, pods};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Toolbox {
     /// Its pod exists: triage it for this reason (none: healthy).
-    Existing(Pod, Option<String>),
+    Existing(Box<Pod>, Option<String>),
     /// No pod: create it (budget permitting), named so.
-    Missing(ToolboxSpec, String),
+    Missing(Box<ToolboxSpec>, String),
     /// Another owned pod has its name: the pass fails with this message.
     Collision(String),
 }
@@ -32,28 +32,29 @@ pub enum Toolbox {
 /// the spec, in name order (13.3).
 pub fn survey(o: &Observed<'_>) -> (Vec<Toolbox>, Vec<Pod>) {
     let name = o.cs.name_any();
-    let each =
-        o.cs.spec
-            .toolboxes
-            .iter()
-            .map(|t| {
-                let pod_name = naming::pod_name_for_toolbox(&name, &t.name);
-                let ours = o.classified.toolbox.get(&t.name);
-                match o.classified.all_by_name.get(&pod_name) {
-                    Some(_) if ours.map(|q| q.name_any()) != Some(pod_name.clone()) => {
-                        Toolbox::Collision(format!(
-                            "create toolbox {}: name collision with existing pod {pod_name}",
-                            t.name
-                        ))
-                    }
-                    Some(p) => {
-                        let drifted = pods::toolbox_drift(o.cs, o.ns, t, p).is_some();
-                        Toolbox::Existing(p.clone(), plan::rebuild_reason(p, true, drifted))
-                    }
-                    None => Toolbox::Missing(t.clone(), pod_name),
+    let each = o
+        .cs
+        .spec
+        .toolboxes
+        .iter()
+        .map(|t| {
+            let pod_name = naming::pod_name_for_toolbox(&name, &t.name);
+            let ours = o.classified.toolbox.get(&t.name);
+            match o.classified.all_by_name.get(&pod_name) {
+                Some(_) if ours.map(|q| q.name_any()) != Some(pod_name.clone()) => {
+                    Toolbox::Collision(format!(
+                        "create toolbox {}: name collision with existing pod {pod_name}",
+                        t.name
+                    ))
                 }
-            })
-            .collect();
+                Some(p) => {
+                    let drifted = pods::toolbox_drift(o.cs, o.ns, t, p).is_some();
+                    Toolbox::Existing(Box::new(p.clone()), plan::rebuild_reason(p, true, drifted))
+                }
+                None => Toolbox::Missing(Box::new(t.clone()), pod_name),
+            }
+        })
+        .collect();
     let wanted: BTreeSet<&str> =
         o.cs.spec
             .toolboxes
@@ -165,8 +166,8 @@ mod tests {
         assert_eq!(
             each,
             [
-                Toolbox::Existing(existing.clone(), None),
-                Toolbox::Missing(tb("b"), "demo-b".into()),
+                Toolbox::Existing(Box::new(existing.clone()), None),
+                Toolbox::Missing(Box::new(tb("b")), "demo-b".into()),
                 Toolbox::Collision(
                     "create toolbox 1: name collision with existing pod demo-1".into()
                 ),

@@ -182,14 +182,16 @@ mod tests {
             set(r#"{"demo-1":{"count":2,"lastDeleted":"1970-01-01T00:00:00Z","generation":3}}"#),
         );
         let drifted = Some(ev::REASON_SPEC_DRIFTED.to_string());
-        let cases: Vec<(
-            &str,
-            &CocoonSet,
+        // (what, set, reason, writes, changed, backoff)
+        type Case<'a> = (
+            &'a str,
+            &'a CocoonSet,
             Option<String>,
-            Vec<&str>,
+            Vec<&'a str>,
             bool,
             Option<Duration>,
-        )> = vec![
+        );
+        let cases: Vec<Case<'_>> = vec![
             ("healthy: left alone", &empty, None, vec![], false, None),
             (
                 "first rebuild: history, delete, count, event",

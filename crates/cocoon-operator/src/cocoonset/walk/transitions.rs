@@ -245,7 +245,8 @@ impl Walk<'_> {
                 registry.has_manifest(vm, tags::HIBERNATE)
             })
             .collect();
-        let results = crate::shell::at_most(crate::cocoonset::REGISTRY_CALLS_AT_ONCE, calls).await;
+        let results =
+            crate::watch_retry::at_most(crate::cocoonset::REGISTRY_CALLS_AT_ONCE, calls).await;
         let mut complete = true;
         for r in results {
             match r {
@@ -690,7 +691,7 @@ impl Walk<'_> {
             })
             .collect();
         let results =
-            crate::shell::at_most(crate::cocoonset::REGISTRY_CALLS_AT_ONCE, deletes).await;
+            crate::watch_retry::at_most(crate::cocoonset::REGISTRY_CALLS_AT_ONCE, deletes).await;
         for (vm, r) in woken.iter().zip(results) {
             match r {
                 Ok(()) => record.remove_vm(vm),
