@@ -10,6 +10,7 @@ pub mod classify;
 pub mod failed_main;
 pub mod finalizer;
 pub mod main;
+pub mod release_wake;
 pub mod stamp;
 pub mod status;
 pub mod sub_agents;
@@ -83,6 +84,13 @@ pub enum Write {
         step: &'static str,
         at_once: usize,
     },
+    /// Delete `<vm>:<tag>` from the registry (absent is success); a refusal fails the pass
+    /// with `step` as its context.
+    DropTag {
+        vm: String,
+        tag: &'static str,
+        step: &'static str,
+    },
     /// Count one of the set's metric series.
     Count(Counter),
     /// Step 2.4's registry GC: every VM's `:hibernate` tag is tried and the failures are
@@ -107,6 +115,10 @@ pub enum Counter {
     SubagentDeadLetter,
     /// `lifecycle_state_failed_observed{phase}`.
     LifecycleStateFailed { phase: String },
+    /// The set's `slot_release_wake{placement}`.
+    SlotReleaseWake { placement: String },
+    /// The set's `slot_release_wake_unschedulable`.
+    SlotReleaseWakeUnschedulable,
 }
 
 /// Outcome of a [`Write::CreatePod`].

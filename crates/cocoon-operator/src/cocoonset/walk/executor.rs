@@ -18,7 +18,7 @@ use tracing::{error, info};
 use super::{Error, Walk, create_through_protocol};
 use crate::cocoonset::plan::{CreateFacts, GcItem};
 use crate::cocoonset::steps::{Applied, Counter, Created, Next, StepPlan, Write};
-use crate::metrics::PhaseLabel;
+use crate::metrics::{PhaseLabel, PlacementLabels};
 
 impl Walk<'_> {
     /// Applies `plan`'s writes in order; returns what comes next and what the writes
@@ -70,6 +70,18 @@ impl Walk<'_> {
                 at_once,
             } => return self.create_pods(jobs, step, at_once).await,
             Write::GcTags(items) => self.gc_tags(&items).await?,
+            Write::DropTag { vm, tag, step } => {
+                self.ctx.registry_write()?;
+                self.ctx
+                    .stats
+                    .registry_calls
+                    .fetch_add(1, Ordering::Relaxed);
+                self.ctx
+                    .registry
+                    .delete_tag(&vm, tag)
+                    .await
+                    .map_err(|e| Error::registry(step, format!("delete {vm}:{tag}"), e))?;
+            }
             Write::Status(status) => self.write_status(status).await?,
             Write::Event {
                 warning,
@@ -84,6 +96,20 @@ impl Walk<'_> {
                     }
                     Counter::SubagentDeadLetter => {
                         m.subagent_dead_letter
+                            .get_or_create(&self.set_labels())
+                            .inc();
+                    }
+                    Counter::SlotReleaseWake { placement } => {
+                        m.slot_release_wake
+                            .get_or_create(&PlacementLabels {
+                                namespace: self.ns.clone(),
+                                cocoonset: self.name.clone(),
+                                placement,
+                            })
+                            .inc();
+                    }
+                    Counter::SlotReleaseWakeUnschedulable => {
+                        m.slot_release_wake_unschedulable
                             .get_or_create(&self.set_labels())
                             .inc();
                     }

@@ -32,8 +32,8 @@ use tracing::{debug, info, warn};
 use super::{Created, Error, Step, Walk, create_through_protocol, post_pod, prepare_create};
 use crate::cocoonset::migrate::{self, Advance, Engage};
 use crate::cocoonset::pods;
-use crate::cocoonset::suspend::{self, Deadline, GateItem, WakeStep};
-use crate::metrics::PlacementLabels;
+use crate::cocoonset::steps::{self, release_wake::ReleaseWake};
+use crate::cocoonset::suspend::{self, Deadline, GateItem};
 use crate::registry::RegistryError;
 
 impl Walk<'_> {
@@ -528,60 +528,23 @@ impl Walk<'_> {
 
     // ----- step 9 ----------------------------------------------------------------------
 
-    /// Step 9: the release-policy wake.
+    /// Step 9: the release-policy wake ([`steps::release_wake`]); 9.1 and 9.4 need reads
+    /// first and stay here.
     pub(super) async fn release_wake(&mut self) -> Result<Step, Error> {
-        let hint = HibernatedOnNode::from_meta(&self.cs.metadata).0;
-        let main = self.classified.main.clone();
-        match suspend::wake_step(self.phase(), &hint, main.as_ref()) {
-            WakeStep::HandOver => Ok(Step::Continue),
-            WakeStep::Start => self.wake_start(&hint).await,
-            WakeStep::WaitLive { unschedulable } => {
-                if let (Some(msg), Some(m)) = (unschedulable, main.as_ref()) {
-                    self.ctx
-                        .metrics
-                        .slot_release_wake_unschedulable
-                        .get_or_create(&self.set_labels())
-                        .inc();
-                    let text = ev::main_unschedulable_message(&m.name_any(), &msg);
-                    self.event(true, reasons::WAKE_NO_CAPACITY, text).await;
+        match steps::release_wake::plan(&self.observed(&[]), super::status_time()) {
+            ReleaseWake::Plan(plan) => {
+                let completes = plan
+                    .writes
+                    .iter()
+                    .any(|w| matches!(w, steps::Write::DropTag { .. }));
+                let next = self.apply(plan).await?.next;
+                if completes {
+                    info!(namespace = %self.ns, name = %self.name, "released main woken");
                 }
-                self.write_phase(Some(CocoonSetPhase::Waking)).await?;
-                Ok(Step::Return(Action::requeue(self.ctx.timing.migrate_poll)))
+                Ok(Step::from(next))
             }
-            WakeStep::Complete { placement } => {
-                let vm = naming::vm_name_for_agent(&self.ns, &self.name, 0);
-                self.ctx.registry_write()?;
-                self.ctx
-                    .stats
-                    .registry_calls
-                    .fetch_add(1, Ordering::Relaxed);
-                self.ctx
-                    .registry
-                    .delete_tag(&vm, tags::HIBERNATE)
-                    .await
-                    .map_err(|e| {
-                        Error::registry("wake", format!("delete {vm}:{}", tags::HIBERNATE), e)
-                    })?;
-                if let Some(p) = placement {
-                    self.ctx
-                        .metrics
-                        .slot_release_wake
-                        .get_or_create(&PlacementLabels {
-                            namespace: self.ns.clone(),
-                            cocoonset: self.name.clone(),
-                            placement: p.to_string(),
-                        })
-                        .inc();
-                    info!(namespace = %self.ns, name = %self.name, placement = p, "released main woken");
-                }
-                let delta = HibernatedOnNode::default().delta(self.cs.annotations());
-                self.patch_set_annotations(delta).await?;
-                self.write_phase(None).await?;
-                Ok(Step::Return(Action::requeue(
-                    self.ctx.timing.requeue_after_write,
-                )))
-            }
-            WakeStep::ConfirmGone => {
+            ReleaseWake::Start { hint } => self.wake_start(&hint).await,
+            ReleaseWake::ConfirmGone => {
                 let name = naming::pod_name_for_agent(&self.name, 0);
                 self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
                 match self.pod_api.get_opt(&name).await? {
