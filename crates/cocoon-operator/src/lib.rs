@@ -9,6 +9,11 @@ pub mod hibernation;
 pub mod leader;
 pub mod metrics;
 pub mod registry;
-pub mod shell;
-pub mod stripes;
 pub mod user_agent;
+pub mod vm_lock;
+pub mod watch_retry;
+
+/// The old names of [`watch_retry`] and [`vm_lock`], kept until the CocoonHibernation
+/// controller (`hibernation/`) is moved over to the new ones.
+pub use vm_lock as stripes;
+pub use watch_retry as shell;

@@ -1,5 +1,6 @@
-//! What both controller shells share: the watch filter that wakes a controller only when the
-//! part of an object it looks at changed, and the per-object retry backoff after a failed pass.
+//! Watch filtering and retry, shared by both controllers: the watch filter that wakes a
+//! controller only when the part of an object it looks at changed, the bound on a step's
+//! fan-out, and the per-object retry backoff after a failed pass.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
