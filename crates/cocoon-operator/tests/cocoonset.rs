@@ -94,7 +94,11 @@ struct AuditedIdentity {
 }
 
 impl AuditedIdentity {
-    async fn new(env: &cocoon_testenv::Shared, admin: &Client, prefix: &str) -> Result<Self, BoxError> {
+    async fn new(
+        env: &cocoon_testenv::Shared,
+        admin: &Client,
+        prefix: &str,
+    ) -> Result<Self, BoxError> {
         use k8s_openapi::api::core::v1::ServiceAccount;
         use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
         let name = cocoon_testenv::unique_name(prefix);
@@ -140,7 +144,11 @@ impl AuditedIdentity {
     /// How many writes the identity made in `ns` so far, once the log shows a read it made
     /// after them (the log is appended as requests complete: every write finished before
     /// that read is in it by then).
-    async fn writes_in(&self, audit: &cocoon_testenv::AuditLog, ns: &str) -> Result<usize, BoxError> {
+    async fn writes_in(
+        &self,
+        audit: &cocoon_testenv::AuditLog,
+        ns: &str,
+    ) -> Result<usize, BoxError> {
         let marker = cocoon_testenv::unique_name("audit-marker");
         let probe: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let _ = probe.get_opt(&marker).await?;

@@ -165,7 +165,11 @@ mod tests {
             "create".into()
         )));
         let writes = log.writes_of(sa, "a").unwrap();
-        assert_eq!(writes.len(), 1, "the patch in `a`, not the reads: {writes:?}");
+        assert_eq!(
+            writes.len(),
+            1,
+            "the patch in `a`, not the reads: {writes:?}"
+        );
         assert_eq!(writes[0].verb, "patch");
         assert!(
             log.writes_of(sa, "b").unwrap().is_empty(),
