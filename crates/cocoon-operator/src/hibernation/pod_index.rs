@@ -134,11 +134,17 @@ mod tests {
         refs.into_iter().map(|r| r.name).collect()
     }
 
+    /// An event, the pod looked up after it, the CRs expected.
+    type Step = (
+        Event<CocoonHibernation>,
+        (&'static str, &'static str),
+        Vec<&'static str>,
+    );
+
     #[test]
     fn a_pod_finds_exactly_the_crs_naming_it() {
         let index = PodIndex::default();
-        // (event, pod looked up, CRs expected)
-        let steps: Vec<(Event<CocoonHibernation>, (&str, &str), Vec<&str>)> = vec![
+        let steps: Vec<Step> = vec![
             (Event::Apply(cr("a", "h1", "p")), ("a", "p"), vec!["h1"]),
             (
                 Event::Apply(cr("a", "h2", "p")),
