@@ -324,6 +324,10 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
             operator.writes_in(&audit, &ns).await?,
             running.registry_calls.load(Ordering::SeqCst),
         );
+        assert!(
+            writes > 0,
+            "the audit log shows the controller's writes (its pods, status and finalizer)"
+        );
         // One nudge at a time: the controller coalesces triggers for one object that arrive
         // while a pass is queued, so three quick nudges need not make three passes.
         for i in 2..5u64 {
