@@ -464,7 +464,7 @@ fn committed_crds_match_the_code() {
             let committed = std::fs::read_to_string(&path).unwrap_or_default();
             assert!(
                 &committed == yaml,
-                "{} differs from the code; regenerate with `cargo run -p cocoon-operator -- crd --out-dir {dir}`",
+                "{} differs from the code; regenerate with `cargo run -p cocoon-bin -- crd --out-dir {dir}`",
                 path.display()
             );
         }

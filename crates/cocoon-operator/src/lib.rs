@@ -1,10 +1,11 @@
 //! The cocoon operator: the CocoonHibernation and CocoonSet controllers, their metrics and
-//! admin server. `main.rs` is a thin CLI over this library.
+//! admin server. The `cocoon-operator` binary (crates/cocoon-bin) is a thin CLI over it.
 
 pub mod admin;
 pub mod cocoonset;
 pub mod conditions;
 pub mod config;
+pub mod controller;
 pub mod hibernation;
 pub mod leader;
 pub mod metrics;
@@ -13,7 +14,3 @@ pub mod user_agent;
 pub mod vm_lock;
 pub mod watch_retry;
 
-/// The old names of [`watch_retry`] and [`vm_lock`], kept until the CocoonHibernation
-/// controller (`hibernation/`) is moved over to the new ones.
-pub use vm_lock as stripes;
-pub use watch_retry as shell;

@@ -62,7 +62,7 @@ pub async fn at_most<F: Future>(limit: usize, futures: Vec<F>) -> Vec<F::Output>
         .await
 }
 
-/// Per-object failure counts: 200 ms after the first failed pass, doubling to a minute (as
+/// Per-object failure counts: 400 ms after the first failed pass, doubling to a minute (as
 /// controller-runtime's per-item backoff), back to the start after a pass that succeeds.
 #[derive(Debug, Default)]
 pub struct RetryBackoff {

@@ -27,6 +27,17 @@ pub struct AuditRecord {
     pub user_agent: String,
 }
 
+impl AuditRecord {
+    /// Whether the request could change state (`create`, `update`, `patch`, `delete`,
+    /// `deletecollection`): what a controller's "no write" promise is about.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+}
+
 /// The audit log of a test environment.
 #[derive(Debug, Clone)]
 pub struct AuditLog {
@@ -64,6 +75,16 @@ impl AuditLog {
             }
         }
         Ok(out)
+    }
+
+    /// The completed writes ([`AuditRecord::is_write`]) `user` made in `namespace` so far,
+    /// in log order.
+    pub fn writes_of(&self, user: &str, namespace: &str) -> Result<Vec<AuditRecord>> {
+        Ok(self
+            .records_of(user)?
+            .into_iter()
+            .filter(|r| r.is_write() && r.namespace == namespace)
+            .collect())
     }
 
     /// The distinct (group, resource, verb) triples `user` called so far.
@@ -148,6 +169,17 @@ mod tests {
             "leases".into(),
             "create".into()
         )));
+        let writes = log.writes_of(sa, "a").unwrap();
+        assert_eq!(
+            writes.len(),
+            1,
+            "the patch in `a`, not the reads: {writes:?}"
+        );
+        assert_eq!(writes[0].verb, "patch");
+        assert!(
+            log.writes_of(sa, "b").unwrap().is_empty(),
+            "other namespaces"
+        );
         assert!(
             AuditLog::at(dir.join("missing"))
                 .records_of(sa)
