@@ -57,6 +57,7 @@ async fn shipped_deployment_runs_as_pods_and_fails_over() {
             }
             Err((e, ns)) => {
                 eprintln!("{}", kubelet.log_tails(&ns, 40));
+                let _ = delete_run_objects(env, &ns).await;
                 Err(e)
             }
         }
@@ -271,25 +272,32 @@ impl InCluster {
     /// namespace and this run's cluster objects; never the shared CRDs.
     async fn teardown(mut self) -> Result<(), BoxError> {
         let _ = self.sets.delete(SET, &DeleteParams::default()).await;
-        cocoon_testenv::wait_until("the set is gone", WAIT, || async {
+        let gone = cocoon_testenv::wait_until("the set is gone", WAIT, || async {
             matches!(self.sets.get_opt(SET).await, Ok(None)).then_some(())
         })
-        .await?;
+        .await;
         self.agent.stop().await;
-        let s = &self.suffix;
-        run_ok(self.env.kubectl().args([
-            "delete",
-            "--ignore-not-found",
-            "--wait=false",
-            &format!("clusterrolebinding/cocoon-operator-{s}"),
-            &format!("clusterrole/cocoon-operator-{s}"),
-            &format!("clusterrole/cocoon-node-{s}"),
-        ]));
-        let client = self.env.client()?;
-        cocoon_testenv::delete_namespace(&client, &self.ns).await?;
+        delete_run_objects(self.env, &self.suffix).await?;
         drop(self.node);
+        gone?;
         Ok(())
     }
+}
+
+/// Deletes what the overlay made for run `suffix` (its namespace has the same name), except the
+/// CRDs, which other tests share.
+async fn delete_run_objects(env: &Shared, suffix: &str) -> Result<(), BoxError> {
+    run_ok(env.kubectl().args([
+        "delete",
+        "--ignore-not-found",
+        "--wait=false",
+        &format!("clusterrolebinding/cocoon-operator-{suffix}"),
+        &format!("clusterrole/cocoon-operator-{suffix}"),
+        &format!("clusterrole/cocoon-node-{suffix}"),
+    ]));
+    let client = env.client()?;
+    cocoon_testenv::delete_namespace(&client, suffix).await?;
+    Ok(())
 }
 
 /// Builds the image (scripts/image.sh, under a name of this run's own), saves it with podman

@@ -86,17 +86,18 @@ impl Kubelet {
     /// Starts containerd, imports the pause image, starts the kubelet and waits until its
     /// Node is Ready.
     pub async fn start(client: &Client, opts: KubeletOptions) -> Result<Kubelet> {
-        let kubelet_bin = opts.bin_dir.join("kubelet");
-        let pause_bin = opts.bin_dir.join("pause");
-        for (what, path) in [("kubelet", &kubelet_bin), ("pause", &pause_bin)] {
+        for name in crate::paths::KUBELET_BINARIES {
+            let path = opts.bin_dir.join(name);
             if !path.is_file() {
                 return Err(Error::MissingBinary {
-                    what: what.into(),
-                    path: path.clone(),
+                    what: name.into(),
+                    path,
                     script: crate::paths::BUILD_SCRIPT,
                 });
             }
         }
+        let kubelet_bin = opts.bin_dir.join("kubelet");
+        let pause_bin = opts.bin_dir.join("pause");
         for tool in [
             "containerd",
             "containerd-shim-runc-v2",

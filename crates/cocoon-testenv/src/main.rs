@@ -111,6 +111,14 @@ fn print_paths() -> anyhow::Result<()> {
             if p.exists() { "ok" } else { "missing" }
         );
     }
+    for name in paths::KUBELET_BINARIES {
+        let p = bin_dir.join(name);
+        println!(
+            "  {:<26} {} (only for Shared::kubelet)",
+            name,
+            if p.exists() { "ok" } else { "missing" }
+        );
+    }
     println!(
         "registry binary:    {} ({})",
         registry.display(),
