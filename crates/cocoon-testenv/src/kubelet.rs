@@ -15,8 +15,10 @@
 //!
 //! Teardown (and the sweep of run dirs left by killed test processes) kills the containers'
 //! init processes and this containerd's shims (matched by its socket path), stops kubelet and
-//! containerd, removes the containers' cgroups, unmounts everything under the run dir and
-//! deletes the Node.
+//! containerd, removes the containers' cgroups and the kubelet's `/var/log/containers` links
+//! into the run dir, unmounts everything under the run dir and deletes the Node. (The kubelet
+//! also always serves `/var/lib/kubelet/device-plugins/kubelet.sock`, whatever its root dir;
+//! nothing here uses device plugins.)
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -391,6 +393,7 @@ current-context: kubelet
         kill_shims(&self.socket);
         remove_cgroups(&tasks);
         unmount_under(&self.dir);
+        remove_container_log_links(&self.dir);
         let out = Command::new(self.bin_dir.join("kubectl"))
             .arg("--kubeconfig")
             .arg(&self.admin_kubeconfig)
@@ -581,6 +584,7 @@ fn sweep_stale() {
         kill_shims(&dir.join("containerd.sock"));
         remove_cgroups(&tasks);
         unmount_under(&dir);
+        remove_container_log_links(&dir);
         remove_run_dir(&dir);
     }
 }
@@ -668,6 +672,22 @@ fn remove_cgroups(ids: &[String]) {
     for base in bases {
         for id in ids {
             let _ = std::fs::remove_dir(base.join(CRI_NAMESPACE).join(id));
+        }
+    }
+}
+
+/// The kubelet links every container log into this fixed directory, whatever its own dirs.
+const CONTAINER_LOG_LINKS: &str = "/var/log/containers";
+
+/// Removes the kubelet's `/var/log/containers` links that point into `dir`.
+fn remove_container_log_links(dir: &Path) {
+    for entry in std::fs::read_dir(CONTAINER_LOG_LINKS)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if std::fs::read_link(entry.path()).is_ok_and(|target| target.starts_with(dir)) {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }
