@@ -13,4 +13,3 @@ pub mod registry;
 pub mod user_agent;
 pub mod vm_lock;
 pub mod watch_retry;
-

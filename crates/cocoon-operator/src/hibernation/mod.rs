@@ -269,7 +269,9 @@ fn annotation_changes(
 }
 
 fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.retries.failed(crate::watch_retry::object_key(cr.as_ref()));
+    let delay = ctx
+        .retries
+        .failed(crate::watch_retry::object_key(cr.as_ref()));
     shared::count_error(CONTROLLER, &ctx.metrics, err.kind());
     warn!(name = %cr.name_any(), namespace = ?cr.namespace(), error = %shared::chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
