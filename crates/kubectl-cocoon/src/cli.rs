@@ -2,20 +2,45 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::PossibleValuesParser;
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::conn::ConnFlags;
+use crate::help;
+use crate::output::{OBJECT_FORMATS, TABLE_FORMATS, VERSION_FORMATS, formats};
+
+pub use crate::output::OutputFormat;
 
 /// Exit codes, shown at the end of `--help`.
-pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  success (also: already in the requested state)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out\n  4  the wait reached Failed (after --failure-grace)";
+pub const EXIT_CODES_HELP: &str = help::EXIT_CODES;
+
+/// The phases a CocoonSet reports (`--until` of suspend, resume and `wake cocoonset/NAME`).
+pub const SET_PHASES: &[&str] = &[
+    "Pending",
+    "Scaling",
+    "Running",
+    "Suspending",
+    "Suspended",
+    "Waking",
+    "Migrating",
+    "Failed",
+];
+/// The phases a CocoonHibernation reports (`--until` of hibernate and `wake POD`).
+pub const HIBERNATION_PHASES: &[&str] = &[
+    "Pending",
+    "Hibernating",
+    "Hibernated",
+    "Waking",
+    "Active",
+    "Failed",
+];
 
 #[derive(Parser, Debug)]
 #[command(
     name = "kubectl-cocoon",
     version = crate::version::LONG_VERSION,
     about = "Lifecycle verbs for cocoon microVM agents: suspend, resume, hibernate, wake, migrate, status",
-    after_help = EXIT_CODES_HELP,
-    propagate_version = true
+    after_help = help::TOP
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -32,13 +57,6 @@ pub enum ColorMode {
     Auto,
     Always,
     Never,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum OutputFormat {
-    Json,
-    Yaml,
-    Wide,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -62,79 +80,156 @@ pub struct Selection {
 /// How a lifecycle verb waits and writes.
 #[derive(Args, Debug, Clone)]
 pub struct WaitFlags {
-    /// Return right after the write instead of waiting for the phase to settle.
-    #[arg(long)]
-    pub no_wait: bool,
-    /// Wait (the default; the opposite of --no-wait).
-    #[arg(long, conflicts_with = "no_wait")]
+    /// Wait for the phase to settle (the default); --wait=false returns right after the write.
+    #[arg(long, value_name = "BOOL", default_value_t = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = ArgAction::Set)]
     pub wait: bool,
+    /// Same as --wait=false.
+    #[arg(long, conflicts_with = "wait")]
+    pub no_wait: bool,
     /// Overall wait budget.
     #[arg(long, default_value = "10m", value_parser = crate::duration::parse_flag)]
     pub timeout: Duration,
     /// How long Failed must persist before it counts (the operator retries from Failed).
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse_flag)]
     pub failure_grace: Duration,
-    /// The phase that counts as success instead of the verb's default.
-    #[arg(long, value_name = "PHASE")]
+    /// The phase that counts as success: set from the verb's own `--until` (only the verbs
+    /// that wait for a phase have one, each offering its kind's phases).
+    #[arg(skip)]
     pub until: Option<String>,
-    /// Print the final object.
-    #[arg(short = 'o', long, value_enum)]
+    /// Print the final object: json, yaml, name or jsonpath=TEMPLATE.
+    #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(OBJECT_FORMATS))]
     pub output: Option<OutputFormat>,
-    /// none, client (print what would be sent) or server (send with dryRun=All).
-    #[arg(long, value_enum, default_value = "none", num_args = 0..=1, default_missing_value = "client")]
+    /// none, client (print the object as it would be, send nothing) or server (send with
+    /// dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "none", num_args = 0..=1,
+          require_equals = true, default_missing_value = "client")]
     pub dry_run: DryRun,
-    /// Do not ask before acting on several objects.
-    #[arg(short = 'y', long)]
+    /// Name of the manager recorded in managedFields for every write.
+    #[arg(long, value_name = "NAME", default_value = "kubectl-cocoon")]
+    pub field_manager: String,
+    /// Do not ask before acting on several objects (-y, -y=true, --yes=false).
+    #[arg(short = 'y', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub yes: bool,
+}
+
+impl WaitFlags {
+    /// Whether the verb waits after its write (`--wait`, unless `--wait=false` or `--no-wait`).
+    pub fn waits(&self) -> bool {
+        self.wait && !self.no_wait
+    }
+}
+
+/// kubectl's refusal of `get -A NAME`, word for word.
+pub const ACROSS_NAMESPACES_BY_NAME: &str =
+    "a resource cannot be retrieved by name across all namespaces";
+
+/// Checks `--until PHASE` against the phases of the kind it waits on; `kind` is `cocoonset`
+/// or `cocoonhibernation`.
+pub fn check_until(until: Option<&str>, kind: &str) -> Result<(), String> {
+    let Some(phase) = until else { return Ok(()) };
+    let phases = if kind == "cocoonset" {
+        SET_PHASES
+    } else {
+        HIBERNATION_PHASES
+    };
+    if phases.contains(&phase) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid value '{phase}' for '--until <PHASE>': a {kind} has no such phase [possible values: {}]",
+            phases.join(", ")
+        ))
+    }
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show CocoonSets (all in the namespace, or the named ones with their members).
-    #[command(alias = "get", alias = "list")]
+    #[command(alias = "get", alias = "list", after_help = help::STATUS)]
     Status {
+        /// CocoonSets to show in detail (none: every set in the namespace, or those -l / -A select).
+        #[arg(value_name = "NAME")]
         names: Vec<String>,
         #[command(flatten)]
         selection: Selection,
-        /// Output format.
-        #[arg(short = 'o', long, value_enum)]
+        /// Output format: wide (members too), json, yaml (the computed view: each set with its
+        /// members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE.
+        #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(TABLE_FORMATS))]
         output: Option<OutputFormat>,
+        /// Print tables without their header line.
+        #[arg(long)]
+        no_headers: bool,
         /// Watch: redraw on change (TTY) or stream one JSON object per change.
         #[arg(short = 'w', long)]
         watch: bool,
     },
     /// Show one CocoonSet: members, conditions and recent events.
-    Describe { name: String },
+    #[command(after_help = help::DESCRIBE)]
+    Describe {
+        /// The CocoonSet to describe.
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
     /// Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true).
+    #[command(after_help = help::SUSPEND)]
     Suspend {
+        /// CocoonSets to suspend (or select them with -l / -A).
+        #[arg(value_name = "NAME")]
         names: Vec<String>,
         #[command(flatten)]
         selection: Selection,
+        /// The CocoonSet phase that counts as success instead of Suspended.
+        #[arg(long, value_name = "PHASE", value_parser = PossibleValuesParser::new(SET_PHASES))]
+        until: Option<String>,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Resume suspended CocoonSets (spec.suspend=false).
+    #[command(after_help = help::RESUME)]
     Resume {
+        /// CocoonSets to resume (or select them with -l / -A).
+        #[arg(value_name = "NAME")]
         names: Vec<String>,
         #[command(flatten)]
         selection: Selection,
+        /// The CocoonSet phase that counts as success instead of Running.
+        #[arg(long, value_name = "PHASE", value_parser = PossibleValuesParser::new(SET_PHASES))]
+        until: Option<String>,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Hibernate pods through their CocoonHibernation (created if missing, named after the pod).
+    #[command(after_help = help::HIBERNATE)]
     Hibernate {
+        /// Cocoon pods to hibernate (each gets a CocoonHibernation of the same name).
+        #[arg(value_name = "POD")]
         pods: Vec<String>,
+        /// The CocoonHibernation phase that counts as success instead of Hibernated.
+        #[arg(long, value_name = "PHASE", value_parser = PossibleValuesParser::new(HIBERNATION_PHASES))]
+        until: Option<String>,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set.
+    #[command(after_help = help::WAKE)]
     Wake {
+        /// Pods (POD or pod/POD) to wake, or cocoonset/NAME to resume a set.
+        #[arg(value_name = "TARGET")]
         targets: Vec<String>,
+        /// The phase that counts as success: a CocoonHibernation phase for pods (default
+        /// Active), a CocoonSet phase for cocoonset/NAME (default Running).
+        #[arg(long, value_name = "PHASE")]
+        until: Option<String>,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Move a set's main agent to NODE (spec.nodeName); --cancel restores the previous pin.
+    #[command(after_help = help::MIGRATE)]
     Migrate {
+        /// The CocoonSet whose main agent moves.
+        #[arg(value_name = "NAME")]
         name: String,
         /// The target node.
         #[arg(long, value_name = "NODE", required_unless_present = "cancel")]
@@ -146,33 +241,49 @@ pub enum Command {
         wait: WaitFlags,
     },
     /// Pin a set's main agent to NODE (same as migrate --to NODE).
+    #[command(after_help = help::PIN)]
     Pin {
+        /// The CocoonSet to pin.
+        #[arg(value_name = "NAME")]
         name: String,
+        /// The node its main agent must run on.
+        #[arg(value_name = "NODE")]
         node: String,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Remove a set's pin (spec.nodeName).
+    #[command(after_help = help::UNPIN)]
     Unpin {
+        /// The CocoonSet to unpin.
+        #[arg(value_name = "NAME")]
         name: String,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Registry maintenance.
+    #[command(after_help = help::REGISTRY)]
     Registry {
         #[command(subcommand)]
         command: RegistryCommand,
     },
     /// Print the plugin and operator versions.
+    #[command(after_help = help::VERSION)]
     Version {
-        #[arg(short = 'o', long, value_enum)]
+        /// Output format: json, yaml or jsonpath=TEMPLATE.
+        #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(VERSION_FORMATS))]
         output: Option<OutputFormat>,
         /// Print only the plugin's version and revision; do not contact the cluster.
         #[arg(long)]
         client: bool,
     },
     /// Print a static completion script for bash, zsh, fish or powershell.
-    Completion { shell: clap_complete::Shell },
+    #[command(after_help = help::COMPLETION)]
+    Completion {
+        /// The shell to print the script for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
     /// Dynamic completion (cobra protocol), used by the kubectl_complete-cocoon shim.
     #[command(name = "__complete", hide = true, disable_help_flag = true)]
     Complete {
@@ -191,6 +302,7 @@ pub enum Command {
 pub enum RegistryCommand {
     /// Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet,
     /// CocoonHibernation or pod references. Dry run unless --yes.
+    #[command(after_help = help::REGISTRY_GC)]
     Gc {
         /// Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY.
         #[arg(long, env = "OCI_REGISTRY", value_name = "BASE")]
@@ -198,10 +310,12 @@ pub enum RegistryCommand {
         /// Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy).
         #[arg(long)]
         include_latest: bool,
-        /// Delete (without it, only list what would be deleted).
-        #[arg(short = 'y', long)]
+        /// Delete (without it, only list what would be deleted); -y=true, --yes=false.
+        #[arg(short = 'y', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
+              require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         yes: bool,
-        #[arg(short = 'o', long, value_enum)]
+        /// Output format: json, yaml or jsonpath=TEMPLATE.
+        #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(VERSION_FORMATS))]
         output: Option<OutputFormat>,
     },
 }

@@ -4,9 +4,12 @@
 pub mod cli;
 pub mod complete;
 pub mod conn;
+pub mod dryrun;
 pub mod duration;
 pub mod error;
 pub mod gc;
+pub mod help;
+pub mod jsonpath;
 pub mod lifecycle;
 pub mod output;
 pub mod status;
@@ -62,7 +65,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 operator: operator.clone(),
             };
             if let Some(fmt) = output {
-                return output::print_object(&v, fmt);
+                return output::print_object(&v, &fmt);
             }
             println!("Client Version: {client_version}");
             println!("Client Revision: {}", version::CLIENT_REVISION);
@@ -82,6 +85,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         command => {
+            check_before_connecting(&command)?;
             let conn = cli.conn.connect().await?;
             let (client, ns) = (conn.client, conn.namespace);
             match command {
@@ -89,23 +93,49 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     names,
                     selection,
                     output,
+                    no_headers,
                     watch,
-                } => status::status(&client, &ns, &names, &selection, output, watch, color).await,
+                } => {
+                    let view = status::View {
+                        output,
+                        no_headers,
+                        color,
+                    };
+                    status::status(&client, &ns, &names, &selection, &view, watch).await
+                }
                 Command::Describe { name } => status::describe(&client, &ns, &name, color).await,
                 Command::Suspend {
                     names,
                     selection,
-                    wait,
-                } => lifecycle::set_suspend(&client, &ns, &names, &selection, true, &wait).await,
+                    until,
+                    mut wait,
+                } => {
+                    wait.until = until;
+                    lifecycle::set_suspend(&client, &ns, &names, &selection, true, &wait).await
+                }
                 Command::Resume {
                     names,
                     selection,
-                    wait,
-                } => lifecycle::set_suspend(&client, &ns, &names, &selection, false, &wait).await,
-                Command::Hibernate { pods, wait } => {
+                    until,
+                    mut wait,
+                } => {
+                    wait.until = until;
+                    lifecycle::set_suspend(&client, &ns, &names, &selection, false, &wait).await
+                }
+                Command::Hibernate {
+                    pods,
+                    until,
+                    mut wait,
+                } => {
+                    wait.until = until;
                     lifecycle::pod_desire(&client, &ns, &pods, Desire::Hibernate, &wait).await
                 }
-                Command::Wake { targets, wait } => {
+                Command::Wake {
+                    targets,
+                    until,
+                    mut wait,
+                } => {
+                    wait.until = until;
                     let (sets, pods) = lifecycle::split_wake_targets(&targets)?;
                     if !sets.is_empty() {
                         lifecycle::set_suspend(
@@ -154,12 +184,46 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                             yes,
                             output,
                         },
-                } => gc::run(&client, registry.as_deref(), include_latest, yes, output).await,
+                } => {
+                    gc::run(
+                        &client,
+                        registry.as_deref(),
+                        include_latest,
+                        yes,
+                        output.as_ref(),
+                    )
+                    .await
+                }
                 Command::Completion { .. }
                 | Command::Complete { .. }
                 | Command::CompleteNoDesc { .. }
                 | Command::Version { .. } => Ok(()),
             }
         }
+    }
+}
+
+/// Usage checks that need no cluster: kubectl's refusal of `-A` with names, and `--until`
+/// against the phases of each target's kind.
+fn check_before_connecting(command: &Command) -> Result<(), CliError> {
+    match command {
+        Command::Status {
+            names, selection, ..
+        } if selection.all_namespaces && !names.is_empty() => {
+            Err(CliError::Usage(cli::ACROSS_NAMESPACES_BY_NAME.to_string()))
+        }
+        Command::Wake { targets, until, .. } => {
+            let (sets, pods) = lifecycle::split_wake_targets(targets)?;
+            for (kind, any) in [
+                ("cocoonset", !sets.is_empty()),
+                ("cocoonhibernation", !pods.is_empty()),
+            ] {
+                if any {
+                    cli::check_until(until.as_deref(), kind).map_err(CliError::Usage)?;
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }

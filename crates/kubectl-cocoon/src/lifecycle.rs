@@ -11,6 +11,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::cli::{DryRun, Selection, WaitFlags};
+use crate::dryrun::{self, Action};
 use crate::error::CliError;
 use crate::output::print_object;
 use crate::wait::{Goal, Observation};
@@ -131,12 +132,20 @@ fn confirm(
     }
 }
 
+/// Every write names `--field-manager` and sends `dryRun=All` under `--dry-run=server`.
 fn patch_params(flags: &WaitFlags) -> PatchParams {
-    let mut pp = PatchParams::default();
-    if flags.dry_run == DryRun::Server {
-        pp.dry_run = true;
+    PatchParams {
+        dry_run: flags.dry_run == DryRun::Server,
+        field_manager: Some(flags.field_manager.clone()),
+        ..Default::default()
     }
-    pp
+}
+
+fn post_params(flags: &WaitFlags) -> PostParams {
+    PostParams {
+        dry_run: flags.dry_run == DryRun::Server,
+        field_manager: Some(flags.field_manager.clone()),
+    }
 }
 
 /// `suspend` (true) or `resume` (false) of CocoonSets.
@@ -168,29 +177,32 @@ pub async fn set_suspend(
             .await
             .map_err(|e| CliError::from_kube(&format!("get cocoonset {tns}/{name}"), e))?;
         let patch = json!({"spec": {"suspend": suspend}});
+        let unchanged = cs.spec.suspend == suspend;
         if flags.dry_run == DryRun::Client {
-            println!(
-                "{}",
-                json!({"cocoonset": format!("{tns}/{name}"), "patch": patch})
-            );
+            dryrun::report_client_patch(&cs, &patch, unchanged, flags)?;
             continue;
         }
-        let generation = if cs.spec.suspend == suspend {
+        let generation = if unchanged {
             eprintln!(
                 "cocoonset {name} already {}",
                 if suspend { "suspended" } else { "resumed" }
             );
+            if flags.dry_run == DryRun::Server {
+                dryrun::report(&cs, Action::Unchanged, flags)?;
+                continue;
+            }
             cs.metadata.generation.unwrap_or(0)
         } else {
             let after = api
                 .patch(name, &patch_params(flags), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| CliError::from_kube(&format!("patch cocoonset {tns}/{name}"), e))?;
+            if flags.dry_run == DryRun::Server {
+                dryrun::report(&after, Action::Patched, flags)?;
+                continue;
+            }
             after.metadata.generation.unwrap_or(0)
         };
-        if flags.dry_run == DryRun::Server {
-            continue;
-        }
         let goal_phase = flags
             .until
             .clone()
@@ -234,8 +246,8 @@ where
     F: Fn(Option<K>) -> Fut,
     Fut: Future<Output = Result<(Option<K>, Observation), CliError>>,
 {
-    if flags.no_wait {
-        if let Some(fmt) = flags.output
+    if !flags.waits() {
+        if let Some(fmt) = &flags.output
             && let Some(o) = api
                 .get_opt(spec.name)
                 .await
@@ -246,7 +258,7 @@ where
         return Ok(());
     }
     let done = wait_for(api, spec, observe).await?;
-    if let Some(fmt) = flags.output {
+    if let Some(fmt) = &flags.output {
         print_object(&done, fmt)?;
     }
     Ok(())
@@ -284,52 +296,53 @@ pub async fn pod_desire(
             .get_opt(pod)
             .await
             .map_err(|e| CliError::from_kube(&format!("get cocoonhibernation {ns}/{pod}"), e))?;
+        let patch = json!({"spec": {"desire": desire.as_str()}});
         let generation = match (&existing, flags.dry_run) {
             (Some(ch), DryRun::Client) => {
-                println!(
-                    "{}",
-                    json!({"cocoonhibernation": format!("{ns}/{}", ch.name_any()), "patch": {"spec": {"desire": desire.as_str()}}})
-                );
+                dryrun::report_client_patch(ch, &patch, ch.spec.desire == desire, flags)?;
                 continue;
             }
             (None, DryRun::Client) => {
-                let obj = new_hibernation(pod, desire);
-                println!("{}", serde_json::to_string(&obj).unwrap_or_default());
+                let mut obj = new_hibernation(pod, desire);
+                obj.metadata.namespace = Some(ns.to_string());
+                dryrun::report(&obj, Action::Created, flags)?;
                 continue;
             }
             (Some(ch), _) if ch.spec.desire == desire => {
                 eprintln!("cocoonhibernation {pod} already wants {}", desire.as_str());
+                if flags.dry_run == DryRun::Server {
+                    dryrun::report(ch, Action::Unchanged, flags)?;
+                    continue;
+                }
                 ch.metadata.generation.unwrap_or(0)
             }
             (Some(_), _) => {
-                let patch = json!({"spec": {"desire": desire.as_str()}});
-                api.patch(pod, &patch_params(flags), &Patch::Merge(&patch))
+                let after = api
+                    .patch(pod, &patch_params(flags), &Patch::Merge(&patch))
                     .await
                     .map_err(|e| {
                         CliError::from_kube(&format!("patch cocoonhibernation {ns}/{pod}"), e)
-                    })?
-                    .metadata
-                    .generation
-                    .unwrap_or(0)
+                    })?;
+                if flags.dry_run == DryRun::Server {
+                    dryrun::report(&after, Action::Patched, flags)?;
+                    continue;
+                }
+                after.metadata.generation.unwrap_or(0)
             }
             (None, _) => {
-                let pp = PostParams {
-                    dry_run: flags.dry_run == DryRun::Server,
-                    ..Default::default()
-                };
-                api.create(&pp, &new_hibernation(pod, desire))
+                let after = api
+                    .create(&post_params(flags), &new_hibernation(pod, desire))
                     .await
                     .map_err(|e| {
                         CliError::from_kube(&format!("create cocoonhibernation {ns}/{pod}"), e)
-                    })?
-                    .metadata
-                    .generation
-                    .unwrap_or(0)
+                    })?;
+                if flags.dry_run == DryRun::Server {
+                    dryrun::report(&after, Action::Created, flags)?;
+                    continue;
+                }
+                after.metadata.generation.unwrap_or(0)
             }
         };
-        if flags.dry_run == DryRun::Server {
-            continue;
-        }
         let goal_phase = flags.until.clone().unwrap_or_else(|| {
             match desire {
                 Desire::Hibernate => "Hibernated",
@@ -451,14 +464,11 @@ pub async fn pin(
     if matches!(change, PinChange::Cancel) {
         patch["metadata"] = json!({"annotations": {PREVIOUS_PIN: null}});
     }
+    let unchanged = current == wanted && !matches!(change, PinChange::Cancel);
     if flags.dry_run == DryRun::Client {
-        println!(
-            "{}",
-            json!({"cocoonset": format!("{ns}/{name}"), "patch": patch})
-        );
-        return Ok(());
+        return dryrun::report_client_patch(&cs, &patch, unchanged, flags);
     }
-    let generation = if current == wanted && !matches!(change, PinChange::Cancel) {
+    let generation = if unchanged {
         eprintln!(
             "cocoonset {name} already pinned to {}",
             if wanted.is_empty() {
@@ -467,18 +477,20 @@ pub async fn pin(
                 &wanted
             }
         );
+        if flags.dry_run == DryRun::Server {
+            return dryrun::report(&cs, Action::Unchanged, flags);
+        }
         cs.metadata.generation.unwrap_or(0)
     } else {
-        api.patch(name, &patch_params(flags), &Patch::Merge(&patch))
+        let after = api
+            .patch(name, &patch_params(flags), &Patch::Merge(&patch))
             .await
-            .map_err(|e| CliError::from_kube(&format!("patch cocoonset {ns}/{name}"), e))?
-            .metadata
-            .generation
-            .unwrap_or(0)
+            .map_err(|e| CliError::from_kube(&format!("patch cocoonset {ns}/{name}"), e))?;
+        if flags.dry_run == DryRun::Server {
+            return dryrun::report(&after, Action::Patched, flags);
+        }
+        after.metadata.generation.unwrap_or(0)
     };
-    if flags.dry_run == DryRun::Server {
-        return Ok(());
-    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let main = cocoon_api::naming::pod_name_for_agent(name, 0);
     let (goal, goal_text) = match &target {
