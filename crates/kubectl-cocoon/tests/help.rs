@@ -73,14 +73,35 @@ fn verb_help_teaches() {
             .expect("run");
         let help = String::from_utf8_lossy(&out.stdout);
         assert!(help.contains("\nExamples:\n"), "{verb}: {help}");
-        assert!(help.contains("In CI") || verb == "describe" || verb == "unpin", "{verb}: CI example");
-        assert!(help.contains("\nWaits for: "), "{verb}: which phase it waits for");
-        assert!(help.contains("\nExit codes:\n  0  success"), "{verb}: exit codes");
-        assert!(help.contains("\nConnection options:\n      --kubeconfig"), "{verb}: heading");
-        let options = help.split("\nConnection options:").next().unwrap_or_default();
-        assert!(!options.contains("--kubeconfig"), "{verb}: connection flags apart");
+        assert!(
+            help.contains("In CI") || verb == "describe" || verb == "unpin",
+            "{verb}: CI example"
+        );
+        assert!(
+            help.contains("\nWaits for: "),
+            "{verb}: which phase it waits for"
+        );
+        assert!(
+            help.contains("\nExit codes:\n  0  success"),
+            "{verb}: exit codes"
+        );
+        assert!(
+            help.contains("\nConnection options:\n      --kubeconfig"),
+            "{verb}: heading"
+        );
+        let options = help
+            .split("\nConnection options:")
+            .next()
+            .unwrap_or_default();
+        assert!(
+            !options.contains("--kubeconfig"),
+            "{verb}: connection flags apart"
+        );
         assert!(!help.contains("-V, --version"), "{verb}: no -V on a verb");
-        assert!(!help.contains("  [NAMES]...  \n"), "{verb}: arguments are described");
+        assert!(
+            !help.contains("  [NAMES]...  \n"),
+            "{verb}: arguments are described"
+        );
     }
 }
 
