@@ -28,7 +28,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     let color = output::use_color(cli.color);
     match cli.command {
         Command::Completion { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut cmd = complete::static_command();
             clap_complete::generate(shell, &mut cmd, "kubectl-cocoon", &mut std::io::stdout());
             Ok(())
         }

@@ -113,3 +113,18 @@ fn version_flag_only_at_the_top() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn static_completion_scripts_do_not_offer_the_hidden_protocol_verbs() {
+    for shell in ["bash", "zsh", "fish", "powershell"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+            .args(["completion", shell])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(!script.contains("__complete"), "{shell} offers __complete");
+        assert!(script.contains("registry"), "{shell}: registry");
+        assert!(script.contains("field-manager"), "{shell}: verb flags");
+    }
+}

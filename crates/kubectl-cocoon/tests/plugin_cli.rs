@@ -3,7 +3,7 @@
 
 mod cli_support;
 
-use cli_support::{member_pod, run, text};
+use cli_support::{member_pod, plain_pod, run, text};
 use cocoon_api::{CocoonSet, CocoonSetSpec};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -296,6 +296,43 @@ async fn status_formats_and_the_computed_view() {
             text(&out.stdout).contains("HIBERNATION"),
             "{}",
             text(&out.stdout)
+        );
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn completion_offers_cocoon_pods_flags_registry_and_phases() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cli-comp").await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        member_pod(&pods, &ns, "demo", "0").await?;
+        plain_pod(&pods, "web").await?;
+
+        // Only cocoon pods for hibernate and wake; a plain pod is not offered.
+        for verb in ["hibernate", "wake"] {
+            let out = run(env, &["__completeNoDesc", "-n", &ns, verb, ""]).await;
+            assert_eq!(out.status.code(), Some(0));
+            assert_eq!(text(&out.stdout), "demo-0\n:4\n", "{verb}");
+        }
+        let out = run(env, &["__complete", "-n", &ns, "suspend", "--field"]).await;
+        assert_eq!(
+            text(&out.stdout),
+            "--field-manager\tName of the manager recorded in managedFields for every write\n:4\n"
+        );
+        let out = run(env, &["__completeNoDesc", "registry", ""]).await;
+        assert_eq!(text(&out.stdout), "gc\n:4\n");
+        let out = run(env, &["__completeNoDesc", "hibernate", "--until", "Hib"]).await;
+        assert_eq!(text(&out.stdout), "Hibernating\nHibernated\n:4\n");
+        let out = run(env, &["__completeNoDesc", "suspend", "--until", "Sus"]).await;
+        assert_eq!(text(&out.stdout), "Suspending\nSuspended\n:4\n");
+        let out = run(env, &["__completeNoDesc", "suspend", "--dry-run="]).await;
+        assert_eq!(
+            text(&out.stdout),
+            "--dry-run=none\n--dry-run=client\n--dry-run=server\n:4\n"
         );
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, Box<dyn std::error::Error>>(())
