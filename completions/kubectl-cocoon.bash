@@ -37,6 +37,9 @@ _kubectl__cocoon() {
             kubectl__cocoon,registry)
                 cmd="kubectl__cocoon__subcmd__registry"
                 ;;
+            kubectl__cocoon,report)
+                cmd="kubectl__cocoon__subcmd__report"
+                ;;
             kubectl__cocoon,resume)
                 cmd="kubectl__cocoon__subcmd__resume"
                 ;;
@@ -75,6 +78,9 @@ _kubectl__cocoon() {
                 ;;
             kubectl__cocoon__subcmd__help,registry)
                 cmd="kubectl__cocoon__subcmd__help__subcmd__registry"
+                ;;
+            kubectl__cocoon__subcmd__help,report)
+                cmd="kubectl__cocoon__subcmd__help__subcmd__report"
                 ;;
             kubectl__cocoon__subcmd__help,resume)
                 cmd="kubectl__cocoon__subcmd__help__subcmd__resume"
@@ -116,7 +122,7 @@ _kubectl__cocoon() {
 
     case "${cmd}" in
         kubectl__cocoon)
-            opts="-n -s -h -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version status describe suspend resume hibernate wake migrate pin unpin registry version completion help"
+            opts="-n -s -h -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version status describe suspend resume hibernate wake migrate pin unpin report registry version completion help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -374,7 +380,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__help)
-            opts="status describe suspend resume hibernate wake migrate pin unpin registry version completion help"
+            opts="status describe suspend resume hibernate wake migrate pin unpin report registry version completion help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -488,6 +494,20 @@ _kubectl__cocoon() {
         kubectl__subcmd__cocoon__subcmd__help__subcmd__registry__subcmd__gc)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        kubectl__subcmd__cocoon__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -1184,6 +1204,96 @@ _kubectl__cocoon() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        kubectl__subcmd__cocoon__subcmd__report)
+            opts="-n -s -h --file --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cluster)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as-group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as-uid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --certificate-authority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --client-certificate)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

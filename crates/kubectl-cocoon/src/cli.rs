@@ -261,6 +261,16 @@ pub enum Command {
         #[command(flatten)]
         wait: WaitFlags,
     },
+    /// Write a support bundle (tar.gz) of one CocoonSet, secrets redacted.
+    #[command(after_help = help::REPORT)]
+    Report {
+        /// The CocoonSet to report on.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Where to write the bundle [default: ./cocoon-report-NS-NAME-TIME.tar.gz].
+        #[arg(long, value_name = "PATH")]
+        file: Option<std::path::PathBuf>,
+    },
     /// Registry maintenance.
     #[command(after_help = help::REGISTRY)]
     Registry {

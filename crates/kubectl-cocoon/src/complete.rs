@@ -236,7 +236,7 @@ pub fn parse(words: &[String]) -> Request {
             (None, _) => Want::Subcommands,
             (Some("registry"), 0) => Want::Named(subcommands(&["registry"])),
             (Some("status" | "get" | "list" | "suspend" | "resume"), _) => Want::Sets,
-            (Some("describe" | "migrate" | "unpin"), 0) => Want::Sets,
+            (Some("describe" | "migrate" | "unpin" | "report"), 0) => Want::Sets,
             (Some("pin"), 0) => Want::Sets,
             (Some("pin"), 1) => Want::Nodes,
             (Some("hibernate"), _) => Want::Pods,
@@ -464,7 +464,10 @@ mod tests {
         let r = req(&["registry", "gc", "--inc"]);
         assert_eq!(candidates(&r, &[], &[], &[], false), ["--include-latest"]);
         let r = req(&["re"]);
-        assert_eq!(candidates(&r, &[], &[], &[], false), ["resume", "registry"]);
+        assert_eq!(
+            candidates(&r, &[], &[], &[], false),
+            ["resume", "report", "registry"]
+        );
         let r = req(&[""]);
         let verbs = candidates(&r, &[], &[], &[], false);
         assert!(

@@ -171,3 +171,16 @@ pub const COMPLETION: &str = concat!(
     "  kubectl cocoon completion zsh > \"${fpath[1]}/_kubectl-cocoon\"\n\n",
     read_exit_codes!()
 );
+
+pub const REPORT: &str = concat!(
+    "Examples:\n",
+    "  # A bundle to attach to a bug report\n",
+    "  kubectl cocoon report demo\n\n",
+    "  # In CI, after a failed job: keep the bundle as an artifact\n",
+    "  kubectl cocoon report demo --file artifacts/cocoon-report.tar.gz\n\n",
+    "The bundle holds the set, its pods, hibernations and events, the operator Deployment and its\n",
+    "recent logs, the nodes of its members and `version -o json`; secrets and tokens are redacted.\n",
+    "A part RBAC refuses is named in NOTES.txt (and on stderr) and the rest is still written.\n\n",
+    "Waits for: nothing (read-only).\n\n",
+    read_exit_codes!()
+);

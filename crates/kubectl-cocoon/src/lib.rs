@@ -12,6 +12,7 @@ pub mod help;
 pub mod jsonpath;
 pub mod lifecycle;
 pub mod output;
+pub mod report;
 pub mod status;
 pub mod table;
 pub mod version;
@@ -175,6 +176,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 }
                 Command::Unpin { name, wait } => {
                     lifecycle::pin(&client, &ns, &name, lifecycle::PinChange::Unpin, &wait).await
+                }
+                Command::Report { name, file } => {
+                    report::run(&client, &ns, &name, file.as_deref()).await
                 }
                 Command::Registry {
                     command:

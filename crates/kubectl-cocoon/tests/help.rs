@@ -45,6 +45,7 @@ fn every_verb_has_a_golden_help() {
         "migrate",
         "pin",
         "unpin",
+        "report",
         "registry",
         "version",
         "completion",

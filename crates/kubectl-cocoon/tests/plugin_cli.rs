@@ -339,3 +339,99 @@ async fn completion_offers_cocoon_pods_flags_registry_and_phases() {
     })
     .await;
 }
+
+/// The files of a tar.gz bundle, by their path below the bundle's directory.
+fn bundle_files(path: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(path).expect("bundle"));
+    let mut tar = tar::Archive::new(gz);
+    let mut out = std::collections::BTreeMap::new();
+    for entry in tar.entries().expect("tar") {
+        let mut entry = entry.expect("entry");
+        let name = entry.path().expect("path").to_string_lossy().into_owned();
+        let (_, rest) = name.split_once('/').expect("under one directory");
+        let mut body = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut body).expect("read");
+        out.insert(rest.to_string(), body);
+    }
+    out
+}
+
+#[tokio::test]
+async fn report_writes_a_redacted_bundle_and_goes_on_where_rbac_refuses() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cli-report").await?;
+        let node = cocoon_testenv::unique_name("report-node");
+        let _node = cocoon_testenv::TestNode::in_pool(&client, &node, &cocoon_testenv::unique_name("pool")).await?;
+        create_set(&client, &ns, "demo").await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "demo-0", "labels": {"cocoonset.cocoonstack.io/name": "demo", "cocoonset.cocoonstack.io/slot": "0"}},
+            "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "x",
+                "env": [{"name": "REGISTRY_TOKEN", "value": "supersecret"}, {"name": "MODE", "value": "run"}]}]}
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+        for (set, reason) in [("demo", "ReportMe"), ("demo-two", "OtherSet")] {
+            let ev: k8s_openapi::api::events::v1::Event = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": cocoon_testenv::unique_name("ev")},
+                "eventTime": "2026-12-01T10:00:00.000000Z", "reportingController": "test", "reportingInstance": "test",
+                "action": "Test", "reason": reason, "type": "Normal", "note": "n",
+                "regarding": {"apiVersion": "cocoonset.cocoonstack.io/v1", "kind": "CocoonSet", "name": set, "namespace": ns}
+            }))?;
+            events.create(&PostParams::default(), &ev).await?;
+        }
+        let dir = tempfile::tempdir()?;
+
+        let file = dir.path().join("admin.tar.gz");
+        let out = run(env, &["-n", &ns, "report", "demo", "--file", file.to_str().unwrap_or_default()]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), file.display().to_string());
+        let files = bundle_files(&file);
+        for f in ["cocoonset.yaml", "pods.yaml", "hibernations.yaml", "events.yaml", "nodes.yaml", "version.json", "NOTES.txt"] {
+            assert!(files.contains_key(f), "{f} in {:?}", files.keys());
+        }
+        assert!(files["cocoonset.yaml"].contains("name: demo"));
+        assert!(files["pods.yaml"].contains("demo-0"));
+        assert!(files["pods.yaml"].contains("[REDACTED]") && files["pods.yaml"].contains("run"));
+        assert!(files.values().all(|b| !b.contains("supersecret")), "the token is redacted");
+        assert!(files["events.yaml"].contains("ReportMe"));
+        assert!(!files["events.yaml"].contains("OtherSet"), "events of another set stay out");
+        assert!(files["nodes.yaml"].contains(&node));
+        let v: Value = serde_json::from_str(&files["version.json"])?;
+        assert_eq!(v["client"], env!("CARGO_PKG_VERSION"));
+        assert!(files["NOTES.txt"].contains("operator/deployment.yaml: skipped: not found"), "{}", files["NOTES.txt"]);
+
+        // A reader of the namespace only: nodes and the operator are refused, the rest is written.
+        let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "report-reader"},
+            "rules": [
+                {"apiGroups": ["cocoonset.cocoonstack.io"], "resources": ["cocoonsets", "cocoonhibernations"], "verbs": ["get", "list"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]}
+            ]
+        }))?;
+        Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &ns).create(&PostParams::default(), &role).await?;
+        let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "report-reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "report-reader"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "report-reader"}]
+        }))?;
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &ns).create(&PostParams::default(), &binding).await?;
+        let file = dir.path().join("reader.tar.gz");
+        let out = cocoon_testenv::wait_until("the role is in force", std::time::Duration::from_secs(30), || async {
+            let out = run(env, &["-n", &ns, "--as", "report-reader", "report", "demo", "--file", file.to_str().unwrap_or_default()]).await;
+            (out.status.code() == Some(0)).then_some(out)
+        })
+        .await?;
+        let files = bundle_files(&file);
+        assert!(files["pods.yaml"].contains("demo-0"));
+        let notes = &files["NOTES.txt"];
+        assert!(notes.contains(&format!("nodes.yaml ({node}): skipped: forbidden (RBAC)")), "{notes}");
+        assert!(notes.contains("operator/deployment.yaml: skipped: forbidden (RBAC)"), "{notes}");
+        assert!(text(&out.stderr).contains("note: operator/deployment.yaml: skipped: forbidden"), "{}", text(&out.stderr));
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}
