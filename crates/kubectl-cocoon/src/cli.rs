@@ -261,6 +261,25 @@ pub enum Command {
         #[command(flatten)]
         wait: WaitFlags,
     },
+    /// Show a member's guest log through the API server (pods/log).
+    #[command(after_help = help::LOGS)]
+    Logs {
+        /// The CocoonSet whose member to read.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The agent slot (0 is the main agent, the default).
+        #[arg(long, value_name = "N", conflicts_with = "toolbox")]
+        slot: Option<i32>,
+        /// A toolbox by name instead of an agent slot.
+        #[arg(long, value_name = "TOOLBOX")]
+        toolbox: Option<String>,
+        /// Keep streaming new lines.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Lines from the end of the log to show (the node agent's default when unset).
+        #[arg(long, value_name = "LINES")]
+        tail: Option<i64>,
+    },
     /// Write a support bundle (tar.gz) of one CocoonSet, secrets redacted.
     #[command(after_help = help::REPORT)]
     Report {

@@ -184,3 +184,15 @@ pub const REPORT: &str = concat!(
     "Waits for: nothing (read-only).\n\n",
     read_exit_codes!()
 );
+
+pub const LOGS: &str = concat!(
+    "Examples:\n",
+    "  # The main agent's guest log\n",
+    "  kubectl cocoon logs demo\n\n",
+    "  # Sub-agent 2, following new lines\n",
+    "  kubectl cocoon logs demo --slot 2 -f\n\n",
+    "  # A toolbox, last 100 lines, kept by CI after a failed job\n",
+    "  kubectl cocoon logs demo --toolbox browser --tail 100 > artifacts/browser.log\n\n",
+    "Waits for: nothing (read-only).\n\n",
+    read_exit_codes!()
+);

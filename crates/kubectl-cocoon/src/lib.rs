@@ -11,6 +11,7 @@ pub mod gc;
 pub mod help;
 pub mod jsonpath;
 pub mod lifecycle;
+pub mod logs;
 pub mod output;
 pub mod report;
 pub mod status;
@@ -177,6 +178,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 Command::Unpin { name, wait } => {
                     lifecycle::pin(&client, &ns, &name, lifecycle::PinChange::Unpin, &wait).await
                 }
+                Command::Logs {
+                    name,
+                    slot,
+                    toolbox,
+                    follow,
+                    tail,
+                } => logs::run(&client, &ns, &name, slot, toolbox.as_deref(), follow, tail).await,
                 Command::Report { name, file } => {
                     report::run(&client, &ns, &name, file.as_deref()).await
                 }

@@ -46,6 +46,7 @@ fn every_verb_has_a_golden_help() {
         "pin",
         "unpin",
         "report",
+        "logs",
         "registry",
         "version",
         "completion",

@@ -435,3 +435,44 @@ async fn report_writes_a_redacted_bundle_and_goes_on_where_rbac_refuses() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn logs_names_the_member_and_reports_what_the_api_server_refuses() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cli-logs").await?;
+        create_set(&client, &ns, "demo").await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        member_pod(&pods, &ns, "demo", "0").await?;
+
+        let out = run(env, &["-n", &ns, "logs", "demo", "--toolbox", "browser"]).await;
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stderr).contains(&format!(
+                "cocoonset demo has no member pod demo-browser in {ns}"
+            )),
+            "{}",
+            text(&out.stderr)
+        );
+        // The main pod (slot 0 by default) has no node yet: as with kubectl logs, an empty log.
+        let out = run(env, &["-n", &ns, "logs", "demo"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "");
+        let out = run(env, &["-n", &ns, "logs", "demo", "--slot", "3"]).await;
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stderr).contains("no member pod demo-3"),
+            "{}",
+            text(&out.stderr)
+        );
+        let out = run(
+            env,
+            &["-n", &ns, "logs", "demo", "--slot", "1", "--toolbox", "x"],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(2));
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}
