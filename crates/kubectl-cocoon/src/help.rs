@@ -48,6 +48,8 @@ pub const DESCRIBE: &str = concat!(
     "Examples:\n",
     "  # Members, conditions and recent events of a set\n",
     "  kubectl cocoon describe demo\n\n",
+    "  # In CI, after a failed step: keep what the operator said (exit 1 if the set is gone)\n",
+    "  kubectl cocoon describe demo > artifacts/describe.txt || echo \"describe failed: $?\"\n\n",
     "Waits for: nothing (read-only).\n\n",
     read_exit_codes!()
 );
@@ -131,6 +133,8 @@ pub const UNPIN: &str = concat!(
     "Examples:\n",
     "  # Let the scheduler place the main agent of demo again\n",
     "  kubectl cocoon unpin demo\n\n",
+    "  # In CI: unpin, and fail the job on a timeout (3) or Failed (4)\n",
+    "  kubectl cocoon unpin demo --timeout 5m || exit $?\n\n",
     "Waits for: the set observed at the new generation.\n\n",
     wait_exit_codes!()
 );
@@ -191,7 +195,7 @@ pub const LOGS: &str = concat!(
     "  kubectl cocoon logs demo\n\n",
     "  # Sub-agent 2, following new lines\n",
     "  kubectl cocoon logs demo --slot 2 -f\n\n",
-    "  # A toolbox, last 100 lines, kept by CI after a failed job\n",
+    "  # In CI, after a failed job: the last 100 lines of a toolbox as an artifact\n",
     "  kubectl cocoon logs demo --toolbox browser --tail 100 > artifacts/browser.log\n\n",
     "Waits for: nothing (read-only).\n\n",
     read_exit_codes!()
