@@ -1,4 +1,4 @@
-//! Build script of both binary crates (`cocoon-operator`, `kubectl-cocoon`, whose Cargo.toml
+//! Build script of both binary crates (`cocoon-bin`, `kubectl-cocoon`, whose Cargo.toml
 //! name it): embeds the git revision the binary is built from as `COCOON_GIT_REVISION` (`git
 //! rev-parse --short HEAD`; `unknown` outside a git checkout). Setting `COCOON_GIT_REVISION` in
 //! the environment overrides it, for builds from a source archive.

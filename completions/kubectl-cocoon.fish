@@ -46,7 +46,8 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -l insecure-
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "status" -d 'Show CocoonSets (all in the namespace, or the named ones with their members)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "describe" -d 'Show one CocoonSet: members, conditions and recent events'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "describe" -d 'Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "wait" -d 'Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "suspend" -d 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "resume" -d 'Resume suspended CocoonSets (spec.suspend=false)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "hibernate" -d 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)'
@@ -104,7 +105,31 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" 
 always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -s h -l help -d 'Print help'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l for -d 'The phase to wait for: Suspended, Running, …; for pods Hibernated, Active, Ready' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l timeout -d 'Overall wait budget (0 checks once)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l failure-grace -d 'How long Failed must persist before it counts' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s o -l output -d 'Print the final object(s); several as a List' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l context -d 'The name of the kubeconfig context to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l cluster -d 'The name of the kubeconfig cluster to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l user -d 'The name of the kubeconfig user to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s n -l namespace -d 'The namespace scope for this request' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s s -l server -d 'The address and port of the Kubernetes API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l token -d 'Bearer token for authentication to the API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l as -d 'Username to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l as-group -d 'Group to impersonate for the operation (repeatable)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l as-uid -d 'UID to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l certificate-authority -d 'Path to a cert file for the certificate authority' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l client-certificate -d 'Path to a client certificate file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l client-key -d 'Path to a client key file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l tls-server-name -d 'Server name to use for server certificate validation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l request-timeout -d 'The length of time to wait before giving up on a single server request (e.g. 30s)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l until -d 'The CocoonSet phase that counts as success instead of Suspended' -r -f -a "Pending\t''
 Scaling\t''
@@ -195,6 +220,7 @@ Hibernated\t''
 Waking\t''
 Active\t''
 Failed\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
 false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l timeout -d 'Overall wait budget' -r
@@ -224,10 +250,12 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s A -l all-namespaces -d 'Act in all namespaces'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l until -d 'The phase that counts as success: a CocoonHibernation phase for pods (default Active), a CocoonSet phase for cocoonset/NAME (default Running)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
 false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l timeout -d 'Overall wait budget' -r
@@ -257,6 +285,7 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s A -l all-namespaces -d 'Act in all namespaces'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s h -l help -d 'Print help'
@@ -494,19 +523,20 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "status" -d 'Show CocoonSets (all in the namespace, or the named ones with their members)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "describe" -d 'Show one CocoonSet: members, conditions and recent events'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "suspend" -d 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "resume" -d 'Resume suspended CocoonSets (spec.suspend=false)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "hibernate" -d 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "wake" -d 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "migrate" -d 'Move a set\'s main agent to NODE (spec.nodeName); --cancel restores the previous pin'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "pin" -d 'Pin a set\'s main agent to NODE (same as migrate --to NODE)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "unpin" -d 'Remove a set\'s pin (spec.nodeName)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "logs" -d 'Show a member\'s guest log through the API server (pods/log)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "report" -d 'Write a support bundle (tar.gz) of one CocoonSet, secrets redacted'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "registry" -d 'Registry maintenance'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "version" -d 'Print the plugin and operator versions'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "status" -d 'Show CocoonSets (all in the namespace, or the named ones with their members)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "describe" -d 'Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "wait" -d 'Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "suspend" -d 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "resume" -d 'Resume suspended CocoonSets (spec.suspend=false)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "hibernate" -d 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "wake" -d 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "migrate" -d 'Move a set\'s main agent to NODE (spec.nodeName); --cancel restores the previous pin'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "pin" -d 'Pin a set\'s main agent to NODE (same as migrate --to NODE)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "unpin" -d 'Remove a set\'s pin (spec.nodeName)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "logs" -d 'Show a member\'s guest log through the API server (pods/log)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "report" -d 'Write a support bundle (tar.gz) of one CocoonSet, secrets redacted'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "registry" -d 'Registry maintenance'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "version" -d 'Print the plugin and operator versions'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and __fish_seen_subcommand_from registry" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'

@@ -45,7 +45,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show CocoonSets (all in the namespace, or the named ones with their members)')
-            [CompletionResult]::new('describe', 'describe', [CompletionResultType]::ParameterValue, 'Show one CocoonSet: members, conditions and recent events')
+            [CompletionResult]::new('describe', 'describe', [CompletionResultType]::ParameterValue, 'Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events')
+            [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended')
             [CompletionResult]::new('suspend', 'suspend', [CompletionResultType]::ParameterValue, 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)')
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume suspended CocoonSets (spec.suspend=false)')
             [CompletionResult]::new('hibernate', 'hibernate', [CompletionResultType]::ParameterValue, 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)')
@@ -114,8 +115,37 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'kubectl-cocoon;wait' {
+            [CompletionResult]::new('--for', '--for', [CompletionResultType]::ParameterName, 'The phase to wait for: Suspended, Running, …; for pods Hibernated, Active, Ready')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget (0 checks once)')
+            [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object(s); several as a List')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object(s); several as a List')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
+            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
+            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
+            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
+            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
+            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
+            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
+            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'kubectl-cocoon;suspend' {
@@ -198,6 +228,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         }
         'kubectl-cocoon;hibernate' {
             [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The CocoonHibernation phase that counts as success instead of Hibernated')
+            [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
+            [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
@@ -225,6 +257,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
+            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -233,6 +267,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         }
         'kubectl-cocoon;wake' {
             [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success: a CocoonHibernation phase for pods (default Active), a CocoonSet phase for cocoonset/NAME (default Running)')
+            [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
+            [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
@@ -260,6 +296,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
+            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -544,7 +582,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         }
         'kubectl-cocoon;help' {
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show CocoonSets (all in the namespace, or the named ones with their members)')
-            [CompletionResult]::new('describe', 'describe', [CompletionResultType]::ParameterValue, 'Show one CocoonSet: members, conditions and recent events')
+            [CompletionResult]::new('describe', 'describe', [CompletionResultType]::ParameterValue, 'Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events')
+            [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended')
             [CompletionResult]::new('suspend', 'suspend', [CompletionResultType]::ParameterValue, 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)')
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume suspended CocoonSets (spec.suspend=false)')
             [CompletionResult]::new('hibernate', 'hibernate', [CompletionResultType]::ParameterValue, 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)')
@@ -564,6 +603,9 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;help;describe' {
+            break
+        }
+        'kubectl-cocoon;help;wait' {
             break
         }
         'kubectl-cocoon;help;suspend' {

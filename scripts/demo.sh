@@ -18,7 +18,7 @@ done
 
 "$root/scripts/setup.sh"
 echo "==> building cocoon" >&2
-cargo build --quiet -p cocoon-testenv -p cocoon-operator -p kubectl-cocoon
+cargo build --quiet -p cocoon-testenv -p cocoon-bin -p kubectl-cocoon
 target="${CARGO_TARGET_DIR:-$root/target}/debug"
 
 work=$(mktemp -d)

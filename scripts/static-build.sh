@@ -12,7 +12,7 @@ target_dir=${CARGO_TARGET_DIR:-$root/target}
 static_binary() {
   # --target keeps the static flag off build scripts and proc macros, which must stay dynamic.
   RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-    cargo build --quiet --locked --release -p cocoon-operator -p kubectl-cocoon --target "$triple" >&2
+    cargo build --quiet --locked --release -p cocoon-bin -p kubectl-cocoon --target "$triple" >&2
   local bin="$target_dir/$triple/release/$1"
   if ! ldd "$bin" 2>&1 | grep -Eq 'not a dynamic executable|statically linked'; then
     echo "$(basename "$0"): $bin is not statically linked:" >&2; ldd "$bin" >&2 || true; exit 1

@@ -1,5 +1,6 @@
 //! The CRDs as crds.md specifies them: names, columns, defaults, validation and CEL rules
-//! evaluated locally, and the committed YAML in manifests/crds/ matching the code.
+//! evaluated locally, and the committed YAML in manifests/crds/ and charts/cocoon/crds/ matching
+//! the code.
 
 use cocoon_api::crd::{self, hibernation, set};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -453,17 +454,20 @@ fn full_spec_round_trips_with_go_field_names() {
 
 #[test]
 fn committed_crds_match_the_code() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/crds");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let files = crd::render_files().expect("render");
     assert_eq!(files.len(), 2);
-    for (name, yaml) in files {
-        let path = dir.join(&name);
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            committed == yaml,
-            "{} differs from the code; regenerate with `cargo run -p cocoon-operator -- crd --out-dir manifests/crds`",
-            path.display()
-        );
+    // The kustomization's and the Helm chart's copies.
+    for dir in ["manifests/crds", "charts/cocoon/crds"] {
+        for (name, yaml) in &files {
+            let path = root.join(dir).join(name);
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                &committed == yaml,
+                "{} differs from the code; regenerate with `cargo run -p cocoon-bin -- crd --out-dir {dir}`",
+                path.display()
+            );
+        }
     }
     // Rendering twice gives the same bytes.
     assert_eq!(

@@ -149,7 +149,10 @@ pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
 
 /// `cocoon-operator node`: builds everything from `config` and runs until SIGINT/SIGTERM.
 pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
-    let client = Client::try_default().await?;
+    let kube_config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let client = Client::try_from(crate::user_agent::kube_config(kube_config))?;
     let metrics = Arc::new(NodeMetrics::new(config.cocoon_root_dir.clone()));
     let (runtime, sim) = config.runtime.open(|k| std::env::var(k).ok()).await?;
     let shutdown = CancellationToken::new();
@@ -164,9 +167,9 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         warn!("OCI_REGISTRY is empty; running without a registry");
         None
     } else {
-        Some(RegistryClient::new(RegistryConfig::for_registry(
-            &config.oci_registry,
-        )?)?)
+        Some(RegistryClient::new(crate::user_agent::registry_config(
+            RegistryConfig::for_registry(&config.oci_registry)?,
+        ))?)
     };
     let resources = crate::node::capacity::read_resources(&config)
         .map_err(|e| AgentError::Config(e.to_string()))?;

@@ -19,3 +19,4 @@ pub mod metrics;
 pub mod node;
 pub mod pods;
 pub mod runtime;
+pub mod user_agent;

@@ -931,9 +931,11 @@ async fn latencies_respect_cancellation_and_stale_creates_are_collectable() {
         run: Duration::from_secs(3600),
         ..Latencies::default()
     });
-    let started = std::time::Instant::now();
     let res = tokio::time::timeout(Duration::from_millis(100), n.rt.run(run_req("vm-slow"))).await;
-    assert!(res.is_err() && started.elapsed() < Duration::from_secs(5));
+    assert!(
+        res.is_err(),
+        "the create was still waiting out its latency when it was dropped"
+    );
     let stuck = n.rt.inspect("vm-slow").await.expect("left behind");
     assert_eq!(stuck.state, "creating", "a killed create leaves its record");
     assert_eq!(

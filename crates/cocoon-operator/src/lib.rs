@@ -1,13 +1,15 @@
 //! The cocoon operator: the CocoonHibernation and CocoonSet controllers, their metrics and
-//! admin server. `main.rs` is a thin CLI over this library.
+//! admin server. The `cocoon-operator` binary (crates/cocoon-bin) is a thin CLI over it.
 
 pub mod admin;
 pub mod cocoonset;
 pub mod conditions;
 pub mod config;
+pub mod controller;
 pub mod hibernation;
 pub mod leader;
 pub mod metrics;
 pub mod registry;
-pub mod shell;
-pub mod stripes;
+pub mod user_agent;
+pub mod vm_lock;
+pub mod watch_retry;

@@ -72,9 +72,17 @@ pub struct Metrics {
     pub reconcile_errors: Family<ErrorLabels, Counter>,
 }
 
-/// Strips the `_total` suffix prometheus-client appends to counters by itself.
-fn counter_name(full: &str) -> &str {
-    full.strip_suffix("_total").unwrap_or(full)
+/// Registers one metric under its full name from the contract: prometheus-client appends
+/// `_total` to counters by itself, so the suffix is stripped here (for every kind: no other
+/// metric name ends in it).
+fn register(
+    registry: &mut Registry,
+    full_name: &str,
+    help: &str,
+    metric: impl prometheus_client::registry::Metric,
+) {
+    let name = full_name.strip_suffix("_total").unwrap_or(full_name);
+    registry.register(name, help, metric);
 }
 
 impl Default for Metrics {
@@ -100,58 +108,69 @@ impl Metrics {
             reconcile_errors: Family::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            counter_name(names::SUBAGENT_REBUILD_TOTAL),
+        register(
+            &mut registry,
+            names::SUBAGENT_REBUILD_TOTAL,
             "Budgeted rebuild deletes of CocoonSet pods",
             m.subagent_rebuild.clone(),
         );
-        registry.register(
-            counter_name(names::SUBAGENT_DEAD_LETTER_TOTAL),
+        register(
+            &mut registry,
+            names::SUBAGENT_DEAD_LETTER_TOTAL,
             "CocoonSet pods left in dead-letter",
             m.subagent_dead_letter.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             names::HIBERNATE_PHASE_DURATION_SECONDS,
             "Time a CocoonHibernation spent in Hibernating",
             m.hibernate_phase_duration.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             names::WAKE_PHASE_DURATION_SECONDS,
             "Time a CocoonHibernation spent in Waking",
             m.wake_phase_duration.clone(),
         );
-        registry.register(
-            counter_name(names::LIFECYCLE_STATE_FAILED_OBSERVED_TOTAL),
+        register(
+            &mut registry,
+            names::LIFECYCLE_STATE_FAILED_OBSERVED_TOTAL,
             "Main agents found failed through lifecycle-state=failed",
             m.lifecycle_state_failed_observed.clone(),
         );
-        registry.register(
-            counter_name(names::SLOT_RELEASE_PODS_DELETED_TOTAL),
+        register(
+            &mut registry,
+            names::SLOT_RELEASE_PODS_DELETED_TOTAL,
             "Pods deleted to release their scheduling seat",
             m.slot_release_pods_deleted.clone(),
         );
-        registry.register(
-            counter_name(names::SLOT_RELEASE_WAKE_TOTAL),
+        register(
+            &mut registry,
+            names::SLOT_RELEASE_WAKE_TOTAL,
             "Release-policy wakes that reached a live VM",
             m.slot_release_wake.clone(),
         );
-        registry.register(
-            counter_name(names::SLOT_RELEASE_WAKE_UNSCHEDULABLE_TOTAL),
+        register(
+            &mut registry,
+            names::SLOT_RELEASE_WAKE_UNSCHEDULABLE_TOTAL,
             "Passes that saw a release wake pod Unschedulable",
             m.slot_release_wake_unschedulable.clone(),
         );
-        registry.register(
-            counter_name(names::MIGRATE_UNSCHEDULABLE_TOTAL),
+        register(
+            &mut registry,
+            names::MIGRATE_UNSCHEDULABLE_TOTAL,
             "Migrating passes that saw the restored main Unschedulable",
             m.migrate_unschedulable.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
             names::RECONCILE_DURATION_SECONDS,
             "Duration of one reconcile pass",
             m.reconcile_duration.clone(),
         );
-        registry.register(
-            counter_name(names::RECONCILE_ERRORS_TOTAL),
+        register(
+            &mut registry,
+            names::RECONCILE_ERRORS_TOTAL,
             "Reconcile passes that returned an error",
             m.reconcile_errors.clone(),
         );

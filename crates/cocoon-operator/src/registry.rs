@@ -104,6 +104,7 @@ impl TagRegistry for OciTagRegistry {
 /// and docker config.json, as cocoon-registry resolves them).
 pub fn connect(oci_registry: &str) -> Result<std::sync::Arc<dyn TagRegistry>, RegistryError> {
     let config = cocoon_registry::RegistryConfig::for_registry(oci_registry)
+        .map(crate::user_agent::registry_config)
         .map_err(|e| RegistryError(e.to_string()))?;
     let client =
         cocoon_registry::RegistryClient::new(config).map_err(|e| RegistryError(e.to_string()))?;

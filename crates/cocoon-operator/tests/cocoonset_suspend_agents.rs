@@ -533,7 +533,9 @@ async fn retain_round_trip_keeps_every_vms_state() {
             "{rec:?}"
         );
         assert!(annotation(&cs, ann::SUSPENDING_SINCE).is_none());
-        for p in c.pods.list(&ListParams::default()).await?.items {
+        let listed = c.pods.list(&ListParams::default()).await?.items;
+        assert_eq!(listed.len(), seats.len(), "every pod is still there");
+        for p in listed {
             assert!(
                 lifecycle_at(&p, "hibernated", generation),
                 "{} hibernated at generation {generation}: {:?}",
@@ -560,7 +562,9 @@ async fn retain_round_trip_keeps_every_vms_state() {
         .await?;
         let after = c.states(&vms).await?;
         assert_eq!(after, before, "every VM woke with its own state");
-        for p in c.pods.list(&ListParams::default()).await?.items {
+        let listed = c.pods.list(&ListParams::default()).await?.items;
+        assert_eq!(listed.len(), seats.len(), "every pod is still there");
+        for p in listed {
             let vm = pod_ann(&p, ann::VM_NAME).to_owned();
             assert!(lifecycle_at(&p, "ready", generation), "{}", p.name_any());
             assert!(!pod_ann(&p, ann::VM_ID).is_empty());

@@ -792,7 +792,6 @@ mod tests {
             max_delay: std::time::Duration::from_millis(10),
         };
         let c = RegistryClient::new(cfg).expect("client");
-        let started = std::time::Instant::now();
         let err = c
             .has_manifest("vm-a", "hibernate")
             .await
@@ -803,7 +802,6 @@ mod tests {
             "{err}"
         );
         assert!(err.is_transient());
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
         assert_eq!(
             accepted.load(std::sync::atomic::Ordering::SeqCst),
             2,
@@ -841,13 +839,11 @@ mod tests {
             .await
             .expect("headers arrive");
         assert_eq!(blob.next().await.ok().flatten().map(|b| b.len()), Some(10));
-        let started = std::time::Instant::now();
         let err = blob.next().await.expect_err("stalled");
         assert!(
             matches!(err, Error::Transport { timeout: true, .. }),
             "{err}"
         );
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
         server.abort();
     }
 

@@ -21,6 +21,9 @@ pub const ENV_CA_FILE: &str = "OCI_REGISTRY_CA_FILE";
 /// Environment variable: parallel blob transfers (registry.md §5.5; 0 = 8).
 pub const ENV_TRANSFER_CONCURRENCY: &str = env_names::SNAPSHOT_TRANSFER_CONCURRENCY;
 
+/// The `User-Agent` of a client whose binary did not name itself.
+pub const DEFAULT_USER_AGENT: &str = concat!("cocoon-registry/", env!("CARGO_PKG_VERSION"));
+
 /// Default parallel blob transfers.
 pub const DEFAULT_TRANSFER_CONCURRENCY: usize = 8;
 /// Blobs larger than this are uploaded in chunks of this size.
@@ -57,6 +60,9 @@ pub struct RegistryConfig {
     pub chunk_size: u64,
     /// Where a tar-stream push spools entries (default: the system temp dir).
     pub spool_dir: Option<PathBuf>,
+    /// The `User-Agent` of every request ([`DEFAULT_USER_AGENT`] unless a binary names
+    /// itself, e.g. `cocoon-operator/<version>`).
+    pub user_agent: String,
 }
 
 impl RegistryConfig {
@@ -75,7 +81,14 @@ impl RegistryConfig {
             transfer_concurrency: DEFAULT_TRANSFER_CONCURRENCY,
             chunk_size: DEFAULT_CHUNK_SIZE,
             spool_dir: None,
+            user_agent: DEFAULT_USER_AGENT.to_string(),
         }
+    }
+
+    /// The same configuration, sending `user_agent` as the `User-Agent` of every request.
+    pub fn with_user_agent(mut self, user_agent: impl Into<String>) -> RegistryConfig {
+        self.user_agent = user_agent.into();
+        self
     }
 
     /// Parses `OCI_REGISTRY` into a default configuration.

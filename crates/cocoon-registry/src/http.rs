@@ -244,6 +244,7 @@ pub(crate) struct Http {
     pub(crate) request_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) commit_timeout: Duration,
+    user_agent: HeaderValue,
 }
 
 impl Http {
@@ -254,6 +255,8 @@ impl Http {
         connector.enforce_http(false);
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(cfg.connect_timeout));
+        let user_agent = HeaderValue::from_str(&cfg.user_agent)
+            .map_err(|e| Error::invalid("user_agent", format!("{:?}: {e}", cfg.user_agent)))?;
         let tls = tls_config(cfg)?;
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
@@ -274,6 +277,7 @@ impl Http {
             request_timeout: cfg.request_timeout,
             idle_timeout: cfg.transfer_idle_timeout,
             commit_timeout: cfg.commit_timeout,
+            user_agent,
         })
     }
 
@@ -394,10 +398,7 @@ impl Http {
         let mut builder = Request::builder()
             .method(req.method.clone())
             .uri(url.as_str())
-            .header(
-                header::USER_AGENT,
-                concat!("cocoon-registry/", env!("CARGO_PKG_VERSION")),
-            );
+            .header(header::USER_AGENT, self.user_agent.clone());
         if let Some(a) = auth {
             builder = builder.header(header::AUTHORIZATION, a);
         }

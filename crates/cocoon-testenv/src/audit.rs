@@ -23,6 +23,19 @@ pub struct AuditRecord {
     pub name: String,
     /// The response code (0 when the record has none).
     pub code: u16,
+    /// The request's `User-Agent` ("" when it sent none).
+    pub user_agent: String,
+}
+
+impl AuditRecord {
+    /// Whether the request could change state (`create`, `update`, `patch`, `delete`,
+    /// `deletecollection`): what a controller's "no write" promise is about.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
 }
 
 /// The audit log of a test environment.
@@ -62,6 +75,16 @@ impl AuditLog {
             }
         }
         Ok(out)
+    }
+
+    /// The completed writes ([`AuditRecord::is_write`]) `user` made in `namespace` so far,
+    /// in log order.
+    pub fn writes_of(&self, user: &str, namespace: &str) -> Result<Vec<AuditRecord>> {
+        Ok(self
+            .records_of(user)?
+            .into_iter()
+            .filter(|r| r.is_write() && r.namespace == namespace)
+            .collect())
     }
 
     /// The distinct (group, resource, verb) triples `user` called so far.
@@ -105,6 +128,7 @@ fn parse(v: &serde_json::Value) -> Option<AuditRecord> {
             .and_then(|c| c.as_u64())
             .and_then(|c| u16::try_from(c).ok())
             .unwrap_or(0),
+        user_agent: text(v.get("userAgent")),
     })
 }
 
@@ -120,7 +144,7 @@ mod tests {
         let sa = "system:serviceaccount:cocoon-system:cocoon-operator";
         let lines = [
             format!(
-                r#"{{"stage":"ResponseComplete","verb":"patch","user":{{"username":"{sa}"}},"objectRef":{{"resource":"cocoonsets","subresource":"status","namespace":"a","name":"s","apiGroup":"cocoonset.cocoonstack.io"}},"responseStatus":{{"code":200}}}}"#
+                r#"{{"stage":"ResponseComplete","verb":"patch","user":{{"username":"{sa}"}},"userAgent":"cocoon-operator/0.1.0","objectRef":{{"resource":"cocoonsets","subresource":"status","namespace":"a","name":"s","apiGroup":"cocoonset.cocoonstack.io"}},"responseStatus":{{"code":200}}}}"#
             ),
             format!(
                 r#"{{"stage":"ResponseStarted","verb":"watch","user":{{"username":"{sa}"}},"objectRef":{{"resource":"pods"}}}}"#
@@ -136,6 +160,8 @@ mod tests {
         assert_eq!(records.len(), 2, "{records:?}");
         assert_eq!(records[0].resource, "cocoonsets/status");
         assert_eq!(records[0].code, 200);
+        assert_eq!(records[0].user_agent, "cocoon-operator/0.1.0");
+        assert_eq!(records[1].user_agent, "");
         assert_eq!(records[1].code, 403);
         let calls = log.calls_of(sa).unwrap();
         assert!(calls.contains(&(
@@ -143,6 +169,17 @@ mod tests {
             "leases".into(),
             "create".into()
         )));
+        let writes = log.writes_of(sa, "a").unwrap();
+        assert_eq!(
+            writes.len(),
+            1,
+            "the patch in `a`, not the reads: {writes:?}"
+        );
+        assert_eq!(writes[0].verb, "patch");
+        assert!(
+            log.writes_of(sa, "b").unwrap().is_empty(),
+            "other namespaces"
+        );
         assert!(
             AuditLog::at(dir.join("missing"))
                 .records_of(sa)

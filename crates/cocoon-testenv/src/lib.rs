@@ -6,13 +6,15 @@
 //! Tests normally use [`shared`] (one env per process, or an external one named by
 //! `TESTENV_KUBECONFIG`/`TESTENV_REGISTRY`) through [`run_test`], isolate by namespace
 //! ([`create_namespace`]) and node name ([`unique_name`]), and get schedulable nodes from
-//! [`TestNode`].
+//! [`TestNode`]. A test that runs pods for real asks for [`Shared::kubelet`]: one kubelet
+//! node with containerd, started on first use only.
 
 pub mod audit;
 pub mod crds;
 mod env;
 mod error;
 mod kubeconfig;
+pub mod kubelet;
 pub mod node;
 pub mod paths;
 mod pki;
@@ -25,6 +27,7 @@ mod wait;
 pub use audit::{AuditLog, AuditRecord};
 pub use env::{ComponentMemory, Options, StartupReport, TestEnv};
 pub use error::{Error, Result};
+pub use kubelet::{KUBELET_TAINT_KEY, Kubelet, KubeletOptions};
 pub use node::TestNode;
 pub use registry::{Registry, RegistryAuth};
 pub use rundir::log_tails_in;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use cocoon_testenv::{Options, RegistryAuth, TestEnv, paths};
+use cocoon_testenv::{Kubelet, KubeletOptions, Options, RegistryAuth, TestEnv, paths};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// How often `up` checks that every component is still running.
@@ -28,6 +28,9 @@ enum Command {
         /// TESTENV_RUN_DIR, KUBECONFIG, TESTENV_PID) here once ready; removed on teardown.
         #[arg(long)]
         env_file: Option<PathBuf>,
+        /// Also start a real kubelet node (private containerd; see cocoon_testenv::kubelet).
+        #[arg(long)]
+        with_kubelet: bool,
         #[command(flatten)]
         env: EnvArgs,
     },
@@ -90,7 +93,11 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Paths => print_paths(),
-        Command::Up { env_file, env } => up(began, env_file, env.options()?).await,
+        Command::Up {
+            env_file,
+            with_kubelet,
+            env,
+        } => up(began, env_file, with_kubelet, env.options()?).await,
         Command::Exec { env, command } => {
             let code = exec(env.options()?, &command).await?;
             std::process::exit(code);
@@ -107,6 +114,14 @@ fn print_paths() -> anyhow::Result<()> {
         let p = bin_dir.join(name);
         println!(
             "  {:<26} {}",
+            name,
+            if p.exists() { "ok" } else { "missing" }
+        );
+    }
+    for name in paths::KUBELET_BINARIES {
+        let p = bin_dir.join(name);
+        println!(
+            "  {:<26} {} (only for Shared::kubelet)",
             name,
             if p.exists() { "ok" } else { "missing" }
         );
@@ -144,10 +159,37 @@ async fn teardown(env: TestEnv) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn up(began: Instant, env_file: Option<PathBuf>, opts: Options) -> anyhow::Result<()> {
+async fn up(
+    began: Instant,
+    env_file: Option<PathBuf>,
+    with_kubelet: bool,
+    opts: Options,
+) -> anyhow::Result<()> {
     // Subscribe before starting, so a signal during start still tears down cleanly.
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let keep = opts.keep_run_dir;
     let env = start(opts, &mut sigterm).await?;
+    let kubelet = if with_kubelet {
+        let kopts = KubeletOptions {
+            node_name: "testenv-kubelet".into(),
+            apiserver_url: env.apiserver_url(),
+            pki_dir: env.pki_dir(),
+            bin_dir: env.bin_dir().to_path_buf(),
+            admin_kubeconfig: env.kubeconfig_path(),
+            timeout: Duration::from_secs(90),
+            keep_run_dir: keep,
+        };
+        let client = env.client().context("admin client")?;
+        match Kubelet::start(&client, kopts).await {
+            Ok(k) => Some(k),
+            Err(e) => {
+                teardown(env).await?;
+                return Err(e).context("starting the kubelet");
+            }
+        }
+    } else {
+        None
+    };
 
     let kubeconfig = env.kubeconfig_path();
     let kubectl = env.bin_dir().join("kubectl");
@@ -164,6 +206,14 @@ async fn up(began: Instant, env_file: Option<PathBuf>, opts: Options) -> anyhow:
     );
     println!("  registry: {} (plain HTTP)", env.registry_addr());
     println!("  run dir:  {}", env.run_dir().display());
+    if let Some(k) = &kubelet {
+        println!(
+            "  kubelet:  node {} (taint {}:NoSchedule), containerd {} (ctr -n k8s.io images import)",
+            k.node_name(),
+            cocoon_testenv::KUBELET_TAINT_KEY,
+            k.containerd_socket().display()
+        );
+    }
     println!(
         "  process start to ready: {:.1}s",
         began.elapsed().as_secs_f64()
@@ -199,6 +249,11 @@ async fn up(began: Instant, env_file: Option<PathBuf>, opts: Options) -> anyhow:
     if let Some(path) = &env_file {
         // The file describes an env that is going away.
         let _ = std::fs::remove_file(path);
+    }
+    if let Some(k) = kubelet {
+        tokio::task::spawn_blocking(move || k.shutdown())
+            .await
+            .context("kubelet teardown task")?;
     }
     teardown(env).await?;
     match died {

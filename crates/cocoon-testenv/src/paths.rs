@@ -22,6 +22,9 @@ pub const UPSTREAM_BINARIES: [&str; 5] = [
     "kubectl",
 ];
 
+/// Upstream binaries only the optional kubelet node needs (built by the same script).
+pub const KUBELET_BINARIES: [&str; 2] = ["kubelet", "pause"];
+
 /// The Kubernetes version pinned in `upstream/go.mod` (`k8s.io/kubernetes vX.Y.Z`).
 pub fn k8s_version() -> &'static str {
     parse_k8s_version(GO_MOD).unwrap_or("unknown")

@@ -78,14 +78,7 @@ impl Pki {
             dir: dir.to_path_buf(),
         };
 
-        let mut ca_params = CertificateParams::default();
-        ca_params.distinguished_name = dn("testenv-ca", None);
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        let ca_params = ca_params();
         let ca_key = KeyPair::generate()?;
         write(&pki.ca_key(), &ca_key.serialize_pem())?;
         let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
@@ -125,6 +118,51 @@ impl Pki {
         write(&pki.sa_pub(), &sa.public_key_pem())?;
         Ok(pki)
     }
+}
+
+/// Issues a kubelet client certificate for `node` (CN `system:node:<node>`, O
+/// `system:nodes`, so the Node authorizer lets it act for that node) with the CA of an
+/// existing PKI in `pki_dir`, written as `<out_stem>.crt` / `.key` into `out_dir`. The CA's
+/// distinguished name is the one [`Pki::generate`] gives it, so the issuer name matches.
+pub fn issue_node_client(
+    pki_dir: &Path,
+    node: &str,
+    out_dir: &Path,
+    out_stem: &str,
+) -> Result<(PathBuf, PathBuf)> {
+    let pki = Pki {
+        dir: pki_dir.to_path_buf(),
+    };
+    let ca_key_path = pki.ca_key();
+    let ca_key_pem = std::fs::read_to_string(&ca_key_path)
+        .map_err(|e| Error::io(format!("reading {}", ca_key_path.display()), e))?;
+    let ca_key = KeyPair::from_pem(&ca_key_pem)?;
+    let issuer = rcgen::Issuer::new(ca_params(), ca_key);
+    let params = leaf(
+        &format!("system:node:{node}"),
+        Some("system:nodes"),
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, &issuer)?;
+    let out = Pki {
+        dir: out_dir.to_path_buf(),
+    };
+    write(&out.key(out_stem), &key.serialize_pem())?;
+    write(&out.cert(out_stem), &cert.pem())?;
+    Ok((out.cert(out_stem), out.key(out_stem)))
+}
+
+fn ca_params() -> CertificateParams {
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = dn("testenv-ca", None);
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca_params
 }
 
 fn dn(cn: &str, org: Option<&str>) -> DistinguishedName {

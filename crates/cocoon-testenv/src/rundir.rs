@@ -60,9 +60,18 @@ pub(crate) fn mark_keep(dir: &Path) {
 }
 
 fn sweep_stale_run_dirs(base: &Path, prefix: &str) {
+    for dir in stale_run_dirs(base, prefix) {
+        tracing::info!(dir = %dir.display(), "removing run dir of a dead process");
+        remove_run_dir(&dir);
+    }
+}
+
+/// Run dirs `<base>/<prefix>-<pid>-<n>` whose process is gone and that are not marked kept.
+pub(crate) fn stale_run_dirs(base: &Path, prefix: &str) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(base) else {
-        return;
+        return Vec::new();
     };
+    let mut out = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
@@ -79,10 +88,10 @@ fn sweep_stale_run_dirs(base: &Path, prefix: &str) {
         let dir = entry.path();
         let alive = Path::new(&format!("/proc/{pid}")).exists();
         if !alive && !dir.join(KEEP_MARKER).exists() {
-            tracing::info!(dir = %dir.display(), "removing run dir of a dead process");
-            remove_run_dir(&dir);
+            out.push(dir);
         }
     }
+    out
 }
 
 pub(crate) fn remove_run_dir(dir: &Path) {

@@ -14,6 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use crate::env::{Options, StartupReport, TestEnv, readyz};
 use crate::error::{Error, Result};
 use crate::kubeconfig::load_kubeconfig;
+use crate::kubelet::{Kubelet, KubeletOptions};
 use crate::paths;
 use crate::rundir::log_tails_in;
 use crate::wait::poll;
@@ -37,6 +38,10 @@ pub struct Shared {
 }
 
 static SHARED: OnceLock<std::result::Result<Shared, String>> = OnceLock::new();
+/// The env's kubelet, started by the first [`Shared::kubelet`] call of the process.
+static KUBELET: OnceLock<std::result::Result<Kubelet, String>> = OnceLock::new();
+/// How long the kubelet gets to register a Ready node.
+const KUBELET_READY: Duration = Duration::from_secs(90);
 
 /// The shared environment; starts it on first use. Panics (with the reason and log tails)
 /// if it cannot start, which fails the calling test.
@@ -79,6 +84,14 @@ fn init_blocking() -> std::result::Result<Shared, String> {
         }
     }
     Ok(shared)
+}
+
+extern "C" fn cleanup_kubelet_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(Ok(k)) = KUBELET.get() {
+            k.kill_now();
+        }
+    });
 }
 
 extern "C" fn cleanup_at_exit() {
@@ -272,6 +285,60 @@ impl Shared {
             sa,
         ])?;
         Ok(path)
+    }
+
+    /// A real kubelet (with its own containerd) registered as one Node of this env, started
+    /// on the first call in the process and torn down at exit; later calls return the same
+    /// one. Only tests that run pods for real call this, so the others never pay for it.
+    /// The Node is tainted [`crate::KUBELET_TAINT_KEY`]; see [`crate::kubelet`] for what
+    /// its pods can and cannot do. Needs the env's PKI (`TESTENV_RUN_DIR` for an external
+    /// env) and the tools `scripts/setup.sh` installs.
+    pub async fn kubelet(&'static self) -> Result<&'static Kubelet> {
+        let cell = match KUBELET.get() {
+            Some(c) => c,
+            None => tokio::task::spawn_blocking(move || {
+                KUBELET.get_or_init(|| self.start_kubelet_blocking())
+            })
+            .await
+            .map_err(|e| Error::Shared(format!("kubelet start task failed: {e}")))?,
+        };
+        cell.as_ref().map_err(|e| Error::Shared(e.clone()))
+    }
+
+    fn start_kubelet_blocking(&self) -> std::result::Result<Kubelet, String> {
+        let pki_dir = self.pki_dir().ok_or_else(|| {
+            "the kubelet needs the env's PKI: set TESTENV_RUN_DIR to the env's run dir".to_string()
+        })?;
+        let opts = KubeletOptions {
+            node_name: unique_name("kubelet"),
+            apiserver_url: self
+                .config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_string(),
+            pki_dir,
+            bin_dir: self.bin_dir.clone(),
+            admin_kubeconfig: self.kubeconfig.clone(),
+            timeout: KUBELET_READY,
+            keep_run_dir: std::env::var_os("TESTENV_KEEP").is_some(),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("building a runtime: {e}"))?;
+        let kubelet = rt
+            .block_on(async {
+                let client = self.client()?;
+                Kubelet::start(&client, opts).await
+            })
+            .map_err(|e| e.to_string())?;
+        // SAFETY: registering a plain extern "C" function; it catches its own panics. It runs
+        // before the env's own handler (registered earlier), while the API server is up.
+        unsafe {
+            libc::atexit(cleanup_kubelet_at_exit);
+        }
+        Ok(kubelet)
     }
 
     /// The upstream `kubectl` with `--kubeconfig` pointing at this env.

@@ -165,12 +165,39 @@ pub enum Command {
         #[arg(short = 'w', long)]
         watch: bool,
     },
-    /// Show one CocoonSet: members, conditions and recent events.
+    /// Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events.
+    ///
+    /// NAME or cocoonset/NAME shows a set with its members; pod/NAME or
+    /// cocoonhibernation/NAME a pod with its hibernation. Events are those of exactly these
+    /// objects (involvedObject kind, name and uid).
     #[command(after_help = help::DESCRIBE)]
     Describe {
-        /// The CocoonSet to describe.
-        #[arg(value_name = "NAME")]
+        /// NAME or cocoonset/NAME, pod/NAME or cocoonhibernation/NAME.
+        #[arg(value_name = "TARGET")]
         name: String,
+    },
+    /// Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended.
+    ///
+    /// Targets: cocoonset/NAME (a bare NAME is a set) and pod/NAME, a pod through its
+    /// CocoonHibernation (--for=Ready: Active and the pod Ready, i.e. its VM serves).
+    /// Several targets are waited for together under one --timeout; --timeout 0 checks once.
+    #[command(after_help = help::WAIT)]
+    Wait {
+        /// cocoonset/NAME (or NAME), pod/NAME, cocoonhibernation/NAME; several allowed.
+        #[arg(value_name = "TARGET")]
+        targets: Vec<String>,
+        /// The phase to wait for: Suspended, Running, …; for pods Hibernated, Active, Ready.
+        #[arg(long = "for", value_name = "PHASE")]
+        for_phase: String,
+        /// Overall wait budget (0 checks once).
+        #[arg(long, default_value = "10m", value_parser = crate::duration::parse_flag)]
+        timeout: Duration,
+        /// How long Failed must persist before it counts.
+        #[arg(long, default_value = "30s", value_parser = crate::duration::parse_flag)]
+        failure_grace: Duration,
+        /// Print the final object(s); several as a List.
+        #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(OBJECT_FORMATS))]
+        output: Option<OutputFormat>,
     },
     /// Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true).
     #[command(after_help = help::SUSPEND)]
@@ -210,6 +237,8 @@ pub enum Command {
         #[arg(long, value_name = "PHASE", value_parser = PossibleValuesParser::new(HIBERNATION_PHASES))]
         until: Option<String>,
         #[command(flatten)]
+        selection: Selection,
+        #[command(flatten)]
         wait: WaitFlags,
     },
     /// Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set.
@@ -222,6 +251,8 @@ pub enum Command {
         /// Active), a CocoonSet phase for cocoonset/NAME (default Running).
         #[arg(long, value_name = "PHASE")]
         until: Option<String>,
+        #[command(flatten)]
+        selection: Selection,
         #[command(flatten)]
         wait: WaitFlags,
     },

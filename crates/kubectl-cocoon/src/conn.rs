@@ -153,7 +153,8 @@ impl ConnFlags {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        let client = Client::try_from(config).map_err(|e| CliError::Config(e.to_string()))?;
+        let client = Client::try_from(crate::user_agent::kube_config(config))
+            .map_err(|e| CliError::Config(e.to_string()))?;
         Ok(Conn { client, namespace })
     }
 }

@@ -13,6 +13,8 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_TIMEOUT: i32 = 3;
 /// Exit code: the wait saw a terminal `Failed` (after the failure grace).
 pub const EXIT_FAILED: i32 = 4;
+/// Exit code: interrupted (Ctrl-C) during a wait, as shells report SIGINT (128 + 2).
+pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// Why a command did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -27,22 +29,53 @@ pub enum CliError {
     NotFound(String),
     #[error("forbidden: {0}")]
     Forbidden(String),
-    #[error("timeout: {kind} {name} not {goal} after {}{}", crate::duration::human(*.after), last_failure.as_ref().map(|f| format!(" (last failure: {f})")).unwrap_or_default())]
+    #[error("timeout: {kind} {name} not {goal} after {}{}", crate::duration::human(*.after), details(&[("last failure", &seen.failure), ("last state", &seen.state), ("last warning", &seen.warning)]))]
     Timeout {
         kind: &'static str,
         name: String,
         goal: String,
         after: Duration,
-        last_failure: Option<String>,
+        seen: Box<Seen>,
     },
-    #[error("{kind} {name} failed: {reason}")]
+    #[error("{kind} {name} failed: {reason}{}", details(&[("last warning", last_warning)]))]
     Failed {
         kind: &'static str,
         name: String,
         reason: String,
+        last_warning: Option<String>,
     },
+    /// Several targets, not all succeeded: the worst exit code and a summary.
+    #[error("{message}")]
+    Several { code: i32, message: String },
+    /// Ctrl-C during a wait; the text says what was written and how to resume.
+    #[error("interrupted: {0}")]
+    Interrupted(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// What a wait saw last, for its timeout message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// The last Failed reason.
+    pub failure: Option<String>,
+    /// The last phase and Ready message.
+    pub state: Option<String>,
+    /// The newest Warning Event of the object (`Reason: message`).
+    pub warning: Option<String>,
+}
+
+/// ` (last failure: X; last warning: Y)` of the parts that are known.
+fn details(parts: &[(&str, &Option<String>)]) -> String {
+    let known: Vec<String> = parts
+        .iter()
+        .filter_map(|(label, v)| v.as_ref().map(|v| format!("{label}: {v}")))
+        .collect();
+    if known.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", known.join("; "))
+    }
 }
 
 impl CliError {
@@ -52,6 +85,8 @@ impl CliError {
             CliError::Usage(_) => EXIT_USAGE,
             CliError::Timeout { .. } => EXIT_TIMEOUT,
             CliError::Failed { .. } => EXIT_FAILED,
+            CliError::Several { code, .. } => *code,
+            CliError::Interrupted(_) => EXIT_INTERRUPTED,
             _ => EXIT_ERROR,
         }
     }
@@ -93,7 +128,10 @@ mod tests {
             name: "demo".into(),
             goal: "Suspended".into(),
             after: Duration::from_secs(600),
-            last_failure: Some("SuspendTimedOut".into()),
+            seen: Box::new(Seen {
+                failure: Some("SuspendTimedOut".into()),
+                ..Seen::default()
+            }),
         };
         assert_eq!(timeout.exit_code(), 3);
         assert_eq!(
@@ -104,8 +142,39 @@ mod tests {
             kind: "cocoonhibernation",
             name: "demo-0".into(),
             reason: "Failed: hibernate not confirmed within 3m0s".into(),
+            last_warning: Some("HibernateTimedOut: snapshot not confirmed".into()),
         };
         assert_eq!(failed.exit_code(), 4);
+        assert_eq!(
+            failed.to_string(),
+            "cocoonhibernation demo-0 failed: Failed: hibernate not confirmed within 3m0s (last warning: HibernateTimedOut: snapshot not confirmed)"
+        );
+        let stuck = CliError::Timeout {
+            kind: "cocoonset",
+            name: "demo".into(),
+            goal: "Running".into(),
+            after: Duration::from_secs(60),
+            seen: Box::new(Seen {
+                failure: None,
+                state: Some("Waking: main pod demo-0 is Pending".into()),
+                warning: Some(
+                    "WakeNoCapacity: main pod demo-0 unschedulable: 0/3 nodes are available".into(),
+                ),
+            }),
+        };
+        assert_eq!(
+            stuck.to_string(),
+            "timeout: cocoonset demo not Running after 1m0s (last state: Waking: main pod demo-0 is Pending; last warning: WakeNoCapacity: main pod demo-0 unschedulable: 0/3 nodes are available)"
+        );
+        assert_eq!(CliError::Interrupted("x".into()).exit_code(), 130);
+        assert_eq!(
+            CliError::Several {
+                code: 3,
+                message: "x".into()
+            }
+            .exit_code(),
+            3
+        );
         assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
         assert_eq!(CliError::Api("x".into()).exit_code(), 1);
         assert_eq!(CliError::NotFound("x".into()).exit_code(), 1);

@@ -121,6 +121,7 @@ pub async fn run(
         .filter(|r| !r.trim().is_empty())
         .ok_or_else(|| CliError::Usage("registry gc needs --registry or OCI_REGISTRY".into()))?;
     let cfg = cocoon_registry::RegistryConfig::for_registry(base)
+        .map(crate::user_agent::registry_config)
         .map_err(|e| CliError::Usage(format!("--registry {base:?}: {e}")))?;
     let reg =
         cocoon_registry::RegistryClient::new(cfg).map_err(|e| CliError::Api(e.to_string()))?;

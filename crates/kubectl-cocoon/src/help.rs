@@ -4,7 +4,7 @@
 /// Exit codes of the verbs that write and wait.
 macro_rules! wait_exit_codes {
     () => {
-        "Exit codes:\n  0  success (also: already in the requested state)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out\n  4  the wait reached Failed (after --failure-grace)"
+        "Exit codes:\n  0  success (also: already in the requested state)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out\n  4  the wait reached Failed (after --failure-grace)\n  130  interrupted (Ctrl-C) while waiting; the write already happened\n\nSeveral targets are all written first, then waited for together under one --timeout;\nthe exit code is the worst of theirs (4 over 3 over 1)."
     };
 }
 
@@ -52,6 +52,19 @@ pub const DESCRIBE: &str = concat!(
     "  kubectl cocoon describe demo > artifacts/describe.txt || echo \"describe failed: $?\"\n\n",
     "Waits for: nothing (read-only).\n\n",
     read_exit_codes!()
+);
+
+pub const WAIT: &str = concat!(
+    "Examples:\n",
+    "  # Wait until a set reads Suspended (written by someone else, e.g. a pipeline step)\n",
+    "  kubectl cocoon wait cocoonset/demo --for=Suspended\n\n",
+    "  # A pod through its CocoonHibernation: hibernated, or woken and serving again\n",
+    "  kubectl cocoon wait pod/demo-0 --for=Hibernated\n",
+    "  kubectl cocoon wait pod/demo-0 --for=Ready --timeout 2m\n\n",
+    "  # In CI: check once, without waiting (exit 3 if not there yet)\n",
+    "  kubectl cocoon wait cocoonset/demo --for=Running --timeout 0 || echo \"not running yet (exit $?)\"\n\n",
+    "Waits for: the phase given with --for, of every target, under one --timeout.\n\n",
+    wait_exit_codes!()
 );
 
 pub const SUSPEND: &str = concat!(

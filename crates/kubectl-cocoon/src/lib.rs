@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod complete;
 pub mod conn;
+pub mod describe;
 pub mod dryrun;
 pub mod duration;
 pub mod error;
@@ -12,10 +13,14 @@ pub mod help;
 pub mod jsonpath;
 pub mod lifecycle;
 pub mod logs;
+pub mod multi;
 pub mod output;
+pub mod progress;
 pub mod report;
 pub mod status;
 pub mod table;
+pub mod targets;
+pub mod user_agent;
 pub mod version;
 pub mod view;
 pub mod wait;
@@ -105,7 +110,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     };
                     status::status(&client, &ns, &names, &selection, &view, watch).await
                 }
-                Command::Describe { name } => status::describe(&client, &ns, &name, color).await,
+                Command::Describe { name } => describe::describe(&client, &ns, &name, color).await,
                 Command::Suspend {
                     names,
                     selection,
@@ -126,34 +131,53 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 }
                 Command::Hibernate {
                     pods,
+                    selection,
                     until,
                     mut wait,
                 } => {
                     wait.until = until;
-                    lifecycle::pod_desire(&client, &ns, &pods, Desire::Hibernate, &wait).await
+                    lifecycle::pods_and_sets(
+                        &client,
+                        &ns,
+                        &pods,
+                        &selection,
+                        Desire::Hibernate,
+                        &wait,
+                    )
+                    .await
                 }
                 Command::Wake {
                     targets,
+                    selection,
                     until,
                     mut wait,
                 } => {
                     wait.until = until;
-                    let (sets, pods) = lifecycle::split_wake_targets(&targets)?;
-                    if !sets.is_empty() {
-                        lifecycle::set_suspend(
-                            &client,
-                            &ns,
-                            &sets,
-                            &cli::Selection::default(),
-                            false,
-                            &wait,
-                        )
-                        .await?;
-                    }
-                    if !pods.is_empty() {
-                        lifecycle::pod_desire(&client, &ns, &pods, Desire::Wake, &wait).await?;
-                    }
-                    Ok(())
+                    lifecycle::pods_and_sets(
+                        &client,
+                        &ns,
+                        &targets,
+                        &selection,
+                        Desire::Wake,
+                        &wait,
+                    )
+                    .await
+                }
+                Command::Wait {
+                    targets,
+                    for_phase,
+                    timeout,
+                    failure_grace,
+                    output,
+                } => {
+                    let opts = multi::Options {
+                        timeout,
+                        grace: failure_grace,
+                        output,
+                        no_wait: false,
+                        since: None,
+                    };
+                    lifecycle::wait(&client, &ns, &targets, &for_phase, opts).await
                 }
                 Command::Migrate {
                     name,
@@ -225,14 +249,12 @@ fn check_before_connecting(command: &Command) -> Result<(), CliError> {
             Err(CliError::Usage(cli::ACROSS_NAMESPACES_BY_NAME.to_string()))
         }
         Command::Wake { targets, until, .. } => {
-            let (sets, pods) = lifecycle::split_wake_targets(targets)?;
-            for (kind, any) in [
-                ("cocoonset", !sets.is_empty()),
-                ("cocoonhibernation", !pods.is_empty()),
-            ] {
-                if any {
-                    cli::check_until(until.as_deref(), kind).map_err(CliError::Usage)?;
-                }
+            for t in targets {
+                let kind = match targets::parse_target(t, targets::Kind::Pod)? {
+                    (targets::Kind::CocoonSet, _) => "cocoonset",
+                    _ => "cocoonhibernation",
+                };
+                cli::check_until(until.as_deref(), kind).map_err(CliError::Usage)?;
             }
             Ok(())
         }

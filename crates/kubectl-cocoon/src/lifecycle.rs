@@ -1,11 +1,15 @@
 //! The lifecycle verbs: each edits desired state (a merge patch of a spec field, or a
 //! CocoonHibernation created or patched) and then waits for the phase at the new generation.
+//! Several targets are all written first and then waited for together (`multi`).
 
 use std::io::{IsTerminal, Write};
 
+use cocoon_api::contract::annotations as ann;
 use cocoon_api::crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, Desire, PodRef};
 use cocoon_api::crd::set::CocoonSet;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -13,7 +17,10 @@ use serde_json::{Value, json};
 use crate::cli::{DryRun, Selection, WaitFlags};
 use crate::dryrun::{self, Action};
 use crate::error::CliError;
+use crate::multi::{self, Job, set_observation};
 use crate::output::print_object;
+use crate::progress::Progress;
+use crate::targets::{self, GoalSpec, Kind, Target, Verb};
 use crate::wait::{Goal, Observation};
 use crate::waiter::{WaitSpec, wait_for};
 
@@ -21,47 +28,8 @@ use crate::waiter::{WaitSpec, wait_for};
 pub const PREVIOUS_PIN: &str = "kubectl.cocoonstack.io/previous-node-name";
 /// Value stored in [`PREVIOUS_PIN`] when there was no pin.
 const NO_PIN: &str = "-";
-
-fn set_observation(cs: Option<&CocoonSet>) -> Observation {
-    let Some(cs) = cs else {
-        return Observation::default();
-    };
-    let st = cs.status.clone().unwrap_or_default();
-    let ready_message = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
-    Observation {
-        exists: true,
-        generation: cs.metadata.generation.unwrap_or(0),
-        observed_generation: st.observed_generation,
-        phase: st.phase.map(|p| p.as_str().to_string()).unwrap_or_default(),
-        ready_message,
-        ..Default::default()
-    }
-}
-
-fn hibernation_observation(ch: Option<&CocoonHibernation>) -> Observation {
-    let Some(ch) = ch else {
-        return Observation::default();
-    };
-    let st = ch.status.clone().unwrap_or_default();
-    Observation {
-        exists: true,
-        generation: ch.metadata.generation.unwrap_or(0),
-        observed_generation: st.observed_generation,
-        phase: st.phase.map(|p| p.as_str().to_string()).unwrap_or_default(),
-        ready_message: st
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.message.clone())
-            .unwrap_or_default(),
-        ..Default::default()
-    }
-}
+/// How many writes (or first reads) run at once.
+const WRITE_CONCURRENCY: usize = 16;
 
 /// Resolves the sets a verb acts on: names, or `-l`/`-A`.
 async fn target_sets(
@@ -99,6 +67,52 @@ async fn target_sets(
         .iter()
         .map(|cs| (cs.namespace().unwrap_or_default(), cs.name_any()))
         .collect())
+}
+
+/// Resolves the pods `hibernate`/`wake` act on with `-l`/`-A`: cocoon VM pods (those with a
+/// VM name) matching the selector; for `wake`, only those with a CocoonHibernation.
+async fn target_pods(
+    client: &Client,
+    ns: &str,
+    sel: &Selection,
+    need_hibernation: bool,
+) -> Result<Vec<(String, String)>, CliError> {
+    let (pods, chs): (Api<Pod>, Api<CocoonHibernation>) = if sel.all_namespaces {
+        (Api::all(client.clone()), Api::all(client.clone()))
+    } else {
+        (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        )
+    };
+    let mut lp = ListParams::default();
+    if let Some(s) = &sel.selector {
+        lp = lp.labels(s);
+    }
+    let list = pods
+        .list(&lp)
+        .await
+        .map_err(|e| CliError::from_kube("list pods", e))?;
+    let hibernations: Vec<(String, String)> = if need_hibernation {
+        chs.list(&ListParams::default())
+            .await
+            .map_err(|e| CliError::from_kube("list cocoonhibernations", e))?
+            .items
+            .iter()
+            .map(|h| (h.namespace().unwrap_or_default(), h.name_any()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut out: Vec<(String, String)> = list
+        .items
+        .iter()
+        .filter(|p| p.annotations().contains_key(ann::VM_NAME))
+        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+        .filter(|t| !need_hibernation || hibernations.contains(t))
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 /// Asks before acting on several objects, unless `-y`; refuses without a TTY.
@@ -148,6 +162,115 @@ fn post_params(flags: &WaitFlags) -> PostParams {
     }
 }
 
+/// The wait options of a write verb. Warning Events from before this command (less some clock
+/// skew) are an earlier round's.
+fn wait_options(flags: &WaitFlags) -> multi::Options {
+    multi::Options {
+        timeout: flags.timeout,
+        grace: flags.failure_grace,
+        output: flags.output.clone(),
+        no_wait: !flags.waits(),
+        since: Timestamp::now()
+            .checked_sub(SignedDuration::from_secs(5))
+            .ok(),
+    }
+}
+
+/// What one write did: a job to wait for, nothing to wait for (dry run), or an error.
+type Written = Result<Option<Job>, (Target, CliError)>;
+
+/// Splits write outcomes into jobs and errors. A dry run never waits; its first error is the
+/// command's.
+fn sort_writes(writes: Vec<Written>) -> (Vec<Job>, Vec<(Target, CliError)>) {
+    let mut jobs = Vec::new();
+    let mut failed = Vec::new();
+    for w in writes {
+        match w {
+            Ok(Some(j)) => jobs.push(j),
+            Ok(None) => {}
+            Err(e) => failed.push(e),
+        }
+    }
+    (jobs, failed)
+}
+
+/// Writes `spec.suspend` of one set (or prints it for a client dry run).
+async fn write_suspend(
+    client: &Client,
+    tns: &str,
+    name: &str,
+    suspend: bool,
+    goal: &GoalSpec,
+    flags: &WaitFlags,
+) -> Written {
+    let target = Target::new(Kind::CocoonSet, tns, name);
+    let api: Api<CocoonSet> = Api::namespaced(client.clone(), tns);
+    let fail = |e| (target.clone(), e);
+    let cs = api.get(name).await.map_err(|e| {
+        fail(CliError::from_kube(
+            &format!("get cocoonset {tns}/{name}"),
+            e,
+        ))
+    })?;
+    let patch = json!({"spec": {"suspend": suspend}});
+    let unchanged = cs.spec.suspend == suspend;
+    if flags.dry_run == DryRun::Client {
+        dryrun::report_client_patch(&cs, &patch, unchanged, flags).map_err(fail)?;
+        return Ok(None);
+    }
+    let (generation, written) = if unchanged {
+        eprintln!(
+            "cocoonset {name} already {}",
+            if suspend { "suspended" } else { "resumed" }
+        );
+        if flags.dry_run == DryRun::Server {
+            dryrun::report(&cs, Action::Unchanged, flags).map_err(fail)?;
+            return Ok(None);
+        }
+        (cs.metadata.generation.unwrap_or(0), String::new())
+    } else {
+        let after = api
+            .patch(name, &patch_params(flags), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| {
+                fail(CliError::from_kube(
+                    &format!("patch cocoonset {tns}/{name}"),
+                    e,
+                ))
+            })?;
+        if flags.dry_run == DryRun::Server {
+            dryrun::report(&after, Action::Patched, flags).map_err(fail)?;
+            return Ok(None);
+        }
+        (
+            after.metadata.generation.unwrap_or(0),
+            format!("spec.suspend={suspend}"),
+        )
+    };
+    Ok(Some(Job {
+        target,
+        goal: goal.clone(),
+        generation,
+        written,
+    }))
+}
+
+/// Finishes a write verb: a dry run ends with its first error; otherwise wait for every job.
+async fn conclude(
+    client: &Client,
+    writes: Vec<Written>,
+    flags: &WaitFlags,
+) -> Result<(), CliError> {
+    let (jobs, failed) = sort_writes(writes);
+    if flags.dry_run != DryRun::None {
+        return match failed.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        };
+    }
+    multi::wait_all(client, jobs, failed, &wait_options(flags)).await
+}
+
 /// `suspend` (true) or `resume` (false) of CocoonSets.
 pub async fn set_suspend(
     client: &Client,
@@ -157,6 +280,8 @@ pub async fn set_suspend(
     suspend: bool,
     flags: &WaitFlags,
 ) -> Result<(), CliError> {
+    let verb = if suspend { Verb::Suspend } else { Verb::Resume };
+    let goal = targets::goal_for(verb, Kind::CocoonSet, flags.until.as_deref())?;
     let targets = target_sets(client, ns, names, sel).await?;
     if targets.is_empty() {
         return Err(CliError::NotFound("no CocoonSet matched".into()));
@@ -170,206 +295,183 @@ pub async fn set_suspend(
             flags.yes,
         )?;
     }
-    for (tns, name) in &targets {
-        let api: Api<CocoonSet> = Api::namespaced(client.clone(), tns);
-        let cs = api
-            .get(name)
-            .await
-            .map_err(|e| CliError::from_kube(&format!("get cocoonset {tns}/{name}"), e))?;
-        let patch = json!({"spec": {"suspend": suspend}});
-        let unchanged = cs.spec.suspend == suspend;
-        if flags.dry_run == DryRun::Client {
-            dryrun::report_client_patch(&cs, &patch, unchanged, flags)?;
-            continue;
-        }
-        let generation = if unchanged {
-            eprintln!(
-                "cocoonset {name} already {}",
-                if suspend { "suspended" } else { "resumed" }
-            );
-            if flags.dry_run == DryRun::Server {
-                dryrun::report(&cs, Action::Unchanged, flags)?;
-                continue;
-            }
-            cs.metadata.generation.unwrap_or(0)
-        } else {
-            let after = api
-                .patch(name, &patch_params(flags), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| CliError::from_kube(&format!("patch cocoonset {tns}/{name}"), e))?;
-            if flags.dry_run == DryRun::Server {
-                dryrun::report(&after, Action::Patched, flags)?;
-                continue;
-            }
-            after.metadata.generation.unwrap_or(0)
-        };
-        let goal_phase = flags
-            .until
-            .clone()
-            .unwrap_or_else(|| if suspend { "Suspended" } else { "Running" }.to_string());
-        finish(
-            &api,
-            flags,
-            WaitSpec {
-                kind: "cocoonset",
-                name,
-                goal: Goal::Phase(vec![goal_phase.clone()]),
-                goal_text: goal_phase,
-                generation,
-                timeout: flags.timeout,
-                grace: flags.failure_grace,
-            },
-            |o| async move {
-                let obs = set_observation(o.as_ref());
-                Ok((o, obs))
-            },
-        )
-        .await?;
-    }
-    Ok(())
+    let writes: Vec<Written> = futures::stream::iter(targets.iter())
+        .map(|(tns, name)| write_suspend(client, tns, name, suspend, &goal, flags))
+        .buffered(WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    conclude(client, writes, flags).await
 }
 
-async fn finish<K, F, Fut>(
-    api: &Api<K>,
+/// Sets `desire` on one pod's CocoonHibernation (created, named after the pod, if missing).
+async fn write_desire(
+    client: &Client,
+    ns: &str,
+    pod: &str,
+    desire: Desire,
+    goal: &GoalSpec,
     flags: &WaitFlags,
-    spec: WaitSpec<'_>,
-    observe: F,
-) -> Result<(), CliError>
-where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug
-        + Send
-        + 'static,
-    F: Fn(Option<K>) -> Fut,
-    Fut: Future<Output = Result<(Option<K>, Observation), CliError>>,
-{
-    if !flags.waits() {
-        if let Some(fmt) = &flags.output
-            && let Some(o) = api
-                .get_opt(spec.name)
-                .await
-                .map_err(|e| CliError::from_kube(spec.kind, e))?
-        {
-            print_object(&o, fmt)?;
+) -> Written {
+    let target = Target::new(Kind::Pod, ns, pod);
+    let fail = |e| (target.clone(), e);
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let api: Api<CocoonHibernation> = Api::namespaced(client.clone(), ns);
+    pod_api
+        .get(pod)
+        .await
+        .map_err(|e| fail(CliError::from_kube(&format!("get pod {ns}/{pod}"), e)))?;
+    let existing = api.get_opt(pod).await.map_err(|e| {
+        fail(CliError::from_kube(
+            &format!("get cocoonhibernation {ns}/{pod}"),
+            e,
+        ))
+    })?;
+    let written = format!("spec.desire={}", desire.as_str());
+    let (generation, written) = match (&existing, flags.dry_run) {
+        (Some(ch), DryRun::Client) => {
+            let patch = json!({"spec": {"desire": desire.as_str()}});
+            dryrun::report_client_patch(ch, &patch, ch.spec.desire == desire, flags)
+                .map_err(fail)?;
+            return Ok(None);
         }
-        return Ok(());
-    }
-    let done = wait_for(api, spec, observe).await?;
-    if let Some(fmt) = &flags.output {
-        print_object(&done, fmt)?;
-    }
-    Ok(())
+        (None, DryRun::Client) => {
+            let mut obj = new_hibernation(pod, desire);
+            obj.metadata.namespace = Some(ns.to_string());
+            dryrun::report(&obj, Action::Created, flags).map_err(fail)?;
+            return Ok(None);
+        }
+        (Some(ch), _) if ch.spec.desire == desire => {
+            eprintln!("cocoonhibernation {pod} already wants {}", desire.as_str());
+            if flags.dry_run == DryRun::Server {
+                dryrun::report(ch, Action::Unchanged, flags).map_err(fail)?;
+                return Ok(None);
+            }
+            (ch.metadata.generation.unwrap_or(0), String::new())
+        }
+        (Some(_), _) => {
+            let patch = json!({"spec": {"desire": desire.as_str()}});
+            let after = api
+                .patch(pod, &patch_params(flags), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| {
+                    fail(CliError::from_kube(
+                        &format!("patch cocoonhibernation {ns}/{pod}"),
+                        e,
+                    ))
+                })?;
+            if flags.dry_run == DryRun::Server {
+                dryrun::report(&after, Action::Patched, flags).map_err(fail)?;
+                return Ok(None);
+            }
+            (after.metadata.generation.unwrap_or(0), written)
+        }
+        (None, _) => {
+            let after = api
+                .create(&post_params(flags), &new_hibernation(pod, desire))
+                .await
+                .map_err(|e| {
+                    fail(CliError::from_kube(
+                        &format!("create cocoonhibernation {ns}/{pod}"),
+                        e,
+                    ))
+                })?;
+            if flags.dry_run == DryRun::Server {
+                dryrun::report(&after, Action::Created, flags).map_err(fail)?;
+                return Ok(None);
+            }
+            (
+                after.metadata.generation.unwrap_or(0),
+                format!("created cocoonhibernation with {written}"),
+            )
+        }
+    };
+    Ok(Some(Job {
+        target,
+        goal: goal.clone(),
+        generation,
+        written,
+    }))
 }
 
 /// `hibernate POD…` (Hibernate) and `wake POD…` (Wake) through CocoonHibernations named after
-/// their pods.
-pub async fn pod_desire(
+/// their pods; `wake cocoonset/NAME` resumes sets in the same run. Pods may also be selected
+/// with `-l`/`-A`.
+pub async fn pods_and_sets(
     client: &Client,
     ns: &str,
-    pods: &[String],
+    args: &[String],
+    sel: &Selection,
     desire: Desire,
     flags: &WaitFlags,
 ) -> Result<(), CliError> {
-    if pods.is_empty() {
-        return Err(CliError::Usage("name at least one pod".into()));
+    let verb = match desire {
+        Desire::Hibernate => Verb::Hibernate,
+        Desire::Wake => Verb::Wake,
+    };
+    let word = desire.as_str().to_lowercase();
+    let mut sets: Vec<(String, String)> = Vec::new();
+    let mut pods: Vec<(String, String)> = Vec::new();
+    if !args.is_empty() {
+        if sel.all_namespaces || sel.selector.is_some() {
+            return Err(CliError::Usage("give names or -l/-A, not both".into()));
+        }
+        for a in args {
+            match targets::parse_target(a, Kind::Pod)? {
+                (Kind::CocoonSet, _) if verb == Verb::Hibernate => {
+                    return Err(CliError::Usage(format!(
+                        "hibernate {a:?}: hibernate acts on pods (use suspend for a CocoonSet)"
+                    )));
+                }
+                (Kind::CocoonSet, n) => sets.push((ns.to_string(), n)),
+                (Kind::Pod, n) => pods.push((ns.to_string(), n)),
+            }
+        }
+    } else if sel.all_namespaces || sel.selector.is_some() {
+        pods = target_pods(client, ns, sel, verb == Verb::Wake).await?;
+        if pods.is_empty() {
+            return Err(CliError::NotFound("no cocoon pod matched".into()));
+        }
+    } else {
+        return Err(CliError::Usage(match verb {
+            Verb::Wake => "name at least one pod or cocoonset/NAME (or use -l / -A)".into(),
+            _ => "name at least one pod (or use -l / -A)".into(),
+        }));
     }
-    let targets: Vec<(String, String)> = pods.iter().map(|p| (ns.to_string(), p.clone())).collect();
+    // `--until` must be a phase of each kind it applies to (only the kinds named).
+    let goal = |kind: Kind, none: bool| {
+        if none {
+            Ok(None)
+        } else {
+            targets::goal_for(verb, kind, flags.until.as_deref()).map(Some)
+        }
+    };
+    let set_goal = goal(Kind::CocoonSet, sets.is_empty())?;
+    let pod_goal = goal(Kind::Pod, pods.is_empty())?;
+    let all: Vec<(String, String)> = sets.iter().chain(pods.iter()).cloned().collect();
+    let multi = all.len() > 1 || sel.selector.is_some() || sel.all_namespaces;
     if flags.dry_run == DryRun::None {
-        confirm(
-            &desire.as_str().to_lowercase(),
-            &targets,
-            targets.len() > 1,
-            flags.yes,
-        )?;
+        confirm(&word, &all, multi, flags.yes)?;
     }
-    let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let api: Api<CocoonHibernation> = Api::namespaced(client.clone(), ns);
-    for pod in pods {
-        pod_api
-            .get(pod)
-            .await
-            .map_err(|e| CliError::from_kube(&format!("get pod {ns}/{pod}"), e))?;
-        let existing = api
-            .get_opt(pod)
-            .await
-            .map_err(|e| CliError::from_kube(&format!("get cocoonhibernation {ns}/{pod}"), e))?;
-        let patch = json!({"spec": {"desire": desire.as_str()}});
-        let generation = match (&existing, flags.dry_run) {
-            (Some(ch), DryRun::Client) => {
-                dryrun::report_client_patch(ch, &patch, ch.spec.desire == desire, flags)?;
-                continue;
-            }
-            (None, DryRun::Client) => {
-                let mut obj = new_hibernation(pod, desire);
-                obj.metadata.namespace = Some(ns.to_string());
-                dryrun::report(&obj, Action::Created, flags)?;
-                continue;
-            }
-            (Some(ch), _) if ch.spec.desire == desire => {
-                eprintln!("cocoonhibernation {pod} already wants {}", desire.as_str());
-                if flags.dry_run == DryRun::Server {
-                    dryrun::report(ch, Action::Unchanged, flags)?;
-                    continue;
-                }
-                ch.metadata.generation.unwrap_or(0)
-            }
-            (Some(_), _) => {
-                let after = api
-                    .patch(pod, &patch_params(flags), &Patch::Merge(&patch))
-                    .await
-                    .map_err(|e| {
-                        CliError::from_kube(&format!("patch cocoonhibernation {ns}/{pod}"), e)
-                    })?;
-                if flags.dry_run == DryRun::Server {
-                    dryrun::report(&after, Action::Patched, flags)?;
-                    continue;
-                }
-                after.metadata.generation.unwrap_or(0)
-            }
-            (None, _) => {
-                let after = api
-                    .create(&post_params(flags), &new_hibernation(pod, desire))
-                    .await
-                    .map_err(|e| {
-                        CliError::from_kube(&format!("create cocoonhibernation {ns}/{pod}"), e)
-                    })?;
-                if flags.dry_run == DryRun::Server {
-                    dryrun::report(&after, Action::Created, flags)?;
-                    continue;
-                }
-                after.metadata.generation.unwrap_or(0)
-            }
-        };
-        let goal_phase = flags.until.clone().unwrap_or_else(|| {
-            match desire {
-                Desire::Hibernate => "Hibernated",
-                Desire::Wake => "Active",
-            }
-            .to_string()
-        });
-        finish(
-            &api,
-            flags,
-            WaitSpec {
-                kind: "cocoonhibernation",
-                name: pod,
-                goal: Goal::Phase(vec![goal_phase.clone()]),
-                goal_text: goal_phase,
-                generation,
-                timeout: flags.timeout,
-                grace: flags.failure_grace,
-            },
-            |o| async move {
-                let obs = hibernation_observation(o.as_ref());
-                Ok((o, obs))
-            },
-        )
-        .await?;
+    let mut writes: Vec<Written> = Vec::new();
+    if let Some(goal) = &set_goal {
+        writes.extend(
+            futures::stream::iter(sets.iter())
+                .map(|(tns, name)| write_suspend(client, tns, name, false, goal, flags))
+                .buffered(WRITE_CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await,
+        );
     }
-    Ok(())
+    if let Some(goal) = &pod_goal {
+        writes.extend(
+            futures::stream::iter(pods.iter())
+                .map(|(tns, pod)| write_desire(client, tns, pod, desire, goal, flags))
+                .buffered(WRITE_CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await,
+        );
+    }
+    conclude(client, writes, flags).await
 }
 
 fn new_hibernation(pod: &str, desire: Desire) -> CocoonHibernation {
@@ -384,30 +486,112 @@ fn new_hibernation(pod: &str, desire: Desire) -> CocoonHibernation {
     )
 }
 
-/// `wake` targets: `cocoonset/NAME` resumes a set; anything else is a pod.
-pub fn split_wake_targets(targets: &[String]) -> Result<(Vec<String>, Vec<String>), CliError> {
-    let mut sets = Vec::new();
-    let mut pods = Vec::new();
-    for t in targets {
-        match t.split_once('/') {
-            Some(("cocoonset" | "cocoonsets" | "cs", name)) if !name.is_empty() => {
-                sets.push(name.to_string())
-            }
-            Some(("pod" | "pods" | "po", name)) if !name.is_empty() => pods.push(name.to_string()),
-            Some((kind, _)) => {
-                return Err(CliError::Usage(format!(
-                    "wake {t:?}: unknown kind {kind:?} (use POD, pod/POD or cocoonset/NAME)"
-                )));
-            }
-            None => pods.push(t.clone()),
-        }
-    }
-    if sets.is_empty() && pods.is_empty() {
+/// `wait TARGET… --for=PHASE`: read-only; the same waiter, deadline and exit codes as the
+/// verbs. The generation to judge is the object's current one.
+pub async fn wait(
+    client: &Client,
+    ns: &str,
+    args: &[String],
+    wanted: &str,
+    opts: multi::Options,
+) -> Result<(), CliError> {
+    if args.is_empty() {
         return Err(CliError::Usage(
-            "name at least one pod or cocoonset/NAME".into(),
+            "name at least one target (cocoonset/NAME or pod/NAME)".into(),
         ));
     }
-    Ok((sets, pods))
+    let mut parsed = Vec::new();
+    for a in args {
+        let (kind, name) = targets::parse_target(a, Kind::CocoonSet)?;
+        let goal = targets::goal_for(Verb::Wait, kind, Some(wanted))?;
+        parsed.push((Target::new(kind, ns, &name), goal));
+    }
+    let reads: Vec<Written> = futures::stream::iter(parsed)
+        .map(|(target, goal)| async move {
+            let fail = |e| (target.clone(), e);
+            let generation = match target.kind {
+                Kind::CocoonSet => Api::<CocoonSet>::namespaced(client.clone(), ns)
+                    .get(&target.name)
+                    .await
+                    .map_err(|e| {
+                        fail(CliError::from_kube(
+                            &format!("get cocoonset {ns}/{}", target.name),
+                            e,
+                        ))
+                    })?
+                    .metadata
+                    .generation
+                    .unwrap_or(0),
+                Kind::Pod => {
+                    let ch = Api::<CocoonHibernation>::namespaced(client.clone(), ns)
+                        .get_opt(&target.name)
+                        .await
+                        .map_err(|e| {
+                            fail(CliError::from_kube(
+                                &format!("get cocoonhibernation {ns}/{}", target.name),
+                                e,
+                            ))
+                        })?;
+                    match ch {
+                        Some(ch) => ch.metadata.generation.unwrap_or(0),
+                        None => {
+                            Api::<Pod>::namespaced(client.clone(), ns)
+                                .get(&target.name)
+                                .await
+                                .map_err(|e| {
+                                    fail(CliError::from_kube(
+                                        &format!("get pod {ns}/{}", target.name),
+                                        e,
+                                    ))
+                                })?;
+                            0
+                        }
+                    }
+                }
+            };
+            Ok(Some(Job {
+                target,
+                goal,
+                generation,
+                written: String::new(),
+            }))
+        })
+        .buffered(WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    let (jobs, failed) = sort_writes(reads);
+    multi::wait_all(client, jobs, failed, &opts).await
+}
+
+/// Waits for one set after a pin change (a single target, with its own progress line).
+async fn finish<F, Fut>(
+    api: &Api<CocoonSet>,
+    flags: &WaitFlags,
+    spec: WaitSpec<'_>,
+    observe: F,
+) -> Result<(), CliError>
+where
+    F: Fn(Option<CocoonSet>) -> Fut,
+    Fut: Future<Output = Result<(Option<CocoonSet>, Observation), CliError>>,
+{
+    if !flags.waits() {
+        if let Some(fmt) = &flags.output
+            && let Some(o) = api
+                .get_opt(spec.name)
+                .await
+                .map_err(|e| CliError::from_kube(spec.kind, e))?
+        {
+            print_object(&o, fmt)?;
+        }
+        return Ok(());
+    }
+    let progress = Progress::new();
+    let line = progress.line(format!("{}/{}", spec.kind, spec.name));
+    let done = wait_for(api, spec, &line, observe).await?;
+    if let (Some(fmt), Some(done)) = (&flags.output, done) {
+        print_object(&done, fmt)?;
+    }
+    Ok(())
 }
 
 /// `migrate --to` / `pin` (Some(node)), `unpin` (None), `migrate --cancel` (restore).
@@ -509,8 +693,14 @@ pub async fn pin(
             goal,
             goal_text,
             generation,
+            deadline: tokio::time::Instant::now() + flags.timeout,
             timeout: flags.timeout,
             grace: flags.failure_grace,
+            warnings: Some(crate::waiter::Warnings {
+                api: Api::namespaced(client.clone(), ns),
+                objects: vec![("CocoonSet", name.to_string())],
+                since: wait_options(flags).since,
+            }),
         },
         |o| {
             let pods = pods.clone();
@@ -533,21 +723,4 @@ pub async fn pin(
         },
     )
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wake_targets_split_by_kind() {
-        let t =
-            |v: &[&str]| split_wake_targets(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        let (sets, pods) =
-            t(&["cocoonset/demo", "demo-1", "pod/demo-2", "cs/other"]).expect("valid");
-        assert_eq!(sets, ["demo", "other"]);
-        assert_eq!(pods, ["demo-1", "demo-2"]);
-        assert!(matches!(t(&["deployment/x"]), Err(CliError::Usage(_))));
-        assert!(matches!(t(&[]), Err(CliError::Usage(_))));
-    }
 }

@@ -8,7 +8,6 @@ use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::CocoonSet;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -21,13 +20,13 @@ use crate::output::print_object;
 use crate::table;
 use crate::view;
 
-struct Snapshot {
-    sets: Vec<CocoonSet>,
-    pods: Vec<Pod>,
-    hibernations: Vec<CocoonHibernation>,
+pub(crate) struct Snapshot {
+    pub sets: Vec<CocoonSet>,
+    pub pods: Vec<Pod>,
+    pub hibernations: Vec<CocoonHibernation>,
 }
 
-async fn read(
+pub(crate) async fn read(
     client: &Client,
     ns: &str,
     names: &[String],
@@ -134,7 +133,7 @@ fn nothing_found(ns: &str, all_ns: bool) -> String {
     }
 }
 
-fn render(snap: &Snapshot, detail: bool, all_ns: bool, view: &View) -> String {
+pub(crate) fn render(snap: &Snapshot, detail: bool, all_ns: bool, view: &View) -> String {
     let now = Timestamp::now();
     let (color, headers_shown) = (view.color, !view.no_headers);
     let mut out = String::new();
@@ -283,51 +282,4 @@ async fn watch_loop(
         }
         last_draw = Instant::now();
     }
-}
-
-/// `describe NAME`: the set, its members, conditions and recent Events.
-pub async fn describe(client: &Client, ns: &str, name: &str, color: bool) -> Result<(), CliError> {
-    let snap = read(client, ns, &[name.to_string()], &Selection::default()).await?;
-    let view = View {
-        output: None,
-        no_headers: false,
-        color,
-    };
-    print!("{}", render(&snap, true, false, &view));
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    let mut list = events
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| CliError::from_kube("list events", e))?
-        .items;
-    let pod_prefix = format!("{name}-");
-    list.retain(|e| {
-        e.regarding
-            .as_ref()
-            .and_then(|r| r.name.as_deref())
-            .is_some_and(|n| n == name || n.starts_with(&pod_prefix))
-    });
-    list.sort_by_key(|e| {
-        e.event_time
-            .as_ref()
-            .map(|t| t.0)
-            .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
-    });
-    println!("\nEvents:");
-    if list.is_empty() {
-        println!("  <none>");
-    }
-    for e in list.iter().rev().take(20).rev() {
-        println!(
-            "  {:<8} {:<24} {:<20} {}",
-            e.type_.clone().unwrap_or_default(),
-            e.reason.clone().unwrap_or_default(),
-            e.regarding
-                .as_ref()
-                .and_then(|r| r.name.clone())
-                .unwrap_or_default(),
-            e.note.clone().unwrap_or_default()
-        );
-    }
-    Ok(())
 }

@@ -12,6 +12,9 @@ pub enum Goal {
     Observed,
     /// Not `Migrating` (`Running` or `Scaling`), and the main pod is on `node` with a VM id.
     Migrated { node: String },
+    /// The pod's CocoonHibernation reads `Active` (a pod without one is active) and the pod is
+    /// Ready: its VM serves again.
+    PodReady,
 }
 
 /// One look at the watched object.
@@ -26,6 +29,13 @@ pub struct Observation {
     /// For migrations: the main pod's node and whether it has a VM id.
     pub main_node: String,
     pub main_has_vm: bool,
+    /// For pod targets: the pod reports Ready.
+    pub pod_ready: bool,
+    /// For sets: the member pods' names (their Warning Events explain a stuck set).
+    pub members: Vec<String>,
+    /// The (kind, uid) of the objects read: an Event of an earlier object of the same name is
+    /// not theirs.
+    pub uids: Vec<(&'static str, String)>,
 }
 
 /// The evaluator's answer.
@@ -48,6 +58,8 @@ pub struct WaitState {
 
 /// The failure phase of every verb.
 pub const FAILED: &str = "Failed";
+/// The CocoonHibernation phase of a woken pod.
+pub const ACTIVE: &str = "Active";
 
 impl WaitState {
     /// Evaluates `obs` at `elapsed` since the wait began, for a write that produced
@@ -81,9 +93,14 @@ impl WaitState {
                     && obs.main_node == *node
                     && obs.main_has_vm
             }
+            Goal::PodReady => obs.phase == ACTIVE && obs.pod_ready,
         };
         if done {
             return Verdict::Done;
+        }
+        if *goal == Goal::PodReady && obs.phase == ACTIVE {
+            self.failing_since = None;
+            return Verdict::Waiting(format!("{}; the pod is not Ready yet", describe()));
         }
         if obs.phase == FAILED {
             let since = *self.failing_since.get_or_insert(elapsed);
@@ -225,6 +242,39 @@ mod tests {
         assert_eq!(w.evaluate(&goal, &o, 2, secs(0), secs(0)), Verdict::Done);
         o.phase = "Scaling".into();
         assert_eq!(w.evaluate(&goal, &o, 2, secs(0), secs(0)), Verdict::Done);
+    }
+
+    #[test]
+    fn a_woken_pod_counts_only_once_ready() {
+        let goal = Goal::PodReady;
+        let mut w = WaitState::default();
+        let mut o = obs("Waking", 2);
+        o.pod_ready = true; // a stale Ready from before the hibernation does not count
+        assert!(matches!(
+            w.evaluate(&goal, &o, 2, secs(0), secs(0)),
+            Verdict::Waiting(_)
+        ));
+        o.phase = "Active".into();
+        o.pod_ready = false;
+        assert_eq!(
+            w.evaluate(&goal, &o, 2, secs(0), secs(0)),
+            Verdict::Waiting("Active; the pod is not Ready yet".into())
+        );
+        o.pod_ready = true;
+        assert_eq!(w.evaluate(&goal, &o, 2, secs(0), secs(0)), Verdict::Done);
+        // An earlier generation's Active never counts.
+        let mut o = obs("Active", 1);
+        o.pod_ready = true;
+        assert!(matches!(
+            w.evaluate(&goal, &o, 2, secs(0), secs(0)),
+            Verdict::Waiting(_)
+        ));
+        // The phase goal Active (`--until Active`) keeps the old behaviour.
+        let o = obs("Active", 2);
+        assert_eq!(
+            w.evaluate(&Goal::Phase(vec!["Active".into()]), &o, 2, secs(0), secs(0)),
+            Verdict::Done
+        );
     }
 
     #[test]

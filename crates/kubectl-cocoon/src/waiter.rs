@@ -1,18 +1,22 @@
 //! The wait loop around the pure evaluator: read the current object first, then watch from its
 //! resourceVersion; re-list when the watch closes; retry only transient errors; fail fast on
-//! RBAC and not-found; print progress on stderr.
+//! RBAC and not-found; report progress, and the newest Warning Event of the object as it
+//! arrives. A timeout or a Failed carries the last state and the newest warning.
 
 use std::fmt::Debug;
-use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, WatchEvent, WatchParams};
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 
 use crate::error::CliError;
-use crate::wait::{Goal, Observation, Progress, Verdict, WaitState};
+use crate::progress::Line;
+use crate::wait::{Goal, Observation, Verdict, WaitState};
 
 /// What to wait for and how.
 pub struct WaitSpec<'a> {
@@ -21,74 +25,258 @@ pub struct WaitSpec<'a> {
     pub goal: Goal,
     pub goal_text: String,
     pub generation: i64,
+    /// The shared deadline of every target of the command.
+    pub deadline: Instant,
+    /// The budget the deadline came from (for the timeout message).
     pub timeout: Duration,
     pub grace: Duration,
+    /// Where the object's Warning Events are read.
+    pub warnings: Option<Warnings>,
 }
 
-/// Progress output on stderr: one rewritten line on a TTY, plain lines otherwise.
-struct Reporter {
-    progress: Progress,
-    tty: bool,
+/// The Warning Events of one target: core/v1 Events whose involvedObject is one of
+/// `objects` (kind, name), or a member pod the observations name, newer than `since`.
+#[derive(Clone)]
+pub struct Warnings {
+    pub api: Api<Event>,
+    pub objects: Vec<(&'static str, String)>,
+    /// Older events describe an earlier round.
+    pub since: Option<Timestamp>,
+}
+
+/// When an Event last happened (series, lastTimestamp, eventTime, creation).
+pub fn last_seen(e: &Event) -> Option<Timestamp> {
+    e.series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0))
+        .or(e.last_timestamp.as_ref().map(|t| t.0))
+        .or(e.event_time.as_ref().map(|t| t.0))
+        .or(e.first_timestamp.as_ref().map(|t| t.0))
+        .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// The newest Warning of `events` about one of `objects` (kind, name, and uid when known),
+/// not older than `since`, as `Reason: message`.
+pub fn newest_warning(
+    events: &[Event],
+    objects: &[(&str, &str, Option<&str>)],
+    since: Option<Timestamp>,
+) -> Option<String> {
+    events
+        .iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| {
+            let io = &e.involved_object;
+            let uid = io.uid.as_deref().unwrap_or("");
+            objects.iter().any(|(k, n, u)| {
+                io.kind.as_deref() == Some(*k)
+                    && io.name.as_deref() == Some(*n)
+                    && (uid.is_empty() || u.is_none_or(|u| u == uid))
+            })
+        })
+        .filter(|e| match (since, last_seen(e)) {
+            (Some(s), Some(t)) => t >= s,
+            _ => true,
+        })
+        .max_by_key(|e| last_seen(e))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default()
+            )
+        })
+}
+
+impl Warnings {
+    /// One request: by name when every object shares one (a pod and its hibernation), else
+    /// the namespace's Warnings.
+    async fn newest(&self, members: &[String], uids: &[(&'static str, String)]) -> Option<String> {
+        let uid_of = |kind: &str| {
+            uids.iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, u)| u.as_str())
+        };
+        let mut objects: Vec<(&str, &str, Option<&str>)> = self
+            .objects
+            .iter()
+            .map(|(k, n)| (*k, n.as_str(), uid_of(k)))
+            .collect();
+        objects.extend(members.iter().map(|m| ("Pod", m.as_str(), None)));
+        let first = objects.first().map(|o| o.1)?;
+        let selector = if objects.iter().all(|o| o.1 == first) {
+            format!("involvedObject.name={first},type=Warning")
+        } else {
+            "type=Warning".to_string()
+        };
+        let list = self
+            .api
+            .list(&ListParams::default().fields(&selector))
+            .await
+            .ok()?;
+        newest_warning(&list.items, &objects, self.since)
+    }
+}
+
+/// The state of one wait between observations.
+struct Judge<'s, 'a> {
+    spec: &'s WaitSpec<'a>,
+    line: &'s Line,
+    state: WaitState,
     started: Instant,
-    prefix: String,
+    last_failure: Option<String>,
+    last_state: Option<String>,
+    last_warning: Option<String>,
+    /// The member pods the last observation named (their Warnings count too).
+    members: Vec<String>,
+    /// The (kind, uid) of the objects the last observation read.
+    uids: Vec<(&'static str, String)>,
 }
 
-impl Reporter {
-    fn say(&mut self, msg: &str) {
-        let Some(line) = self.progress.line(self.started.elapsed(), msg) else {
+impl Judge<'_, '_> {
+    fn judge<K: Clone>(
+        &mut self,
+        (obj, obs): (Option<K>, Observation),
+    ) -> Result<Option<Option<K>>, CliError> {
+        let spec = self.spec;
+        if !obs.members.is_empty() {
+            self.members = obs.members.clone();
+        }
+        if !obs.uids.is_empty() {
+            self.uids = obs.uids.clone();
+        }
+        let verdict = self.state.evaluate(
+            &spec.goal,
+            &obs,
+            spec.generation,
+            spec.grace,
+            self.started.elapsed(),
+        );
+        if obs.phase == crate::wait::FAILED {
+            self.last_failure = Some(if obs.ready_message.is_empty() {
+                obs.phase.clone()
+            } else {
+                obs.ready_message.clone()
+            });
+        }
+        match verdict {
+            Verdict::Done => {
+                let text = if obs.phase.is_empty() {
+                    spec.goal_text.clone()
+                } else if spec.goal == Goal::PodReady {
+                    format!("{} (pod Ready)", obs.phase)
+                } else {
+                    obs.phase.clone()
+                };
+                self.line.finish(&text);
+                Ok(Some(obj))
+            }
+            Verdict::Waiting(msg) => {
+                self.line.say(&msg);
+                self.last_state = Some(msg);
+                Ok(None)
+            }
+            Verdict::Failed(msg) => {
+                self.line.finish(&msg);
+                Err(CliError::Failed {
+                    kind: spec.kind,
+                    name: spec.name.to_string(),
+                    reason: msg,
+                    last_warning: self.last_warning.clone(),
+                })
+            }
+            Verdict::Gone => Err(CliError::NotFound(format!(
+                "{} {} not found",
+                spec.kind, spec.name
+            ))),
+        }
+    }
+
+    async fn poll_warnings(&mut self) {
+        let Some(w) = &self.spec.warnings else {
             return;
         };
-        let mut err = std::io::stderr();
-        if self.tty {
-            let _ = write!(err, "\r\x1b[K{} {line}", self.prefix);
-        } else {
-            let _ = writeln!(err, "{} {line}", self.prefix);
+        if let Some(text) = w.newest(&self.members, &self.uids).await
+            && self.last_warning.as_deref() != Some(text.as_str())
+        {
+            self.line.warn(&text);
+            self.last_warning = Some(text);
         }
-        let _ = err.flush();
     }
 
-    fn finish(&mut self) {
-        if self.tty {
-            let _ = writeln!(std::io::stderr());
+    fn timeout(&self) -> CliError {
+        CliError::Timeout {
+            kind: self.spec.kind,
+            name: self.spec.name.to_string(),
+            goal: self.spec.goal_text.clone(),
+            after: self.spec.timeout,
+            seen: Box::new(crate::error::Seen {
+                failure: self.last_failure.clone(),
+                state: self.last_state.clone(),
+                warning: self.last_warning.clone(),
+            }),
         }
     }
 }
 
-/// Waits until `observe` says the goal holds at the spec's generation. `observe` may read more
-/// than the object (the migration reads the main pod).
+/// Waits until `observe` says the goal holds at the spec's generation, or the deadline.
+/// `observe` may read more than the object (the migration reads the main pod, a pod target
+/// its pod). A zero timeout checks once. The object is None only for a pod target without a
+/// CocoonHibernation.
 pub async fn wait_for<K, F, Fut>(
     api: &Api<K>,
     spec: WaitSpec<'_>,
+    line: &Line,
     observe: F,
-) -> Result<K, CliError>
+) -> Result<Option<K>, CliError>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     F: Fn(Option<K>) -> Fut,
     Fut: Future<Output = Result<(Option<K>, Observation), CliError>>,
 {
-    let mut reporter = Reporter {
-        progress: Progress::default(),
-        tty: std::io::stderr().is_terminal(),
+    let mut j = Judge {
+        spec: &spec,
+        line,
+        state: WaitState::default(),
         started: Instant::now(),
-        prefix: format!("{}/{}", spec.kind, spec.name),
+        last_failure: None,
+        last_state: None,
+        last_warning: None,
+        members: Vec::new(),
+        uids: Vec::new(),
     };
-    let mut state = WaitState::default();
-    let mut last_failure: Option<String> = None;
-    let result = tokio::time::timeout(spec.timeout, async {
+    if spec.timeout.is_zero() {
+        let current = api
+            .get_opt(spec.name)
+            .await
+            .map_err(|e| CliError::from_kube(&format!("get {} {}", spec.kind, spec.name), e))?;
+        let judged = j.judge(observe(current).await?)?;
+        if let Some(done) = judged {
+            return Ok(done);
+        }
+        j.poll_warnings().await;
+        return Err(j.timeout());
+    }
+    let result = tokio::time::timeout_at(spec.deadline, async {
+        let mut first = true;
         loop {
             // Current state first: an object that is already done returns at once.
             let current = match api.get_opt(spec.name).await {
                 Ok(o) => o,
                 Err(e) if CliError::is_transient_kube(&e) => {
-                    reporter.say(&format!("retrying after a transient error: {e}"));
+                    line.say(&format!("retrying after a transient error: {e}"));
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
                 Err(e) => return Err(CliError::from_kube(&format!("get {} {}", spec.kind, spec.name), e)),
             };
             let rv = current.as_ref().and_then(|o| o.resource_version()).unwrap_or_default();
-            if let Some(done) = judge(&spec, &mut state, &mut reporter, &mut last_failure, observe(current).await?)? {
+            if let Some(done) = j.judge(observe(current).await?)? {
                 return Ok(done);
+            }
+            if first {
+                first = false;
+                j.poll_warnings().await;
             }
             let params = WatchParams::default()
                 .fields(&format!("metadata.name={}", spec.name))
@@ -99,15 +287,17 @@ where
                 Err(e) => return Err(CliError::from_kube(&format!("watch {} {}", spec.kind, spec.name), e)),
             };
             let mut stream = stream.boxed();
-            // A tick re-evaluates even without events (the migration also reads a pod).
+            // A tick re-evaluates even without events (a migration or a pod target also reads
+            // a pod) and reads the newest Warning Event.
             let mut tick = tokio::time::interval(Duration::from_secs(2));
             tick.tick().await;
             loop {
                 let ev = tokio::select! {
                     ev = stream.try_next() => ev,
                     _ = tick.tick() => {
+                        j.poll_warnings().await;
                         let cur = api.get_opt(spec.name).await.map_err(|e| CliError::from_kube(spec.kind, e));
-                        if let Ok(cur) = cur && let Some(done) = judge(&spec, &mut state, &mut reporter, &mut last_failure, observe(cur).await?)? {
+                        if let Ok(cur) = cur && let Some(done) = j.judge(observe(cur).await?)? {
                             return Ok(done);
                         }
                         continue;
@@ -115,7 +305,7 @@ where
                 };
                 match ev {
                     Ok(Some(WatchEvent::Added(o) | WatchEvent::Modified(o))) => {
-                        if let Some(done) = judge(&spec, &mut state, &mut reporter, &mut last_failure, observe(Some(o)).await?)? {
+                        if let Some(done) = j.judge(observe(Some(o)).await?)? {
                             return Ok(done);
                         }
                     }
@@ -130,57 +320,98 @@ where
         }
     })
     .await;
-    reporter.finish();
     match result {
         Ok(r) => r,
-        Err(_) => Err(CliError::Timeout {
-            kind: spec.kind,
-            name: spec.name.to_string(),
-            goal: spec.goal_text.clone(),
-            after: spec.timeout,
-            last_failure,
-        }),
+        Err(_) => {
+            // The newest warning may have arrived since the last tick.
+            if spec.warnings.is_some() {
+                let _ = tokio::time::timeout(Duration::from_secs(2), j.poll_warnings()).await;
+            }
+            let e = j.timeout();
+            line.finish(&format!(
+                "timed out ({})",
+                j.last_state.as_deref().unwrap_or("no status")
+            ));
+            Err(e)
+        }
     }
 }
 
-fn judge<K: Clone>(
-    spec: &WaitSpec<'_>,
-    state: &mut WaitState,
-    reporter: &mut Reporter,
-    last_failure: &mut Option<String>,
-    (obj, obs): (Option<K>, Observation),
-) -> Result<Option<K>, CliError> {
-    let verdict = state.evaluate(
-        &spec.goal,
-        &obs,
-        spec.generation,
-        spec.grace,
-        reporter.started.elapsed(),
-    );
-    if obs.phase == crate::wait::FAILED {
-        *last_failure = Some(if obs.ready_message.is_empty() {
-            obs.phase.clone()
-        } else {
-            obs.ready_message.clone()
-        });
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(kind: &str, type_: &str, reason: &str, at: &str) -> Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("e-{reason}-{at}"), "namespace": "ns"},
+            "involvedObject": {"kind": kind, "name": "demo"},
+            "type": type_, "reason": reason, "message": format!("{reason} at {at}"),
+            "lastTimestamp": at
+        }))
+        .expect("event")
     }
-    match verdict {
-        Verdict::Done => {
-            reporter.say(&obs.phase);
-            Ok(obj)
-        }
-        Verdict::Waiting(msg) => {
-            reporter.say(&msg);
-            Ok(None)
-        }
-        Verdict::Failed(msg) => Err(CliError::Failed {
-            kind: spec.kind,
-            name: spec.name.to_string(),
-            reason: msg,
-        }),
-        Verdict::Gone => Err(CliError::NotFound(format!(
-            "{} {} not found",
-            spec.kind, spec.name
-        ))),
+
+    #[test]
+    fn the_newest_warning_of_the_object_counts() {
+        let events = vec![
+            event(
+                "CocoonSet",
+                "Warning",
+                "SuspendTimedOut",
+                "2026-12-01T10:00:00Z",
+            ),
+            event(
+                "CocoonSet",
+                "Warning",
+                "WakeNoCapacity",
+                "2026-12-01T10:05:00Z",
+            ),
+            event("CocoonSet", "Normal", "Resumed", "2026-12-01T10:09:00Z"),
+            event(
+                "Pod",
+                "Warning",
+                "HibernateSnapshotFailed",
+                "2026-12-01T10:08:00Z",
+            ),
+        ];
+        assert_eq!(
+            newest_warning(&events, &[("CocoonSet", "demo", None)], None).as_deref(),
+            Some("WakeNoCapacity: WakeNoCapacity at 2026-12-01T10:05:00Z")
+        );
+        assert_eq!(
+            newest_warning(
+                &events,
+                &[("CocoonHibernation", "demo", None), ("Pod", "demo", None)],
+                None
+            )
+            .as_deref(),
+            Some("HibernateSnapshotFailed: HibernateSnapshotFailed at 2026-12-01T10:08:00Z")
+        );
+        // Another object's warning is not this one's.
+        assert_eq!(
+            newest_warning(&events, &[("CocoonSet", "demo-two", None)], None),
+            None
+        );
+        // An earlier object of the same name is not this one.
+        let mut stale = event("CocoonSet", "Warning", "Stale", "2026-12-01T10:07:00Z");
+        stale.involved_object.uid = Some("old".into());
+        let mut current = event("CocoonSet", "Warning", "Current", "2026-12-01T10:06:30Z");
+        current.involved_object.uid = Some("new".into());
+        assert_eq!(
+            newest_warning(
+                &[stale, current],
+                &[("CocoonSet", "demo", Some("new"))],
+                None
+            )
+            .as_deref(),
+            Some("Current: Current at 2026-12-01T10:06:30Z")
+        );
+        // An earlier round's warning is not this wait's.
+        let since: Timestamp = "2026-12-01T10:06:00Z".parse().expect("ts");
+        assert_eq!(
+            newest_warning(&events, &[("CocoonSet", "demo", None)], Some(since)),
+            None
+        );
     }
 }

@@ -47,6 +47,7 @@ fn every_verb_has_a_golden_help() {
         "unpin",
         "report",
         "logs",
+        "wait",
         "registry",
         "version",
         "completion",
@@ -70,6 +71,7 @@ fn verb_help_teaches() {
         "unpin",
         "report",
         "logs",
+        "wait",
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
             .args([verb, "--help"])

@@ -144,7 +144,7 @@ fn node_actor(
                 let _ = pods
                     .patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
                     .await;
-                let status = json!({"status": {"phase": "Running", "containerStatuses": [{"name": "agent", "ready": true, "restartCount": 0, "image": "x", "imageID": "", "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}});
+                let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": [{"name": "agent", "ready": true, "restartCount": 0, "image": "x", "imageID": "", "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}}]}});
                 let _ = pods
                     .patch_status(&pod, &PatchParams::default(), &Patch::Merge(&status))
                     .await;

@@ -1,58 +1,59 @@
 //! The CocoonSet controller: keeps each set's main agent, sub-agents and toolboxes in place
 //! as placeholder pods, repairs and scales them, reports status, and tears the set down.
 //!
-//! Observe → decide → act. [`pods`] and [`plan`] hold the pure rules of `cocoonset.md`
-//! (factories, drift, classification, triage, create protocol, status, teardown); this file is
-//! the shell that walks the loop's steps 1–14 and applies their decisions. Steps 6 (suspend),
-//! 9 (release wake) and 10 (unsuspend/reclaim) are in `flows.rs` over the pure rules of
-//! [`suspend`]; step 8 (migration) is in `flows.rs` over the pure rules of [`migrate`].
+//! Where things are:
+//! * this file — the shell: the controller's [`Context`], its watches and caches, the
+//!   per-pass wrapper (leadership, metrics, retry backoff);
+//! * [`steps`] — one pure planner per seed step (`plan(&Observed) -> StepPlan`) with its
+//!   table test: teardown (2), finalizer (3), classify (4), stamp (5), failed_main (7),
+//!   release_wake (9), main (11), sub_agents (12), toolboxes (13), status (14), and the §6
+//!   triage they share;
+//! * `walk` — one pass over one set: the step order, the view every step observes, and the
+//!   executor that applies a plan's writes in order, each durable before the next;
+//!   `walk/transitions.rs` still holds steps 6 (suspend), 8 (migration), 9.1/9.4 (the wake's
+//!   recreate and its uncached GET) and 10 (unsuspend and reclaim) in the old
+//!   decide-write-reread shape, over the pure rules of [`suspend`] and [`migrate`];
+//! * [`pods`] and [`plan`] — the pure rules the planners use (factories, drift,
+//!   classification, triage, create protocol, status, teardown GC).
 
-mod flows;
 pub mod migrate;
 #[cfg(test)]
 mod migrate_tests;
 pub mod plan;
 pub mod pods;
 pub mod quantity;
+pub mod steps;
 pub mod suspend;
 #[cfg(test)]
 mod suspend_tests;
 #[cfg(test)]
 mod tests;
+mod walk;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
-use chrono::Utc;
-use cocoon_api::contract::events::{self as ev, operator as reasons};
-use cocoon_api::contract::{
-    AnnotationCodec, AnnotationDelta, DeadLetter, GenerationStamp, RebuildHistory, ReclaimRecord,
-    annotations as ann, annotations_merge_patch, diff_annotations, finalizers, labels, oci, tags,
-};
-use cocoon_api::crd::hibernation::{CocoonHibernation, HibernationPhase};
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus, ToolboxSpec};
-use cocoon_api::naming::{self, Role};
+use cocoon_api::contract::labels;
+use cocoon_api::crd::hibernation::CocoonHibernation;
+use cocoon_api::crd::set::{CocoonSet, CocoonSetStatus};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent, watcher};
-use kube::{Client, Resource, ResourceExt};
-use serde_json::{Value, json};
-use tracing::{debug, error, info, warn};
+use kube::{Client, ResourceExt};
+use tracing::{debug, warn};
 
-use self::plan::{CreateFacts, CreatePlan, FailedStep, TagRead, Timing, Triage};
-use self::pods::Classified;
-use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, PhaseLabel, SetLabels};
-use crate::registry::TagRegistry;
-use crate::shell;
+use self::plan::Timing;
+use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, SetLabels};
+use crate::registry::{RegistryError, TagRegistry};
+use crate::watch_retry;
 
 const CONTROLLER: &str = "cocoonset";
 /// Pod writes of one step that go out together, at most this many at once (the spec's cap
@@ -67,14 +68,19 @@ const REGISTRY_CALLS_AT_ONCE: usize = POD_WRITES_AT_ONCE;
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("registry: {0}")]
-    Registry(String),
+    /// A registry call of `step` failed; `what` names the call (and any others of the step
+    /// that failed with it), `source` is the first failure.
+    #[error("{step}: {what}")]
+    Registry {
+        step: &'static str,
+        what: String,
+        #[source]
+        source: RegistryError,
+    },
     #[error("object has no {0}")]
     Missing(&'static str),
     #[error("{0}")]
     Invalid(String),
-    #[error("pod cache did not sync")]
-    Cache,
     /// Step 8's durable `Migrating` marker could not be written.
     #[error("migrate: patch migrating status: {0}")]
     MigratingStatus(kube::Error),
@@ -87,11 +93,50 @@ impl Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::Kube(_) | Error::MigratingStatus(_) => "kube",
-            Error::Registry(_) => "registry",
+            Error::Registry { .. } => "registry",
             Error::Missing(_) | Error::Invalid(_) => "invalid",
-            Error::Cache => "cache",
             Error::LostLeadership(_) => "leadership",
         }
+    }
+
+    /// A registry call `what` of `step` failed.
+    fn registry(step: &'static str, what: impl Into<String>, source: RegistryError) -> Self {
+        Error::Registry {
+            step,
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// The failed calls of a step that tries them all (`what`, error), as one error: the first
+    /// is the source, the others are named. `Ok` when none failed.
+    fn registry_all(
+        step: &'static str,
+        failures: Vec<(String, RegistryError)>,
+    ) -> Result<(), Error> {
+        let mut failures = failures.into_iter();
+        let Some((what, source)) = failures.next() else {
+            return Ok(());
+        };
+        let rest: Vec<String> = failures.map(|(w, e)| format!("{w}: {e}")).collect();
+        let what = if rest.is_empty() {
+            what
+        } else {
+            format!("{what} (and also {})", rest.join("; "))
+        };
+        Err(Error::registry(step, what, source))
+    }
+
+    /// The error with its sources, for the log line.
+    fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
     }
 }
 
@@ -120,20 +165,12 @@ pub struct Context {
     pub registry: Arc<dyn TagRegistry>,
     pub timing: Timing,
     pub stats: Stats,
-    pods: Mutex<Option<Store<Pod>>>,
-    hibernations: Mutex<Option<Store<CocoonHibernation>>>,
-    /// Set once the CocoonHibernation cache delivered its first complete list.
-    hibernations_synced: std::sync::atomic::AtomicBool,
-    retries: shell::RetryBackoff,
-    /// Set once the pod cache delivered its first complete list. A flag rather than
-    /// `Store::wait_until_ready`: waiters parked on that before the list completed were seen
-    /// never to wake (three sets of a hundred stuck, each holding a concurrency slot).
-    pods_synced: std::sync::atomic::AtomicBool,
+    retries: watch_retry::RetryBackoff,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
     /// Per set (by UID): the resourceVersions this controller saw or produced up to its last
     /// status write, that write's own included, and the status it wrote; see
-    /// [`Pass::status_body`].
+    /// [`Walk::status_body`].
     written_status: Mutex<HashMap<String, (Vec<String>, CocoonSetStatus)>>,
     /// Per set (by UID): its metric labels, so its series go when the set does.
     tracked: Mutex<HashMap<String, SetLabels>>,
@@ -154,11 +191,7 @@ impl Context {
             registry,
             timing,
             stats: Stats::default(),
-            pods: Mutex::default(),
-            retries: shell::RetryBackoff::default(),
-            pods_synced: std::sync::atomic::AtomicBool::new(false),
-            hibernations: Mutex::new(None),
-            hibernations_synced: std::sync::atomic::AtomicBool::new(false),
+            retries: watch_retry::RetryBackoff::default(),
             leadership: crate::leader::Leadership::always(),
             written_status: Mutex::default(),
             tracked: Mutex::default(),
@@ -202,7 +235,7 @@ impl Context {
     /// Drops what this controller remembers about a deleted set: its last written status,
     /// its retry backoff and its metric series.
     fn forget_set(&self, cs: &CocoonSet) {
-        let key = shell::object_key(cs);
+        let key = watch_retry::object_key(cs);
         self.retries.succeeded(&key);
         if let Ok(mut m) = self.written_status.lock() {
             m.remove(&key);
@@ -249,14 +282,25 @@ impl Context {
         self.leadership = leadership;
         self
     }
+}
 
-    fn pod_store(&self) -> Option<Store<Pod>> {
-        self.pods.lock().ok().and_then(|s| s.clone())
-    }
+/// The caches one run of the controller reads: built by [`run`] before the controller
+/// starts, then only read by its passes.
+struct Caches {
+    pods: Store<Pod>,
+    hibernations: Store<CocoonHibernation>,
+    /// Set once the pod cache delivered its first complete list. A flag rather than
+    /// `Store::wait_until_ready`: waiters parked on that before the list completed were seen
+    /// never to wake (three sets of a hundred stuck, each holding a concurrency slot).
+    pods_synced: AtomicBool,
+    /// Set once the CocoonHibernation cache delivered its first complete list.
+    hibernations_synced: AtomicBool,
+}
 
-    fn hibernation_store(&self) -> Option<Store<CocoonHibernation>> {
-        self.hibernations.lock().ok().and_then(|s| s.clone())
-    }
+/// What every pass of one run gets: the controller's context and the run's caches.
+struct Shared {
+    ctx: Arc<Context>,
+    caches: Caches,
 }
 
 /// Runs the controller until `shutdown` resolves, over every namespace or over one (tests).
@@ -278,13 +322,20 @@ pub async fn run(
     };
     let (set_reader, set_writer) = reflector::store::<CocoonSet>();
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
-    if let Ok(mut slot) = ctx.pods.lock() {
-        *slot = Some(pod_reader.clone());
-    }
+    let (hib_reader, hib_writer) = reflector::store::<CocoonHibernation>();
+    let shared = Arc::new(Shared {
+        ctx: ctx.clone(),
+        caches: Caches {
+            pods: pod_reader,
+            hibernations: hib_reader,
+            pods_synced: AtomicBool::new(false),
+            hibernations_synced: AtomicBool::new(false),
+        },
+    });
     // Ready once both caches delivered their first complete list.
     let gate = crate::admin::SyncGate::new(2, readiness);
     let (sets_synced, pods_synced) = (gate.part(), gate.part());
-    let pods_flag = ctx.clone();
+    let pods_flag = shared.clone();
     // Standbys keep their caches warm but run no pass until they lead; then every set once.
     let standby = crate::leader::StandbyFilter::new(ctx.leadership.clone());
     let (sets_standby, pods_standby, lists) = (standby.clone(), standby.clone(), standby.clone());
@@ -314,7 +365,7 @@ pub async fn run(
             .reflect(pod_writer)
             .inspect(move |ev| {
                 if matches!(ev, Ok(watcher::Event::InitDone)) {
-                    pods_flag.pods_synced.store(true, Ordering::SeqCst);
+                    pods_flag.caches.pods_synced.store(true, Ordering::SeqCst);
                     pods_synced();
                 }
             }),
@@ -325,17 +376,16 @@ pub async fn run(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let (hib_reader, hib_writer) = reflector::store::<CocoonHibernation>();
-    if let Ok(mut slot) = ctx.hibernations.lock() {
-        *slot = Some(hib_reader);
-    }
-    let hib_flag = ctx.clone();
+    let hib_flag = shared.clone();
     let hib_cache = watcher(hibernations, watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(hib_writer)
         .for_each(move |ev| {
             if matches!(ev, Ok(watcher::Event::InitDone)) {
-                hib_flag.hibernations_synced.store(true, Ordering::SeqCst);
+                hib_flag
+                    .caches
+                    .hibernations_synced
+                    .store(true, Ordering::SeqCst);
             }
             futures::future::ready(())
         });
@@ -344,7 +394,7 @@ pub async fn run(
         .owns_stream(pod_events)
         .reconcile_all_on(standby.reconcile_all())
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, shared)
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => debug!(object = %obj, "reconciled"),
@@ -361,8 +411,8 @@ pub async fn run(
 fn set_changes(
     events: impl Stream<Item = Result<WatchEvent<CocoonSet>, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<CocoonSet, watcher::Error>> + Send + 'static {
-    shell::changed_only(events, |cs: &CocoonSet| {
-        shell::fingerprint((
+    watch_retry::changed_only(events, |cs: &CocoonSet| {
+        watch_retry::fingerprint((
             cs.metadata.generation,
             serde_json::to_string(&cs.status).unwrap_or_default(),
             cs.metadata.deletion_timestamp.is_some(),
@@ -375,8 +425,8 @@ fn set_changes(
 fn pod_changes(
     events: impl Stream<Item = Result<WatchEvent<Pod>, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
-    shell::changed_only(events, |pod: &Pod| {
-        shell::fingerprint((
+    watch_retry::changed_only(events, |pod: &Pod| {
+        watch_retry::fingerprint((
             pod.metadata.deletion_timestamp.is_some(),
             pods::pod_phase(pod),
             pods::is_ready(pod),
@@ -386,8 +436,9 @@ fn pod_changes(
     })
 }
 
-fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.retries.failed(shell::object_key(cs.as_ref()));
+fn error_policy(cs: Arc<CocoonSet>, err: &Error, shared: Arc<Shared>) -> Action {
+    let ctx = &shared.ctx;
+    let delay = ctx.retries.failed(watch_retry::object_key(cs.as_ref()));
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {
@@ -395,11 +446,12 @@ fn error_policy(cs: Arc<CocoonSet>, err: &Error, ctx: Arc<Context>) -> Action {
             kind: err.kind().into(),
         })
         .inc();
-    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %err, retry_in = ?delay, "reconcile failed");
+    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %err.chain(), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
-async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let ctx = &shared.ctx;
     if !ctx.leadership.is_leader() {
         // A standby (or a replica that just lost the lease): nothing until it leads, when
         // every set gets a pass.
@@ -407,7 +459,7 @@ async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Erro
     }
     ctx.track(&cs);
     let started = Instant::now();
-    let result = match reconcile_inner(&cs, &ctx).await {
+    let result = match walk::walk(&cs, ctx, &shared.caches).await {
         // The lease went mid-pass: the write was skipped and the pass ends, no retry.
         Err(Error::LostLeadership(_)) => {
             ctx.stats.lost_leadership.fetch_add(1, Ordering::Relaxed);
@@ -426,1028 +478,7 @@ async fn reconcile(cs: Arc<CocoonSet>, ctx: Arc<Context>) -> Result<Action, Erro
         })
         .observe(started.elapsed().as_secs_f64());
     if result.is_ok() {
-        ctx.retries.succeeded(&shell::object_key(cs.as_ref()));
+        ctx.retries.succeeded(&watch_retry::object_key(cs.as_ref()));
     }
     result
-}
-
-/// How a step ends: hand over to the next one, or end the pass.
-enum Step {
-    Continue,
-    Return(Action),
-}
-
-async fn reconcile_inner(cs: &CocoonSet, ctx: &Context) -> Result<Action, Error> {
-    let store = ctx.pod_store().ok_or(Error::Cache)?;
-    if !ctx.pods_synced.load(Ordering::SeqCst) || !ctx.hibernations_synced.load(Ordering::SeqCst) {
-        // Look again shortly instead of holding a concurrency slot.
-        return Ok(Action::requeue(Duration::from_millis(300)));
-    }
-    ctx.stats.passes.fetch_add(1, Ordering::Relaxed);
-    let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
-    // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
-    let owned: Vec<Pod> = store
-        .state()
-        .iter()
-        .filter(|p| pods::is_owned(cs, p))
-        .map(|p| (**p).clone())
-        .collect();
-    let mut pass = Pass::new(ctx, cs.clone(), ns);
-
-    // Step 2.
-    if cs.metadata.deletion_timestamp.is_some() {
-        return pass.teardown(&owned).await;
-    }
-    // Step 3.
-    if !cs.finalizers().iter().any(|f| f == finalizers::COCOONSET) {
-        pass.add_finalizer().await?;
-        return Ok(Action::requeue(ctx.timing.requeue_after_write));
-    }
-    // Step 4.
-    pass.classified = Classified::from_owned(&owned);
-    // Step 5: planned here, written with the first patch steps 6–10 make to each pod (the
-    // hibernate annotation of a suspend, its clear on unsuspend), the rest right after them.
-    pass.stamp_generation();
-    let transitions = pass.transitions().await;
-    let stamped = pass.flush_stamps().await;
-    let step = transitions?;
-    stamped?;
-    if let Step::Return(a) = step {
-        return Ok(a);
-    }
-    // Step 11.
-    if let Step::Return(a) = pass.main_agent().await? {
-        return Ok(a);
-    }
-    // Steps 12 and 13.
-    pass.sub_agents().await?;
-    pass.toolboxes().await?;
-    // Step 14.
-    pass.finish().await
-}
-
-/// The state of one pass: the in-memory mirror of the set (its annotation writes applied),
-/// the step-4 classification, and what the pass has done so far.
-struct Pass<'a> {
-    ctx: &'a Context,
-    cs: CocoonSet,
-    ns: String,
-    name: String,
-    sets: Api<CocoonSet>,
-    pod_api: Api<Pod>,
-    classified: Classified,
-    changed: bool,
-    min_backoff: Option<Duration>,
-    /// Step 5's generation stamps not written yet, by pod name: each rides on the pass's
-    /// next patch of that pod, and [`Pass::flush_stamps`] writes what is left after step 10.
-    pending_stamps: BTreeMap<String, AnnotationDelta>,
-    /// The set's resourceVersions this pass has seen: the cached one it started from, then
-    /// the ones its own metadata patches produced.
-    versions: Vec<String>,
-}
-
-/// Outcome of one create through the protocol.
-enum Created {
-    Yes,
-    AlreadyExists,
-}
-
-impl<'a> Pass<'a> {
-    fn new(ctx: &'a Context, cs: CocoonSet, ns: String) -> Self {
-        let name = cs.name_any();
-        let cs_version = cs.resource_version();
-        Pass {
-            sets: Api::namespaced(ctx.client.clone(), &ns),
-            pod_api: Api::namespaced(ctx.client.clone(), &ns),
-            ctx,
-            cs,
-            ns,
-            name,
-            classified: Classified::default(),
-            changed: false,
-            min_backoff: None,
-            versions: cs_version.into_iter().collect(),
-            pending_stamps: BTreeMap::new(),
-        }
-    }
-
-    /// Steps 6 to 10, which hand over to step 11 or end the pass.
-    async fn transitions(&mut self) -> Result<Step, Error> {
-        // Step 6 (part 2).
-        if let Step::Return(a) = self.suspend().await? {
-            return Ok(Step::Return(a));
-        }
-        // Step 7.
-        if let Step::Return(a) = self.failed_state().await? {
-            return Ok(Step::Return(a));
-        }
-        // Step 8 (part 3).
-        if let Step::Return(a) = self.migrate().await? {
-            return Ok(Step::Return(a));
-        }
-        // Step 9 (part 2).
-        if let Step::Return(a) = self.release_wake().await? {
-            return Ok(Step::Return(a));
-        }
-        // Step 10 (part 2).
-        self.unsuspend_and_reclaim().await
-    }
-
-    fn generation(&self) -> i64 {
-        self.cs.metadata.generation.unwrap_or(0)
-    }
-
-    fn set_labels(&self) -> SetLabels {
-        SetLabels {
-            namespace: self.ns.clone(),
-            cocoonset: self.name.clone(),
-        }
-    }
-
-    fn note_backoff(&mut self, d: Duration) {
-        self.min_backoff = Some(self.min_backoff.map_or(d, |m| m.min(d)));
-    }
-
-    async fn event(&self, warning: bool, reason: &str, message: String) {
-        if self.ctx.leadership.may_write("cocoonset event").is_err() {
-            // The pass's next write ends it.
-            return;
-        }
-        let event = KubeEvent {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            action: cocoon_api::contract::events::event_action(reason, &message),
-            note: Some(message),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .ctx
-            .recorder
-            .publish(&event, &self.cs.object_ref(&()))
-            .await
-        {
-            warn!(error = %e, reason, "failed to publish event");
-        }
-    }
-
-    // ----- writes ------------------------------------------------------------------------
-
-    /// Merge-patches the set's annotations with `delta` (when it changes anything) and
-    /// mirrors it into the in-memory copy. The rest of the pass reads the mirror, so this
-    /// write alone asks for no follow-up pass (an annotation-only change of the set wakes no
-    /// watch, and waiting out `requeue_after_write` for it cost every wake a second).
-    async fn patch_set_annotations(&mut self, delta: AnnotationDelta) -> Result<(), Error> {
-        let current = self.cs.annotations().clone();
-        let delta = diff_annotations(&current, &delta);
-        let Some(patch) = annotations_merge_patch(&delta) else {
-            return Ok(());
-        };
-        self.ctx.write(line!())?;
-        debug!(name = %self.name, %patch, "patching the set's annotations");
-        let patched = self
-            .sets
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        self.versions.extend(patched.resource_version());
-        cocoon_api::contract::apply_delta(self.cs.annotations_mut(), &delta);
-        Ok(())
-    }
-
-    /// Writes the rebuild history after GC of entries outside the desired pod names.
-    async fn write_history(&mut self, mut history: RebuildHistory) -> Result<(), Error> {
-        history.retain_desired(&plan::desired_names(&self.cs));
-        let delta = history.delta(self.cs.annotations());
-        self.patch_set_annotations(delta).await
-    }
-
-    fn history(&self) -> RebuildHistory {
-        RebuildHistory::from_meta(&self.cs.metadata)
-    }
-
-    async fn write_status(&mut self, status: CocoonSetStatus) -> Result<(), Error> {
-        let Some((body, status)) = self.status_body(status) else {
-            return Ok(());
-        };
-        let version = send_status(self.ctx, &self.sets, &self.name, &body).await?;
-        self.status_written(status, version);
-        Ok(())
-    }
-
-    /// The merge-patch body of `status`, or `None` when the set already carries it, or when
-    /// this controller already wrote exactly that status and the cache still shows a version
-    /// of the set from before that write: it has not caught up yet, and writing it again
-    /// would cost a round trip for nothing. (The write's own watch event brings the next
-    /// pass.)
-    fn status_body(&self, status: CocoonSetStatus) -> Option<(Value, CocoonSetStatus)> {
-        let status = plan::status_patch(&self.cs, status)?;
-        let (uid, cached) = (self.cs.uid()?, self.cs.resource_version()?);
-        let already = self
-            .ctx
-            .written_status
-            .lock()
-            .ok()
-            .is_some_and(|m| plan::status_already_written(m.get(&uid), &cached, &status));
-        if already {
-            debug!(name = %self.name, "status already written; the cache has not caught up");
-            return None;
-        }
-        let mut body = serde_json::to_value(&status).unwrap_or(Value::Null);
-        // A merge patch keeps keys it does not name: emptied fields are cleared explicitly.
-        if let Value::Object(m) = &mut body {
-            for key in [
-                "observedGeneration",
-                "phase",
-                "agents",
-                "toolboxes",
-                "conditions",
-            ] {
-                m.entry(key).or_insert(Value::Null);
-            }
-        }
-        debug!(name = %self.name, status = %body, "patching the set's status");
-        Some((json!({ "status": body }), status))
-    }
-
-    /// Records a status patch that succeeded, in this pass and for the next ones.
-    fn status_written(&mut self, status: CocoonSetStatus, version: Option<String>) {
-        self.versions.extend(version);
-        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
-            let seen = plan::versions_seen(m.remove(&uid).map(|(v, _)| v), &self.versions);
-            m.insert(uid, (seen, status.clone()));
-        }
-        self.cs.status = Some(status);
-    }
-
-    fn status_now(&self, phase: Option<CocoonSetPhase>) -> CocoonSetStatus {
-        // Whole seconds: the API server stores condition times so, and a finer `now` would
-        // make a freshly written status differ from its read-back.
-        let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
-        plan::build_status(&self.cs, &self.classified, phase, now)
-    }
-
-    async fn delete_pod(&mut self, name: &str) -> Result<(), Error> {
-        self.pending_stamps.remove(name);
-        self.ctx.write(line!())?;
-        match self.pod_api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Patches a pod's annotations, carrying its pending generation stamp along.
-    async fn patch_pod_annotations(
-        &mut self,
-        pod: &str,
-        delta: &AnnotationDelta,
-    ) -> Result<(), Error> {
-        let delta = self.with_stamp(pod, delta);
-        patch_pod(self.ctx, &self.pod_api, pod, &delta).await
-    }
-
-    /// Patches several pods at once (at most [`POD_WRITES_AT_ONCE`] in flight), each with
-    /// its pending generation stamp; the first error is returned once all have finished.
-    async fn patch_pods(&mut self, patches: Vec<(String, AnnotationDelta)>) -> Result<(), Error> {
-        let patches: Vec<(String, AnnotationDelta)> = patches
-            .into_iter()
-            .map(|(pod, delta)| {
-                let delta = self.with_stamp(&pod, &delta);
-                (pod, delta)
-            })
-            .collect();
-        let (ctx, api) = (self.ctx, &self.pod_api);
-        // Futures collected first: a `map` closure inside the stream type trips the
-        // higher-ranked `Send` check of the controller's future.
-        let writes: Vec<_> = patches
-            .iter()
-            .map(|(pod, delta)| patch_pod(ctx, api, pod, delta))
-            .collect();
-        let results: Vec<Result<(), Error>> = futures::stream::iter(writes)
-            .buffer_unordered(POD_WRITES_AT_ONCE)
-            .collect()
-            .await;
-        results.into_iter().collect()
-    }
-
-    /// [`Pass::patch_pods`] and a status write at once, for steps where nothing orders the
-    /// two: one round trip of the pass instead of two. The status is taken as written only
-    /// if its patch succeeded; the first error is returned once both have finished.
-    pub(super) async fn patch_pods_and_status(
-        &mut self,
-        patches: Vec<(String, AnnotationDelta)>,
-        status: CocoonSetStatus,
-    ) -> Result<(), Error> {
-        let Some((body, status)) = self.status_body(status) else {
-            return self.patch_pods(patches).await;
-        };
-        let (ctx, sets, name) = (self.ctx, self.sets.clone(), self.name.clone());
-        let (pods, written) = futures::join!(
-            self.patch_pods(patches),
-            send_status(ctx, &sets, &name, &body)
-        );
-        let written = written.map(|version| self.status_written(status, version));
-        pods.and(written)
-    }
-
-    /// `delta` plus the pod's pending generation stamp, which is then no longer pending.
-    fn with_stamp(&mut self, pod: &str, delta: &AnnotationDelta) -> AnnotationDelta {
-        let mut out = self.pending_stamps.remove(pod).unwrap_or_default();
-        out.extend(delta.iter().map(|(k, v)| (k.clone(), v.clone())));
-        out
-    }
-
-    /// Writes the generation stamps no earlier patch of this pass carried.
-    async fn flush_stamps(&mut self) -> Result<(), Error> {
-        let pending: Vec<(String, AnnotationDelta)> = std::mem::take(&mut self.pending_stamps)
-            .into_iter()
-            .collect();
-        if pending.is_empty() {
-            return Ok(());
-        }
-        self.patch_pods(pending).await
-    }
-
-    /// Stashes the VM names of pods about to be deleted (scale-down, toolbox removal).
-    async fn stash<'p>(&mut self, doomed: impl IntoIterator<Item = &'p Pod>) -> Result<(), Error> {
-        let names = plan::stash_names(&self.cs, doomed);
-        let delta = names.delta(self.cs.annotations());
-        self.patch_set_annotations(delta).await
-    }
-
-    // ----- step 2 and 3 ----------------------------------------------------------------
-
-    async fn teardown(&mut self, owned: &[Pod]) -> Result<Action, Error> {
-        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
-            m.remove(&uid);
-        }
-        if !self
-            .cs
-            .finalizers()
-            .iter()
-            .any(|f| f == finalizers::COCOONSET)
-        {
-            return Ok(Action::await_change());
-        }
-        let names = plan::stash_names(&self.cs, owned);
-        let delta = names.delta(self.cs.annotations());
-        self.patch_set_annotations(delta).await?;
-        if !owned.is_empty() {
-            // Tag GC waits for the pods: the node agent may push :latest while they go.
-            for p in owned {
-                self.delete_pod(&p.name_any()).await?;
-            }
-            return Ok(Action::requeue(self.ctx.timing.wait_for_main));
-        }
-        // Every VM is tried, and the failures are returned together: one unreachable
-        // repository does not hold back the others' cleanup on the retry.
-        let mut failures = Vec::new();
-        for item in plan::gc_plan(&self.cs, &self.ns, &names) {
-            self.ctx.registry_write()?;
-            self.ctx
-                .stats
-                .registry_calls
-                .fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = self
-                .ctx
-                .registry
-                .delete_tag(&item.vm, tags::HIBERNATE)
-                .await
-            {
-                failures.push(format!("{}:{}: {e}", item.vm, tags::HIBERNATE));
-                continue;
-            }
-            if item.drop_latest {
-                self.ctx
-                    .stats
-                    .registry_calls
-                    .fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = self.ctx.registry.delete_tag(&item.vm, tags::LATEST).await {
-                    error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
-                }
-            }
-        }
-        if !failures.is_empty() {
-            return Err(Error::Registry(format!(
-                "teardown GC: {}",
-                failures.join("; ")
-            )));
-        }
-        let list: Vec<String> = self
-            .cs
-            .finalizers()
-            .iter()
-            .filter(|f| *f != finalizers::COCOONSET)
-            .cloned()
-            .collect();
-        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": self.cs.resource_version()}});
-        self.ctx.write(line!())?;
-        match self
-            .sets
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                info!(namespace = %self.ns, name = %self.name, "CocoonSet torn down");
-                Ok(Action::await_change())
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Action::await_change()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    async fn add_finalizer(&mut self) -> Result<(), Error> {
-        let mut list = self.cs.finalizers().to_vec();
-        list.push(finalizers::COCOONSET.to_string());
-        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": self.cs.resource_version()}});
-        self.ctx.write(line!())?;
-        self.sets
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        Ok(())
-    }
-
-    // ----- step 5 ----------------------------------------------------------------------
-
-    /// Step 5: plans the stamp of every pod that lacks this generation and mirrors it into
-    /// the classification; the writes go out with the pass's next patch of each pod.
-    fn stamp_generation(&mut self) {
-        let generation = self.generation();
-        let delta = GenerationStamp(generation).desired();
-        for (name, p) in self.classified.all_by_name.iter_mut() {
-            if GenerationStamp::from_meta(&p.metadata).0 != generation {
-                cocoon_api::contract::apply_delta(p.annotations_mut(), &delta);
-                self.pending_stamps.insert(name.clone(), delta.clone());
-            }
-        }
-    }
-
-    // Steps 6, 8, 9 and 10 live in `flows.rs`.
-
-    // ----- step 7 ----------------------------------------------------------------------
-
-    async fn failed_state(&mut self) -> Result<Step, Error> {
-        let Some(main) = self.classified.main.clone() else {
-            return Ok(Step::Continue);
-        };
-        let drifted = pods::agent_drift(&self.cs, &self.ns, 0, &main).is_some();
-        match plan::failed_step(&self.cs, &self.ns, Some(&main), drifted) {
-            FailedStep::Continue => Ok(Step::Continue),
-            FailedStep::Recovered { message } => {
-                self.event(false, reasons::RECOVERED_FROM_FAILURE, message)
-                    .await;
-                Ok(Step::Continue)
-            }
-            FailedStep::Rebuild { reason } => {
-                self.clear_leftover_hibernate(&main).await?;
-                match self.triage_pod(&main, Some(reason)).await? {
-                    Triage::Leave { .. } | Triage::DeadLetter { .. } => {
-                        // Dead-lettered at this generation: report Failed as 7.3 does, so
-                        // the set does not sit in Pending with a dead main.
-                        self.report_failed(&main).await
-                    }
-                    Triage::Wait(d) => Ok(Step::Return(Action::requeue(d))),
-                    Triage::ResetAndDelete | Triage::Rebuild { .. } => Ok(Step::Return(
-                        Action::requeue(self.ctx.timing.requeue_after_write),
-                    )),
-                }
-            }
-            FailedStep::Fail(_) => {
-                self.clear_leftover_hibernate(&main).await?;
-                self.report_failed(&main).await
-            }
-        }
-    }
-
-    async fn report_failed(&mut self, main: &Pod) -> Result<Step, Error> {
-        let report = plan::failed_report(&self.cs, &self.ns, main);
-        if report.announce {
-            self.event(true, report.reason, report.message.clone())
-                .await;
-            if let Some(phase) = &report.lifecycle_metric_phase {
-                self.ctx
-                    .metrics
-                    .lifecycle_state_failed_observed
-                    .get_or_create(&PhaseLabel {
-                        phase: phase.clone(),
-                    })
-                    .inc();
-            }
-        }
-        let status = self.status_now(Some(CocoonSetPhase::Failed));
-        self.write_status(status).await?;
-        Ok(Step::Return(Action::await_change()))
-    }
-
-    // ----- §6 triage applied -------------------------------------------------------------
-
-    /// Triage one existing pod and apply the decision; returns the decision.
-    async fn triage_pod(&mut self, pod: &Pod, reason: Option<String>) -> Result<Triage, Error> {
-        let name = pod.name_any();
-        let mut history = self.history();
-        let generation = self.generation();
-        let decision = plan::triage(
-            reason,
-            pods::dead_letter(pod),
-            history.get(&name),
-            generation,
-            Utc::now(),
-            &self.ctx.timing,
-        );
-        match &decision {
-            Triage::Leave { .. } => {}
-            Triage::Wait(d) => self.note_backoff(*d),
-            Triage::ResetAndDelete => {
-                history.reset(&name);
-                self.write_history(history).await?;
-                self.delete_pod(&name).await?;
-                self.changed = true;
-            }
-            Triage::DeadLetter { reason } => {
-                warn!(namespace = %self.ns, pod = %name, generation, %reason, "rebuild budget spent: dead-lettered until the spec changes");
-                let delta = DeadLetter(Some(generation)).desired();
-                self.patch_pod_annotations(&name, &delta).await?;
-                plan::mark_exhausted(&mut history, &name, generation);
-                self.write_history(history).await?;
-                self.ctx
-                    .metrics
-                    .subagent_dead_letter
-                    .get_or_create(&self.set_labels())
-                    .inc();
-                let budget = self.ctx.timing.rebuild_budget;
-                self.event(
-                    true,
-                    reasons::SUB_AGENT_DEAD_LETTER,
-                    ev::dead_letter_message(&name, budget, reason),
-                )
-                .await;
-            }
-            Triage::Rebuild { attempt, reason } => {
-                info!(namespace = %self.ns, pod = %name, attempt, %reason, "rebuilding");
-                // The history is durable before the delete, so a crash cannot refund it.
-                history.record_delete(&name, Utc::now(), generation);
-                self.write_history(history).await?;
-                self.delete_pod(&name).await?;
-                self.ctx
-                    .metrics
-                    .subagent_rebuild
-                    .get_or_create(&self.set_labels())
-                    .inc();
-                let attempt = u32::try_from(*attempt).unwrap_or(u32::MAX);
-                let budget = self.ctx.timing.rebuild_budget;
-                self.event(
-                    false,
-                    reasons::SUB_AGENT_REBUILDING,
-                    ev::rebuilding_message(&name, attempt, budget, reason),
-                )
-                .await;
-                self.changed = true;
-            }
-        }
-        Ok(decision)
-    }
-
-    /// For a missing pod: false when its budget is spent at this generation. An exhaustion
-    /// mark from an older generation is cleared first (the spec changed: fresh budget).
-    async fn may_recreate(&mut self, pod_name: &str) -> Result<bool, Error> {
-        let history = self.history();
-        let generation = self.generation();
-        if plan::exhausted(&history, pod_name, generation) {
-            return Ok(false);
-        }
-        if plan::exhausted_earlier(&history, pod_name, generation) {
-            let mut history = history;
-            history.reset(pod_name);
-            self.write_history(history).await?;
-        }
-        Ok(true)
-    }
-
-    // ----- §7/§8 create protocol ---------------------------------------------------------
-
-    /// The pods a Hibernated or Waking CocoonHibernation names (from the cache).
-    fn cr_restorable(&self) -> Result<BTreeSet<String>, Error> {
-        Ok(self
-            .list_hibernations()?
-            .into_iter()
-            .filter(|h| {
-                matches!(
-                    h.status.as_ref().and_then(|s| s.phase),
-                    Some(HibernationPhase::Hibernated | HibernationPhase::Waking)
-                )
-            })
-            .map(|h| h.spec.pod_ref.name)
-            .collect())
-    }
-
-    /// The create facts of `pod` (its role, VM and restore intent); the image and the tag
-    /// are filled in by [`create_through_protocol`].
-    fn facts_for(
-        &self,
-        pod: &Pod,
-        role: Role,
-        restorable: &BTreeSet<String>,
-        unconditional: bool,
-    ) -> CreateFacts<'static> {
-        let record = ReclaimRecord::from_meta(&self.cs.metadata);
-        let vm = pods::vm_name(pod);
-        CreateFacts {
-            role,
-            image: "",
-            tag: TagRead::Skipped,
-            recorded: record.contains_vm(vm),
-            owed_restore: record.owes_restore(vm),
-            cr_restorable: restorable.contains(&pod.name_any()),
-            unconditional_intent: unconditional,
-        }
-    }
-
-    /// Removes VMs from the reclaim record (the image rule and the sub-agent pre-create drop).
-    async fn forget_vms(&mut self, vms: &[String]) -> Result<(), Error> {
-        if vms.is_empty() {
-            return Ok(());
-        }
-        let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
-        for vm in vms {
-            record.remove_vm(vm);
-        }
-        let delta = record.delta(self.cs.annotations());
-        self.patch_set_annotations(delta).await
-    }
-
-    // ----- step 11 ---------------------------------------------------------------------
-
-    async fn main_agent(&mut self) -> Result<Step, Error> {
-        let main_name = naming::pod_name_for_agent(&self.name, 0);
-        if let Some(main) = self.classified.main.clone() {
-            if pods::agent_drift(&self.cs, &self.ns, 0, &main).is_some() {
-                let reason = Some(ev::REASON_SPEC_DRIFTED.to_string());
-                match self.triage_pod(&main, reason).await? {
-                    Triage::ResetAndDelete | Triage::Rebuild { .. } => {
-                        return Ok(Step::Return(Action::requeue(
-                            self.ctx.timing.requeue_after_write,
-                        )));
-                    }
-                    Triage::Wait(d) => return Ok(Step::Return(Action::requeue(d))),
-                    Triage::Leave { .. } | Triage::DeadLetter { .. } => {}
-                }
-            }
-            if !pods::is_ready(&main) {
-                // A set coming back from Failed keeps reporting Failed until its main is
-                // Ready, so step 7.4 sees Failed → Ready and announces RecoveredFromFailure;
-                // the node agent writes lifecycle `ready` before the Ready condition, and a
-                // pass between the two would otherwise swallow the recovery.
-                let recovering =
-                    self.cs.status.as_ref().and_then(|s| s.phase) == Some(CocoonSetPhase::Failed);
-                let phase = if recovering {
-                    CocoonSetPhase::Failed
-                } else {
-                    CocoonSetPhase::Pending
-                };
-                let status = self.status_now(Some(phase));
-                self.write_status(status).await?;
-                return Ok(Step::Return(Action::requeue(self.ctx.timing.wait_for_main)));
-            }
-            return Ok(Step::Continue);
-        }
-        if !self.may_recreate(&main_name).await? {
-            // Budget spent and the main gone: Failed until the spec changes. No event here:
-            // SubAgentDeadLetter already announced it when the budget ran out.
-            let status = self.status_now(Some(CocoonSetPhase::Failed));
-            self.write_status(status).await?;
-            return Ok(Step::Return(Action::await_change()));
-        }
-        let pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
-        let restorable = self.cr_restorable()?;
-        let facts = self.facts_for(&pod, Role::Main, &restorable, false);
-        let (outcome, forget) = create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
-        let forget: Vec<String> = forget.into_iter().collect();
-        self.forget_vms(&forget).await?;
-        match outcome? {
-            Created::Yes => Ok(Step::Return(Action::requeue(
-                self.ctx.timing.requeue_after_write,
-            ))),
-            Created::AlreadyExists => {
-                Ok(Step::Return(Action::requeue(self.ctx.timing.wait_for_main)))
-            }
-        }
-    }
-
-    // ----- step 12 ---------------------------------------------------------------------
-
-    async fn sub_agents(&mut self) -> Result<(), Error> {
-        let Some(main) = self.classified.main.clone() else {
-            return Ok(());
-        };
-        let replicas = self.cs.spec.agent.replicas.max(0);
-        let main_vm = pods::vm_name(&main).to_string();
-        let main_node = pods::bound_node(&main).to_string();
-        let mut missing = Vec::new();
-        for slot in 1..=replicas {
-            match self.classified.sub.get(&slot).cloned() {
-                Some(p) => {
-                    let drifted = pods::agent_drift(&self.cs, &self.ns, slot, &p).is_some();
-                    let reason = plan::rebuild_reason(&p, true, drifted);
-                    self.triage_pod(&p, reason).await?;
-                }
-                None => {
-                    if self
-                        .may_recreate(&naming::pod_name_for_agent(&self.name, slot))
-                        .await?
-                    {
-                        missing.push(slot);
-                    }
-                }
-            }
-        }
-        if !missing.is_empty() {
-            let restorable = self.cr_restorable()?;
-            let jobs: Vec<(Pod, CreateFacts<'static>)> = missing
-                .iter()
-                .map(|slot| {
-                    let pod = pods::build_agent_pod(
-                        &self.cs,
-                        &self.ns,
-                        *slot,
-                        &main_vm,
-                        Some(&main_node),
-                    );
-                    let facts = self.facts_for(&pod, Role::SubAgent, &restorable, false);
-                    (pod, facts)
-                })
-                .collect();
-            let ctx = self.ctx;
-            let api = self.pod_api.clone();
-            // The futures are built up front; the stream only bounds how many run at once.
-            let creates: Vec<_> = jobs
-                .into_iter()
-                .map(|(pod, facts)| create_through_protocol(ctx, &api, pod, facts))
-                .collect();
-            let results: Vec<(Result<Created, Error>, Option<String>)> =
-                futures::stream::iter(creates)
-                    .buffer_unordered(self.ctx.timing.create_fanout.max(1))
-                    .collect()
-                    .await;
-            let mut forget = Vec::new();
-            let mut first_err = None;
-            for (res, f) in results {
-                forget.extend(f);
-                match res {
-                    Ok(Created::Yes) => self.changed = true,
-                    Ok(Created::AlreadyExists) => {}
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-            self.forget_vms(&forget).await?;
-            if let Some(e) = first_err {
-                return Err(e);
-            }
-        }
-        // Scale-down: stash first, so the tags of the leaving slots are GC'd at teardown.
-        let extras: Vec<Pod> = self
-            .classified
-            .sub
-            .iter()
-            .filter(|(slot, _)| **slot > replicas)
-            .map(|(_, p)| p.clone())
-            .collect();
-        if !extras.is_empty() {
-            self.stash(extras.iter()).await?;
-            for p in &extras {
-                self.delete_pod(&p.name_any()).await?;
-                self.changed = true;
-            }
-        }
-        Ok(())
-    }
-
-    // ----- step 13 ---------------------------------------------------------------------
-
-    async fn toolboxes(&mut self) -> Result<(), Error> {
-        let toolboxes: Vec<ToolboxSpec> = self.cs.spec.toolboxes.clone();
-        validate_toolboxes(&toolboxes)?;
-        for t in &toolboxes {
-            let pod_name = naming::pod_name_for_toolbox(&self.name, &t.name);
-            let existing = self.classified.all_by_name.get(&pod_name).cloned();
-            match existing {
-                Some(_)
-                    if self.classified.toolbox.get(&t.name).map(|q| q.name_any())
-                        != Some(pod_name.clone()) =>
-                {
-                    return Err(Error::Invalid(format!(
-                        "create toolbox {}: name collision with existing pod {pod_name}",
-                        t.name
-                    )));
-                }
-                Some(p) => {
-                    let drifted = pods::toolbox_drift(&self.cs, &self.ns, t, &p).is_some();
-                    let reason = plan::rebuild_reason(&p, true, drifted);
-                    self.triage_pod(&p, reason).await?;
-                }
-                None => {
-                    if !self.may_recreate(&pod_name).await? {
-                        continue;
-                    }
-                    let pod = pods::build_toolbox_pod(&self.cs, &self.ns, t);
-                    let restorable = self.cr_restorable()?;
-                    let facts = self.facts_for(&pod, Role::Toolbox, &restorable, false);
-                    let (outcome, forget) =
-                        create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
-                    let forget: Vec<String> = forget.into_iter().collect();
-                    self.forget_vms(&forget).await?;
-                    match outcome? {
-                        Created::Yes => self.changed = true,
-                        Created::AlreadyExists => {
-                            self.check_toolbox_collision(t, &pod_name).await?
-                        }
-                    }
-                }
-            }
-        }
-        let wanted: BTreeSet<&str> = toolboxes.iter().map(|t| t.name.as_str()).collect();
-        let leaving: Vec<Pod> = self
-            .classified
-            .toolbox
-            .iter()
-            .filter(|(n, _)| !wanted.contains(n.as_str()))
-            .map(|(_, p)| p.clone())
-            .collect();
-        if !leaving.is_empty() {
-            self.stash(leaving.iter()).await?;
-            for p in &leaving {
-                self.delete_pod(&p.name_any()).await?;
-                self.changed = true;
-            }
-        }
-        Ok(())
-    }
-
-    /// An AlreadyExists toolbox create is fine only for our own toolbox pod.
-    async fn check_toolbox_collision(&self, t: &ToolboxSpec, pod_name: &str) -> Result<(), Error> {
-        self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
-        let live = self.pod_api.get(pod_name).await?;
-        let role = live.labels().get(labels::ROLE).cloned().unwrap_or_default();
-        if role == Role::Toolbox.as_str() && pods::is_owned(&self.cs, &live) {
-            return Ok(());
-        }
-        Err(Error::Invalid(format!(
-            "create toolbox {}: name collision with existing pod {}/{pod_name} (role={role})",
-            t.name, self.ns
-        )))
-    }
-
-    // ----- step 14 ---------------------------------------------------------------------
-
-    async fn finish(&mut self) -> Result<Action, Error> {
-        if self.changed {
-            return Ok(Action::requeue(self.ctx.timing.requeue_after_write));
-        }
-        let status = self.status_now(None);
-        self.write_status(status).await?;
-        Ok(match self.min_backoff {
-            Some(d) => Action::requeue(d),
-            None => Action::await_change(),
-        })
-    }
-}
-
-/// Step 13.1: the toolbox list as a whole, before anything changes.
-pub fn validate_toolboxes(toolboxes: &[ToolboxSpec]) -> Result<(), Error> {
-    let mut seen = BTreeSet::new();
-    for t in toolboxes {
-        if !seen.insert(t.name.as_str()) {
-            return Err(Error::Invalid(format!(
-                "duplicate toolbox name {:?} in spec",
-                t.name
-            )));
-        }
-        if naming::parse_int_slot_name(&t.name) {
-            return Err(Error::Invalid(format!(
-                "toolbox name {:?} must not be an integer: collides with agent slot pod naming",
-                t.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// §7 for one pod: read the `:hibernate` manifest (unless skipped), drop the tag when the
-/// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
-/// record (applied by the caller once all creates are done).
-/// One status merge patch; returns the resourceVersion it produced.
-async fn send_status(
-    ctx: &Context,
-    sets: &Api<CocoonSet>,
-    name: &str,
-    body: &Value,
-) -> Result<Option<String>, Error> {
-    ctx.write(line!())?;
-    let patched = sets
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
-        .await?;
-    Ok(patched.resource_version())
-}
-
-/// One pod annotation merge patch (nothing when the delta is empty).
-async fn patch_pod(
-    ctx: &Context,
-    api: &Api<Pod>,
-    pod: &str,
-    delta: &AnnotationDelta,
-) -> Result<(), Error> {
-    let Some(patch) = annotations_merge_patch(delta) else {
-        return Ok(());
-    };
-    ctx.write(line!())?;
-    api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
-async fn create_through_protocol(
-    ctx: &Context,
-    api: &Api<Pod>,
-    mut pod: Pod,
-    facts: CreateFacts<'static>,
-) -> (Result<Created, Error>, Option<String>) {
-    let (_, decision) = match prepare_create(ctx, &mut pod, facts).await {
-        Ok(x) => x,
-        Err(e) => return (Err(e), None),
-    };
-    let forget = decision.forget.then(|| pods::vm_name(&pod).to_string());
-    (post_pod(ctx, api, &pod).await, forget)
-}
-
-/// §7 steps 1–4: read the tag, drop it under the image rule or the sub-agent pre-create drop
-/// (an error fails the pass, nothing is created), and mark the pod for restore. Returns what
-/// the read found and the plan, so the wake can tell "no snapshot" from "restore".
-async fn prepare_create(
-    ctx: &Context,
-    pod: &mut Pod,
-    facts: CreateFacts<'static>,
-) -> Result<(TagRead, CreatePlan), Error> {
-    let vm = pods::vm_name(pod).to_string();
-    let image = pod
-        .annotations()
-        .get(ann::IMAGE)
-        .cloned()
-        .unwrap_or_default();
-    let skip_registry = !pods::is_managed(pod) || vm.is_empty();
-    let tag = if skip_registry {
-        TagRead::Skipped
-    } else {
-        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
-        match ctx
-            .registry
-            .manifest_annotations(&vm, tags::HIBERNATE)
-            .await
-        {
-            Ok(None) => TagRead::Absent,
-            Ok(Some(a)) => TagRead::Present {
-                base_image: a
-                    .get(oci::ANNOTATION_BASE_IMAGE)
-                    .cloned()
-                    .unwrap_or_default(),
-            },
-            Err(e) => {
-                return Err(Error::Registry(format!("get hibernate manifest {vm}: {e}")));
-            }
-        }
-    };
-    let decision: CreatePlan = plan::plan_create(&CreateFacts {
-        image: &image,
-        tag: tag.clone(),
-        ..facts
-    });
-    if decision.drop_tag {
-        ctx.registry_write()?;
-        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
-            return Err(Error::Registry(format!(
-                "delete {vm}:{}: {e}",
-                tags::HIBERNATE
-            )));
-        }
-        info!(vm = %vm, "dropped a :hibernate tag the new pod could not boot over");
-    }
-    if decision.restore {
-        pods::mark_restore(pod);
-    }
-    Ok((tag, decision))
-}
-
-/// Posts a pod; AlreadyExists (the old pod still terminating, or a racing pass) is reported,
-/// not failed.
-async fn post_pod(ctx: &Context, api: &Api<Pod>, pod: &Pod) -> Result<Created, Error> {
-    ctx.write(line!())?;
-    match api.create(&PostParams::default(), pod).await {
-        Ok(_) => Ok(Created::Yes),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),
-        Err(e) => Err(Error::Kube(e)),
-    }
 }

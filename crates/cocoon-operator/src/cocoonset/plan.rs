@@ -211,7 +211,7 @@ pub enum TagRead {
 }
 
 /// Facts about the VM about to be created.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CreateFacts<'a> {
     pub role: Role,
     pub image: &'a str,

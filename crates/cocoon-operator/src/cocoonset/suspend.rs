@@ -1,5 +1,5 @@
 //! Pure rules of suspend (step 6), the release-policy wake (step 9) and the unsuspend
-//! bookkeeping and reclaim (step 10) of `cocoonset.md`. The shell in `flows.rs` observes the
+//! bookkeeping and reclaim (step 10) of `cocoonset.md`. The walk in `walk/transitions.rs` observes the
 //! pods and the registry, asks these functions what to do, and applies the answer.
 
 use std::collections::BTreeSet;

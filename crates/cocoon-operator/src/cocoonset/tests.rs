@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::plan::{self, CreateFacts, CreatePlan, FailedStep, GcItem, TagRead, Timing, Triage};
 use super::pods::{self, Classified};
-use super::validate_toolboxes;
+use super::steps::toolboxes::validate as validate_toolboxes;
 
 const NS: &str = "ns";
 

@@ -4,19 +4,20 @@
 pub mod decide;
 #[cfg(test)]
 mod decide_tests;
+pub mod pod_index;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use cocoon_api::contract::{annotations as ann, finalizers, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::reflector::store::{Writer, WriterDropped};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::runtime::{WatchStreamExt, watcher::watcher};
@@ -27,9 +28,11 @@ use tracing::{debug, error, info, warn};
 use self::decide::{
     Announced, EventPlan, Finish, Observed, PhaseMetric, PodFacts, PodView, Probe, Timing,
 };
-use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, ResultLabel};
-use crate::registry::TagRegistry;
-use crate::stripes::Stripes;
+use self::pod_index::PodIndex;
+use crate::controller::{self as shared, has_finalizer};
+use crate::metrics::{Metrics, ResultLabel};
+use crate::registry::{RegistryError, TagRegistry};
+use crate::vm_lock::Stripes;
 
 const CONTROLLER: &str = "cocoonhibernation";
 
@@ -38,10 +41,19 @@ const CONTROLLER: &str = "cocoonhibernation";
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("registry: {0}")]
-    Registry(String),
+    /// A registry call of one step of the pass failed (`step` names it; the registry's own
+    /// error is the source).
+    #[error("registry: {step}")]
+    Registry {
+        step: String,
+        #[source]
+        source: RegistryError,
+    },
     #[error("object has no {0}")]
     Missing(&'static str),
+    /// The caches ended (the controller is shutting down).
+    #[error("the controller's caches are closed")]
+    CacheClosed(#[from] WriterDropped),
     /// The lease is no longer held: the write was skipped and the pass ends (no retry).
     #[error(transparent)]
     LostLeadership(#[from] crate::leader::LostLeadership),
@@ -51,8 +63,9 @@ impl Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
-            Error::Registry(_) => "registry",
+            Error::Registry { .. } => "registry",
             Error::Missing(_) => "invalid",
+            Error::CacheClosed(_) => "cache",
             Error::LostLeadership(_) => "leadership",
         }
     }
@@ -69,10 +82,23 @@ pub struct Context {
     /// CR UID → the last phase exit announced.
     observed: Mutex<HashMap<String, Announced>>,
     /// Per-CR retry backoff after failed passes.
-    retries: crate::shell::RetryBackoff,
-    store: Mutex<Option<Store<CocoonHibernation>>>,
+    retries: crate::watch_retry::RetryBackoff,
+    /// The CR cache (deletes look for other holders in it).
+    crs: Store<CocoonHibernation>,
+    /// The pod cache (passes read the named pod from it).
+    pods: Store<Pod>,
+    /// The CRs by the pod they name, kept from the CR watch.
+    pod_index: PodIndex,
+    /// The writers of the two caches, taken once by [`run`].
+    feeds: Mutex<Option<Feeds>>,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
+}
+
+/// The writing halves of the caches, fed by [`run`]'s watches.
+struct Feeds {
+    crs: Writer<CocoonHibernation>,
+    pods: Writer<Pod>,
 }
 
 impl Context {
@@ -83,6 +109,8 @@ impl Context {
         registry: Arc<dyn TagRegistry>,
         timing: Timing,
     ) -> Self {
+        let (crs, cr_writer) = kube::runtime::reflector::store::<CocoonHibernation>();
+        let (pods, pod_writer) = kube::runtime::reflector::store::<Pod>();
         Context {
             client,
             recorder,
@@ -91,8 +119,14 @@ impl Context {
             timing,
             stripes: Stripes::default(),
             observed: Mutex::default(),
-            retries: crate::shell::RetryBackoff::default(),
-            store: Mutex::default(),
+            retries: crate::watch_retry::RetryBackoff::default(),
+            crs,
+            pods,
+            pod_index: PodIndex::default(),
+            feeds: Mutex::new(Some(Feeds {
+                crs: cr_writer,
+                pods: pod_writer,
+            })),
             leadership: crate::leader::Leadership::always(),
         }
     }
@@ -148,7 +182,8 @@ impl Context {
 }
 
 /// Runs the controller until `shutdown` resolves: over every namespace, or over one
-/// (`namespace`), which is how tests keep their controllers apart on a shared cluster.
+/// (`namespace`), which is how tests keep their controllers apart on a shared cluster. A
+/// context runs once: a second call returns at once.
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<&str>,
@@ -156,41 +191,56 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     readiness: Arc<crate::admin::Readiness>,
 ) {
+    let Some(feeds) = ctx.feeds.lock().ok().and_then(|mut f| f.take()) else {
+        error!("the CocoonHibernation controller runs once per context");
+        return;
+    };
     let client = ctx.client.clone();
-    let (crs, pods): (Api<CocoonHibernation>, Api<PartialObjectMeta<Pod>>) = match namespace {
+    let (crs, pods): (Api<CocoonHibernation>, Api<Pod>) = match namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client, ns),
         ),
         None => (Api::all(client.clone()), Api::all(client)),
     };
-    // The CR cache is fed here (not inside Controller::new) so that its first complete list
-    // can mark readiness.
-    let (store, writer) = kube::runtime::reflector::store::<CocoonHibernation>();
-    let synced = crate::admin::SyncGate::new(1, readiness).part();
+    // Ready once both caches hold a complete list.
+    let gate = crate::admin::SyncGate::new(2, readiness);
+    let (crs_synced, pods_synced) = (gate.part(), gate.part());
     // Standbys keep their caches warm but run no pass until they lead; then every CR once.
     let standby = crate::leader::StandbyFilter::new(ctx.leadership.clone());
     let (cr_standby, pod_standby, lists) = (standby.clone(), standby.clone(), standby.clone());
+    let index_ctx = ctx.clone();
     let cr_events = watcher(crs, watcher::Config::default().any_semantic())
         .default_backoff()
-        .reflect(writer)
+        .reflect(feeds.crs)
         .inspect(move |ev| {
+            if let Ok(ev) = ev {
+                index_ctx.pod_index.apply(ev);
+            }
             if matches!(ev, Ok(WatchEvent::InitDone)) {
-                synced();
+                crs_synced();
                 lists.list_complete();
             }
         })
         .applied_objects()
         .filter(move |_| futures::future::ready(cr_standby.pass()));
-    let controller = Controller::for_stream(cr_events, store.clone())
+    let controller = Controller::for_stream(cr_events, ctx.crs.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
-    if let Ok(mut slot) = ctx.store.lock() {
-        *slot = Some(store.clone());
-    }
-    let pod_changes = annotation_changes(watcher(pods, watcher::Config::default().any_semantic()))
-        .filter(move |_| futures::future::ready(pod_standby.pass()));
+    let pod_events = watcher(pods, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(feeds.pods)
+        .inspect(move |ev| {
+            if matches!(ev, Ok(WatchEvent::InitDone)) {
+                pods_synced();
+            }
+        });
+    let pod_changes =
+        annotation_changes(pod_events).filter(move |_| futures::future::ready(pod_standby.pass()));
+    let index_ctx = ctx.clone();
     controller
-        .watches_stream(pod_changes, move |pod| crs_for_pod(&store, &pod))
+        .watches_stream(pod_changes, move |pod| {
+            crs_for_pod(&index_ctx.pod_index, &pod)
+        })
         .reconcile_all_on(standby.reconcile_all())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -203,43 +253,27 @@ pub async fn run(
         .await;
 }
 
-/// Every CocoonHibernation in the pod's namespace whose `spec.podRef.name` is the pod.
-fn crs_for_pod(
-    store: &Store<CocoonHibernation>,
-    pod: &PartialObjectMeta<Pod>,
-) -> Vec<ObjectRef<CocoonHibernation>> {
-    let ns = pod.namespace();
-    let name = pod.name_any();
-    store
-        .state()
-        .iter()
-        .filter(|cr| cr.namespace() == ns && cr.spec.pod_ref.name == name)
-        .map(|cr| ObjectRef::from_obj(cr.as_ref()))
-        .collect()
+/// The CocoonHibernations in the pod's namespace whose `spec.podRef.name` is the pod.
+fn crs_for_pod(index: &PodIndex, pod: &Pod) -> Vec<ObjectRef<CocoonHibernation>> {
+    index.crs_for(&pod.namespace().unwrap_or_default(), &pod.name_any())
 }
 
 /// Passes pod creates and deletes, and updates only when the annotations changed (the
 /// lifecycle triple, the hibernate key, the VM id), so status churn wakes nothing.
 fn annotation_changes(
-    events: impl Stream<Item = Result<WatchEvent<PartialObjectMeta<Pod>>, watcher::Error>>
-    + Send
-    + 'static,
-) -> impl Stream<Item = Result<PartialObjectMeta<Pod>, watcher::Error>> + Send + 'static {
-    crate::shell::changed_only(events.default_backoff(), |pod: &PartialObjectMeta<Pod>| {
-        crate::shell::fingerprint(pod.annotations())
+    events: impl Stream<Item = Result<WatchEvent<Pod>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    crate::watch_retry::changed_only(events, |pod: &Pod| {
+        crate::watch_retry::fingerprint(pod.annotations())
     })
 }
 
 fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.retries.failed(crate::shell::object_key(cr.as_ref()));
-    ctx.metrics
-        .reconcile_errors
-        .get_or_create(&ErrorLabels {
-            controller: CONTROLLER.into(),
-            kind: err.kind().into(),
-        })
-        .inc();
-    warn!(name = %cr.name_any(), namespace = ?cr.namespace(), error = %err, retry_in = ?delay, "reconcile failed");
+    let delay = ctx
+        .retries
+        .failed(crate::watch_retry::object_key(cr.as_ref()));
+    shared::count_error(CONTROLLER, &ctx.metrics, err.kind());
+    warn!(name = %cr.name_any(), namespace = ?cr.namespace(), error = %shared::chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
@@ -249,21 +283,21 @@ async fn reconcile(cr: Arc<CocoonHibernation>, ctx: Arc<Context>) -> Result<Acti
         // every CR gets a pass.
         return Ok(Action::await_change());
     }
-    let started = Instant::now();
-    let result = match reconcile_inner(&cr, &ctx).await {
+    let result = match shared::pass(
+        CONTROLLER,
+        &ctx.metrics,
+        cr.as_ref(),
+        reconcile_inner(&cr, &ctx),
+    )
+    .await
+    {
         // The lease went mid-pass: the write was skipped and the pass ends, no retry.
         Err(Error::LostLeadership(_)) => Ok(Action::await_change()),
         other => other,
     };
-    ctx.metrics
-        .reconcile_duration
-        .get_or_create(&ControllerLabel {
-            controller: CONTROLLER.into(),
-        })
-        .observe(started.elapsed().as_secs_f64());
     if result.is_ok() {
         ctx.retries
-            .succeeded(&crate::shell::object_key(cr.as_ref()));
+            .succeeded(&crate::watch_retry::object_key(cr.as_ref()));
     }
     result
 }
@@ -275,15 +309,16 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
     if cr.metadata.deletion_timestamp.is_some() {
         return delete(cr, ctx, &crs).await;
     }
-    let has_finalizer = cr
-        .finalizers()
-        .iter()
-        .any(|f| f == finalizers::COCOONHIBERNATION);
+    let has_finalizer = has_finalizer(cr, finalizers::COCOONHIBERNATION);
     let uid = cr.uid().unwrap_or_default();
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod = if has_finalizer && !cr.spec.pod_ref.name.is_empty() {
-        pods.get_opt(&cr.spec.pod_ref.name).await?
+        // From the cache, once it holds a complete list (a pass before that would take a
+        // pod not listed yet for a missing one).
+        ctx.pods.wait_until_ready().await?;
+        ctx.pods
+            .get(&ObjectRef::new(&cr.spec.pod_ref.name).within(&ns))
     } else {
         None
     };
@@ -296,12 +331,18 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
         PodView::Present(f) if !f.vm_name.is_empty() => Some(ctx.stripes.lock(&f.vm_name).await),
         _ => None,
     };
+    // A failed probe's error, returned as the pass's error if the plan ends in it.
+    let mut probe_error = None;
     let probe = match decide::probe_needed(cr, &view) {
         None => Probe::NotAsked,
         Some(vm) => match ctx.registry.has_manifest(&vm, tags::HIBERNATE).await {
             Ok(true) => Probe::Present,
             Ok(false) => Probe::Absent,
-            Err(e) => Probe::Failed(e.to_string()),
+            Err(e) => {
+                let failed = Probe::Failed(e.to_string());
+                probe_error = Some((vm, e));
+                failed
+            }
         },
     };
     let plan = decide::plan_pass(
@@ -317,10 +358,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
     );
 
     if plan.add_finalizer {
-        let mut list = cr.finalizers().to_vec();
-        list.push(finalizers::COCOONHIBERNATION.to_string());
-        let patch =
-            json!({"metadata": {"finalizers": list, "resourceVersion": cr.resource_version()}});
+        let patch = shared::add_finalizer_patch(cr, finalizers::COCOONHIBERNATION);
         ctx.write("cocoonhibernation finalizer add")?;
         crs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
@@ -372,7 +410,17 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
     match plan.finish {
         Finish::Done => Ok(Action::await_change()),
         Finish::Requeue(d) => Ok(Action::requeue(d)),
-        Finish::Error(e) => Err(Error::Registry(e)),
+        Finish::Error(e) => Err(match probe_error {
+            Some((vm, source)) => Error::Registry {
+                step: format!("probe {vm}:{}", tags::HIBERNATE),
+                source,
+            },
+            // The plan ends in an error only after a failed probe.
+            None => Error::Registry {
+                step: "probe".into(),
+                source: RegistryError(e),
+            },
+        }),
     }
 }
 
@@ -380,15 +428,17 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
 /// lose a snapshot: the tag first, then the pod read again. A tag that exists was pushed
 /// after the node agent wrote `hibernating`, so the pod read after it shows whether the VM
 /// that runs is one woken from the snapshot or the one it was taken from, whose id the node
-/// has not cleared yet. Returns false (tag kept, nothing deleted) in the second case.
+/// has not cleared yet. Returns false (tag kept, nothing deleted) in the second case. That
+/// read is a GET, not the cache: the cache may not have seen the node's latest write yet.
 async fn drop_woken_tag(
     ctx: &Context,
     pods: &Api<Pod>,
     pod_name: &str,
     vm: &str,
 ) -> Result<bool, Error> {
-    let registry = |e: crate::registry::RegistryError| {
-        Error::Registry(format!("delete {vm}:{}: {e}", tags::HIBERNATE))
+    let registry = |source: RegistryError| Error::Registry {
+        step: format!("delete {vm}:{}", tags::HIBERNATE),
+        source,
     };
     if !ctx
         .registry
@@ -425,17 +475,14 @@ fn container_running(pod: &Pod) -> bool {
 }
 
 /// Deletion (`hibernation.md` §6): GC the tag unless another live CR still holds the VM or
-/// the pod, then drop the finalizer. Registry failures are logged and never block.
+/// the pod, then drop the finalizer. Registry failures are logged and never block. The
+/// other holders are looked for in the CR cache.
 async fn delete(
     cr: &CocoonHibernation,
     ctx: &Context,
     crs: &Api<CocoonHibernation>,
 ) -> Result<Action, Error> {
-    if !cr
-        .finalizers()
-        .iter()
-        .any(|f| f == finalizers::COCOONHIBERNATION)
-    {
+    if !has_finalizer(cr, finalizers::COCOONHIBERNATION) {
         return Ok(Action::await_change());
     }
     let vm = cr
@@ -445,7 +492,14 @@ async fn delete(
         .unwrap_or_default();
     if !vm.is_empty() {
         let _guard = ctx.stripes.lock(&vm).await;
-        let others = crs.list(&ListParams::default()).await?.items;
+        ctx.crs.wait_until_ready().await?;
+        let others: Vec<CocoonHibernation> = ctx
+            .crs
+            .state()
+            .iter()
+            .filter(|o| o.namespace() == cr.namespace())
+            .map(|o| o.as_ref().clone())
+            .collect();
         if decide::another_holder(cr, &others) {
             info!(vm = %vm, name = %cr.name_any(), "another CocoonHibernation still tracks this VM; keeping its :hibernate tag");
         } else {
@@ -456,13 +510,7 @@ async fn delete(
         }
     }
     ctx.forget(&cr.uid().unwrap_or_default());
-    let list: Vec<String> = cr
-        .finalizers()
-        .iter()
-        .filter(|f| *f != finalizers::COCOONHIBERNATION)
-        .cloned()
-        .collect();
-    let patch = json!({"metadata": {"finalizers": list, "resourceVersion": cr.resource_version()}});
+    let patch = shared::remove_finalizer_patch(cr, finalizers::COCOONHIBERNATION);
     ctx.write("cocoonhibernation finalizer removal")?;
     match crs
         .patch(

@@ -1,7 +1,8 @@
-//! The shell of steps 6 (suspend), 8 (migration), 9 (release-policy wake) and 10
-//! (unsuspend bookkeeping and reclaim) of `cocoonset.md`, and the 7.1 clear of a leftover
-//! hibernate intent. Decisions come from [`super::suspend`] and [`super::migrate`]; this file
-//! observes and acts.
+//! Steps 6 (suspend), 8 (migration), 9 (release-policy wake) and 10 (unsuspend bookkeeping
+//! and reclaim) of `cocoonset.md`, and the 7.1 clear of a leftover hibernate intent, not yet
+//! moved to `steps/`: here each step still decides, writes, re-reads and decides again in one
+//! place. Their decisions come from the pure rules of [`crate::cocoonset::suspend`] and
+//! [`crate::cocoonset::migrate`].
 //!
 //! Crash safety: every durable marker is written before the side effect it guards — the
 //! reclaim record before any hibernate annotation (6A.2), `suspending-since` on entry into
@@ -28,20 +29,14 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use tracing::{debug, info, warn};
 
-use super::migrate::{self, Advance, Engage};
-use super::suspend::{self, Deadline, GateItem, WakeStep};
-use super::{Created, Error, Pass, Step, create_through_protocol, pods, post_pod, prepare_create};
-use crate::metrics::PlacementLabels;
+use super::{Created, Error, Step, Walk, create_through_protocol, post_pod, prepare_create};
+use crate::cocoonset::migrate::{self, Advance, Engage};
+use crate::cocoonset::pods;
+use crate::cocoonset::steps::{self, release_wake::ReleaseWake};
+use crate::cocoonset::suspend::{self, Deadline, GateItem};
+use crate::registry::RegistryError;
 
-/// A create-protocol error as a registry error of `flow`; a lost lease stays what it is.
-fn context_of(flow: &str, e: Error) -> Error {
-    match e {
-        Error::LostLeadership(l) => Error::LostLeadership(l),
-        e => Error::Registry(format!("{flow}: {e}")),
-    }
-}
-
-impl Pass<'_> {
+impl Walk<'_> {
     fn phase(&self) -> Option<CocoonSetPhase> {
         self.cs.status.as_ref().and_then(|s| s.phase)
     }
@@ -68,7 +63,7 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// [`Pass::patch_classified`] of several pods with the same delta, all at once.
+    /// [`Walk::patch_classified`] of several pods with the same delta, all at once.
     async fn patch_classified_all(
         &mut self,
         names: &[String],
@@ -120,14 +115,14 @@ impl Pass<'_> {
     }
 
     /// The set's namespace's CocoonHibernations, from the cache.
-    pub(super) fn list_hibernations(&self) -> Result<Vec<CocoonHibernation>, Error> {
-        let store = self.ctx.hibernation_store().ok_or(Error::Cache)?;
-        Ok(store
+    pub(super) fn list_hibernations(&self) -> Vec<CocoonHibernation> {
+        self.caches
+            .hibernations
             .state()
             .iter()
             .filter(|h| h.metadata.namespace.as_deref() == Some(self.ns.as_str()))
             .map(|h| (**h).clone())
-            .collect())
+            .collect()
     }
 
     // ----- step 6 ----------------------------------------------------------------------
@@ -179,7 +174,8 @@ impl Pass<'_> {
     async fn suspend_create_main(&mut self) -> Result<Step, Error> {
         let pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
         let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
-        let (outcome, forget) = create_through_protocol(self.ctx, &self.pod_api, pod, facts).await;
+        let (outcome, forget) =
+            create_through_protocol(self.ctx, &self.pod_api, pod, facts, "suspend").await;
         let forget: Vec<String> = forget.into_iter().collect();
         self.forget_vms(&forget).await?;
         Ok(Step::Return(Action::requeue(match outcome? {
@@ -230,7 +226,7 @@ impl Pass<'_> {
     /// 6A.3: whether every managed VM is hibernated at this generation with its tag in the
     /// registry, and a probe error, if any. No probe is made while a pod is still incomplete;
     /// then all go out together.
-    async fn suspend_gate(&self) -> (bool, Option<String>) {
+    async fn suspend_gate(&self) -> (bool, Option<RegistryError>) {
         let generation = self.generation();
         let mut probes = Vec::new();
         for pod in self.classified.all_by_name.values() {
@@ -249,13 +245,14 @@ impl Pass<'_> {
                 registry.has_manifest(vm, tags::HIBERNATE)
             })
             .collect();
-        let results = crate::shell::at_most(super::REGISTRY_CALLS_AT_ONCE, calls).await;
+        let results =
+            crate::watch_retry::at_most(crate::cocoonset::REGISTRY_CALLS_AT_ONCE, calls).await;
         let mut complete = true;
         for r in results {
             match r {
                 Ok(true) => {}
                 Ok(false) => complete = false,
-                Err(e) => return (false, Some(e.to_string())),
+                Err(e) => return (false, Some(e)),
             }
         }
         (complete, None)
@@ -266,7 +263,7 @@ impl Pass<'_> {
     async fn suspend_not_complete(
         &mut self,
         deadline: Deadline,
-        probe_error: Option<String>,
+        probe_error: Option<RegistryError>,
     ) -> Result<Step, Error> {
         match deadline {
             Deadline::Restart(stamp) => {
@@ -275,7 +272,10 @@ impl Pass<'_> {
             Deadline::Running => {}
             Deadline::Exceeded => {
                 let deadline = self.ctx.timing.suspend_deadline;
-                let msg = ev::suspend_timed_out_message(deadline, probe_error.as_deref());
+                let msg = ev::suspend_timed_out_message(
+                    deadline,
+                    probe_error.as_ref().map(|e| e.to_string()).as_deref(),
+                );
                 warn!(namespace = %self.ns, name = %self.name, %msg, "suspend timed out");
                 self.event(true, reasons::SUSPEND_TIMED_OUT, msg).await;
                 self.write_phase(Some(CocoonSetPhase::Failed)).await?;
@@ -286,7 +286,8 @@ impl Pass<'_> {
         // A probe error goes to the runtime so the registry gets backoff; the deadline above
         // still counts it, so an unreachable registry ends in Failed rather than waiting.
         if let Some(e) = probe_error {
-            return Err(Error::Registry(format!("suspend gate: {e}")));
+            let what = format!("probe the {} tags", tags::HIBERNATE);
+            return Err(Error::registry("suspend gate", what, e));
         }
         Ok(Step::Return(Action::requeue(self.ctx.timing.suspend_poll)))
     }
@@ -384,7 +385,9 @@ impl Pass<'_> {
             .registry
             .has_manifest(&vm, tags::HIBERNATE)
             .await
-            .map_err(|e| Error::Registry(format!("migrate: {e}")))?;
+            .map_err(|e| {
+                Error::registry("migrate", format!("probe {vm}:{}", tags::HIBERNATE), e)
+            })?;
         let poll = Action::requeue(self.ctx.timing.migrate_poll);
         let mut decision = migrate::advance(&desired, migrating, main.as_ref(), tag);
         if matches!(decision, Advance::DropLeftover | Advance::DropSnapshot) {
@@ -493,7 +496,7 @@ impl Pass<'_> {
             .registry
             .delete_tag(vm, tags::HIBERNATE)
             .await
-            .map_err(|e| Error::Registry(format!("migrate: {e}")))
+            .map_err(|e| Error::registry("migrate", format!("delete {vm}:{}", tags::HIBERNATE), e))
     }
 
     /// 8.6.2: the old main is gone; recreate it under the current pin from the snapshot,
@@ -501,9 +504,7 @@ impl Pass<'_> {
     async fn migrate_recreate(&mut self) -> Result<Step, Error> {
         let mut pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
         let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
-        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts)
-            .await
-            .map_err(|e| context_of("migrate", e))?;
+        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts, "migrate").await?;
         if decision.forget {
             self.forget_vms(&[pods::vm_name(&pod).to_string()]).await?;
         }
@@ -527,58 +528,23 @@ impl Pass<'_> {
 
     // ----- step 9 ----------------------------------------------------------------------
 
-    /// Step 9: the release-policy wake.
+    /// Step 9: the release-policy wake ([`steps::release_wake`]); 9.1 and 9.4 need reads
+    /// first and stay here.
     pub(super) async fn release_wake(&mut self) -> Result<Step, Error> {
-        let hint = HibernatedOnNode::from_meta(&self.cs.metadata).0;
-        let main = self.classified.main.clone();
-        match suspend::wake_step(self.phase(), &hint, main.as_ref()) {
-            WakeStep::HandOver => Ok(Step::Continue),
-            WakeStep::Start => self.wake_start(&hint).await,
-            WakeStep::WaitLive { unschedulable } => {
-                if let (Some(msg), Some(m)) = (unschedulable, main.as_ref()) {
-                    self.ctx
-                        .metrics
-                        .slot_release_wake_unschedulable
-                        .get_or_create(&self.set_labels())
-                        .inc();
-                    let text = ev::main_unschedulable_message(&m.name_any(), &msg);
-                    self.event(true, reasons::WAKE_NO_CAPACITY, text).await;
+        match steps::release_wake::plan(&self.observed(&[]), super::status_time()) {
+            ReleaseWake::Plan(plan) => {
+                let completes = plan
+                    .writes
+                    .iter()
+                    .any(|w| matches!(w, steps::Write::DropTag { .. }));
+                let next = self.apply(plan).await?.next;
+                if completes {
+                    info!(namespace = %self.ns, name = %self.name, "released main woken");
                 }
-                self.write_phase(Some(CocoonSetPhase::Waking)).await?;
-                Ok(Step::Return(Action::requeue(self.ctx.timing.migrate_poll)))
+                Ok(Step::from(next))
             }
-            WakeStep::Complete { placement } => {
-                let vm = naming::vm_name_for_agent(&self.ns, &self.name, 0);
-                self.ctx.registry_write()?;
-                self.ctx
-                    .stats
-                    .registry_calls
-                    .fetch_add(1, Ordering::Relaxed);
-                self.ctx
-                    .registry
-                    .delete_tag(&vm, tags::HIBERNATE)
-                    .await
-                    .map_err(|e| Error::Registry(format!("wake: {e}")))?;
-                if let Some(p) = placement {
-                    self.ctx
-                        .metrics
-                        .slot_release_wake
-                        .get_or_create(&PlacementLabels {
-                            namespace: self.ns.clone(),
-                            cocoonset: self.name.clone(),
-                            placement: p.to_string(),
-                        })
-                        .inc();
-                    info!(namespace = %self.ns, name = %self.name, placement = p, "released main woken");
-                }
-                let delta = HibernatedOnNode::default().delta(self.cs.annotations());
-                self.patch_set_annotations(delta).await?;
-                self.write_phase(None).await?;
-                Ok(Step::Return(Action::requeue(
-                    self.ctx.timing.requeue_after_write,
-                )))
-            }
-            WakeStep::ConfirmGone => {
+            ReleaseWake::Start { hint } => self.wake_start(&hint).await,
+            ReleaseWake::ConfirmGone => {
                 let name = naming::pod_name_for_agent(&self.name, 0);
                 self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
                 match self.pod_api.get_opt(&name).await? {
@@ -596,9 +562,7 @@ impl Pass<'_> {
     async fn wake_start(&mut self, hint: &str) -> Result<Step, Error> {
         let mut pod = pods::build_agent_pod(&self.cs, &self.ns, 0, "", None);
         let facts = self.facts_for(&pod, Role::Main, &BTreeSet::new(), true);
-        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts)
-            .await
-            .map_err(|e| context_of("wake", e))?;
+        let (tag, decision) = prepare_create(self.ctx, &mut pod, facts, "wake").await?;
         if decision.forget {
             self.forget_vms(&[pods::vm_name(&pod).to_string()]).await?;
         }
@@ -644,7 +608,7 @@ impl Pass<'_> {
             return Ok(());
         }
         let owned_by_cr = if any_annotated {
-            suspend::hibernation_owned(&self.list_hibernations()?)
+            suspend::hibernation_owned(&self.list_hibernations())
         } else {
             BTreeSet::new()
         };
@@ -689,17 +653,15 @@ impl Pass<'_> {
                 registry.delete_tag(vm, tags::HIBERNATE)
             })
             .collect();
-        let results = crate::shell::at_most(super::REGISTRY_CALLS_AT_ONCE, deletes).await;
+        let results =
+            crate::watch_retry::at_most(crate::cocoonset::REGISTRY_CALLS_AT_ONCE, deletes).await;
         for (vm, r) in woken.iter().zip(results) {
             match r {
                 Ok(()) => record.remove_vm(vm),
-                Err(e) => failures.push(format!("{vm}:{}: {e}", tags::HIBERNATE)),
+                Err(e) => failures.push((format!("delete {vm}:{}", tags::HIBERNATE), e)),
             }
         }
         self.write_record(&record).await?;
-        if !failures.is_empty() {
-            return Err(Error::Registry(format!("reclaim: {}", failures.join("; "))));
-        }
-        Ok(())
+        Error::registry_all("reclaim", failures)
     }
 }

@@ -1,5 +1,6 @@
-//! What both controller shells share: the watch filter that wakes a controller only when the
-//! part of an object it looks at changed, and the per-object retry backoff after a failed pass.
+//! Watch filtering and retry, shared by both controllers: the watch filter that wakes a
+//! controller only when the part of an object it looks at changed, the bound on a step's
+//! fan-out, and the per-object retry backoff after a failed pass.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -61,7 +62,7 @@ pub async fn at_most<F: Future>(limit: usize, futures: Vec<F>) -> Vec<F::Output>
         .await
 }
 
-/// Per-object failure counts: 200 ms after the first failed pass, doubling to a minute (as
+/// Per-object failure counts: 400 ms after the first failed pass, doubling to a minute (as
 /// controller-runtime's per-item backoff), back to the start after a pass that succeeds.
 #[derive(Debug, Default)]
 pub struct RetryBackoff {

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use cocoon_operator::admin::{self, Readiness};
 use cocoon_operator::config::RawConfig;
 use cocoon_operator::metrics::Metrics;
+use cocoon_operator::user_agent;
 use cocoon_operator::{cocoonset, hibernation};
 use kube::runtime::events::{Recorder, Reporter};
 use tracing::info;
@@ -158,8 +159,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     .resolve()?;
     let registry = cocoon_operator::registry::connect(&config.oci_registry)
         .context("construct registry client")?;
-    let client = kube::Client::try_default()
+    let client = kube::Config::infer()
         .await
+        .map_err(anyhow::Error::from)
+        .and_then(|c| Ok(kube::Client::try_from(user_agent::kube_config(c))?))
         .context("connect to the Kubernetes API (KUBECONFIG or in-cluster)")?;
     let metrics = Arc::new(Metrics::new());
     let readiness = Arc::new(Readiness::default());

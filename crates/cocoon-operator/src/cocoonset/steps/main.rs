@@ -1,0 +1,221 @@
+//! Step 11 — the main agent (slot 0).
+//!
+//! A main that drifted from the spec takes the rebuild budget (§6). A main that is not Ready
+//! ends the pass with `Phase=Pending` and a requeue in 5 s — or keeps `Failed` while a set
+//! coming back from Failed waits for its main, so step 7 sees Failed → Ready and announces
+//! `RecoveredFromFailure` (vk-cocoon writes lifecycle `ready` before the Ready condition, and a
+//! pass between the two would otherwise swallow the recovery). A missing main is created
+//! through the create protocol (§7), restore-marked when a CocoonHibernation holds its
+//! snapshot or step 10 owes it a restore — unless its budget is spent at this generation:
+//! then the set reports Failed until the spec changes (SubAgentDeadLetter announced it).
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use cocoon_api::contract::events as ev;
+use cocoon_api::crd::set::CocoonSetPhase;
+use cocoon_api::naming::{self, Role};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::{Created, Next, Observed, StepPlan, Write, create_facts, triage};
+use crate::cocoonset::plan::{self, Timing, Triage};
+use crate::cocoonset::pods;
+
+/// The step's plan. `restorable`: the pods a Hibernated or Waking CocoonHibernation names.
+pub fn plan(
+    o: &Observed<'_>,
+    restorable: &BTreeSet<String>,
+    now: DateTime<Utc>,
+    status_time: Timestamp,
+) -> StepPlan {
+    let t = o.timing;
+    let status = |phase| {
+        Write::Status(plan::build_status(
+            o.cs,
+            o.classified,
+            Some(phase),
+            status_time,
+        ))
+    };
+    let Some(main) = &o.classified.main else {
+        let name = naming::pod_name_for_agent(&o.cs.name_any(), 0);
+        let Some(mut writes) = triage::may_recreate(o, &name) else {
+            return StepPlan::then(vec![status(CocoonSetPhase::Failed)], Next::AwaitChange);
+        };
+        let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
+        let facts = create_facts(o, &pod, Role::Main, restorable, false);
+        writes.push(Write::CreatePod {
+            pod: Box::new(pod),
+            facts,
+            step: "main agent",
+        });
+        return StepPlan::then(writes, Next::RequeueAfter(t.requeue_after_write));
+    };
+    let mut writes = Vec::new();
+    if pods::agent_drift(o.cs, o.ns, 0, main).is_some() {
+        let triaged = triage::plan(o, main, Some(ev::REASON_SPEC_DRIFTED.to_string()), now);
+        match triaged.decision {
+            Triage::ResetAndDelete | Triage::Rebuild { .. } => {
+                return StepPlan::then(triaged.writes, Next::RequeueAfter(t.requeue_after_write));
+            }
+            Triage::Wait(d) => return StepPlan::then(triaged.writes, Next::RequeueAfter(d)),
+            Triage::Leave { .. } | Triage::DeadLetter { .. } => writes = triaged.writes,
+        }
+    }
+    if !pods::is_ready(main) {
+        let recovering = o.cs.status.as_ref().and_then(|s| s.phase) == Some(CocoonSetPhase::Failed);
+        let phase = if recovering {
+            CocoonSetPhase::Failed
+        } else {
+            CocoonSetPhase::Pending
+        };
+        writes.push(status(phase));
+        return StepPlan::then(writes, Next::RequeueAfter(t.wait_for_main));
+    }
+    StepPlan::then(writes, Next::Continue)
+}
+
+/// The create's outcome decides the requeue: a main that already exists (the old one still
+/// terminating) is waited for.
+pub fn after_create(next: Next, created: &[Created], t: &Timing) -> Next {
+    match created.last() {
+        Some(Created::AlreadyExists) => Next::RequeueAfter(t.wait_for_main),
+        _ => next,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cocoon_api::contract::{annotations as ann, labels};
+    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
+    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+
+    use super::*;
+    use crate::cocoonset::pods::Classified;
+
+    const NS: &str = "ns";
+
+    fn set(phase: Option<CocoonSetPhase>) -> CocoonSet {
+        let mut cs = CocoonSet::new("demo", CocoonSetSpec::with_image("img:1"));
+        cs.metadata.namespace = Some(NS.into());
+        cs.metadata.uid = Some("uid".into());
+        cs.metadata.generation = Some(4);
+        cs.status = phase.map(|p| CocoonSetStatus {
+            phase: Some(p),
+            ..CocoonSetStatus::default()
+        });
+        cs
+    }
+
+    fn ready(mut p: Pod) -> Pod {
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        p
+    }
+
+    fn run(cs: &CocoonSet, main: Option<Pod>) -> StepPlan {
+        let c = Classified::from_owned(main.iter());
+        let t = Timing::default();
+        let o = Observed {
+            cs,
+            ns: NS,
+            owned: &[],
+            classified: &c,
+            timing: &t,
+        };
+        plan(&o, &BTreeSet::new(), Utc::now(), Timestamp::UNIX_EPOCH)
+    }
+
+    fn phase_written(p: &StepPlan) -> Option<CocoonSetPhase> {
+        p.writes.iter().find_map(|w| match w {
+            Write::Status(s) => s.phase,
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_main_not_ready_reports_pending_and_requeues_in_5s_but_a_recovering_set_stays_failed() {
+        let t = Timing::default();
+        let cases = [
+            (None, CocoonSetPhase::Pending),
+            (Some(CocoonSetPhase::Running), CocoonSetPhase::Pending),
+            (Some(CocoonSetPhase::Failed), CocoonSetPhase::Failed),
+        ];
+        for (before, want) in cases {
+            let cs = set(before);
+            let main = pods::build_agent_pod(&cs, NS, 0, "", None);
+            let p = run(&cs, Some(main));
+            assert_eq!(phase_written(&p), Some(want), "from {before:?}");
+            assert_eq!(
+                p.next,
+                Next::RequeueAfter(t.wait_for_main),
+                "from {before:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_ready_main_matching_the_spec_hands_over_without_a_write() {
+        let cs = set(Some(CocoonSetPhase::Running));
+        let main = ready(pods::build_agent_pod(&cs, NS, 0, "", None));
+        assert_eq!(run(&cs, Some(main)), StepPlan::then(vec![], Next::Continue));
+    }
+
+    #[test]
+    fn a_drifted_main_takes_the_rebuild_budget() {
+        let mut cs = set(Some(CocoonSetPhase::Running));
+        let main = ready(pods::build_agent_pod(&cs, NS, 0, "", None));
+        cs.spec.agent.image = "img:2".into();
+        let p = run(&cs, Some(main));
+        assert!(p.writes.contains(&Write::DeletePod("demo-0".into())));
+        assert_eq!(
+            p.next,
+            Next::RequeueAfter(Timing::default().requeue_after_write)
+        );
+    }
+
+    #[test]
+    fn a_missing_main_is_created_through_the_create_protocol() {
+        let cs = set(None);
+        let p = run(&cs, None);
+        match &p.writes[..] {
+            [Write::CreatePod { pod, facts, step }] => {
+                assert_eq!(pod.name_any(), "demo-0");
+                assert_eq!(
+                    pod.labels().get(labels::ROLE).map(String::as_str),
+                    Some("main")
+                );
+                assert_eq!((facts.role, *step), (Role::Main, "main agent"));
+            }
+            other => panic!("one create, got {other:?}"),
+        }
+        let t = Timing::default();
+        assert_eq!(p.next, Next::RequeueAfter(t.requeue_after_write));
+        assert_eq!(
+            after_create(p.next, &[Created::AlreadyExists], &t),
+            Next::RequeueAfter(t.wait_for_main),
+            "an old main still terminating is waited for"
+        );
+    }
+
+    #[test]
+    fn a_missing_main_whose_budget_is_spent_reports_failed_until_the_spec_changes() {
+        let mut cs = set(None);
+        cs.annotations_mut().insert(
+            ann::REBUILD_HISTORY.into(),
+            r#"{"demo-0":{"count":3,"exhaustedAt":4}}"#.into(),
+        );
+        let p = run(&cs, None);
+        assert_eq!(phase_written(&p), Some(CocoonSetPhase::Failed));
+        assert_eq!(p.writes.len(), 1);
+        assert_eq!(p.next, Next::AwaitChange);
+    }
+}

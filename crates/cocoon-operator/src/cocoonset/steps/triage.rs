@@ -1,0 +1,268 @@
+//! §6 triage applied to one existing pod (steps 7, 11, 12 and 13 share it): the writes of
+//! the decision of [`plan::triage`], and a missing pod's rebuild budget.
+//!
+//! The rebuild history is durable before the delete it counts, so a crash cannot refund an
+//! attempt; a dead-lettered pod is marked at this generation and left until the spec changes.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use cocoon_api::contract::events::{self as ev, operator as reasons};
+use cocoon_api::contract::{AnnotationCodec, DeadLetter, RebuildHistory};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::{Counter, Observed, Write};
+use crate::cocoonset::plan::{self, Triage};
+use crate::cocoonset::pods;
+
+/// One pod's triage: the decision, and what applying it takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriagePlan {
+    pub decision: Triage,
+    pub writes: Vec<Write>,
+    /// The writes change a pod (a delete).
+    pub changed: bool,
+    /// A backoff still running.
+    pub backoff: Option<Duration>,
+}
+
+/// The history write: GC'd of entries outside the desired pod names, as an annotation delta.
+pub fn history_write(o: &Observed<'_>, mut history: RebuildHistory) -> Write {
+    history.retain_desired(&plan::desired_names(o.cs));
+    Write::SetAnnotations(history.delta(o.cs.annotations()))
+}
+
+/// §6 for `pod`, rebuilt for `reason` (none: leave it).
+pub fn plan(o: &Observed<'_>, pod: &Pod, reason: Option<String>, now: DateTime<Utc>) -> TriagePlan {
+    let name = pod.name_any();
+    let generation = o.generation();
+    let mut history = RebuildHistory::from_meta(&o.cs.metadata);
+    let decision = plan::triage(
+        reason,
+        pods::dead_letter(pod),
+        history.get(&name),
+        generation,
+        now,
+        o.timing,
+    );
+    let budget = o.timing.rebuild_budget;
+    let (writes, changed, backoff) = match &decision {
+        Triage::Leave { .. } => (Vec::new(), false, None),
+        Triage::Wait(d) => (Vec::new(), false, Some(*d)),
+        Triage::ResetAndDelete => {
+            history.reset(&name);
+            let writes = vec![history_write(o, history), Write::DeletePod(name.clone())];
+            (writes, true, None)
+        }
+        Triage::DeadLetter { reason } => {
+            plan::mark_exhausted(&mut history, &name, generation);
+            let writes = vec![
+                Write::PatchPod {
+                    name: name.clone(),
+                    delta: DeadLetter(Some(generation)).desired(),
+                },
+                history_write(o, history),
+                Write::Count(Counter::SubagentDeadLetter),
+                Write::Event {
+                    warning: true,
+                    reason: reasons::SUB_AGENT_DEAD_LETTER,
+                    message: ev::dead_letter_message(&name, budget, reason),
+                },
+            ];
+            (writes, false, None)
+        }
+        Triage::Rebuild { attempt, reason } => {
+            history.record_delete(&name, now, generation);
+            let attempt = u32::try_from(*attempt).unwrap_or(u32::MAX);
+            let writes = vec![
+                history_write(o, history),
+                Write::DeletePod(name.clone()),
+                Write::Count(Counter::SubagentRebuild),
+                Write::Event {
+                    warning: false,
+                    reason: reasons::SUB_AGENT_REBUILDING,
+                    message: ev::rebuilding_message(&name, attempt, budget, reason),
+                },
+            ];
+            (writes, true, None)
+        }
+    };
+    TriagePlan {
+        decision,
+        writes,
+        changed,
+        backoff,
+    }
+}
+
+/// Whether a missing pod may be created: `None` when its budget is spent at this generation;
+/// else the writes first (an exhaustion mark of an older generation is cleared: the spec
+/// changed, so the budget is fresh).
+pub fn may_recreate(o: &Observed<'_>, pod_name: &str) -> Option<Vec<Write>> {
+    let mut history = RebuildHistory::from_meta(&o.cs.metadata);
+    let generation = o.generation();
+    if plan::exhausted(&history, pod_name, generation) {
+        return None;
+    }
+    if plan::exhausted_earlier(&history, pod_name, generation) {
+        history.reset(pod_name);
+        return Some(vec![history_write(o, history)]);
+    }
+    Some(Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use cocoon_api::contract::annotations as ann;
+    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
+
+    use super::*;
+    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::pods::Classified;
+
+    const NS: &str = "ns";
+
+    fn set(history: &str) -> CocoonSet {
+        let mut spec = CocoonSetSpec::with_image("img:1");
+        spec.agent.replicas = 2;
+        let mut cs = CocoonSet::new("demo", spec);
+        cs.metadata.namespace = Some(NS.into());
+        cs.metadata.uid = Some("uid".into());
+        cs.metadata.generation = Some(3);
+        if !history.is_empty() {
+            cs.annotations_mut()
+                .insert(ann::REBUILD_HISTORY.into(), history.into());
+        }
+        cs
+    }
+
+    fn timing() -> Timing {
+        Timing {
+            rebuild_budget: 2,
+            rebuild_backoff: vec![Duration::ZERO, Duration::from_secs(10)],
+            ..Timing::default()
+        }
+    }
+
+    fn observe<'a>(cs: &'a CocoonSet, c: &'a Classified, t: &'a Timing) -> Observed<'a> {
+        Observed {
+            cs,
+            ns: NS,
+            owned: &[],
+            classified: c,
+            timing: t,
+        }
+    }
+
+    fn kinds(writes: &[Write]) -> Vec<&'static str> {
+        writes
+            .iter()
+            .map(|w| match w {
+                Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => "history",
+                Write::DeletePod(_) => "delete",
+                Write::PatchPod { delta, .. } if delta.contains_key(ann::DEAD_LETTER) => {
+                    "dead-letter"
+                }
+                Write::Count(Counter::SubagentRebuild) => "count rebuild",
+                Write::Count(Counter::SubagentDeadLetter) => "count dead-letter",
+                Write::Event { reason, .. } => reason,
+                other => panic!("unexpected write {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_rebuild_history_is_durable_before_the_delete_and_the_budget_ends_in_dead_letter() {
+        let now = DateTime::<Utc>::from_timestamp(1_000, 0).unwrap_or_default();
+        let (c, t) = (Classified::default(), timing());
+        let (empty, one, spent) = (
+            set(""),
+            set(r#"{"demo-1":{"count":1,"lastDeleted":"1970-01-01T00:16:35Z","generation":3}}"#),
+            set(r#"{"demo-1":{"count":2,"lastDeleted":"1970-01-01T00:00:00Z","generation":3}}"#),
+        );
+        let drifted = Some(ev::REASON_SPEC_DRIFTED.to_string());
+        // (what, set, reason, writes, changed, backoff)
+        type Case<'a> = (
+            &'a str,
+            &'a CocoonSet,
+            Option<String>,
+            Vec<&'a str>,
+            bool,
+            Option<Duration>,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            ("healthy: left alone", &empty, None, vec![], false, None),
+            (
+                "first rebuild: history, delete, count, event",
+                &empty,
+                drifted.clone(),
+                vec![
+                    "history",
+                    "delete",
+                    "count rebuild",
+                    reasons::SUB_AGENT_REBUILDING,
+                ],
+                true,
+                None,
+            ),
+            (
+                "backoff still running",
+                &one,
+                drifted.clone(),
+                vec![],
+                false,
+                Some(Duration::from_secs(5)),
+            ),
+            (
+                "budget spent: dead-letter at this generation, no change counted",
+                &spent,
+                drifted.clone(),
+                vec![
+                    "dead-letter",
+                    "history",
+                    "count dead-letter",
+                    reasons::SUB_AGENT_DEAD_LETTER,
+                ],
+                false,
+                None,
+            ),
+        ];
+        for (what, cs, reason, want, changed, backoff) in cases {
+            let pod = pods::build_agent_pod(cs, NS, 1, "vm", Some("n"));
+            let p = plan(&observe(cs, &c, &t), &pod, reason, now);
+            assert_eq!(kinds(&p.writes), want, "{what}");
+            assert_eq!((p.changed, p.backoff), (changed, backoff), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_pod_dead_lettered_at_an_older_generation_is_reset_and_deleted() {
+        let cs = set(r#"{"demo-1":{"count":2,"generation":2}}"#);
+        let mut pod = pods::build_agent_pod(&cs, NS, 1, "vm", Some("n"));
+        pod.annotations_mut()
+            .insert(ann::DEAD_LETTER.into(), "2".into());
+        let (c, t) = (Classified::default(), timing());
+        let p = plan(
+            &observe(&cs, &c, &t),
+            &pod,
+            Some(ev::REASON_SPEC_DRIFTED.into()),
+            Utc::now(),
+        );
+        assert_eq!(p.decision, Triage::ResetAndDelete);
+        assert_eq!(kinds(&p.writes), ["history", "delete"]);
+    }
+
+    #[test]
+    fn a_missing_pod_spent_at_this_generation_is_not_recreated_an_older_mark_is_cleared() {
+        let (c, t) = (Classified::default(), timing());
+        let mark = |g: i64| set(&format!(r#"{{"demo-1":{{"count":2,"exhaustedAt":{g}}}}}"#));
+        let cs = mark(3);
+        assert_eq!(may_recreate(&observe(&cs, &c, &t), "demo-1"), None);
+        let cs = mark(2);
+        let writes = may_recreate(&observe(&cs, &c, &t), "demo-1").expect("recreated");
+        assert_eq!(kinds(&writes), ["history"]);
+        let cs = set("");
+        assert_eq!(may_recreate(&observe(&cs, &c, &t), "demo-1"), Some(vec![]));
+    }
+}

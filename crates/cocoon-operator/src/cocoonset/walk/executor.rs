@@ -1,0 +1,217 @@
+//! The executor: applies a step's [`StepPlan`] to the API server and the registry.
+//!
+//! Writes go out in the plan's order, each durable before the next, and the first error ends
+//! the pass (the runtime retries it with backoff). What a write changed is mirrored into the
+//! walk's view of the set before the next step plans, so a later step observes the earlier
+//! steps' results without reading the API again.
+
+use std::sync::atomic::Ordering;
+
+use cocoon_api::contract::tags;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use serde_json::json;
+use tracing::{error, info};
+
+use super::{Error, Walk, create_through_protocol};
+use crate::cocoonset::plan::{CreateFacts, GcItem};
+use crate::cocoonset::steps::{Applied, Counter, Created, Next, StepPlan, Write};
+use crate::metrics::{PhaseLabel, PlacementLabels};
+
+impl Walk<'_> {
+    /// Applies `plan`'s writes in order; returns what comes next and what the writes
+    /// observed.
+    pub(super) async fn apply(&mut self, plan: StepPlan) -> Result<Applied, Error> {
+        let mut created = Vec::new();
+        for write in plan.writes {
+            created.extend(self.apply_one(write).await?);
+        }
+        Ok(Applied {
+            next: plan.next,
+            created,
+        })
+    }
+
+    /// [`Walk::apply`] for a step that may end the pass: `Some(action)` when it does.
+    pub(super) async fn apply_step(&mut self, plan: StepPlan) -> Result<Option<Action>, Error> {
+        Ok(match self.apply(plan).await?.next {
+            Next::Continue => None,
+            Next::RequeueAfter(d) => Some(Action::requeue(d)),
+            Next::AwaitChange => Some(Action::await_change()),
+        })
+    }
+
+    /// One write; creates report their outcomes.
+    async fn apply_one(&mut self, write: Write) -> Result<Vec<Created>, Error> {
+        match write {
+            Write::SetAnnotations(delta) => self.patch_set_annotations(delta).await?,
+            Write::Finalizers {
+                list,
+                resource_version,
+                gone_ok,
+            } => {
+                self.write_finalizers(list, resource_version, gone_ok)
+                    .await?
+            }
+            Write::DeletePod(name) => self.delete_pod(&name).await?,
+            Write::PatchPod { name, delta } => self.patch_pod_annotations(&name, &delta).await?,
+            Write::CreatePod { pod, facts, step } => {
+                let (outcome, forget) =
+                    create_through_protocol(self.ctx, &self.pod_api, *pod, facts, step).await;
+                let forget: Vec<String> = forget.into_iter().collect();
+                self.forget_vms(&forget).await?;
+                return outcome.map(|c| vec![c]);
+            }
+            Write::CreatePods {
+                jobs,
+                step,
+                at_once,
+            } => return self.create_pods(jobs, step, at_once).await,
+            Write::GcTags(items) => self.gc_tags(&items).await?,
+            Write::DropTag { vm, tag, step } => {
+                self.ctx.registry_write()?;
+                self.ctx
+                    .stats
+                    .registry_calls
+                    .fetch_add(1, Ordering::Relaxed);
+                self.ctx
+                    .registry
+                    .delete_tag(&vm, tag)
+                    .await
+                    .map_err(|e| Error::registry(step, format!("delete {vm}:{tag}"), e))?;
+            }
+            Write::Status(status) => self.write_status(status).await?,
+            Write::Event {
+                warning,
+                reason,
+                message,
+            } => self.event(warning, reason, message).await,
+            Write::Count(counter) => {
+                let m = &self.ctx.metrics;
+                match counter {
+                    Counter::SubagentRebuild => {
+                        m.subagent_rebuild.get_or_create(&self.set_labels()).inc();
+                    }
+                    Counter::SubagentDeadLetter => {
+                        m.subagent_dead_letter
+                            .get_or_create(&self.set_labels())
+                            .inc();
+                    }
+                    Counter::SlotReleaseWake { placement } => {
+                        m.slot_release_wake
+                            .get_or_create(&PlacementLabels {
+                                namespace: self.ns.clone(),
+                                cocoonset: self.name.clone(),
+                                placement,
+                            })
+                            .inc();
+                    }
+                    Counter::SlotReleaseWakeUnschedulable => {
+                        m.slot_release_wake_unschedulable
+                            .get_or_create(&self.set_labels())
+                            .inc();
+                    }
+                    Counter::LifecycleStateFailed { phase } => {
+                        m.lifecycle_state_failed_observed
+                            .get_or_create(&PhaseLabel { phase })
+                            .inc();
+                    }
+                }
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    async fn create_pods(
+        &mut self,
+        jobs: Vec<(Pod, CreateFacts<'static>)>,
+        step: &'static str,
+        at_once: usize,
+    ) -> Result<Vec<Created>, Error> {
+        let (ctx, api) = (self.ctx, self.pod_api.clone());
+        // The futures are built up front; the stream only bounds how many run at once.
+        let creates: Vec<_> = jobs
+            .into_iter()
+            .map(|(pod, facts)| create_through_protocol(ctx, &api, pod, facts, step))
+            .collect();
+        let results: Vec<(Result<Created, Error>, Option<String>)> = futures::stream::iter(creates)
+            .buffer_unordered(at_once.max(1))
+            .collect()
+            .await;
+        let mut forget = Vec::new();
+        let mut created = Vec::new();
+        let mut first_err = None;
+        for (res, f) in results {
+            forget.extend(f);
+            match res {
+                Ok(c) => created.push(c),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.forget_vms(&forget).await?;
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(created),
+        }
+    }
+
+    async fn write_finalizers(
+        &mut self,
+        list: Vec<String>,
+        resource_version: Option<String>,
+        gone_ok: bool,
+    ) -> Result<(), Error> {
+        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": resource_version}});
+        self.ctx.write(line!())?;
+        match self
+            .sets
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                if gone_ok {
+                    info!(namespace = %self.ns, name = %self.name, "CocoonSet torn down");
+                }
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 && gone_ok => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every VM is tried, and the failures are returned together: one unreachable repository
+    /// does not hold back the others' cleanup on the retry.
+    async fn gc_tags(&mut self, items: &[GcItem]) -> Result<(), Error> {
+        let mut failures = Vec::new();
+        for item in items {
+            self.ctx.registry_write()?;
+            self.ctx
+                .stats
+                .registry_calls
+                .fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = self
+                .ctx
+                .registry
+                .delete_tag(&item.vm, tags::HIBERNATE)
+                .await
+            {
+                failures.push((format!("delete {}:{}", item.vm, tags::HIBERNATE), e));
+                continue;
+            }
+            if item.drop_latest {
+                self.ctx
+                    .stats
+                    .registry_calls
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = self.ctx.registry.delete_tag(&item.vm, tags::LATEST).await {
+                    error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
+                }
+            }
+        }
+        Error::registry_all("teardown GC", failures)
+    }
+}

@@ -1,0 +1,761 @@
+//! One walk of the seed's steps over one set: the order of steps 2–14, the in-memory view
+//! every step observes (the set with the walk's own writes mirrored in, the step-4
+//! classification, the pending step-5 stamps), and the API writes the executor is made of.
+//! Steps 6, 8, 9 and 10 are still applied in the old shape, in `transitions.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::Utc;
+use cocoon_api::contract::{
+    AnnotationCodec, AnnotationDelta, ReclaimRecord, annotations as ann, annotations_merge_patch,
+    diff_annotations, labels, oci, tags,
+};
+use cocoon_api::crd::hibernation::HibernationPhase;
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus, ToolboxSpec};
+use cocoon_api::naming::{self, Role};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{debug, info, warn};
+
+use super::plan::{self, CreateFacts, CreatePlan, TagRead, Triage};
+use super::pods::{self, Classified};
+use super::steps::{Created, Next, StepPlan};
+use crate::metrics::SetLabels;
+
+use super::{Caches, Context, Error, POD_WRITES_AT_ONCE, steps};
+
+mod executor;
+mod transitions;
+
+/// How a step ends: hand over to the next one, or end the pass.
+enum Step {
+    Continue,
+    Return(Action),
+}
+
+impl From<steps::Next> for Step {
+    fn from(next: steps::Next) -> Self {
+        match next {
+            steps::Next::Continue => Step::Continue,
+            steps::Next::RequeueAfter(d) => Step::Return(Action::requeue(d)),
+            steps::Next::AwaitChange => Step::Return(Action::await_change()),
+        }
+    }
+}
+
+/// Now in whole seconds: the API server stores condition times so, and a finer `now` would
+/// make a freshly written status differ from its read-back.
+fn status_time() -> Timestamp {
+    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default()
+}
+
+pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Result<Action, Error> {
+    let synced = caches.pods_synced.load(Ordering::SeqCst)
+        && caches.hibernations_synced.load(Ordering::SeqCst);
+    if !synced {
+        // Look again shortly instead of holding a concurrency slot.
+        return Ok(Action::requeue(Duration::from_millis(300)));
+    }
+    ctx.stats.passes.fetch_add(1, Ordering::Relaxed);
+    let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
+    // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
+    let owned = steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p));
+    let mut walk = Walk::new(ctx, caches, cs.clone(), ns);
+
+    // Step 2.
+    if cs.metadata.deletion_timestamp.is_some() {
+        walk.forget_written_status();
+        let plan = steps::teardown::plan(&walk.observed(&owned));
+        return Ok(walk
+            .apply_step(plan)
+            .await?
+            .unwrap_or(Action::await_change()));
+    }
+    // Step 3.
+    if let Some(done) = walk
+        .apply_step(steps::finalizer::plan(&walk.observed(&owned)))
+        .await?
+    {
+        return Ok(done);
+    }
+    // Step 4.
+    walk.classified = steps::classify::plan(&owned);
+    // Step 5: planned here, written with the first patch steps 6–10 make to each pod (the
+    // hibernate annotation of a suspend, its clear on unsuspend), the rest right after them.
+    walk.stamp_generation();
+    let transitions = walk.transitions().await;
+    let stamped = walk.flush_stamps().await;
+    let step = transitions?;
+    stamped?;
+    if let Step::Return(a) = step {
+        return Ok(a);
+    }
+    // Step 11.
+    if let Step::Return(a) = walk.main_agent().await? {
+        return Ok(a);
+    }
+    // Steps 12 and 13.
+    walk.sub_agents().await?;
+    walk.toolboxes().await?;
+    // Step 14.
+    let now = status_time();
+    let progress = steps::status::Progress {
+        changed: walk.changed,
+        min_backoff: walk.min_backoff,
+        invalid: walk.invalid.clone(),
+    };
+    let plan = steps::status::plan(&walk.observed(&[]), &progress, now);
+    Ok(walk
+        .apply_step(plan)
+        .await?
+        .unwrap_or(Action::await_change()))
+}
+
+/// The state of one pass: the in-memory mirror of the set (its annotation writes applied),
+/// the step-4 classification, and what the pass has done so far.
+struct Walk<'a> {
+    ctx: &'a Context,
+    caches: &'a Caches,
+    cs: CocoonSet,
+    ns: String,
+    name: String,
+    sets: Api<CocoonSet>,
+    pod_api: Api<Pod>,
+    classified: Classified,
+    changed: bool,
+    min_backoff: Option<Duration>,
+    /// Step 13.1 found the spec invalid: reported by step 14.
+    invalid: Option<steps::toolboxes::InvalidSpec>,
+    /// Step 5's generation stamps not written yet, by pod name: each rides on the pass's
+    /// next patch of that pod, and [`Walk::flush_stamps`] writes what is left after step 10.
+    pending_stamps: BTreeMap<String, AnnotationDelta>,
+    /// The set's resourceVersions this pass has seen: the cached one it started from, then
+    /// the ones its own metadata patches produced.
+    versions: Vec<String>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(ctx: &'a Context, caches: &'a Caches, cs: CocoonSet, ns: String) -> Self {
+        let name = cs.name_any();
+        let cs_version = cs.resource_version();
+        Walk {
+            sets: Api::namespaced(ctx.client.clone(), &ns),
+            pod_api: Api::namespaced(ctx.client.clone(), &ns),
+            ctx,
+            caches,
+            cs,
+            ns,
+            name,
+            classified: Classified::default(),
+            changed: false,
+            min_backoff: None,
+            invalid: None,
+            versions: cs_version.into_iter().collect(),
+            pending_stamps: BTreeMap::new(),
+        }
+    }
+
+    /// Steps 6 to 10, which hand over to step 11 or end the pass.
+    async fn transitions(&mut self) -> Result<Step, Error> {
+        // Step 6 (part 2).
+        if let Step::Return(a) = self.suspend().await? {
+            return Ok(Step::Return(a));
+        }
+        // Step 7.
+        if let Step::Return(a) = self.failed_state().await? {
+            return Ok(Step::Return(a));
+        }
+        // Step 8 (part 3).
+        if let Step::Return(a) = self.migrate().await? {
+            return Ok(Step::Return(a));
+        }
+        // Step 9 (part 2).
+        if let Step::Return(a) = self.release_wake().await? {
+            return Ok(Step::Return(a));
+        }
+        // Step 10 (part 2).
+        self.unsuspend_and_reclaim().await
+    }
+
+    fn generation(&self) -> i64 {
+        self.cs.metadata.generation.unwrap_or(0)
+    }
+
+    /// What the next step observes: the set as this walk knows it, `owned` from the cache
+    /// and the step-4 classification.
+    fn observed<'o>(&'o self, owned: &'o [Pod]) -> steps::Observed<'o> {
+        steps::Observed {
+            cs: &self.cs,
+            ns: &self.ns,
+            owned,
+            classified: &self.classified,
+            timing: &self.ctx.timing,
+        }
+    }
+
+    /// A deleted set's last written status is no longer needed to skip a write.
+    fn forget_written_status(&self) {
+        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
+            m.remove(&uid);
+        }
+    }
+
+    /// Step 5: the stamps of [`steps::stamp::plan`], mirrored into the classification; the
+    /// writes go out with the walk's next patch of each pod.
+    fn stamp_generation(&mut self) {
+        self.pending_stamps = steps::stamp::plan(&self.classified, self.generation());
+        for (name, delta) in &self.pending_stamps {
+            if let Some(p) = self.classified.all_by_name.get_mut(name) {
+                cocoon_api::contract::apply_delta(p.annotations_mut(), delta);
+            }
+        }
+    }
+
+    fn set_labels(&self) -> SetLabels {
+        SetLabels {
+            namespace: self.ns.clone(),
+            cocoonset: self.name.clone(),
+        }
+    }
+
+    fn note_backoff(&mut self, d: Duration) {
+        self.min_backoff = Some(self.min_backoff.map_or(d, |m| m.min(d)));
+    }
+
+    async fn event(&self, warning: bool, reason: &str, message: String) {
+        if self.ctx.leadership.may_write("cocoonset event").is_err() {
+            // The pass's next write ends it.
+            return;
+        }
+        let event = KubeEvent {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            action: cocoon_api::contract::events::event_action(reason, &message),
+            note: Some(message),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .ctx
+            .recorder
+            .publish(&event, &self.cs.object_ref(&()))
+            .await
+        {
+            warn!(error = %e, reason, "failed to publish event");
+        }
+    }
+
+    // ----- writes ------------------------------------------------------------------------
+
+    /// Merge-patches the set's annotations with `delta` (when it changes anything) and
+    /// mirrors it into the in-memory copy. The rest of the pass reads the mirror, so this
+    /// write alone asks for no follow-up pass (an annotation-only change of the set wakes no
+    /// watch, and waiting out `requeue_after_write` for it cost every wake a second).
+    async fn patch_set_annotations(&mut self, delta: AnnotationDelta) -> Result<(), Error> {
+        let current = self.cs.annotations().clone();
+        let delta = diff_annotations(&current, &delta);
+        let Some(patch) = annotations_merge_patch(&delta) else {
+            return Ok(());
+        };
+        self.ctx.write(line!())?;
+        debug!(name = %self.name, %patch, "patching the set's annotations");
+        let patched = self
+            .sets
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.versions.extend(patched.resource_version());
+        cocoon_api::contract::apply_delta(self.cs.annotations_mut(), &delta);
+        Ok(())
+    }
+
+    async fn write_status(&mut self, status: CocoonSetStatus) -> Result<(), Error> {
+        let Some((body, status)) = self.status_body(status) else {
+            return Ok(());
+        };
+        let version = send_status(self.ctx, &self.sets, &self.name, &body).await?;
+        self.status_written(status, version);
+        Ok(())
+    }
+
+    /// The merge-patch body of `status`, or `None` when the set already carries it, or when
+    /// this controller already wrote exactly that status and the cache still shows a version
+    /// of the set from before that write: it has not caught up yet, and writing it again
+    /// would cost a round trip for nothing. (The write's own watch event brings the next
+    /// pass.)
+    fn status_body(&self, status: CocoonSetStatus) -> Option<(Value, CocoonSetStatus)> {
+        let status = plan::status_patch(&self.cs, status)?;
+        let (uid, cached) = (self.cs.uid()?, self.cs.resource_version()?);
+        let already = self
+            .ctx
+            .written_status
+            .lock()
+            .ok()
+            .is_some_and(|m| plan::status_already_written(m.get(&uid), &cached, &status));
+        if already {
+            debug!(name = %self.name, "status already written; the cache has not caught up");
+            return None;
+        }
+        let mut body = serde_json::to_value(&status).unwrap_or(Value::Null);
+        // A merge patch keeps keys it does not name: emptied fields are cleared explicitly.
+        if let Value::Object(m) = &mut body {
+            for key in [
+                "observedGeneration",
+                "phase",
+                "agents",
+                "toolboxes",
+                "conditions",
+            ] {
+                m.entry(key).or_insert(Value::Null);
+            }
+        }
+        debug!(name = %self.name, status = %body, "patching the set's status");
+        Some((json!({ "status": body }), status))
+    }
+
+    /// Records a status patch that succeeded, in this pass and for the next ones.
+    fn status_written(&mut self, status: CocoonSetStatus, version: Option<String>) {
+        self.versions.extend(version);
+        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
+            let seen = plan::versions_seen(m.remove(&uid).map(|(v, _)| v), &self.versions);
+            m.insert(uid, (seen, status.clone()));
+        }
+        self.cs.status = Some(status);
+    }
+
+    fn status_now(&self, phase: Option<CocoonSetPhase>) -> CocoonSetStatus {
+        // Whole seconds: the API server stores condition times so, and a finer `now` would
+        // make a freshly written status differ from its read-back.
+        let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default();
+        plan::build_status(&self.cs, &self.classified, phase, now)
+    }
+
+    async fn delete_pod(&mut self, name: &str) -> Result<(), Error> {
+        self.pending_stamps.remove(name);
+        self.ctx.write(line!())?;
+        match self.pod_api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Patches a pod's annotations, carrying its pending generation stamp along.
+    async fn patch_pod_annotations(
+        &mut self,
+        pod: &str,
+        delta: &AnnotationDelta,
+    ) -> Result<(), Error> {
+        let delta = self.with_stamp(pod, delta);
+        patch_pod(self.ctx, &self.pod_api, pod, &delta).await
+    }
+
+    /// Patches several pods at once (at most [`POD_WRITES_AT_ONCE`] in flight), each with
+    /// its pending generation stamp; the first error is returned once all have finished.
+    async fn patch_pods(&mut self, patches: Vec<(String, AnnotationDelta)>) -> Result<(), Error> {
+        let patches: Vec<(String, AnnotationDelta)> = patches
+            .into_iter()
+            .map(|(pod, delta)| {
+                let delta = self.with_stamp(&pod, &delta);
+                (pod, delta)
+            })
+            .collect();
+        let (ctx, api) = (self.ctx, &self.pod_api);
+        // Futures collected first: a `map` closure inside the stream type trips the
+        // higher-ranked `Send` check of the controller's future.
+        let writes: Vec<_> = patches
+            .iter()
+            .map(|(pod, delta)| patch_pod(ctx, api, pod, delta))
+            .collect();
+        let results: Vec<Result<(), Error>> = futures::stream::iter(writes)
+            .buffer_unordered(POD_WRITES_AT_ONCE)
+            .collect()
+            .await;
+        results.into_iter().collect()
+    }
+
+    /// [`Walk::patch_pods`] and a status write at once, for steps where nothing orders the
+    /// two: one round trip of the pass instead of two. The status is taken as written only
+    /// if its patch succeeded; the first error is returned once both have finished.
+    pub(super) async fn patch_pods_and_status(
+        &mut self,
+        patches: Vec<(String, AnnotationDelta)>,
+        status: CocoonSetStatus,
+    ) -> Result<(), Error> {
+        let Some((body, status)) = self.status_body(status) else {
+            return self.patch_pods(patches).await;
+        };
+        let (ctx, sets, name) = (self.ctx, self.sets.clone(), self.name.clone());
+        let (pods, written) = futures::join!(
+            self.patch_pods(patches),
+            send_status(ctx, &sets, &name, &body)
+        );
+        let written = written.map(|version| self.status_written(status, version));
+        pods.and(written)
+    }
+
+    /// `delta` plus the pod's pending generation stamp, which is then no longer pending.
+    fn with_stamp(&mut self, pod: &str, delta: &AnnotationDelta) -> AnnotationDelta {
+        let mut out = self.pending_stamps.remove(pod).unwrap_or_default();
+        out.extend(delta.iter().map(|(k, v)| (k.clone(), v.clone())));
+        out
+    }
+
+    /// Writes the generation stamps no earlier patch of this pass carried.
+    async fn flush_stamps(&mut self) -> Result<(), Error> {
+        let pending: Vec<(String, AnnotationDelta)> = std::mem::take(&mut self.pending_stamps)
+            .into_iter()
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        self.patch_pods(pending).await
+    }
+
+    /// Stashes the VM names of pods about to be deleted (scale-down, toolbox removal).
+    async fn stash<'p>(&mut self, doomed: impl IntoIterator<Item = &'p Pod>) -> Result<(), Error> {
+        let names = plan::stash_names(&self.cs, doomed);
+        let delta = names.delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await
+    }
+
+    // Steps 6, 8, 9 and 10 live in `flows.rs`.
+
+    // ----- step 7 ----------------------------------------------------------------------
+
+    async fn failed_state(&mut self) -> Result<Step, Error> {
+        let decision = steps::failed_main::plan(&self.observed(&[]));
+        let Some(main) = self.classified.main.clone() else {
+            return Ok(Step::Continue);
+        };
+        let plan = match decision {
+            steps::failed_main::FailedMain::Proceed(plan) => plan,
+            steps::failed_main::FailedMain::ClearThenReport => {
+                self.clear_leftover_hibernate(&main).await?;
+                steps::failed_main::report(&self.observed(&[]), &main, status_time())
+            }
+            steps::failed_main::FailedMain::ClearThenRebuild { reason } => {
+                self.clear_leftover_hibernate(&main).await?;
+                let decision = self.triage_pod(&main, Some(reason)).await?;
+                steps::failed_main::after_triage(
+                    &self.observed(&[]),
+                    &decision,
+                    &main,
+                    status_time(),
+                )
+            }
+        };
+        Ok(Step::from(self.apply(plan).await?.next))
+    }
+
+    // ----- §6 triage applied -------------------------------------------------------------
+
+    /// Triage one existing pod ([`steps::triage`]) and apply the decision; returns it.
+    async fn triage_pod(&mut self, pod: &Pod, reason: Option<String>) -> Result<Triage, Error> {
+        let name = pod.name_any();
+        let triaged = steps::triage::plan(&self.observed(&[]), pod, reason, Utc::now());
+        match &triaged.decision {
+            Triage::DeadLetter { reason } => {
+                warn!(namespace = %self.ns, pod = %name, generation = self.generation(), %reason, "rebuild budget spent: dead-lettered until the spec changes");
+            }
+            Triage::Rebuild { attempt, reason } => {
+                info!(namespace = %self.ns, pod = %name, attempt, %reason, "rebuilding");
+            }
+            _ => {}
+        }
+        if let Some(d) = triaged.backoff {
+            self.note_backoff(d);
+        }
+        self.apply(StepPlan::then(triaged.writes, Next::Continue))
+            .await?;
+        self.changed |= triaged.changed;
+        Ok(triaged.decision)
+    }
+
+    /// For a missing pod: false when its budget is spent at this generation
+    /// ([`steps::triage::may_recreate`]).
+    async fn may_recreate(&mut self, pod_name: &str) -> Result<bool, Error> {
+        match steps::triage::may_recreate(&self.observed(&[]), pod_name) {
+            None => Ok(false),
+            Some(writes) => {
+                self.apply(StepPlan::then(writes, Next::Continue)).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    // ----- §7/§8 create protocol ---------------------------------------------------------
+
+    /// The pods a Hibernated or Waking CocoonHibernation names (from the cache).
+    fn cr_restorable(&self) -> BTreeSet<String> {
+        self.list_hibernations()
+            .into_iter()
+            .filter(|h| {
+                matches!(
+                    h.status.as_ref().and_then(|s| s.phase),
+                    Some(HibernationPhase::Hibernated | HibernationPhase::Waking)
+                )
+            })
+            .map(|h| h.spec.pod_ref.name)
+            .collect()
+    }
+
+    /// The create facts of `pod` (its role, VM and restore intent); the image and the tag
+    /// are filled in by [`create_through_protocol`].
+    fn facts_for(
+        &self,
+        pod: &Pod,
+        role: Role,
+        restorable: &BTreeSet<String>,
+        unconditional: bool,
+    ) -> CreateFacts<'static> {
+        steps::create_facts(&self.observed(&[]), pod, role, restorable, unconditional)
+    }
+
+    /// Removes VMs from the reclaim record (the image rule and the sub-agent pre-create drop).
+    async fn forget_vms(&mut self, vms: &[String]) -> Result<(), Error> {
+        if vms.is_empty() {
+            return Ok(());
+        }
+        let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
+        for vm in vms {
+            record.remove_vm(vm);
+        }
+        let delta = record.delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await
+    }
+
+    // ----- step 11 ---------------------------------------------------------------------
+
+    async fn main_agent(&mut self) -> Result<Step, Error> {
+        let restorable = if self.classified.main.is_none() {
+            self.cr_restorable()
+        } else {
+            BTreeSet::new()
+        };
+        let plan = steps::main::plan(&self.observed(&[]), &restorable, Utc::now(), status_time());
+        let applied = self.apply(plan).await?;
+        let next = steps::main::after_create(applied.next, &applied.created, &self.ctx.timing);
+        Ok(Step::from(next))
+    }
+
+    // ----- step 12 ---------------------------------------------------------------------
+
+    async fn sub_agents(&mut self) -> Result<(), Error> {
+        let Some(survey) = steps::sub_agents::survey(&self.observed(&[])) else {
+            return Ok(());
+        };
+        // One pod at a time: each triage and budget check reads the history the last wrote.
+        for (pod, reason) in &survey.existing {
+            self.triage_pod(pod, reason.clone()).await?;
+        }
+        let mut missing = Vec::new();
+        for slot in survey.missing {
+            if self
+                .may_recreate(&naming::pod_name_for_agent(&self.name, slot))
+                .await?
+            {
+                missing.push(slot);
+            }
+        }
+        let restorable = if missing.is_empty() {
+            BTreeSet::new()
+        } else {
+            self.cr_restorable()
+        };
+        if let Some(create) = steps::sub_agents::creates(&self.observed(&[]), &missing, &restorable)
+        {
+            let applied = self
+                .apply(StepPlan::then(vec![create], Next::Continue))
+                .await?;
+            self.changed |= applied.created.contains(&Created::Yes);
+        }
+        let remove = steps::sub_agents::remove(&self.observed(&[]), &survey.extras);
+        self.changed |= !remove.is_empty();
+        self.apply(StepPlan::then(remove, Next::Continue)).await?;
+        Ok(())
+    }
+
+    // ----- step 13 ---------------------------------------------------------------------
+
+    async fn toolboxes(&mut self) -> Result<(), Error> {
+        if let Err(invalid) = steps::toolboxes::validate(&self.cs.spec.toolboxes) {
+            warn!(namespace = %self.ns, name = %self.name, error = %invalid, "invalid spec: waiting for a change");
+            self.invalid = Some(invalid);
+            return Ok(());
+        }
+        let (each, leaving) = steps::toolboxes::survey(&self.observed(&[]));
+        for toolbox in each {
+            match toolbox {
+                steps::toolboxes::Toolbox::Collision(message) => {
+                    return Err(Error::Invalid(message));
+                }
+                steps::toolboxes::Toolbox::Existing(pod, reason) => {
+                    self.triage_pod(&pod, reason).await?;
+                }
+                steps::toolboxes::Toolbox::Missing(t, pod_name) => {
+                    if !self.may_recreate(&pod_name).await? {
+                        continue;
+                    }
+                    let restorable = self.cr_restorable();
+                    let create = steps::toolboxes::create(&self.observed(&[]), &t, &restorable);
+                    let applied = self
+                        .apply(StepPlan::then(vec![create], Next::Continue))
+                        .await?;
+                    match applied.created.last() {
+                        Some(Created::Yes) => self.changed = true,
+                        Some(Created::AlreadyExists) => {
+                            self.check_toolbox_collision(&t, &pod_name).await?
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+        let remove = steps::sub_agents::remove(&self.observed(&[]), &leaving);
+        self.changed |= !remove.is_empty();
+        self.apply(StepPlan::then(remove, Next::Continue)).await?;
+        Ok(())
+    }
+
+    /// An AlreadyExists toolbox create is fine only for our own toolbox pod.
+    async fn check_toolbox_collision(&self, t: &ToolboxSpec, pod_name: &str) -> Result<(), Error> {
+        self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+        let live = self.pod_api.get(pod_name).await?;
+        let role = live.labels().get(labels::ROLE).cloned().unwrap_or_default();
+        if role == Role::Toolbox.as_str() && pods::is_owned(&self.cs, &live) {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "create toolbox {}: name collision with existing pod {}/{pod_name} (role={role})",
+            t.name, self.ns
+        )))
+    }
+}
+
+/// One status merge patch; returns the resourceVersion it produced.
+async fn send_status(
+    ctx: &Context,
+    sets: &Api<CocoonSet>,
+    name: &str,
+    body: &Value,
+) -> Result<Option<String>, Error> {
+    ctx.write(line!())?;
+    let patched = sets
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+        .await?;
+    Ok(patched.resource_version())
+}
+
+/// One pod annotation merge patch (nothing when the delta is empty).
+async fn patch_pod(
+    ctx: &Context,
+    api: &Api<Pod>,
+    pod: &str,
+    delta: &AnnotationDelta,
+) -> Result<(), Error> {
+    let Some(patch) = annotations_merge_patch(delta) else {
+        return Ok(());
+    };
+    ctx.write(line!())?;
+    api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// §7 for one pod: read the `:hibernate` manifest (unless skipped), drop the tag when the
+/// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
+/// record (applied by the caller once all creates are done).
+async fn create_through_protocol(
+    ctx: &Context,
+    api: &Api<Pod>,
+    mut pod: Pod,
+    facts: CreateFacts<'static>,
+    step: &'static str,
+) -> (Result<Created, Error>, Option<String>) {
+    let (_, decision) = match prepare_create(ctx, &mut pod, facts, step).await {
+        Ok(x) => x,
+        Err(e) => return (Err(e), None),
+    };
+    let forget = decision.forget.then(|| pods::vm_name(&pod).to_string());
+    (post_pod(ctx, api, &pod).await, forget)
+}
+
+/// §7 steps 1–4: read the tag, drop it under the image rule or the sub-agent pre-create drop
+/// (an error fails the pass, nothing is created), and mark the pod for restore. Returns what
+/// the read found and the plan, so the wake can tell "no snapshot" from "restore".
+async fn prepare_create(
+    ctx: &Context,
+    pod: &mut Pod,
+    facts: CreateFacts<'static>,
+    step: &'static str,
+) -> Result<(TagRead, CreatePlan), Error> {
+    let vm = pods::vm_name(pod).to_string();
+    let image = pod
+        .annotations()
+        .get(ann::IMAGE)
+        .cloned()
+        .unwrap_or_default();
+    let skip_registry = !pods::is_managed(pod) || vm.is_empty();
+    let tag = if skip_registry {
+        TagRead::Skipped
+    } else {
+        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+        match ctx
+            .registry
+            .manifest_annotations(&vm, tags::HIBERNATE)
+            .await
+        {
+            Ok(None) => TagRead::Absent,
+            Ok(Some(a)) => TagRead::Present {
+                base_image: a
+                    .get(oci::ANNOTATION_BASE_IMAGE)
+                    .cloned()
+                    .unwrap_or_default(),
+            },
+            Err(e) => {
+                let what = format!("get {vm}:{} manifest", tags::HIBERNATE);
+                return Err(Error::registry(step, what, e));
+            }
+        }
+    };
+    let decision: CreatePlan = plan::plan_create(&CreateFacts {
+        image: &image,
+        tag: tag.clone(),
+        ..facts
+    });
+    if decision.drop_tag {
+        ctx.registry_write()?;
+        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
+            let what = format!("delete {vm}:{}", tags::HIBERNATE);
+            return Err(Error::registry(step, what, e));
+        }
+        info!(vm = %vm, "dropped a :hibernate tag the new pod could not boot over");
+    }
+    if decision.restore {
+        pods::mark_restore(pod);
+    }
+    Ok((tag, decision))
+}
+
+/// Posts a pod; AlreadyExists (the old pod still terminating, or a racing pass) is reported,
+/// not failed.
+async fn post_pod(ctx: &Context, api: &Api<Pod>, pod: &Pod) -> Result<Created, Error> {
+    ctx.write(line!())?;
+    match api.create(&PostParams::default(), pod).await {
+        Ok(_) => Ok(Created::Yes),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),
+        Err(e) => Err(Error::Kube(e)),
+    }
+}
