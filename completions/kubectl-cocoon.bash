@@ -16,12 +16,6 @@ _kubectl__cocoon() {
             ",$1")
                 cmd="kubectl__cocoon"
                 ;;
-            kubectl__cocoon,__complete)
-                cmd="kubectl__cocoon__subcmd____complete"
-                ;;
-            kubectl__cocoon,__completeNoDesc)
-                cmd="kubectl__cocoon__subcmd____completeNoDesc"
-                ;;
             kubectl__cocoon,completion)
                 cmd="kubectl__cocoon__subcmd__completion"
                 ;;
@@ -34,6 +28,9 @@ _kubectl__cocoon() {
             kubectl__cocoon,hibernate)
                 cmd="kubectl__cocoon__subcmd__hibernate"
                 ;;
+            kubectl__cocoon,logs)
+                cmd="kubectl__cocoon__subcmd__logs"
+                ;;
             kubectl__cocoon,migrate)
                 cmd="kubectl__cocoon__subcmd__migrate"
                 ;;
@@ -42,6 +39,9 @@ _kubectl__cocoon() {
                 ;;
             kubectl__cocoon,registry)
                 cmd="kubectl__cocoon__subcmd__registry"
+                ;;
+            kubectl__cocoon,report)
+                cmd="kubectl__cocoon__subcmd__report"
                 ;;
             kubectl__cocoon,resume)
                 cmd="kubectl__cocoon__subcmd__resume"
@@ -64,12 +64,6 @@ _kubectl__cocoon() {
             kubectl__cocoon,wake)
                 cmd="kubectl__cocoon__subcmd__wake"
                 ;;
-            kubectl__cocoon__subcmd__help,__complete)
-                cmd="kubectl__cocoon__subcmd__help__subcmd____complete"
-                ;;
-            kubectl__cocoon__subcmd__help,__completeNoDesc)
-                cmd="kubectl__cocoon__subcmd__help__subcmd____completeNoDesc"
-                ;;
             kubectl__cocoon__subcmd__help,completion)
                 cmd="kubectl__cocoon__subcmd__help__subcmd__completion"
                 ;;
@@ -82,6 +76,9 @@ _kubectl__cocoon() {
             kubectl__cocoon__subcmd__help,hibernate)
                 cmd="kubectl__cocoon__subcmd__help__subcmd__hibernate"
                 ;;
+            kubectl__cocoon__subcmd__help,logs)
+                cmd="kubectl__cocoon__subcmd__help__subcmd__logs"
+                ;;
             kubectl__cocoon__subcmd__help,migrate)
                 cmd="kubectl__cocoon__subcmd__help__subcmd__migrate"
                 ;;
@@ -90,6 +87,9 @@ _kubectl__cocoon() {
                 ;;
             kubectl__cocoon__subcmd__help,registry)
                 cmd="kubectl__cocoon__subcmd__help__subcmd__registry"
+                ;;
+            kubectl__cocoon__subcmd__help,report)
+                cmd="kubectl__cocoon__subcmd__help__subcmd__report"
                 ;;
             kubectl__cocoon__subcmd__help,resume)
                 cmd="kubectl__cocoon__subcmd__help__subcmd__resume"
@@ -134,7 +134,7 @@ _kubectl__cocoon() {
 
     case "${cmd}" in
         kubectl__cocoon)
-            opts="-n -s -h -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help"
+            opts="-n -s -h -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -219,180 +219,8 @@ _kubectl__cocoon() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        kubectl__subcmd__cocoon__subcmd____complete)
-            opts="-n -s -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --version"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --kubeconfig)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --context)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --cluster)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --user)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --namespace)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -n)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --server)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --as)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --as-group)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --as-uid)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --certificate-authority)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-certificate)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-server-name)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --request-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --color)
-                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        kubectl__subcmd__cocoon__subcmd____completeNoDesc)
-            opts="-n -s -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --version"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --kubeconfig)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --context)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --cluster)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --user)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --namespace)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -n)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --server)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -s)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --token)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --as)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --as-group)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --as-uid)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --certificate-authority)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-certificate)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --client-key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-server-name)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --request-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --color)
-                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
         kubectl__subcmd__cocoon__subcmd__completion)
-            opts="-n -s -h -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version bash elvish fish powershell zsh"
+            opts="-n -s -h --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -478,7 +306,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__describe)
-            opts="-n -s -h -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-n -s -h --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -564,36 +392,8 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__help)
-            opts="status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help"
+            opts="status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        kubectl__subcmd__cocoon__subcmd__help__subcmd____complete)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        kubectl__subcmd__cocoon__subcmd__help__subcmd____completeNoDesc)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -661,6 +461,20 @@ _kubectl__cocoon() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        kubectl__subcmd__cocoon__subcmd__help__subcmd__logs)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         kubectl__subcmd__cocoon__subcmd__help__subcmd__migrate)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -706,6 +520,20 @@ _kubectl__cocoon() {
         kubectl__subcmd__cocoon__subcmd__help__subcmd__registry__subcmd__gc)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        kubectl__subcmd__cocoon__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -816,18 +644,26 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__hibernate)
-            opts="-A -l -o -y -n -s -h -V --all-namespaces --selector --no-wait --wait --timeout --failure-grace --until --output --dry-run --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-A -l -o -y -n -s -h --until --all-namespaces --selector --wait --no-wait --timeout --failure-grace --output --dry-run --field-manager --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --until)
+                    COMPREPLY=($(compgen -W "Pending Hibernating Hibernated Waking Active Failed" -- "${cur}"))
+                    return 0
+                    ;;
                 --selector)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 -l)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --timeout)
@@ -838,20 +674,126 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --until)
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
-                    return 0
-                    ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --dry-run)
                     COMPREPLY=($(compgen -W "none client server" -- "${cur}"))
+                    return 0
+                    ;;
+                --field-manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --yes)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cluster)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as-group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as-uid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --certificate-authority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --client-certificate)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        kubectl__subcmd__cocoon__subcmd__logs)
+            opts="-f -n -s -h --slot --toolbox --follow --tail --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --slot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --toolbox)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tail)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -934,7 +876,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__migrate)
-            opts="-o -y -n -s -h -V --to --cancel --no-wait --wait --timeout --failure-grace --until --output --dry-run --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-o -y -n -s -h --to --cancel --wait --no-wait --timeout --failure-grace --output --dry-run --field-manager --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -942,6 +884,10 @@ _kubectl__cocoon() {
             case "${prev}" in
                 --to)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --timeout)
@@ -952,20 +898,28 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --until)
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
-                    return 0
-                    ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --dry-run)
                     COMPREPLY=($(compgen -W "none client server" -- "${cur}"))
+                    return 0
+                    ;;
+                --field-manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --yes)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1048,12 +1002,16 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__pin)
-            opts="-o -y -n -s -h -V --no-wait --wait --timeout --failure-grace --until --output --dry-run --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-o -y -n -s -h --wait --no-wait --timeout --failure-grace --output --dry-run --field-manager --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --wait)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1062,20 +1020,28 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --until)
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
-                    return 0
-                    ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --dry-run)
                     COMPREPLY=($(compgen -W "none client server" -- "${cur}"))
+                    return 0
+                    ;;
+                --field-manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --yes)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1158,7 +1124,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__registry)
-            opts="-n -s -h -V --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version gc help"
+            opts="-n -s -h --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help gc help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1244,7 +1210,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__registry__subcmd__gc)
-            opts="-y -o -n -s -h -V --registry --include-latest --yes --output --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-y -o -n -s -h --registry --include-latest --yes --output --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1254,12 +1220,20 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --yes)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1383,8 +1357,98 @@ _kubectl__cocoon() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        kubectl__subcmd__cocoon__subcmd__report)
+            opts="-n -s -h --file --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --context)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cluster)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --namespace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as-group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --as-uid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --certificate-authority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --client-certificate)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-server-name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         kubectl__subcmd__cocoon__subcmd__resume)
-            opts="-A -l -o -y -n -s -h -V --all-namespaces --selector --no-wait --wait --timeout --failure-grace --until --output --dry-run --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-A -l -o -y -n -s -h --all-namespaces --selector --until --wait --no-wait --timeout --failure-grace --output --dry-run --field-manager --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1398,6 +1462,14 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --until)
+                    COMPREPLY=($(compgen -W "Pending Scaling Running Suspending Suspended Waking Migrating Failed" -- "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1406,20 +1478,28 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --until)
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
-                    return 0
-                    ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --dry-run)
                     COMPREPLY=($(compgen -W "none client server" -- "${cur}"))
+                    return 0
+                    ;;
+                --field-manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --yes)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1502,7 +1582,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__status)
-            opts="-A -l -o -w -n -s -h -V --all-namespaces --selector --output --watch --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-A -l -o -w -n -s -h --all-namespaces --selector --output --no-headers --watch --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1517,11 +1597,11 @@ _kubectl__cocoon() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1604,7 +1684,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__suspend)
-            opts="-A -l -o -y -n -s -h -V --all-namespaces --selector --no-wait --wait --timeout --failure-grace --until --output --dry-run --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-A -l -o -y -n -s -h --all-namespaces --selector --until --wait --no-wait --timeout --failure-grace --output --dry-run --field-manager --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1618,6 +1698,14 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --until)
+                    COMPREPLY=($(compgen -W "Pending Scaling Running Suspending Suspended Waking Migrating Failed" -- "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1626,20 +1714,28 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --until)
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
-                    return 0
-                    ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --dry-run)
                     COMPREPLY=($(compgen -W "none client server" -- "${cur}"))
+                    return 0
+                    ;;
+                --field-manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --yes)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1722,12 +1818,16 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__unpin)
-            opts="-o -y -n -s -h -V --no-wait --wait --timeout --failure-grace --until --output --dry-run --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-o -y -n -s -h --wait --no-wait --timeout --failure-grace --output --dry-run --field-manager --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --wait)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1736,20 +1836,28 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --until)
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
-                    return 0
-                    ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --dry-run)
                     COMPREPLY=($(compgen -W "none client server" -- "${cur}"))
+                    return 0
+                    ;;
+                --field-manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --yes)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1832,18 +1940,18 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__version)
-            opts="-o -n -s -h -V --output --client --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-o -n -s -h --output --client --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1926,7 +2034,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__wait)
-            opts="-o -n -s -h -V --for --timeout --failure-grace --output --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-o -n -s -h --for --timeout --failure-grace --output --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1945,11 +2053,11 @@ _kubectl__cocoon() {
                     return 0
                     ;;
                 --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -2032,18 +2140,26 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__wake)
-            opts="-A -l -o -y -n -s -h -V --all-namespaces --selector --no-wait --wait --timeout --failure-grace --until --output --dry-run --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help --version"
+            opts="-A -l -o -y -n -s -h --until --all-namespaces --selector --wait --no-wait --timeout --failure-grace --output --dry-run --field-manager --yes --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --until)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --selector)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 -l)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --timeout)
@@ -2054,20 +2170,28 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --until)
+                --output)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --output)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
-                    return 0
-                    ;;
                 -o)
-                    COMPREPLY=($(compgen -W "json yaml wide" -- "${cur}"))
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --dry-run)
                     COMPREPLY=($(compgen -W "none client server" -- "${cur}"))
+                    return 0
+                    ;;
+                --field-manager)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --yes)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)

@@ -55,16 +55,14 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "wake"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "migrate" -d 'Move a set\'s main agent to NODE (spec.nodeName); --cancel restores the previous pin'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "pin" -d 'Pin a set\'s main agent to NODE (same as migrate --to NODE)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "unpin" -d 'Remove a set\'s pin (spec.nodeName)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "logs" -d 'Show a member\'s guest log through the API server (pods/log)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "report" -d 'Write a support bundle (tar.gz) of one CocoonSet, secrets redacted'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "registry" -d 'Registry maintenance'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "version" -d 'Print the plugin and operator versions'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "__complete" -d 'Dynamic completion (cobra protocol), used by the kubectl_complete-cocoon shim'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "__completeNoDesc" -d 'Dynamic completion without descriptions'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s o -l output -d 'Output format' -r -f -a "json\t''
-yaml\t''
-wide\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s o -l output -d 'Output format: wide (members too), json, yaml (the computed view: each set with its members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -84,10 +82,10 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l
 always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s A -l all-namespaces -d 'Act in all namespaces'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l no-headers -d 'Print tables without their header line'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s w -l watch -d 'Watch: redraw on change (TTY) or stream one JSON object per change'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -108,13 +106,10 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l for -d 'The phase to wait for: Suspended, Running, …; for pods Hibernated, Active, Ready' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l timeout -d 'Overall wait budget (0 checks once)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l failure-grace -d 'How long Failed must persist before it counts' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s o -l output -d 'Print the final object(s); several as a List' -r -f -a "json\t''
-yaml\t''
-wide\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s o -l output -d 'Print the final object(s); several as a List' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -135,17 +130,26 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l until -d 'The CocoonSet phase that counts as success instead of Suspended' -r -f -a "Pending\t''
+Scaling\t''
+Running\t''
+Suspending\t''
+Suspended\t''
+Waking\t''
+Migrating\t''
+Failed\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l timeout -d 'Overall wait budget' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l until -d 'The phase that counts as success instead of the verb\'s default' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s o -l output -d 'Print the final object' -r -f -a "json\t''
-yaml\t''
-wide\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l dry-run -d 'none, client (print what would be sent) or server (send with dryRun=All)' -r -f -a "none\t''
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
 client\t''
 server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -165,22 +169,29 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -
 always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s A -l all-namespaces -d 'Act in all namespaces'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l no-wait -d 'Return right after the write instead of waiting for the phase to settle'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l wait -d 'Wait (the default; the opposite of --no-wait)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s y -l yes -d 'Do not ask before acting on several objects'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l until -d 'The CocoonSet phase that counts as success instead of Running' -r -f -a "Pending\t''
+Scaling\t''
+Running\t''
+Suspending\t''
+Suspended\t''
+Waking\t''
+Migrating\t''
+Failed\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l timeout -d 'Overall wait budget' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l until -d 'The phase that counts as success instead of the verb\'s default' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s o -l output -d 'Print the final object' -r -f -a "json\t''
-yaml\t''
-wide\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l dry-run -d 'none, client (print what would be sent) or server (send with dryRun=All)' -r -f -a "none\t''
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
 client\t''
 server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -200,22 +211,27 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l
 always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s A -l all-namespaces -d 'Act in all namespaces'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l no-wait -d 'Return right after the write instead of waiting for the phase to settle'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l wait -d 'Wait (the default; the opposite of --no-wait)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s y -l yes -d 'Do not ask before acting on several objects'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s V -l version -d 'Print version'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l until -d 'The CocoonHibernation phase that counts as success instead of Hibernated' -r -f -a "Pending\t''
+Hibernating\t''
+Hibernated\t''
+Waking\t''
+Active\t''
+Failed\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l timeout -d 'Overall wait budget' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l until -d 'The phase that counts as success instead of the verb\'s default' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s o -l output -d 'Print the final object' -r -f -a "json\t''
-yaml\t''
-wide\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l dry-run -d 'none, client (print what would be sent) or server (send with dryRun=All)' -r -f -a "none\t''
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
 client\t''
 server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -235,22 +251,22 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate"
 always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s A -l all-namespaces -d 'Act in all namespaces'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l no-wait -d 'Return right after the write instead of waiting for the phase to settle'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l wait -d 'Wait (the default; the opposite of --no-wait)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s y -l yes -d 'Do not ask before acting on several objects'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s V -l version -d 'Print version'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l until -d 'The phase that counts as success: a CocoonHibernation phase for pods (default Active), a CocoonSet phase for cocoonset/NAME (default Running)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l timeout -d 'Overall wait budget' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l until -d 'The phase that counts as success instead of the verb\'s default' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s o -l output -d 'Print the final object' -r -f -a "json\t''
-yaml\t''
-wide\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l dry-run -d 'none, client (print what would be sent) or server (send with dryRun=All)' -r -f -a "none\t''
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
 client\t''
 server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -270,22 +286,21 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l c
 always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s A -l all-namespaces -d 'Act in all namespaces'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l no-wait -d 'Return right after the write instead of waiting for the phase to settle'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l wait -d 'Wait (the default; the opposite of --no-wait)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s y -l yes -d 'Do not ask before acting on several objects'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l to -d 'The target node' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l timeout -d 'Overall wait budget' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l until -d 'The phase that counts as success instead of the verb\'s default' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -s o -l output -d 'Print the final object' -r -f -a "json\t''
-yaml\t''
-wide\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l dry-run -d 'none, client (print what would be sent) or server (send with dryRun=All)' -r -f -a "none\t''
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
 client\t''
 server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -305,21 +320,20 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -
 always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l cancel -d 'Restore the pin that was in place before the last migrate/pin'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l no-wait -d 'Return right after the write instead of waiting for the phase to settle'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l wait -d 'Wait (the default; the opposite of --no-wait)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -s y -l yes -d 'Do not ask before acting on several objects'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -s V -l version -d 'Print version'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l timeout -d 'Overall wait budget' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l until -d 'The phase that counts as success instead of the verb\'s default' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -s o -l output -d 'Print the final object' -r -f -a "json\t''
-yaml\t''
-wide\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l dry-run -d 'none, client (print what would be sent) or server (send with dryRun=All)' -r -f -a "none\t''
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
 client\t''
 server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -338,21 +352,20 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l re
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l no-wait -d 'Return right after the write instead of waiting for the phase to settle'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l wait -d 'Wait (the default; the opposite of --no-wait)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -s y -l yes -d 'Do not ask before acting on several objects'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand pin" -s V -l version -d 'Print version'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l timeout -d 'Overall wait budget' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l until -d 'The phase that counts as success instead of the verb\'s default' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -s o -l output -d 'Print the final object' -r -f -a "json\t''
-yaml\t''
-wide\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l dry-run -d 'none, client (print what would be sent) or server (send with dryRun=All)' -r -f -a "none\t''
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
 client\t''
 server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -371,12 +384,54 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l 
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l no-wait -d 'Return right after the write instead of waiting for the phase to settle'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l wait -d 'Wait (the default; the opposite of --no-wait)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -s y -l yes -d 'Do not ask before acting on several objects'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -s V -l version -d 'Print version'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l slot -d 'The agent slot (0 is the main agent, the default)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l toolbox -d 'A toolbox by name instead of an agent slot' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l tail -d 'Lines from the end of the log to show (the node agent\'s default when unset)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l context -d 'The name of the kubeconfig context to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l cluster -d 'The name of the kubeconfig cluster to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l user -d 'The name of the kubeconfig user to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -s n -l namespace -d 'The namespace scope for this request' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -s s -l server -d 'The address and port of the Kubernetes API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l token -d 'Bearer token for authentication to the API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l as -d 'Username to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l as-group -d 'Group to impersonate for the operation (repeatable)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l as-uid -d 'UID to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l certificate-authority -d 'Path to a cert file for the certificate authority' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l client-certificate -d 'Path to a client certificate file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l client-key -d 'Path to a client key file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l tls-server-name -d 'Server name to use for server certificate validation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l request-timeout -d 'The length of time to wait before giving up on a single server request (e.g. 30s)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -s f -l follow -d 'Keep streaming new lines'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -s h -l help -d 'Print help'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l file -d 'Where to write the bundle [default: ./cocoon-report-NS-NAME-TIME.tar.gz]' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l context -d 'The name of the kubeconfig context to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l cluster -d 'The name of the kubeconfig cluster to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l user -d 'The name of the kubeconfig user to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -s n -l namespace -d 'The namespace scope for this request' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -s s -l server -d 'The address and port of the Kubernetes API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l token -d 'Bearer token for authentication to the API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l as -d 'Username to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l as-group -d 'Group to impersonate for the operation (repeatable)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l as-uid -d 'UID to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l certificate-authority -d 'Path to a cert file for the certificate authority' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l client-certificate -d 'Path to a client certificate file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l client-key -d 'Path to a client key file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l tls-server-name -d 'Server name to use for server certificate validation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l request-timeout -d 'The length of time to wait before giving up on a single server request (e.g. 30s)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -397,13 +452,12 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l registry -d 'Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s o -l output -r -f -a "json\t''
-yaml\t''
-wide\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s y -l yes -d 'Delete (without it, only list what would be deleted); -y=true, --yes=false' -r -f -a "true\t''
+false\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s o -l output -d 'Output format: json, yaml or jsonpath=TEMPLATE' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -423,15 +477,11 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; 
 always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l include-latest -d 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s y -l yes -d 'Delete (without it, only list what would be deleted)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from help" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s o -l output -r -f -a "json\t''
-yaml\t''
-wide\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s o -l output -d 'Output format: json, yaml or jsonpath=TEMPLATE' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -453,7 +503,6 @@ never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l client -d 'Print only the plugin\'s version and revision; do not contact the cluster'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s V -l version -d 'Print version'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -474,61 +523,20 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -s V -l version -d 'Print version'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l context -d 'The name of the kubeconfig context to use' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l cluster -d 'The name of the kubeconfig cluster to use' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l user -d 'The name of the kubeconfig user to use' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -s n -l namespace -d 'The namespace scope for this request' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -s s -l server -d 'The address and port of the Kubernetes API server' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l token -d 'Bearer token for authentication to the API server' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l as -d 'Username to impersonate for the operation' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l as-group -d 'Group to impersonate for the operation (repeatable)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l as-uid -d 'UID to impersonate for the operation' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l certificate-authority -d 'Path to a cert file for the certificate authority' -r -F
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l client-certificate -d 'Path to a client certificate file for TLS' -r -F
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l client-key -d 'Path to a client key file for TLS' -r -F
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l tls-server-name -d 'Server name to use for server certificate validation' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l request-timeout -d 'The length of time to wait before giving up on a single server request (e.g. 30s)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
-always\t''
-never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __complete" -s V -l version -d 'Print version'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l context -d 'The name of the kubeconfig context to use' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l cluster -d 'The name of the kubeconfig cluster to use' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l user -d 'The name of the kubeconfig user to use' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -s n -l namespace -d 'The namespace scope for this request' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -s s -l server -d 'The address and port of the Kubernetes API server' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l token -d 'Bearer token for authentication to the API server' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l as -d 'Username to impersonate for the operation' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l as-group -d 'Group to impersonate for the operation (repeatable)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l as-uid -d 'UID to impersonate for the operation' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l certificate-authority -d 'Path to a cert file for the certificate authority' -r -F
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l client-certificate -d 'Path to a client certificate file for TLS' -r -F
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l client-key -d 'Path to a client key file for TLS' -r -F
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l tls-server-name -d 'Server name to use for server certificate validation' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l request-timeout -d 'The length of time to wait before giving up on a single server request (e.g. 30s)' -r
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
-always\t''
-never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand __completeNoDesc" -s V -l version -d 'Print version'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "status" -d 'Show CocoonSets (all in the namespace, or the named ones with their members)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "describe" -d 'Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "wait" -d 'Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "suspend" -d 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "resume" -d 'Resume suspended CocoonSets (spec.suspend=false)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "hibernate" -d 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "wake" -d 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "migrate" -d 'Move a set\'s main agent to NODE (spec.nodeName); --cancel restores the previous pin'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "pin" -d 'Pin a set\'s main agent to NODE (same as migrate --to NODE)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "unpin" -d 'Remove a set\'s pin (spec.nodeName)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "registry" -d 'Registry maintenance'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "version" -d 'Print the plugin and operator versions'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "__complete" -d 'Dynamic completion (cobra protocol), used by the kubectl_complete-cocoon shim'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "__completeNoDesc" -d 'Dynamic completion without descriptions'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin registry version completion __complete __completeNoDesc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "status" -d 'Show CocoonSets (all in the namespace, or the named ones with their members)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "describe" -d 'Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "wait" -d 'Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "suspend" -d 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "resume" -d 'Resume suspended CocoonSets (spec.suspend=false)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "hibernate" -d 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "wake" -d 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "migrate" -d 'Move a set\'s main agent to NODE (spec.nodeName); --cancel restores the previous pin'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "pin" -d 'Pin a set\'s main agent to NODE (same as migrate --to NODE)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "unpin" -d 'Remove a set\'s pin (spec.nodeName)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "logs" -d 'Show a member\'s guest log through the API server (pods/log)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "report" -d 'Write a support bundle (tar.gz) of one CocoonSet, secrets redacted'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "registry" -d 'Registry maintenance'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "version" -d 'Print the plugin and operator versions'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and __fish_seen_subcommand_from registry" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'

@@ -54,19 +54,19 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('migrate', 'migrate', [CompletionResultType]::ParameterValue, 'Move a set''s main agent to NODE (spec.nodeName); --cancel restores the previous pin')
             [CompletionResult]::new('pin', 'pin', [CompletionResultType]::ParameterValue, 'Pin a set''s main agent to NODE (same as migrate --to NODE)')
             [CompletionResult]::new('unpin', 'unpin', [CompletionResultType]::ParameterValue, 'Remove a set''s pin (spec.nodeName)')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show a member''s guest log through the API server (pods/log)')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Write a support bundle (tar.gz) of one CocoonSet, secrets redacted')
             [CompletionResult]::new('registry', 'registry', [CompletionResultType]::ParameterValue, 'Registry maintenance')
             [CompletionResult]::new('version', 'version', [CompletionResultType]::ParameterValue, 'Print the plugin and operator versions')
             [CompletionResult]::new('completion', 'completion', [CompletionResultType]::ParameterValue, 'Print a static completion script for bash, zsh, fish or powershell')
-            [CompletionResult]::new('__complete', '__complete', [CompletionResultType]::ParameterValue, 'Dynamic completion (cobra protocol), used by the kubectl_complete-cocoon shim')
-            [CompletionResult]::new('__completeNoDesc', '__completeNoDesc', [CompletionResultType]::ParameterValue, 'Dynamic completion without descriptions')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'kubectl-cocoon;status' {
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format: wide (members too), json, yaml (the computed view: each set with its members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format: wide (members too), json, yaml (the computed view: each set with its members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -87,13 +87,12 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
             [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
+            [CompletionResult]::new('--no-headers', '--no-headers', [CompletionResultType]::ParameterName, 'Print tables without their header line')
             [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Watch: redraw on change (TTY) or stream one JSON object per change')
             [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Watch: redraw on change (TTY) or stream one JSON object per change')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;describe' {
@@ -118,8 +117,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;wait' {
@@ -149,19 +146,21 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;suspend' {
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The CocoonSet phase that counts as success instead of Suspended')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
-            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success instead of the verb''s default')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print what would be sent) or server (send with dryRun=All)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -182,26 +181,25 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
             [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Return right after the write instead of waiting for the phase to settle')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait (the default; the opposite of --no-wait)')
-            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
-            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;resume' {
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The CocoonSet phase that counts as success instead of Running')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
-            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success instead of the verb''s default')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print what would be sent) or server (send with dryRun=All)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -222,26 +220,25 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
             [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Return right after the write instead of waiting for the phase to settle')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait (the default; the opposite of --no-wait)')
-            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
-            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;hibernate' {
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The CocoonHibernation phase that counts as success instead of Hibernated')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
-            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success instead of the verb''s default')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print what would be sent) or server (send with dryRun=All)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -262,26 +259,25 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
             [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Return right after the write instead of waiting for the phase to settle')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait (the default; the opposite of --no-wait)')
-            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
-            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;wake' {
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success: a CocoonHibernation phase for pods (default Active), a CocoonSet phase for cocoonset/NAME (default Running)')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
-            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success instead of the verb''s default')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print what would be sent) or server (send with dryRun=All)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -302,25 +298,23 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
             [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Return right after the write instead of waiting for the phase to settle')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait (the default; the opposite of --no-wait)')
-            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
-            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;migrate' {
             [CompletionResult]::new('--to', '--to', [CompletionResultType]::ParameterName, 'The target node')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
-            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success instead of the verb''s default')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print what would be sent) or server (send with dryRun=All)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -340,24 +334,22 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
             [CompletionResult]::new('--cancel', '--cancel', [CompletionResultType]::ParameterName, 'Restore the pin that was in place before the last migrate/pin')
-            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Return right after the write instead of waiting for the phase to settle')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait (the default; the opposite of --no-wait)')
-            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
-            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;pin' {
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
-            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success instead of the verb''s default')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print what would be sent) or server (send with dryRun=All)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -376,24 +368,22 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Return right after the write instead of waiting for the phase to settle')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait (the default; the opposite of --no-wait)')
-            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
-            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;unpin' {
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
-            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success instead of the verb''s default')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object')
-            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print what would be sent) or server (send with dryRun=All)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -412,15 +402,64 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Return right after the write instead of waiting for the phase to settle')
-            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait (the default; the opposite of --no-wait)')
-            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
-            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'kubectl-cocoon;logs' {
+            [CompletionResult]::new('--slot', '--slot', [CompletionResultType]::ParameterName, 'The agent slot (0 is the main agent, the default)')
+            [CompletionResult]::new('--toolbox', '--toolbox', [CompletionResultType]::ParameterName, 'A toolbox by name instead of an agent slot')
+            [CompletionResult]::new('--tail', '--tail', [CompletionResultType]::ParameterName, 'Lines from the end of the log to show (the node agent''s default when unset)')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
+            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
+            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
+            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
+            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
+            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
+            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
+            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'Keep streaming new lines')
+            [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'Keep streaming new lines')
+            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'kubectl-cocoon;report' {
+            [CompletionResult]::new('--file', '--file', [CompletionResultType]::ParameterName, 'Where to write the bundle [default: ./cocoon-report-NS-NAME-TIME.tar.gz]')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
+            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
+            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
+            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
+            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
+            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
+            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
+            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
         'kubectl-cocoon;registry' {
@@ -445,16 +484,16 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'kubectl-cocoon;registry;gc' {
             [CompletionResult]::new('--registry', '--registry', [CompletionResultType]::ParameterName, 'Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'o')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'output')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted); -y=true, --yes=false')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted); -y=true, --yes=false')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -474,13 +513,9 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
             [CompletionResult]::new('--include-latest', '--include-latest', [CompletionResultType]::ParameterName, 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy)')
-            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted)')
-            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted)')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;registry;help' {
@@ -495,8 +530,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;version' {
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'o')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'output')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -519,8 +554,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;completion' {
@@ -545,56 +578,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
-            break
-        }
-        'kubectl-cocoon;__complete' {
-            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
-            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
-            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
-            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
-            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
-            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
-            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
-            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
-            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
-            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
-            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
-            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
-            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
-            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
-            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
-            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
-            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
-            break
-        }
-        'kubectl-cocoon;__completeNoDesc' {
-            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
-            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
-            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
-            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
-            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
-            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
-            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
-            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
-            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
-            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
-            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
-            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
-            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
-            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
-            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
-            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
-            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
-            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
         'kubectl-cocoon;help' {
@@ -608,11 +591,11 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('migrate', 'migrate', [CompletionResultType]::ParameterValue, 'Move a set''s main agent to NODE (spec.nodeName); --cancel restores the previous pin')
             [CompletionResult]::new('pin', 'pin', [CompletionResultType]::ParameterValue, 'Pin a set''s main agent to NODE (same as migrate --to NODE)')
             [CompletionResult]::new('unpin', 'unpin', [CompletionResultType]::ParameterValue, 'Remove a set''s pin (spec.nodeName)')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show a member''s guest log through the API server (pods/log)')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Write a support bundle (tar.gz) of one CocoonSet, secrets redacted')
             [CompletionResult]::new('registry', 'registry', [CompletionResultType]::ParameterValue, 'Registry maintenance')
             [CompletionResult]::new('version', 'version', [CompletionResultType]::ParameterValue, 'Print the plugin and operator versions')
             [CompletionResult]::new('completion', 'completion', [CompletionResultType]::ParameterValue, 'Print a static completion script for bash, zsh, fish or powershell')
-            [CompletionResult]::new('__complete', '__complete', [CompletionResultType]::ParameterValue, 'Dynamic completion (cobra protocol), used by the kubectl_complete-cocoon shim')
-            [CompletionResult]::new('__completeNoDesc', '__completeNoDesc', [CompletionResultType]::ParameterValue, 'Dynamic completion without descriptions')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -646,6 +629,12 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         'kubectl-cocoon;help;unpin' {
             break
         }
+        'kubectl-cocoon;help;logs' {
+            break
+        }
+        'kubectl-cocoon;help;report' {
+            break
+        }
         'kubectl-cocoon;help;registry' {
             [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
             break
@@ -657,12 +646,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;help;completion' {
-            break
-        }
-        'kubectl-cocoon;help;__complete' {
-            break
-        }
-        'kubectl-cocoon;help;__completeNoDesc' {
             break
         }
         'kubectl-cocoon;help;help' {

@@ -2,20 +2,45 @@
 
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::PossibleValuesParser;
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::conn::ConnFlags;
+use crate::help;
+use crate::output::{OBJECT_FORMATS, TABLE_FORMATS, VERSION_FORMATS, formats};
+
+pub use crate::output::OutputFormat;
 
 /// Exit codes, shown at the end of `--help`.
-pub const EXIT_CODES_HELP: &str = "Exit codes:\n  0  success (also: already in the requested state)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out\n  4  the wait reached Failed (after --failure-grace)\n  130  interrupted (Ctrl-C) while waiting; the write already happened\n\nSeveral targets are all written first, then waited for together under one --timeout;\nthe exit code is the worst of theirs (4 over 3 over 1).";
+pub const EXIT_CODES_HELP: &str = help::EXIT_CODES;
+
+/// The phases a CocoonSet reports (`--until` of suspend, resume and `wake cocoonset/NAME`).
+pub const SET_PHASES: &[&str] = &[
+    "Pending",
+    "Scaling",
+    "Running",
+    "Suspending",
+    "Suspended",
+    "Waking",
+    "Migrating",
+    "Failed",
+];
+/// The phases a CocoonHibernation reports (`--until` of hibernate and `wake POD`).
+pub const HIBERNATION_PHASES: &[&str] = &[
+    "Pending",
+    "Hibernating",
+    "Hibernated",
+    "Waking",
+    "Active",
+    "Failed",
+];
 
 #[derive(Parser, Debug)]
 #[command(
     name = "kubectl-cocoon",
     version = crate::version::LONG_VERSION,
     about = "Lifecycle verbs for cocoon microVM agents: suspend, resume, hibernate, wake, migrate, status",
-    after_help = EXIT_CODES_HELP,
-    propagate_version = true
+    after_help = help::TOP
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -32,13 +57,6 @@ pub enum ColorMode {
     Auto,
     Always,
     Never,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum OutputFormat {
-    Json,
-    Yaml,
-    Wide,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -62,43 +80,87 @@ pub struct Selection {
 /// How a lifecycle verb waits and writes.
 #[derive(Args, Debug, Clone)]
 pub struct WaitFlags {
-    /// Return right after the write instead of waiting for the phase to settle.
-    #[arg(long)]
-    pub no_wait: bool,
-    /// Wait (the default; the opposite of --no-wait).
-    #[arg(long, conflicts_with = "no_wait")]
+    /// Wait for the phase to settle (the default); --wait=false returns right after the write.
+    #[arg(long, value_name = "BOOL", default_value_t = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = ArgAction::Set)]
     pub wait: bool,
+    /// Same as --wait=false.
+    #[arg(long, conflicts_with = "wait")]
+    pub no_wait: bool,
     /// Overall wait budget.
     #[arg(long, default_value = "10m", value_parser = crate::duration::parse_flag)]
     pub timeout: Duration,
     /// How long Failed must persist before it counts (the operator retries from Failed).
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse_flag)]
     pub failure_grace: Duration,
-    /// The phase that counts as success instead of the verb's default.
-    #[arg(long, value_name = "PHASE")]
+    /// The phase that counts as success: set from the verb's own `--until` (only the verbs
+    /// that wait for a phase have one, each offering its kind's phases).
+    #[arg(skip)]
     pub until: Option<String>,
-    /// Print the final object.
-    #[arg(short = 'o', long, value_enum)]
+    /// Print the final object: json, yaml, name or jsonpath=TEMPLATE.
+    #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(OBJECT_FORMATS))]
     pub output: Option<OutputFormat>,
-    /// none, client (print what would be sent) or server (send with dryRun=All).
-    #[arg(long, value_enum, default_value = "none", num_args = 0..=1, default_missing_value = "client")]
+    /// none, client (print the object as it would be, send nothing) or server (send with
+    /// dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "none", num_args = 0..=1,
+          require_equals = true, default_missing_value = "client")]
     pub dry_run: DryRun,
-    /// Do not ask before acting on several objects.
-    #[arg(short = 'y', long)]
+    /// Name of the manager recorded in managedFields for every write.
+    #[arg(long, value_name = "NAME", default_value = "kubectl-cocoon")]
+    pub field_manager: String,
+    /// Do not ask before acting on several objects (-y, -y=true, --yes=false).
+    #[arg(short = 'y', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub yes: bool,
+}
+
+impl WaitFlags {
+    /// Whether the verb waits after its write (`--wait`, unless `--wait=false` or `--no-wait`).
+    pub fn waits(&self) -> bool {
+        self.wait && !self.no_wait
+    }
+}
+
+/// kubectl's refusal of `get -A NAME`, word for word.
+pub const ACROSS_NAMESPACES_BY_NAME: &str =
+    "a resource cannot be retrieved by name across all namespaces";
+
+/// Checks `--until PHASE` against the phases of the kind it waits on; `kind` is `cocoonset`
+/// or `cocoonhibernation`.
+pub fn check_until(until: Option<&str>, kind: &str) -> Result<(), String> {
+    let Some(phase) = until else { return Ok(()) };
+    let phases = if kind == "cocoonset" {
+        SET_PHASES
+    } else {
+        HIBERNATION_PHASES
+    };
+    if phases.contains(&phase) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid value '{phase}' for '--until <PHASE>': a {kind} has no such phase [possible values: {}]",
+            phases.join(", ")
+        ))
+    }
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show CocoonSets (all in the namespace, or the named ones with their members).
-    #[command(alias = "get", alias = "list")]
+    #[command(alias = "get", alias = "list", after_help = help::STATUS)]
     Status {
+        /// CocoonSets to show in detail (none: every set in the namespace, or those -l / -A select).
+        #[arg(value_name = "NAME")]
         names: Vec<String>,
         #[command(flatten)]
         selection: Selection,
-        /// Output format.
-        #[arg(short = 'o', long, value_enum)]
+        /// Output format: wide (members too), json, yaml (the computed view: each set with its
+        /// members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE.
+        #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(TABLE_FORMATS))]
         output: Option<OutputFormat>,
+        /// Print tables without their header line.
+        #[arg(long)]
+        no_headers: bool,
         /// Watch: redraw on change (TTY) or stream one JSON object per change.
         #[arg(short = 'w', long)]
         watch: bool,
@@ -108,12 +170,18 @@ pub enum Command {
     /// NAME or cocoonset/NAME shows a set with its members; pod/NAME or
     /// cocoonhibernation/NAME a pod with its hibernation. Events are those of exactly these
     /// objects (involvedObject kind, name and uid).
-    Describe { name: String },
+    #[command(after_help = help::DESCRIBE)]
+    Describe {
+        /// NAME or cocoonset/NAME, pod/NAME or cocoonhibernation/NAME.
+        #[arg(value_name = "TARGET")]
+        name: String,
+    },
     /// Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended.
     ///
     /// Targets: cocoonset/NAME (a bare NAME is a set) and pod/NAME, a pod through its
     /// CocoonHibernation (--for=Ready: Active and the pod Ready, i.e. its VM serves).
     /// Several targets are waited for together under one --timeout; --timeout 0 checks once.
+    #[command(after_help = help::WAIT)]
     Wait {
         /// cocoonset/NAME (or NAME), pod/NAME, cocoonhibernation/NAME; several allowed.
         #[arg(value_name = "TARGET")]
@@ -128,43 +196,71 @@ pub enum Command {
         #[arg(long, default_value = "30s", value_parser = crate::duration::parse_flag)]
         failure_grace: Duration,
         /// Print the final object(s); several as a List.
-        #[arg(short = 'o', long, value_enum)]
+        #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(OBJECT_FORMATS))]
         output: Option<OutputFormat>,
     },
     /// Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true).
+    #[command(after_help = help::SUSPEND)]
     Suspend {
+        /// CocoonSets to suspend (or select them with -l / -A).
+        #[arg(value_name = "NAME")]
         names: Vec<String>,
         #[command(flatten)]
         selection: Selection,
+        /// The CocoonSet phase that counts as success instead of Suspended.
+        #[arg(long, value_name = "PHASE", value_parser = PossibleValuesParser::new(SET_PHASES))]
+        until: Option<String>,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Resume suspended CocoonSets (spec.suspend=false).
+    #[command(after_help = help::RESUME)]
     Resume {
+        /// CocoonSets to resume (or select them with -l / -A).
+        #[arg(value_name = "NAME")]
         names: Vec<String>,
         #[command(flatten)]
         selection: Selection,
+        /// The CocoonSet phase that counts as success instead of Running.
+        #[arg(long, value_name = "PHASE", value_parser = PossibleValuesParser::new(SET_PHASES))]
+        until: Option<String>,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Hibernate pods through their CocoonHibernation (created if missing, named after the pod).
+    #[command(after_help = help::HIBERNATE)]
     Hibernate {
+        /// Cocoon pods to hibernate (each gets a CocoonHibernation of the same name).
+        #[arg(value_name = "POD")]
         pods: Vec<String>,
+        /// The CocoonHibernation phase that counts as success instead of Hibernated.
+        #[arg(long, value_name = "PHASE", value_parser = PossibleValuesParser::new(HIBERNATION_PHASES))]
+        until: Option<String>,
         #[command(flatten)]
         selection: Selection,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set.
+    #[command(after_help = help::WAKE)]
     Wake {
+        /// Pods (POD or pod/POD) to wake, or cocoonset/NAME to resume a set.
+        #[arg(value_name = "TARGET")]
         targets: Vec<String>,
+        /// The phase that counts as success: a CocoonHibernation phase for pods (default
+        /// Active), a CocoonSet phase for cocoonset/NAME (default Running).
+        #[arg(long, value_name = "PHASE")]
+        until: Option<String>,
         #[command(flatten)]
         selection: Selection,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Move a set's main agent to NODE (spec.nodeName); --cancel restores the previous pin.
+    #[command(after_help = help::MIGRATE)]
     Migrate {
+        /// The CocoonSet whose main agent moves.
+        #[arg(value_name = "NAME")]
         name: String,
         /// The target node.
         #[arg(long, value_name = "NODE", required_unless_present = "cancel")]
@@ -176,33 +272,78 @@ pub enum Command {
         wait: WaitFlags,
     },
     /// Pin a set's main agent to NODE (same as migrate --to NODE).
+    #[command(after_help = help::PIN)]
     Pin {
+        /// The CocoonSet to pin.
+        #[arg(value_name = "NAME")]
         name: String,
+        /// The node its main agent must run on.
+        #[arg(value_name = "NODE")]
         node: String,
         #[command(flatten)]
         wait: WaitFlags,
     },
     /// Remove a set's pin (spec.nodeName).
+    #[command(after_help = help::UNPIN)]
     Unpin {
+        /// The CocoonSet to unpin.
+        #[arg(value_name = "NAME")]
         name: String,
         #[command(flatten)]
         wait: WaitFlags,
     },
+    /// Show a member's guest log through the API server (pods/log).
+    #[command(after_help = help::LOGS)]
+    Logs {
+        /// The CocoonSet whose member to read.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The agent slot (0 is the main agent, the default).
+        #[arg(long, value_name = "N", conflicts_with = "toolbox")]
+        slot: Option<i32>,
+        /// A toolbox by name instead of an agent slot.
+        #[arg(long, value_name = "TOOLBOX")]
+        toolbox: Option<String>,
+        /// Keep streaming new lines.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Lines from the end of the log to show (the node agent's default when unset).
+        #[arg(long, value_name = "LINES")]
+        tail: Option<i64>,
+    },
+    /// Write a support bundle (tar.gz) of one CocoonSet, secrets redacted.
+    #[command(after_help = help::REPORT)]
+    Report {
+        /// The CocoonSet to report on.
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Where to write the bundle [default: ./cocoon-report-NS-NAME-TIME.tar.gz].
+        #[arg(long, value_name = "PATH")]
+        file: Option<std::path::PathBuf>,
+    },
     /// Registry maintenance.
+    #[command(after_help = help::REGISTRY)]
     Registry {
         #[command(subcommand)]
         command: RegistryCommand,
     },
     /// Print the plugin and operator versions.
+    #[command(after_help = help::VERSION)]
     Version {
-        #[arg(short = 'o', long, value_enum)]
+        /// Output format: json, yaml or jsonpath=TEMPLATE.
+        #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(VERSION_FORMATS))]
         output: Option<OutputFormat>,
         /// Print only the plugin's version and revision; do not contact the cluster.
         #[arg(long)]
         client: bool,
     },
     /// Print a static completion script for bash, zsh, fish or powershell.
-    Completion { shell: clap_complete::Shell },
+    #[command(after_help = help::COMPLETION)]
+    Completion {
+        /// The shell to print the script for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
     /// Dynamic completion (cobra protocol), used by the kubectl_complete-cocoon shim.
     #[command(name = "__complete", hide = true, disable_help_flag = true)]
     Complete {
@@ -221,6 +362,7 @@ pub enum Command {
 pub enum RegistryCommand {
     /// Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet,
     /// CocoonHibernation or pod references. Dry run unless --yes.
+    #[command(after_help = help::REGISTRY_GC)]
     Gc {
         /// Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY.
         #[arg(long, env = "OCI_REGISTRY", value_name = "BASE")]
@@ -228,10 +370,12 @@ pub enum RegistryCommand {
         /// Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy).
         #[arg(long)]
         include_latest: bool,
-        /// Delete (without it, only list what would be deleted).
-        #[arg(short = 'y', long)]
+        /// Delete (without it, only list what would be deleted); -y=true, --yes=false.
+        #[arg(short = 'y', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
+              require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         yes: bool,
-        #[arg(short = 'o', long, value_enum)]
+        /// Output format: json, yaml or jsonpath=TEMPLATE.
+        #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(VERSION_FORMATS))]
         output: Option<OutputFormat>,
     },
 }

@@ -1,12 +1,15 @@
 //! Dynamic completion in cobra's protocol (`__complete`), used through the
 //! `kubectl_complete-cocoon` shim: candidates one per line, then `:<directive>`.
 
+use cocoon_api::contract::{annotations, labels};
 use cocoon_api::crd::set::CocoonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
+use crate::cli::{HIBERNATION_PHASES, SET_PHASES};
 use crate::conn::ConnFlags;
+use crate::output::{OBJECT_FORMATS, TABLE_FORMATS, VERSION_FORMATS};
 
 /// cobra directive: do not fall back to file completion.
 pub const NO_FILE: u32 = 4;
@@ -17,12 +20,16 @@ pub const ERROR: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Want {
     Subcommands,
+    /// Names with descriptions: a verb's subcommands or flags.
+    Named(Vec<(String, String)>),
     Sets,
     Pods,
     /// Pods, plus `cocoonset/<name>` (for `wake`).
     PodsOrSets,
     Nodes,
     Values(Vec<&'static str>),
+    /// Like `Values`, typed as `--flag=VALUE` in one word.
+    FlagValues(String, Vec<&'static str>),
     Nothing,
 }
 
@@ -36,19 +43,95 @@ pub struct Request {
     pub kubeconfig: Option<String>,
 }
 
-const SUBCOMMANDS: &[(&str, &str)] = &[
-    ("status", "Show CocoonSets"),
-    ("describe", "Show one CocoonSet in detail"),
-    ("suspend", "Suspend CocoonSets"),
-    ("resume", "Resume suspended CocoonSets"),
-    ("hibernate", "Hibernate pods"),
-    ("wake", "Wake pods, or cocoonset/NAME"),
-    ("migrate", "Move a set's main agent to a node"),
-    ("pin", "Pin a set's main agent to a node"),
-    ("unpin", "Remove a set's pin"),
-    ("version", "Print versions"),
-    ("completion", "Print a completion script"),
-];
+/// The command line's visible verbs (or a verb's subcommands), with the first sentence of
+/// their help.
+fn subcommands(path: &[&str]) -> Vec<(String, String)> {
+    let Some(cmd) = command_at(path) else {
+        return Vec::new();
+    };
+    cmd.get_subcommands()
+        .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+        .map(|c| (c.get_name().to_string(), short_about(c)))
+        .collect()
+}
+
+fn short_about(c: &clap::Command) -> String {
+    let about = c.get_about().map(|a| a.to_string()).unwrap_or_default();
+    about
+        .split([':', ';', '('])
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .trim_end_matches('.')
+        .to_string()
+}
+
+/// The clap command at `path` (empty: the top), with the global flags propagated.
+fn command_at(path: &[&str]) -> Option<clap::Command> {
+    let mut cmd = <crate::cli::Cli as clap::CommandFactory>::command();
+    cmd.build();
+    for name in path {
+        cmd = cmd.find_subcommand(name)?.clone();
+    }
+    Some(cmd)
+}
+
+/// The long flags of the command at `path`, global ones included, with their help.
+fn flags(path: &[&str]) -> Vec<(String, String)> {
+    let Some(cmd) = command_at(path) else {
+        return Vec::new();
+    };
+    cmd.get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| {
+            let long = a.get_long()?;
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            Some((format!("--{long}"), help.trim_end_matches('.').to_string()))
+        })
+        .collect()
+}
+
+/// The phases `--until` (and `--for`) offer for a verb.
+fn phases(sub: Option<&str>) -> Vec<&'static str> {
+    match sub {
+        Some("suspend" | "resume") => SET_PHASES.to_vec(),
+        Some("hibernate") => HIBERNATION_PHASES.to_vec(),
+        _ => {
+            let mut all = HIBERNATION_PHASES.to_vec();
+            all.extend(
+                SET_PHASES
+                    .iter()
+                    .filter(|p| !HIBERNATION_PHASES.contains(p)),
+            );
+            all
+        }
+    }
+}
+
+/// The `-o` formats a verb offers (`jsonpath=` to be completed by hand).
+fn output_formats(sub: Option<&str>) -> Vec<&'static str> {
+    let formats = match sub {
+        Some("status" | "get" | "list") => TABLE_FORMATS,
+        Some("version" | "registry") => VERSION_FORMATS,
+        _ => OBJECT_FORMATS,
+    };
+    formats
+        .iter()
+        .map(|f| if *f == "jsonpath" { "jsonpath=" } else { f })
+        .collect()
+}
+
+/// The values of a flag, when it takes one from a fixed set.
+fn flag_values(flag: &str, sub: Option<&str>) -> Option<Vec<&'static str>> {
+    Some(match flag {
+        "-o" | "--output" => output_formats(sub),
+        "--color" => vec!["auto", "always", "never"],
+        "--dry-run" => vec!["none", "client", "server"],
+        "--wait" | "--yes" | "-y" => vec!["true", "false"],
+        "--until" | "--for" => phases(sub),
+        _ => return None,
+    })
+}
 
 /// Flags that take a value (so the next word is not a positional).
 const VALUE_FLAGS: &[&str] = &[
@@ -76,9 +159,14 @@ const VALUE_FLAGS: &[&str] = &[
     "--failure-grace",
     "--until",
     "--to",
+    "--slot",
+    "--toolbox",
+    "--tail",
+    "--file",
     "-l",
     "--selector",
-    "--dry-run",
+    "--for",
+    "--field-manager",
 ];
 
 /// Parses the words typed so far (the last one is being completed).
@@ -95,6 +183,7 @@ pub fn parse(words: &[String]) -> Request {
         kubeconfig: None,
     };
     let mut sub: Option<&str> = None;
+    let mut first_positional: Option<&str> = None;
     let mut positionals = 0usize;
     let mut i = 0;
     let mut pending_flag: Option<&str> = None;
@@ -120,25 +209,38 @@ pub fn parse(words: &[String]) -> Request {
         } else if sub.is_none() {
             sub = Some(w);
         } else {
+            first_positional = first_positional.or(Some(w));
             positionals += 1;
         }
         i += 1;
     }
+    // The verb whose flags apply: `registry gc` is one level down.
+    let path: Vec<&str> = match (sub, first_positional) {
+        (Some("registry"), Some(v)) => vec!["registry", v],
+        (Some(s), _) => vec![s],
+        (None, _) => Vec::new(),
+    };
     req.want = if let Some(flag) = pending_flag {
         match flag {
-            "-o" | "--output" => Want::Values(vec!["json", "yaml", "wide"]),
-            "--color" => Want::Values(vec!["auto", "always", "never"]),
-            "--dry-run" => Want::Values(vec!["none", "client", "server"]),
             "--to" => Want::Nodes,
-            _ => Want::Nothing,
+            f => flag_values(f, sub)
+                .map(Want::Values)
+                .unwrap_or(Want::Nothing),
         }
+    } else if let Some((flag, value)) = prefix.split_once('=').filter(|(f, _)| f.starts_with('-')) {
+        let want = flag_values(flag, sub)
+            .map(|v| Want::FlagValues(format!("{flag}="), v))
+            .unwrap_or(Want::Nothing);
+        req.prefix = value.to_string();
+        want
     } else if prefix.starts_with('-') {
-        Want::Nothing
+        Want::Named(flags(&path))
     } else {
         match (sub, positionals) {
             (None, _) => Want::Subcommands,
+            (Some("registry"), 0) => Want::Named(subcommands(&["registry"])),
             (Some("status" | "get" | "list" | "suspend" | "resume"), _) => Want::Sets,
-            (Some("describe" | "migrate" | "unpin"), 0) => Want::Sets,
+            (Some("describe" | "migrate" | "unpin" | "report" | "logs"), 0) => Want::Sets,
             (Some("pin"), 0) => Want::Sets,
             (Some("pin"), 1) => Want::Nodes,
             (Some("hibernate"), _) => Want::Pods,
@@ -166,7 +268,23 @@ pub fn candidates(
         }
     };
     let mut out: Vec<String> = match &req.want {
-        Want::Subcommands => SUBCOMMANDS.iter().map(|(n, d)| with(n, d)).collect(),
+        Want::Subcommands => subcommands(&[])
+            .iter()
+            .filter(|(n, _)| n.starts_with(&req.prefix))
+            .map(|(n, d)| with(n, d))
+            .collect(),
+        Want::Named(named) => named
+            .iter()
+            .filter(|(n, _)| n.starts_with(&req.prefix))
+            .map(|(n, d)| with(n, d))
+            .collect(),
+        Want::FlagValues(flag, v) => {
+            return v
+                .iter()
+                .filter(|s| s.starts_with(&req.prefix))
+                .map(|s| format!("{flag}{s}"))
+                .collect();
+        }
         Want::Sets => sets.to_vec(),
         Want::Pods => pods.to_vec(),
         Want::PodsOrSets => pods
@@ -180,6 +298,31 @@ pub fn candidates(
     };
     out.retain(|c| c.starts_with(&req.prefix));
     out
+}
+
+/// The command line the static completion scripts describe: every visible verb and flag, not
+/// the hidden `__complete` protocol verbs.
+pub fn static_command() -> clap::Command {
+    let cmd = <crate::cli::Cli as clap::CommandFactory>::command();
+    let visible: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .cloned()
+        .collect();
+    let mut out = clap::Command::new("kubectl-cocoon")
+        .version(crate::version::LONG_VERSION)
+        .args(cmd.get_arguments().cloned())
+        .subcommands(visible);
+    if let Some(a) = cmd.get_about() {
+        out = out.about(a.clone());
+    }
+    out
+}
+
+/// Pods `hibernate` and `wake` can act on: those with a cocoon VM (or made by a CocoonSet).
+pub fn is_cocoon_pod(p: &Pod) -> bool {
+    p.annotations().contains_key(annotations::VM_NAME)
+        || p.labels().contains_key(labels::COCOONSET_NAME)
 }
 
 /// Runs `__complete`: prints candidates and the directive; never fails loudly (debug on stderr).
@@ -216,7 +359,14 @@ pub async fn run(words: &[String], desc: bool, base: &ConnFlags) {
                         .list(&ListParams::default())
                         .await
                     {
-                        Ok(l) => pods = l.items.iter().map(|p| p.name_any()).collect(),
+                        Ok(l) => {
+                            pods = l
+                                .items
+                                .iter()
+                                .filter(|p| is_cocoon_pod(p))
+                                .map(|p| p.name_any())
+                                .collect()
+                        }
                         Err(e) => eprintln!("__complete: list pods: {e}"),
                     }
                 }
@@ -262,17 +412,72 @@ mod tests {
         assert_eq!(req(&["migrate", "demo", "--to", ""]).want, Want::Nodes);
         assert_eq!(
             req(&["status", "-o", ""]).want,
-            Want::Values(vec!["json", "yaml", "wide"])
+            Want::Values(vec!["wide", "json", "yaml", "name", "jsonpath="])
+        );
+        assert_eq!(
+            req(&["suspend", "-o", ""]).want,
+            Want::Values(vec!["json", "yaml", "name", "jsonpath="])
         );
         assert_eq!(
             req(&["status", "--color", ""]).want,
             Want::Values(vec!["auto", "always", "never"])
         );
+        // --dry-run takes its value after `=`; the next word is a name.
+        assert_eq!(req(&["suspend", "--dry-run", ""]).want, Want::Sets);
+        let r = req(&["suspend", "--dry-run=s"]);
+        assert_eq!(candidates(&r, &[], &[], &[], true), ["--dry-run=server"]);
+        let r = req(&["suspend", "--wait="]);
         assert_eq!(
-            req(&["suspend", "--dry-run", ""]).want,
-            Want::Values(vec!["none", "client", "server"])
+            candidates(&r, &[], &[], &[], true),
+            ["--wait=true", "--wait=false"]
+        );
+        assert_eq!(
+            req(&["hibernate", "--until", ""]).want,
+            Want::Values(HIBERNATION_PHASES.to_vec())
+        );
+        assert_eq!(
+            req(&["resume", "--until", ""]).want,
+            Want::Values(SET_PHASES.to_vec())
+        );
+        assert!(
+            matches!(req(&["wait", "--for", ""]).want, Want::Values(v) if v.contains(&"Suspended") && v.contains(&"Hibernated"))
         );
         assert_eq!(req(&["version", ""]).want, Want::Nothing);
+    }
+
+    #[test]
+    fn flags_and_registry_verbs_are_offered() {
+        let r = req(&["suspend", "--ti"]);
+        assert_eq!(candidates(&r, &[], &[], &[], false), ["--timeout"]);
+        let r = req(&["suspend", "--"]);
+        let all = candidates(&r, &[], &[], &[], false);
+        for f in [
+            "--wait",
+            "--dry-run",
+            "--field-manager",
+            "--until",
+            "--kubeconfig",
+            "--namespace",
+        ] {
+            assert!(all.contains(&f.to_string()), "{f}: {all:?}");
+        }
+        let r = req(&["pin", "--"]);
+        assert!(!candidates(&r, &[], &[], &[], false).contains(&"--until".to_string()));
+        let r = req(&["registry", ""]);
+        assert_eq!(candidates(&r, &[], &[], &[], false), ["gc"]);
+        let r = req(&["registry", "gc", "--inc"]);
+        assert_eq!(candidates(&r, &[], &[], &[], false), ["--include-latest"]);
+        let r = req(&["re"]);
+        assert_eq!(
+            candidates(&r, &[], &[], &[], false),
+            ["resume", "report", "registry"]
+        );
+        let r = req(&[""]);
+        let verbs = candidates(&r, &[], &[], &[], false);
+        assert!(
+            !verbs.iter().any(|v| v.starts_with("__") || v == "help"),
+            "{verbs:?}"
+        );
     }
 
     #[test]

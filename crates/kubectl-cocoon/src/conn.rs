@@ -10,56 +10,59 @@ use kube::{Client, Config};
 
 use crate::error::CliError;
 
+/// The heading the connection flags are listed under in every verb's help.
+pub const CONNECTION: &str = "Connection options";
+
 /// The standard kubectl connection flags.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConnFlags {
     /// Path to the kubeconfig file to use.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
     /// The name of the kubeconfig context to use.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "NAME")]
     pub context: Option<String>,
     /// The name of the kubeconfig cluster to use.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "NAME")]
     pub cluster: Option<String>,
     /// The name of the kubeconfig user to use.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "NAME")]
     pub user: Option<String>,
     /// The namespace scope for this request.
-    #[arg(short = 'n', long, global = true, value_name = "NS")]
+    #[arg(short = 'n', long, global = true, help_heading = CONNECTION, value_name = "NS")]
     pub namespace: Option<String>,
     /// The address and port of the Kubernetes API server.
-    #[arg(short = 's', long, global = true, value_name = "URL")]
+    #[arg(short = 's', long, global = true, help_heading = CONNECTION, value_name = "URL")]
     pub server: Option<String>,
     /// Bearer token for authentication to the API server.
-    #[arg(long, global = true, value_name = "TOKEN")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "TOKEN")]
     pub token: Option<String>,
     /// Username to impersonate for the operation.
-    #[arg(long = "as", global = true, value_name = "USER")]
+    #[arg(long = "as", global = true, help_heading = CONNECTION, value_name = "USER")]
     pub as_user: Option<String>,
     /// Group to impersonate for the operation (repeatable).
-    #[arg(long = "as-group", global = true, value_name = "GROUP")]
+    #[arg(long = "as-group", global = true, help_heading = CONNECTION, value_name = "GROUP")]
     pub as_group: Vec<String>,
     /// UID to impersonate for the operation.
-    #[arg(long = "as-uid", global = true, value_name = "UID")]
+    #[arg(long = "as-uid", global = true, help_heading = CONNECTION, value_name = "UID")]
     pub as_uid: Option<String>,
     /// Path to a cert file for the certificate authority.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PATH")]
     pub certificate_authority: Option<PathBuf>,
     /// Path to a client certificate file for TLS.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PATH")]
     pub client_certificate: Option<PathBuf>,
     /// Path to a client key file for TLS.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PATH")]
     pub client_key: Option<PathBuf>,
     /// If true, the server's certificate will not be checked for validity.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = CONNECTION)]
     pub insecure_skip_tls_verify: bool,
     /// Server name to use for server certificate validation.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "NAME")]
     pub tls_server_name: Option<String>,
     /// The length of time to wait before giving up on a single server request (e.g. 30s).
-    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::duration::parse_flag)]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "DURATION", value_parser = crate::duration::parse_flag)]
     pub request_timeout: Option<Duration>,
 }
 

@@ -185,7 +185,12 @@ pub async fn describe(client: &Client, ns: &str, arg: &str, color: bool) -> Resu
 
 async fn describe_set(client: &Client, ns: &str, name: &str, color: bool) -> Result<(), CliError> {
     let snap = crate::status::read(client, ns, &[name.to_string()], &Selection::default()).await?;
-    print!("{}", crate::status::render(&snap, true, false, color));
+    let view = crate::status::View {
+        output: None,
+        no_headers: false,
+        color,
+    };
+    print!("{}", crate::status::render(&snap, true, false, &view));
     let mut objects: Vec<Involved> = snap.sets.iter().map(Involved::of).collect();
     let members: Vec<&Pod> = snap
         .pods

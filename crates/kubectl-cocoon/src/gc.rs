@@ -113,7 +113,7 @@ pub async fn run(
     registry: Option<&str>,
     include_latest: bool,
     yes: bool,
-    output: Option<crate::cli::OutputFormat>,
+    output: Option<&crate::cli::OutputFormat>,
 ) -> Result<(), crate::error::CliError> {
     use crate::error::CliError;
     use kube::api::{Api, ListParams};

@@ -5,13 +5,18 @@ pub mod cli;
 pub mod complete;
 pub mod conn;
 pub mod describe;
+pub mod dryrun;
 pub mod duration;
 pub mod error;
 pub mod gc;
+pub mod help;
+pub mod jsonpath;
 pub mod lifecycle;
+pub mod logs;
 pub mod multi;
 pub mod output;
 pub mod progress;
+pub mod report;
 pub mod status;
 pub mod table;
 pub mod targets;
@@ -30,7 +35,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     let color = output::use_color(cli.color);
     match cli.command {
         Command::Completion { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut cmd = complete::static_command();
             clap_complete::generate(shell, &mut cmd, "kubectl-cocoon", &mut std::io::stdout());
             Ok(())
         }
@@ -67,7 +72,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 operator: operator.clone(),
             };
             if let Some(fmt) = output {
-                return output::print_object(&v, fmt);
+                return output::print_object(&v, &fmt);
             }
             println!("Client Version: {client_version}");
             println!("Client Revision: {}", version::CLIENT_REVISION);
@@ -87,6 +92,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         command => {
+            check_before_connecting(&command)?;
             let conn = cli.conn.connect().await?;
             let (client, ns) = (conn.client, conn.namespace);
             match command {
@@ -94,24 +100,42 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     names,
                     selection,
                     output,
+                    no_headers,
                     watch,
-                } => status::status(&client, &ns, &names, &selection, output, watch, color).await,
+                } => {
+                    let view = status::View {
+                        output,
+                        no_headers,
+                        color,
+                    };
+                    status::status(&client, &ns, &names, &selection, &view, watch).await
+                }
                 Command::Describe { name } => describe::describe(&client, &ns, &name, color).await,
                 Command::Suspend {
                     names,
                     selection,
-                    wait,
-                } => lifecycle::set_suspend(&client, &ns, &names, &selection, true, &wait).await,
+                    until,
+                    mut wait,
+                } => {
+                    wait.until = until;
+                    lifecycle::set_suspend(&client, &ns, &names, &selection, true, &wait).await
+                }
                 Command::Resume {
                     names,
                     selection,
-                    wait,
-                } => lifecycle::set_suspend(&client, &ns, &names, &selection, false, &wait).await,
+                    until,
+                    mut wait,
+                } => {
+                    wait.until = until;
+                    lifecycle::set_suspend(&client, &ns, &names, &selection, false, &wait).await
+                }
                 Command::Hibernate {
                     pods,
                     selection,
-                    wait,
+                    until,
+                    mut wait,
                 } => {
+                    wait.until = until;
                     lifecycle::pods_and_sets(
                         &client,
                         &ns,
@@ -125,8 +149,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 Command::Wake {
                     targets,
                     selection,
-                    wait,
+                    until,
+                    mut wait,
                 } => {
+                    wait.until = until;
                     lifecycle::pods_and_sets(
                         &client,
                         &ns,
@@ -176,6 +202,16 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 Command::Unpin { name, wait } => {
                     lifecycle::pin(&client, &ns, &name, lifecycle::PinChange::Unpin, &wait).await
                 }
+                Command::Logs {
+                    name,
+                    slot,
+                    toolbox,
+                    follow,
+                    tail,
+                } => logs::run(&client, &ns, &name, slot, toolbox.as_deref(), follow, tail).await,
+                Command::Report { name, file } => {
+                    report::run(&client, &ns, &name, file.as_deref()).await
+                }
                 Command::Registry {
                     command:
                         cli::RegistryCommand::Gc {
@@ -184,12 +220,44 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                             yes,
                             output,
                         },
-                } => gc::run(&client, registry.as_deref(), include_latest, yes, output).await,
+                } => {
+                    gc::run(
+                        &client,
+                        registry.as_deref(),
+                        include_latest,
+                        yes,
+                        output.as_ref(),
+                    )
+                    .await
+                }
                 Command::Completion { .. }
                 | Command::Complete { .. }
                 | Command::CompleteNoDesc { .. }
                 | Command::Version { .. } => Ok(()),
             }
         }
+    }
+}
+
+/// Usage checks that need no cluster: kubectl's refusal of `-A` with names, and `--until`
+/// against the phases of each target's kind.
+fn check_before_connecting(command: &Command) -> Result<(), CliError> {
+    match command {
+        Command::Status {
+            names, selection, ..
+        } if selection.all_namespaces && !names.is_empty() => {
+            Err(CliError::Usage(cli::ACROSS_NAMESPACES_BY_NAME.to_string()))
+        }
+        Command::Wake { targets, until, .. } => {
+            for t in targets {
+                let kind = match targets::parse_target(t, targets::Kind::Pod)? {
+                    (targets::Kind::CocoonSet, _) => "cocoonset",
+                    _ => "cocoonhibernation",
+                };
+                cli::check_until(until.as_deref(), kind).map_err(CliError::Usage)?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }

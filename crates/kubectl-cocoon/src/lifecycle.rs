@@ -15,6 +15,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::cli::{DryRun, Selection, WaitFlags};
+use crate::dryrun::{self, Action};
 use crate::error::CliError;
 use crate::multi::{self, Job, set_observation};
 use crate::output::print_object;
@@ -145,12 +146,20 @@ fn confirm(
     }
 }
 
+/// Every write names `--field-manager` and sends `dryRun=All` under `--dry-run=server`.
 fn patch_params(flags: &WaitFlags) -> PatchParams {
-    let mut pp = PatchParams::default();
-    if flags.dry_run == DryRun::Server {
-        pp.dry_run = true;
+    PatchParams {
+        dry_run: flags.dry_run == DryRun::Server,
+        field_manager: Some(flags.field_manager.clone()),
+        ..Default::default()
     }
-    pp
+}
+
+fn post_params(flags: &WaitFlags) -> PostParams {
+    PostParams {
+        dry_run: flags.dry_run == DryRun::Server,
+        field_manager: Some(flags.field_manager.clone()),
+    }
 }
 
 /// The wait options of a write verb. Warning Events from before this command (less some clock
@@ -159,8 +168,8 @@ fn wait_options(flags: &WaitFlags) -> multi::Options {
     multi::Options {
         timeout: flags.timeout,
         grace: flags.failure_grace,
-        output: flags.output,
-        no_wait: flags.no_wait,
+        output: flags.output.clone(),
+        no_wait: !flags.waits(),
         since: Timestamp::now()
             .checked_sub(SignedDuration::from_secs(5))
             .ok(),
@@ -204,18 +213,20 @@ async fn write_suspend(
         ))
     })?;
     let patch = json!({"spec": {"suspend": suspend}});
+    let unchanged = cs.spec.suspend == suspend;
     if flags.dry_run == DryRun::Client {
-        println!(
-            "{}",
-            json!({"cocoonset": format!("{tns}/{name}"), "patch": patch})
-        );
+        dryrun::report_client_patch(&cs, &patch, unchanged, flags).map_err(fail)?;
         return Ok(None);
     }
-    let (generation, written) = if cs.spec.suspend == suspend {
+    let (generation, written) = if unchanged {
         eprintln!(
             "cocoonset {name} already {}",
             if suspend { "suspended" } else { "resumed" }
         );
+        if flags.dry_run == DryRun::Server {
+            dryrun::report(&cs, Action::Unchanged, flags).map_err(fail)?;
+            return Ok(None);
+        }
         (cs.metadata.generation.unwrap_or(0), String::new())
     } else {
         let after = api
@@ -227,14 +238,15 @@ async fn write_suspend(
                     e,
                 ))
             })?;
+        if flags.dry_run == DryRun::Server {
+            dryrun::report(&after, Action::Patched, flags).map_err(fail)?;
+            return Ok(None);
+        }
         (
             after.metadata.generation.unwrap_or(0),
             format!("spec.suspend={suspend}"),
         )
     };
-    if flags.dry_run == DryRun::Server {
-        return Ok(None);
-    }
     Ok(Some(Job {
         target,
         goal: goal.clone(),
@@ -317,24 +329,28 @@ async fn write_desire(
     let written = format!("spec.desire={}", desire.as_str());
     let (generation, written) = match (&existing, flags.dry_run) {
         (Some(ch), DryRun::Client) => {
-            println!(
-                "{}",
-                json!({"cocoonhibernation": format!("{ns}/{}", ch.name_any()), "patch": {"spec": {"desire": desire.as_str()}}})
-            );
+            let patch = json!({"spec": {"desire": desire.as_str()}});
+            dryrun::report_client_patch(ch, &patch, ch.spec.desire == desire, flags)
+                .map_err(fail)?;
             return Ok(None);
         }
         (None, DryRun::Client) => {
-            let obj = new_hibernation(pod, desire);
-            println!("{}", serde_json::to_string(&obj).unwrap_or_default());
+            let mut obj = new_hibernation(pod, desire);
+            obj.metadata.namespace = Some(ns.to_string());
+            dryrun::report(&obj, Action::Created, flags).map_err(fail)?;
             return Ok(None);
         }
         (Some(ch), _) if ch.spec.desire == desire => {
             eprintln!("cocoonhibernation {pod} already wants {}", desire.as_str());
+            if flags.dry_run == DryRun::Server {
+                dryrun::report(ch, Action::Unchanged, flags).map_err(fail)?;
+                return Ok(None);
+            }
             (ch.metadata.generation.unwrap_or(0), String::new())
         }
         (Some(_), _) => {
             let patch = json!({"spec": {"desire": desire.as_str()}});
-            let g = api
+            let after = api
                 .patch(pod, &patch_params(flags), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| {
@@ -342,35 +358,33 @@ async fn write_desire(
                         &format!("patch cocoonhibernation {ns}/{pod}"),
                         e,
                     ))
-                })?
-                .metadata
-                .generation
-                .unwrap_or(0);
-            (g, written)
+                })?;
+            if flags.dry_run == DryRun::Server {
+                dryrun::report(&after, Action::Patched, flags).map_err(fail)?;
+                return Ok(None);
+            }
+            (after.metadata.generation.unwrap_or(0), written)
         }
         (None, _) => {
-            let pp = PostParams {
-                dry_run: flags.dry_run == DryRun::Server,
-                ..Default::default()
-            };
-            let g = api
-                .create(&pp, &new_hibernation(pod, desire))
+            let after = api
+                .create(&post_params(flags), &new_hibernation(pod, desire))
                 .await
                 .map_err(|e| {
                     fail(CliError::from_kube(
                         &format!("create cocoonhibernation {ns}/{pod}"),
                         e,
                     ))
-                })?
-                .metadata
-                .generation
-                .unwrap_or(0);
-            (g, format!("created cocoonhibernation with {written}"))
+                })?;
+            if flags.dry_run == DryRun::Server {
+                dryrun::report(&after, Action::Created, flags).map_err(fail)?;
+                return Ok(None);
+            }
+            (
+                after.metadata.generation.unwrap_or(0),
+                format!("created cocoonhibernation with {written}"),
+            )
         }
     };
-    if flags.dry_run == DryRun::Server {
-        return Ok(None);
-    }
     Ok(Some(Job {
         target,
         goal: goal.clone(),
@@ -560,8 +574,8 @@ where
     F: Fn(Option<CocoonSet>) -> Fut,
     Fut: Future<Output = Result<(Option<CocoonSet>, Observation), CliError>>,
 {
-    if flags.no_wait {
-        if let Some(fmt) = flags.output
+    if !flags.waits() {
+        if let Some(fmt) = &flags.output
             && let Some(o) = api
                 .get_opt(spec.name)
                 .await
@@ -574,7 +588,7 @@ where
     let progress = Progress::new();
     let line = progress.line(format!("{}/{}", spec.kind, spec.name));
     let done = wait_for(api, spec, &line, observe).await?;
-    if let (Some(fmt), Some(done)) = (flags.output, done) {
+    if let (Some(fmt), Some(done)) = (&flags.output, done) {
         print_object(&done, fmt)?;
     }
     Ok(())
@@ -634,14 +648,11 @@ pub async fn pin(
     if matches!(change, PinChange::Cancel) {
         patch["metadata"] = json!({"annotations": {PREVIOUS_PIN: null}});
     }
+    let unchanged = current == wanted && !matches!(change, PinChange::Cancel);
     if flags.dry_run == DryRun::Client {
-        println!(
-            "{}",
-            json!({"cocoonset": format!("{ns}/{name}"), "patch": patch})
-        );
-        return Ok(());
+        return dryrun::report_client_patch(&cs, &patch, unchanged, flags);
     }
-    let generation = if current == wanted && !matches!(change, PinChange::Cancel) {
+    let generation = if unchanged {
         eprintln!(
             "cocoonset {name} already pinned to {}",
             if wanted.is_empty() {
@@ -650,18 +661,20 @@ pub async fn pin(
                 &wanted
             }
         );
+        if flags.dry_run == DryRun::Server {
+            return dryrun::report(&cs, Action::Unchanged, flags);
+        }
         cs.metadata.generation.unwrap_or(0)
     } else {
-        api.patch(name, &patch_params(flags), &Patch::Merge(&patch))
+        let after = api
+            .patch(name, &patch_params(flags), &Patch::Merge(&patch))
             .await
-            .map_err(|e| CliError::from_kube(&format!("patch cocoonset {ns}/{name}"), e))?
-            .metadata
-            .generation
-            .unwrap_or(0)
+            .map_err(|e| CliError::from_kube(&format!("patch cocoonset {ns}/{name}"), e))?;
+        if flags.dry_run == DryRun::Server {
+            return dryrun::report(&after, Action::Patched, flags);
+        }
+        after.metadata.generation.unwrap_or(0)
     };
-    if flags.dry_run == DryRun::Server {
-        return Ok(());
-    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let main = cocoon_api::naming::pod_name_for_agent(name, 0);
     let (goal, goal_text) = match &target {

@@ -309,7 +309,7 @@ pub async fn wait_all(
     }
     let _ = started;
     rows.sort_by(|a, b| a.0.target.cmp(&b.0.target));
-    if let Some(fmt) = opts.output {
+    if let Some(fmt) = &opts.output {
         let objects: Vec<Value> = rows.iter().filter_map(|(_, _, o)| o.clone()).collect();
         if several {
             print_object(

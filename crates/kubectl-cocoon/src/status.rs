@@ -85,11 +85,60 @@ pub(crate) async fn read(
     })
 }
 
-pub(crate) fn render(snap: &Snapshot, detail: bool, all_ns: bool, color: bool) -> String {
+/// How `status` prints: the `-o` format, the header line and colour.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub output: Option<OutputFormat>,
+    pub no_headers: bool,
+    pub color: bool,
+}
+
+/// The pods and hibernations of a snapshot in one set's namespace.
+fn in_namespace(snap: &Snapshot, s: &CocoonSet) -> (Vec<Pod>, Vec<CocoonHibernation>) {
+    let pods = snap
+        .pods
+        .iter()
+        .filter(|p| p.namespace() == s.namespace())
+        .cloned()
+        .collect();
+    let chs = snap
+        .hibernations
+        .iter()
+        .filter(|h| h.namespace() == s.namespace())
+        .cloned()
+        .collect();
+    (pods, chs)
+}
+
+/// The computed view `-o json|yaml|name|jsonpath` prints: a kubectl `List` of the sets, each
+/// with its `members` (pods, VMs, nodes, lifecycle, hibernation) and its `hibernations`.
+fn computed(snap: &Snapshot) -> serde_json::Value {
+    let items: Vec<serde_json::Value> = snap
+        .sets
+        .iter()
+        .map(|s| {
+            let (pods, chs) = in_namespace(snap, s);
+            view::computed_set(s, &pods, &chs)
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// kubectl's message for an empty list, which it prints on stderr.
+fn nothing_found(ns: &str, all_ns: bool) -> String {
+    if all_ns {
+        "No resources found".to_string()
+    } else {
+        format!("No resources found in {ns} namespace.")
+    }
+}
+
+pub(crate) fn render(snap: &Snapshot, detail: bool, all_ns: bool, view: &View) -> String {
     let now = Timestamp::now();
+    let (color, headers_shown) = (view.color, !view.no_headers);
     let mut out = String::new();
     if snap.sets.is_empty() {
-        return "No CocoonSets found.\n".into();
+        return String::new();
     }
     let rows: Vec<view::SetRow> = snap
         .sets
@@ -105,21 +154,10 @@ pub(crate) fn render(snap: &Snapshot, detail: bool, all_ns: bool, color: bool) -
         })
         .collect();
     let (headers, cells) = view::set_cells(&rows, all_ns);
-    out.push_str(&table::render(&headers, &cells, color));
+    out.push_str(&table::render_with(&headers, &cells, color, headers_shown));
     if detail {
         for s in &snap.sets {
-            let pods: Vec<Pod> = snap
-                .pods
-                .iter()
-                .filter(|p| p.namespace() == s.namespace())
-                .cloned()
-                .collect();
-            let chs: Vec<CocoonHibernation> = snap
-                .hibernations
-                .iter()
-                .filter(|h| h.namespace() == s.namespace())
-                .cloned()
-                .collect();
+            let (pods, chs) = in_namespace(snap, s);
             let members = view::member_rows(s, &pods, &chs);
             out.push_str(&format!(
                 "\n{}/{}:\n",
@@ -130,7 +168,7 @@ pub(crate) fn render(snap: &Snapshot, detail: bool, all_ns: bool, color: bool) -
                 out.push_str("  (no pods)\n");
             } else {
                 let (h, c) = view::member_cells(&members);
-                out.push_str(&table::render(&h, &c, color));
+                out.push_str(&table::render_with(&h, &c, color, headers_shown));
             }
             for c in s
                 .status
@@ -154,24 +192,28 @@ pub async fn status(
     ns: &str,
     names: &[String],
     sel: &Selection,
-    output: Option<OutputFormat>,
+    view: &View,
     watch: bool,
-    color: bool,
 ) -> Result<(), CliError> {
     let snap = read(client, ns, names, sel).await?;
-    match output {
-        Some(fmt @ (OutputFormat::Json | OutputFormat::Yaml)) if !watch => {
-            let list = json!({"apiVersion": "v1", "kind": "List", "items": snap.sets});
-            return print_object(&list, fmt);
+    match &view.output {
+        Some(fmt) if *fmt != OutputFormat::Wide && !watch => {
+            if snap.sets.is_empty() && *fmt != OutputFormat::Json && *fmt != OutputFormat::Yaml {
+                eprintln!("{}", nothing_found(ns, sel.all_namespaces));
+            }
+            return print_object(&computed(&snap), fmt);
         }
         _ => {}
     }
-    let detail = !names.is_empty() || output == Some(OutputFormat::Wide);
+    let detail = !names.is_empty() || view.output == Some(OutputFormat::Wide);
     if !watch {
-        print!("{}", render(&snap, detail, sel.all_namespaces, color));
+        if snap.sets.is_empty() {
+            eprintln!("{}", nothing_found(ns, sel.all_namespaces));
+        }
+        print!("{}", render(&snap, detail, sel.all_namespaces, view));
         return Ok(());
     }
-    watch_loop(client, ns, names, sel, output, detail, color).await
+    watch_loop(client, ns, names, sel, view, detail).await
 }
 
 async fn watch_loop(
@@ -179,11 +221,10 @@ async fn watch_loop(
     ns: &str,
     names: &[String],
     sel: &Selection,
-    output: Option<OutputFormat>,
+    view: &View,
     detail: bool,
-    color: bool,
 ) -> Result<(), CliError> {
-    let json_lines = output == Some(OutputFormat::Json) || !std::io::stdout().is_terminal();
+    let json_lines = view.output == Some(OutputFormat::Json) || !std::io::stdout().is_terminal();
     let (sets, pods): (Api<CocoonSet>, Api<Pod>) = if sel.all_namespaces {
         (Api::all(client.clone()), Api::all(client.clone()))
     } else {
@@ -234,7 +275,7 @@ async fn watch_loop(
                 last_json = Some(line);
             }
         } else {
-            let text = render(&snap, detail, sel.all_namespaces, color);
+            let text = render(&snap, detail, sel.all_namespaces, view);
             let mut out = std::io::stdout();
             let _ = write!(out, "\x1b[H\x1b[2J{text}");
             let _ = out.flush();

@@ -58,43 +58,57 @@ fn paint(text: &str, tone: Tone) -> String {
 /// Renders rows under headers. With `color`, every cell carries an escape sequence (a plain
 /// reset when it has no colour), so widths stay stable whatever the cell.
 pub fn render(headers: &[&str], rows: &[Vec<Cell>], color: bool) -> String {
+    render_with(headers, rows, color, true)
+}
+
+/// [`render`], with or without the header line (`--no-headers`). comfy-table lays the columns
+/// out (`custom_styling` measures widths without the escape codes); the `NOTHING` preset with
+/// a right padding of 3 gives kubectl's layout, and lines end without trailing blanks.
+pub fn render_with(
+    headers: &[&str],
+    rows: &[Vec<Cell>],
+    color: bool,
+    show_headers: bool,
+) -> String {
     let cols = headers.len();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (i, cell) in row.iter().enumerate().take(cols) {
-            widths[i] = widths[i].max(cell.text.chars().count());
+    let shown = |text: &str, tone: Tone| {
+        if color {
+            paint(text, tone)
+        } else {
+            text.to_string()
         }
-    }
-    let mut out = String::new();
-    let line = |cells: Vec<(String, Tone)>, out: &mut String| {
-        let last = cells.len().saturating_sub(1);
-        for (i, (text, tone)) in cells.into_iter().enumerate() {
-            let pad = widths[i].saturating_sub(text.chars().count());
-            let shown = if color { paint(&text, tone) } else { text };
-            out.push_str(&shown);
-            if i < last {
-                out.push_str(&" ".repeat(pad + 3));
-            }
-        }
-        out.push('\n');
     };
-    line(
-        headers
-            .iter()
-            .map(|h| (h.to_uppercase(), Tone::Plain))
-            .collect(),
-        &mut out,
-    );
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::NOTHING)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled);
+    if show_headers {
+        t.set_header(
+            headers
+                .iter()
+                .map(|h| shown(&h.to_uppercase(), Tone::Plain)),
+        );
+    }
     for row in rows {
-        let mut cells: Vec<(String, Tone)> = row
+        let mut cells: Vec<String> = row
             .iter()
             .take(cols)
-            .map(|c| (c.text.clone(), c.tone))
+            .map(|c| shown(&c.text, c.tone))
             .collect();
         while cells.len() < cols {
-            cells.push((String::new(), Tone::Plain));
+            cells.push(shown("", Tone::Plain));
         }
-        line(cells, &mut out);
+        t.add_row(cells);
+    }
+    for col in t.column_iter_mut() {
+        col.set_padding((0, 3));
+    }
+    if t.row_iter().next().is_none() && !show_headers {
+        return String::new();
+    }
+    let mut out = String::new();
+    for line in t.lines() {
+        out.push_str(line.trim_end_matches(' '));
+        out.push('\n');
     }
     out
 }
@@ -123,6 +137,28 @@ mod tests {
             "NAME                 PHASE        READY\n\
              demo                 Running      3/3\n\
              a-much-longer-name   Suspending   0/1\n"
+        );
+    }
+
+    #[test]
+    fn no_headers_drops_only_the_header_line() {
+        let rows = vec![vec![Cell::plain("demo"), Cell::plain("Running")]];
+        assert_eq!(
+            render_with(&["name", "phase"], &rows, false, false),
+            "demo   Running\n"
+        );
+        assert_eq!(render_with(&["name"], &[], false, false), "");
+    }
+
+    #[test]
+    fn short_rows_are_filled_and_unicode_widths_count_as_shown() {
+        let rows = vec![
+            vec![Cell::plain("zoë")],
+            vec![Cell::plain("a"), Cell::plain("b")],
+        ];
+        assert_eq!(
+            render(&["name", "x"], &rows, false),
+            "NAME   X\nzoë\na      b\n"
         );
     }
 

@@ -148,6 +148,26 @@ pub fn member_rows(
         .collect()
 }
 
+/// One item of `status -o json`: the set as the API returns it, plus its `members` (the rows
+/// `status NAME` shows) and the CocoonHibernations of its pods.
+pub fn computed_set(
+    set: &CocoonSet,
+    pods: &[Pod],
+    hibernations: &[CocoonHibernation],
+) -> serde_json::Value {
+    let members = member_rows(set, pods, hibernations);
+    let hibs: Vec<&CocoonHibernation> = hibernations
+        .iter()
+        .filter(|h| members.iter().any(|m| m.pod == h.spec.pod_ref.name))
+        .collect();
+    let mut v = serde_json::to_value(set).unwrap_or_default();
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("members".into(), serde_json::json!(members));
+        obj.insert("hibernations".into(), serde_json::json!(hibs));
+    }
+    v
+}
+
 fn dash(s: &str) -> String {
     if s.is_empty() {
         "-".into()

@@ -31,12 +31,103 @@ fn top_level_help() {
     snapshot("help.txt", &["--help"]);
 }
 
+/// Every verb's help: examples, described arguments, what it waits for, exit codes, and the
+/// connection flags under their own heading.
 #[test]
-fn suspend_help() {
-    snapshot("suspend-help.txt", &["suspend", "--help"]);
+fn every_verb_has_a_golden_help() {
+    for verb in [
+        "status",
+        "describe",
+        "suspend",
+        "resume",
+        "hibernate",
+        "wake",
+        "migrate",
+        "pin",
+        "unpin",
+        "report",
+        "logs",
+        "wait",
+        "registry",
+        "version",
+        "completion",
+    ] {
+        snapshot(&format!("{verb}-help.txt"), &[verb, "--help"]);
+    }
+    snapshot("registry-gc-help.txt", &["registry", "gc", "--help"]);
 }
 
 #[test]
-fn migrate_help() {
-    snapshot("migrate-help.txt", &["migrate", "--help"]);
+fn verb_help_teaches() {
+    for verb in [
+        "status",
+        "describe",
+        "suspend",
+        "resume",
+        "hibernate",
+        "wake",
+        "migrate",
+        "pin",
+        "unpin",
+        "report",
+        "logs",
+        "wait",
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+            .args([verb, "--help"])
+            .output()
+            .expect("run");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("\nExamples:\n"), "{verb}: {help}");
+        assert!(help.contains("In CI"), "{verb}: CI example");
+        assert!(
+            help.contains("\nWaits for: "),
+            "{verb}: which phase it waits for"
+        );
+        assert!(
+            help.contains("\nExit codes:\n  0  success"),
+            "{verb}: exit codes"
+        );
+        assert!(
+            help.contains("\nConnection options:\n      --kubeconfig"),
+            "{verb}: heading"
+        );
+        let options = help
+            .split("\nConnection options:")
+            .next()
+            .unwrap_or_default();
+        assert!(
+            !options.contains("--kubeconfig"),
+            "{verb}: connection flags apart"
+        );
+        assert!(!help.contains("-V, --version"), "{verb}: no -V on a verb");
+        assert!(
+            !help.contains("  [NAMES]...  \n"),
+            "{verb}: arguments are described"
+        );
+    }
+}
+
+#[test]
+fn version_flag_only_at_the_top() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+        .args(["suspend", "-V"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn static_completion_scripts_do_not_offer_the_hidden_protocol_verbs() {
+    for shell in ["bash", "zsh", "fish", "powershell"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+            .args(["completion", shell])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(!script.contains("__complete"), "{shell} offers __complete");
+        assert!(script.contains("registry"), "{shell}: registry");
+        assert!(script.contains("field-manager"), "{shell}: verb flags");
+    }
 }

@@ -335,7 +335,11 @@ async fn errors_and_usage() {
         // An empty namespace lists nothing, successfully.
         let out = run(env, &["-n", &ns, "status"]).await;
         assert_eq!(out.status.code(), Some(0));
-        assert_eq!(text(&out.stdout), "No CocoonSets found.\n");
+        assert_eq!(text(&out.stdout), "");
+        assert_eq!(
+            text(&out.stderr),
+            format!("No resources found in {ns} namespace.\n")
+        );
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     })

@@ -379,10 +379,23 @@ async fn hibernate_and_wake_one_pod_with_a_real_agent_and_guarded_multi_target_w
         assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
         assert!(text(&out.stderr).contains("-y/--yes"));
         // Dry runs change nothing and do not wait.
-        let out = plugin(env, &["-n", &ns, "suspend", "one", "--dry-run=client"]).await;
+        let out = plugin(
+            env,
+            &[
+                "-n",
+                &ns,
+                "suspend",
+                "one",
+                "--dry-run=client",
+                "-o",
+                "json",
+            ],
+        )
+        .await;
         assert_eq!(out.status.code(), Some(0));
         let printed: Value = serde_json::from_slice(&out.stdout)?;
-        assert_eq!(printed["patch"]["spec"]["suspend"], true);
+        assert_eq!(printed["kind"], "CocoonSet");
+        assert_eq!(printed["spec"]["suspend"], true);
         let out = plugin(env, &["-n", &ns, "suspend", "one", "--dry-run=server"]).await;
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         assert!(

@@ -38,3 +38,51 @@ fn out_of_range_durations_are_usage_errors_naming_the_flag() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn until_takes_only_phases_of_the_targets_kind_and_only_where_it_applies() {
+    for args in [
+        &["hibernate", "x", "--until", "Suspended"][..],
+        &["suspend", "x", "--until", "Hibernated"],
+        &["resume", "x", "--until", "Active"],
+        &["wake", "cocoonset/x", "--until", "Active"],
+        &["wake", "x", "--until", "Running"],
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("--until"), "{args:?}: {stderr}");
+    }
+    for args in [
+        &["pin", "demo", "node-a", "--until", "Running"][..],
+        &["unpin", "demo", "--until", "Running"],
+        &["migrate", "demo", "--to", "n", "--until", "Running"],
+        &["status", "--until", "Running"],
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("unexpected argument '--until'"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn dry_run_needs_an_equals_sign_and_output_formats_follow_the_verb() {
+    let (code, stderr) = run(&["suspend", "demo", "--dry-run=sometimes"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--dry-run"), "{stderr}");
+    let (code, stderr) = run(&["suspend", "demo", "--wait=maybe"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--wait"), "{stderr}");
+    for args in [
+        &["suspend", "demo", "-o", "wide"][..],
+        &["version", "-o", "name"],
+        &["status", "-o", "jsonpath={.items[}"],
+        &["status", "-o", "table"],
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("--output"), "{args:?}: {stderr}");
+    }
+}

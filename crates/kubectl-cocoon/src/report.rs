@@ -1,0 +1,378 @@
+//! `report NAME`: a support bundle (tar.gz) of one CocoonSet: the set, its pods and
+//! hibernations, their Events, the operator Deployment and its recent logs, the nodes of its
+//! members and `version -o json`. Secrets and tokens are redacted; a part the caller may not
+//! read (RBAC) or that is missing becomes a line in `NOTES.txt` and the bundle goes on.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use cocoon_api::contract::labels;
+use cocoon_api::crd::hibernation::CocoonHibernation;
+use cocoon_api::crd::set::CocoonSet;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, LogParams};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::CliError;
+use crate::version::{self, OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE};
+
+/// What replaces a secret value.
+pub const REDACTED: &str = "[REDACTED]";
+/// Lines of operator log per pod.
+const LOG_TAIL: i64 = 2000;
+
+/// Keys whose string values are secrets (compared lower-case, without `-`/`_`).
+fn is_secret_key(key: &str) -> bool {
+    let k: String = key
+        .chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect();
+    // References name a secret; they are not one.
+    if k.ends_with("name") || k.ends_with("ref") || k.ends_with("file") || k.ends_with("path") {
+        return false;
+    }
+    [
+        "token",
+        "password",
+        "passwd",
+        "secret",
+        "credential",
+        "apikey",
+        "privatekey",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
+}
+
+/// Redacts secrets in an object: string values under secret-looking keys, `env` entries
+/// (`{name, value}`) with a secret-looking name, and kubectl's last-applied annotation (a copy
+/// of everything, secrets included).
+pub fn redact(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let env_secret = map
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(is_secret_key)
+                && map.get("value").is_some_and(Value::is_string);
+            if env_secret {
+                map.insert("value".into(), Value::String(REDACTED.into()));
+            }
+            map.remove("kubectl.kubernetes.io/last-applied-configuration");
+            for (k, child) in map.iter_mut() {
+                if child.is_string() && is_secret_key(k) {
+                    *child = Value::String(REDACTED.into());
+                } else {
+                    redact(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact),
+        _ => {}
+    }
+}
+
+/// Redacts bearer tokens and `token=`/`password=` values in log text.
+pub fn redact_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let mut words: Vec<String> = Vec::new();
+        let mut hide_next = false;
+        for w in line.split(' ') {
+            if hide_next && !w.trim().is_empty() {
+                let end = if w.ends_with('\n') { "\n" } else { "" };
+                words.push(format!("{REDACTED}{end}"));
+                hide_next = false;
+                continue;
+            }
+            hide_next = w.eq_ignore_ascii_case("bearer");
+            match w.split_once('=') {
+                Some((k, _)) if is_secret_key(k.trim_matches('"')) => {
+                    let end = if w.ends_with('\n') { "\n" } else { "" };
+                    words.push(format!("{k}={REDACTED}{end}"));
+                }
+                _ => words.push(w.to_string()),
+            }
+        }
+        out.push_str(&words.join(" "));
+    }
+    out
+}
+
+/// The files of a bundle and the notes about what could not be read.
+#[derive(Debug, Default)]
+pub struct Bundle {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub notes: Vec<String>,
+}
+
+impl Bundle {
+    fn yaml<T: Serialize>(&mut self, path: &str, obj: &T) {
+        match serde_json::to_value(obj) {
+            Ok(mut v) => {
+                redact(&mut v);
+                match serde_saphyr::to_string(&v) {
+                    Ok(text) => self.files.push((path.to_string(), text.into_bytes())),
+                    Err(e) => self.notes.push(format!("{path}: cannot encode: {e}")),
+                }
+            }
+            Err(e) => self.notes.push(format!("{path}: cannot encode: {e}")),
+        }
+    }
+
+    fn note(&mut self, part: &str, e: &kube::Error) {
+        let why = match e {
+            kube::Error::Api(s) if s.code == 403 || s.code == 401 => {
+                format!("forbidden (RBAC): {}", s.message)
+            }
+            kube::Error::Api(s) if s.code == 404 => "not found".to_string(),
+            other => other.to_string(),
+        };
+        self.notes.push(format!("{part}: skipped: {why}"));
+    }
+
+    /// The bundle as a gzip'd tar under `dir/`, `NOTES.txt` included.
+    pub fn to_tar_gz(&self, dir: &str) -> std::io::Result<Vec<u8>> {
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let mut tar = tar::Builder::new(gz);
+        let mut notes = String::new();
+        if self.notes.is_empty() {
+            notes.push_str("Every part was collected.\n");
+        }
+        for n in &self.notes {
+            notes.push_str(n);
+            notes.push('\n');
+        }
+        let notes_file = ("NOTES.txt".to_string(), notes.into_bytes());
+        for (path, body) in self.files.iter().chain(std::iter::once(&notes_file)) {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(body.len() as u64);
+            h.set_mode(0o644);
+            h.set_mtime(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+            );
+            h.set_cksum();
+            tar.append_data(&mut h, format!("{dir}/{path}"), body.as_slice())?;
+        }
+        let gz = tar.into_inner()?;
+        gz.finish()
+    }
+}
+
+/// Collects the bundle of set `ns/name`. Fails only when the set itself cannot be read.
+pub async fn collect(client: &Client, ns: &str, name: &str) -> Result<Bundle, CliError> {
+    let mut b = Bundle::default();
+    let sets: Api<CocoonSet> = Api::namespaced(client.clone(), ns);
+    let set = sets
+        .get(name)
+        .await
+        .map_err(|e| CliError::from_kube(&format!("cocoonset {ns}/{name}"), e))?;
+    b.yaml("cocoonset.yaml", &set);
+
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{}={name}", labels::COCOONSET_NAME));
+    let pods = match pods_api.list(&lp).await {
+        Ok(l) => {
+            b.yaml("pods.yaml", &list(&l.items));
+            l.items
+        }
+        Err(e) => {
+            b.note("pods.yaml", &e);
+            Vec::new()
+        }
+    };
+    let pod_names: BTreeSet<String> = pods.iter().map(|p| p.name_any()).collect();
+
+    let chs: Api<CocoonHibernation> = Api::namespaced(client.clone(), ns);
+    match chs.list(&ListParams::default()).await {
+        Ok(l) => {
+            let mine: Vec<&CocoonHibernation> = l
+                .items
+                .iter()
+                .filter(|h| pod_names.contains(&h.spec.pod_ref.name))
+                .collect();
+            b.yaml("hibernations.yaml", &list(&mine));
+        }
+        Err(e) => b.note("hibernations.yaml", &e),
+    }
+
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    match events.list(&ListParams::default()).await {
+        Ok(l) => {
+            let mine: Vec<&Event> = l
+                .items
+                .iter()
+                .filter(|e| {
+                    let Some(r) = e.regarding.as_ref() else {
+                        return false;
+                    };
+                    let n = r.name.as_deref().unwrap_or_default();
+                    match r.kind.as_deref() {
+                        Some("CocoonSet") => n == name,
+                        Some("Pod" | "CocoonHibernation") => pod_names.contains(n),
+                        _ => false,
+                    }
+                })
+                .collect();
+            b.yaml("events.yaml", &list(&mine));
+        }
+        Err(e) => b.note("events.yaml", &e),
+    }
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node_names: BTreeSet<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    let mut found = Vec::new();
+    for n in &node_names {
+        match nodes.get(n).await {
+            Ok(node) => found.push(node),
+            Err(e) => b.note(&format!("nodes.yaml ({n})"), &e),
+        }
+    }
+    b.yaml("nodes.yaml", &list(&found));
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    match deployments.get(OPERATOR_DEPLOYMENT).await {
+        Ok(d) => {
+            b.yaml("operator/deployment.yaml", &d);
+            operator_logs(client, &d, &mut b).await;
+        }
+        Err(e) => b.note("operator/deployment.yaml", &e),
+    }
+
+    let operator = match version::operator_version(client).await {
+        Ok(v) => v,
+        Err(e) => {
+            b.note("version.json (operator)", &e);
+            None
+        }
+    };
+    let v = version::Versions {
+        client: version::CLIENT_VERSION.to_string(),
+        client_revision: version::CLIENT_REVISION.to_string(),
+        operator,
+    };
+    if let Ok(text) = serde_json::to_string_pretty(&v) {
+        b.files.push(("version.json".into(), text.into_bytes()));
+    }
+    Ok(b)
+}
+
+/// The recent logs of the operator Deployment's pods.
+async fn operator_logs(client: &Client, d: &Deployment, b: &mut Bundle) {
+    let selector = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.as_ref())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let list = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => l.items,
+        Err(e) => return b.note("operator/logs", &e),
+    };
+    for p in list {
+        let lp = LogParams {
+            container: Some("manager".into()),
+            tail_lines: Some(LOG_TAIL),
+            ..Default::default()
+        };
+        let path = format!("operator/logs/{}.log", p.name_any());
+        match pods.logs(&p.name_any(), &lp).await {
+            Ok(text) => b.files.push((path, redact_text(&text).into_bytes())),
+            Err(e) => b.note(&path, &e),
+        }
+    }
+}
+
+fn list<T: Serialize>(items: &[T]) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+/// `report NAME [--file PATH]`: writes the bundle, prints its path on stdout and the notes on
+/// stderr.
+pub async fn run(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    file: Option<&Path>,
+) -> Result<(), CliError> {
+    let b = collect(client, ns, name).await?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let dir = format!("cocoon-report-{ns}-{name}-{stamp}");
+    let path: PathBuf = file
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(format!("{dir}.tar.gz")));
+    let bytes = b.to_tar_gz(&dir)?;
+    let mut f = std::fs::File::create(&path)
+        .map_err(|e| CliError::Usage(format!("--file {}: {e}", path.display())))?;
+    f.write_all(&bytes)?;
+    for n in &b.notes {
+        eprintln!("note: {n}");
+    }
+    println!("{}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_redacted_references_are_kept() {
+        let mut v = json!({
+            "metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{…}", "keep": "x"}},
+            "spec": {"containers": [{"env": [
+                {"name": "REGISTRY_TOKEN", "value": "s3cr3t"},
+                {"name": "OCI_REGISTRY", "value": "reg:5000"},
+                {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}
+            ]}],
+            "token": "abc", "secretName": "db", "tokenFile": "/var/run/token", "authToken": "zzz"}
+        });
+        redact(&mut v);
+        let env = &v["spec"]["containers"][0]["env"];
+        assert_eq!(env[0]["value"], REDACTED);
+        assert_eq!(env[1]["value"], "reg:5000");
+        assert_eq!(env[2]["valueFrom"]["secretKeyRef"]["name"], "db");
+        assert_eq!(v["spec"]["token"], REDACTED);
+        assert_eq!(v["spec"]["authToken"], REDACTED);
+        assert_eq!(v["spec"]["secretName"], "db");
+        assert_eq!(v["spec"]["tokenFile"], "/var/run/token");
+        assert!(
+            v["metadata"]["annotations"]
+                .get("kubectl.kubernetes.io/last-applied-configuration")
+                .is_none()
+        );
+        assert_eq!(v["metadata"]["annotations"]["keep"], "x");
+    }
+
+    #[test]
+    fn log_text_loses_its_tokens() {
+        let text =
+            "GET /x Authorization: Bearer eyJabc\nlogin password=hunter2 user=bob\nplain line\n";
+        assert_eq!(
+            redact_text(text),
+            "GET /x Authorization: Bearer [REDACTED]\nlogin password=[REDACTED] user=bob\nplain line\n"
+        );
+    }
+}
