@@ -77,16 +77,7 @@ pub fn parse_target(arg: &str, bare: Kind) -> Result<(Kind, String), CliError> {
 /// CocoonHibernation (if any) is `Active` and the pod reports Ready — its VM serves.
 pub fn phases(kind: Kind) -> &'static [&'static str] {
     match kind {
-        Kind::CocoonSet => &[
-            "Pending",
-            "Scaling",
-            "Running",
-            "Suspending",
-            "Suspended",
-            "Waking",
-            "Migrating",
-            "Failed",
-        ],
+        Kind::CocoonSet => crate::cli::SET_PHASES,
         Kind::Pod => &[
             "Pending",
             "Hibernating",
