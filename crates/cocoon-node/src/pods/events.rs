@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use cocoon_api::contract::{AnnotationCodec, HibernateFlags};
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Preconditions};
 use tracing::{info, warn};
 
 use super::rules::{self, GoneAction, InspectOutcome};
-use super::{Handler, not_found, pod_key, status};
+use super::{Handler, pod_key, status, superseded};
 use crate::runtime::{EventKind, VmEvent, VmRecord};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -179,12 +179,22 @@ impl Handler {
         self.tables().evicting.insert(key.to_owned());
         let mut deleted = false;
         for attempt in 1..=2u32 {
-            match api.delete(name, &DeleteParams::default()).await {
+            // Only this incarnation: a recreated pod of the same name is not ours to evict.
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: pod.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(name, &dp).await {
                 Ok(_) => {
                     deleted = true;
                     break;
                 }
-                Err(e) if not_found(&e) => {
+                // Gone (404), or already replaced by a newer incarnation (409): nothing of
+                // ours is left to evict; the status write below is pinned and lands nowhere.
+                Err(e) if superseded(&e) => {
                     deleted = true;
                     break;
                 }

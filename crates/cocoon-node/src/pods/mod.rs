@@ -44,6 +44,9 @@ pub mod tenant;
 mod transfer;
 mod update;
 
+#[cfg(test)]
+mod incarnation_tests;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -210,6 +213,22 @@ fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// Pins a merge patch to this incarnation of the pod, as the kubelet's status manager does: the
+/// API server refuses (409) a patch whose `metadata.uid` is not the stored object's, so a write
+/// computed for a deleted pod never lands on a new pod of the same name.
+pub(crate) fn pin_to_incarnation(patch: &mut Value, pod: &Pod) {
+    let Some(uid) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+        return;
+    };
+    if let Value::Object(top) = patch
+        && let Value::Object(meta) = top
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()))
+    {
+        meta.insert("uid".into(), Value::String(uid.to_owned()));
+    }
+}
+
 /// The pod handler: the in-memory tables plus everything CreatePod/DeletePod/UpdatePod and the
 /// background loops talk to.
 pub struct Handler {
@@ -346,9 +365,10 @@ impl Handler {
 
     /// One annotation merge patch with the 5 s timeout of §5.1.
     async fn patch_annotations_once(&self, pod: &Pod, delta: &AnnotationDelta) -> Result<()> {
-        let Some(patch) = annotations_merge_patch(delta) else {
+        let Some(mut patch) = annotations_merge_patch(delta) else {
             return Ok(());
         };
+        pin_to_incarnation(&mut patch, pod);
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let api = self.api(pod);
         let pp = PatchParams::default();
@@ -376,7 +396,7 @@ impl Handler {
                     }
                     return Ok(());
                 }
-                Err(PodError::Kube(e)) if not_found(&e) => return Err(e.into()),
+                Err(PodError::Kube(e)) if superseded(&e) => return Err(e.into()),
                 Err(e) => last = Some(e),
             }
         }
@@ -613,7 +633,8 @@ impl Handler {
                 m.entry(k).or_insert(Value::Null);
             }
         }
-        let patch = json!({ "status": body });
+        let mut patch = json!({ "status": body });
+        pin_to_incarnation(&mut patch, pod);
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let api = self.api(pod);
         let pp = PatchParams::default();
