@@ -13,8 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cocoon_api::crd::set::CocoonSet;
-use cocoon_node::agent::{AgentParts, run_agent};
+use cocoon_node::agent::{AgentParts, AgentPodBackend, run_agent};
+use cocoon_node::config::NodeConfig;
+use cocoon_node::kubelet::{
+    ApiSecurity, KubeReviewer, KubeletAuth, KubeletServer, TlsMaterial, load_client_ca,
+};
 use cocoon_node::metrics::NodeMetrics;
+use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
 use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
 use cocoon_node::runtime::Runtime;
 use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
@@ -22,9 +27,10 @@ use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_operator::{admin::Readiness, cocoonset, hibernation};
 use cocoon_registry::{RegistryClient, RegistryConfig};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -184,6 +190,10 @@ pub struct AgentOptions {
     pub orphan_policy: OrphanPolicy,
     /// Simulated-runtime latencies, sizes and failures (applied over the defaults below).
     pub tweak: fn(&mut SimConfig),
+    /// Opt-in: serve the kubelet API and register the Node as the real agent does, so that
+    /// `pods/log` and `pods/exec` reach the agent through the API server. `None` (the
+    /// default): no kubelet API, no Node registration (the test creates its Node).
+    pub kubelet: Option<KubeletOptions>,
 }
 
 impl Default for AgentOptions {
@@ -192,7 +202,33 @@ impl Default for AgentOptions {
             timing: AgentTiming::default(),
             orphan_policy: OrphanPolicy::Destroy,
             tweak: |_| {},
+            kubelet: None,
         }
+    }
+}
+
+/// How an agent with its kubelet API exposed runs: the API on `127.0.0.1` on a free port,
+/// client certificates verified against the test environment's CA (which signed the API
+/// server's kubelet client certificate), tokens and access reviewed through the API server;
+/// the agent registers its Node (InternalIP 127.0.0.1, `status.daemonEndpoints` the bound
+/// port) in `pool` and keeps its Lease and status fresh.
+#[derive(Clone, Debug)]
+pub struct KubeletOptions {
+    /// The test environment's PKI directory (`Shared::pki_dir`), holding `ca.crt`.
+    pub pki_dir: PathBuf,
+    /// The node pool label of the registered Node.
+    pub pool: String,
+}
+
+impl KubeletOptions {
+    /// The kubelet API for an agent of the shared test environment, its Node in `pool`.
+    pub fn for_env(env: &cocoon_testenv::Shared, pool: &str) -> Result<Self, BoxError> {
+        Ok(KubeletOptions {
+            pki_dir: env
+                .pki_dir()
+                .ok_or("the test environment's PKI directory is unknown")?,
+            pool: pool.to_owned(),
+        })
     }
 }
 
@@ -225,6 +261,8 @@ pub struct Agent {
     pub runtime: Arc<dyn Runtime>,
     /// The simulator's controls (state tokens, failure injection, counters).
     pub sim: SimHandle,
+    client: Client,
+    kubelet: Option<KubeletServer>,
     token: CancellationToken,
     task: Option<JoinHandle<()>>,
 }
@@ -247,6 +285,16 @@ impl Agent {
         let sim_rt = SimRuntime::open(cfg)?;
         let sim = sim_rt.handle();
         let runtime: Arc<dyn Runtime> = Arc::new(sim_rt);
+        let token = CancellationToken::new();
+        let backend = Arc::new(AgentPodBackend::default());
+        let (kubelet, registration) = match &opts.kubelet {
+            Some(k) => {
+                let server = start_kubelet(&client, node, root, k, backend.clone(), &token).await?;
+                let reg = registration(node, root, registry_addr, &k.pool, server.port())?;
+                (Some(server), Some(reg))
+            }
+            None => (None, None),
+        };
         let parts = AgentParts {
             pods: PodConfig {
                 node_name: node.to_owned(),
@@ -257,13 +305,12 @@ impl Agent {
                 clone_from_dir_roots: Vec::new(),
                 timing: opts.timing,
             },
-            client,
+            client: client.clone(),
             runtime: runtime.clone(),
             registry: Some(registry(registry_addr)),
             metrics: Arc::new(NodeMetrics::new(root.to_owned())),
-            registration: None,
+            registration,
         };
-        let token = CancellationToken::new();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (t, name) = (token.clone(), node.to_owned());
         let task = tokio::spawn(async move {
@@ -271,15 +318,37 @@ impl Agent {
                 eprintln!("agent {name} failed: {e}");
             }
         });
-        tokio::time::timeout(Duration::from_secs(60), rx).await??;
+        // The kubelet API answers for the pods once the startup reconcile handed over the
+        // handler, as in `cocoon-operator node`.
+        backend.set(tokio::time::timeout(Duration::from_secs(60), rx).await??);
         Ok(Agent {
             node: node.to_owned(),
             root: root.to_owned(),
             runtime,
             sim,
+            client,
+            kubelet,
             token,
             task: Some(task),
         })
+    }
+
+    /// The kubelet API's port, when the agent serves one ([`AgentOptions::kubelet`]).
+    pub fn kubelet_port(&self) -> Option<u16> {
+        self.kubelet.as_ref().map(KubeletServer::port)
+    }
+
+    /// Stops the agent (gracefully) and deletes the Node and Lease it registered; a no-op
+    /// for the Node of an agent without [`AgentOptions::kubelet`] (the test owns that Node).
+    pub async fn stop_and_deregister(&mut self) {
+        let registered = self.kubelet.is_some();
+        self.stop().await;
+        if registered {
+            let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+            let _ = leases.delete(&self.node, &DeleteParams::default()).await;
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let _ = nodes.delete(&self.node, &DeleteParams::default()).await;
+        }
     }
 
     /// Kills the agent where it stands (every task it spawned is cancelled, as with a killed
@@ -291,11 +360,14 @@ impl Agent {
         }
     }
 
-    /// Stops the agent gracefully and waits for it.
+    /// Stops the agent gracefully and waits for it (and for its kubelet API, if any).
     pub async fn stop(&mut self) {
         self.token.cancel();
         if let Some(t) = self.task.take() {
             let _ = t.await;
+        }
+        if let Some(k) = self.kubelet.take() {
+            k.shutdown().await;
         }
     }
 
@@ -318,6 +390,57 @@ impl Drop for Agent {
             t.abort();
         }
     }
+}
+
+/// Starts the kubelet API of `node` on loopback (a free port), secured as [`KubeletOptions`]
+/// says, answering from `backend`.
+async fn start_kubelet(
+    client: &Client,
+    node: &str,
+    root: &Path,
+    k: &KubeletOptions,
+    backend: Arc<AgentPodBackend>,
+    token: &CancellationToken,
+) -> Result<KubeletServer, BoxError> {
+    let loopback: std::net::IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+    let tls = TlsMaterial::self_signed(node, loopback)?;
+    let security = ApiSecurity {
+        client_ca: load_client_ca(&k.pki_dir.join("ca.crt"))?,
+        auth: KubeletAuth::new(Arc::new(KubeReviewer::new(client.clone())), node, false),
+    };
+    Ok(KubeletServer::start(
+        std::net::SocketAddr::new(loopback, 0),
+        &tls,
+        security,
+        backend,
+        HostReader::new(root.to_owned()),
+        node,
+        token,
+    )
+    .await?)
+}
+
+/// The Node registration of a test agent: `node` in `pool` at 127.0.0.1 with its kubelet API
+/// on `port`, capacity from the node root (as `cocoon-operator node` computes it).
+fn registration(
+    node: &str,
+    root: &Path,
+    registry_addr: &str,
+    pool: &str,
+    port: u16,
+) -> Result<NodeRegistration, BoxError> {
+    let vars: std::collections::BTreeMap<&str, String> = [
+        ("VK_NODE_NAME", node.to_owned()),
+        ("VK_NODE_POOL", pool.to_owned()),
+        ("VK_NODE_IP", "127.0.0.1".to_owned()),
+        ("OCI_REGISTRY", registry_addr.to_owned()),
+        ("COCOON_ROOT_DIR", root.display().to_string()),
+        ("VK_KUBELET_PORT", port.to_string()),
+    ]
+    .into();
+    let config = NodeConfig::from_lookup(|k| vars.get(k).cloned(), || None)?;
+    let resources = capacity::read_resources(&config)?;
+    Ok(NodeRegistration::from_config(&config, resources, port))
 }
 
 /// Every VM the agents' runtimes hold, as (node, VM name, VM id).

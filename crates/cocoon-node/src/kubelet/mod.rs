@@ -9,7 +9,9 @@
 //! HTTP 501 with the spec's message.
 //!
 //! Routes (kubelet paths as the API server proxy uses them):
-//! * `GET /containerLogs/{ns}/{pod}/{container}?tailLines=N` (default tail 200)
+//! * `GET /containerLogs/{ns}/{pod}/{container}?tailLines=N` (default tail 200);
+//!   `follow=true` keeps the response open and streams the lines the log gains
+//!   ([`follow_from`]), until the VM is gone, the client hangs up or the server stops
 //! * `GET|POST /exec/{ns}/{pod}/{container}?command=..&stdin=1&stdout=1&stderr=1`: the
 //!   remote-command protocol over SPDY/3.1 ([`exec`])
 //! * `/attach/...`, `/portForward/...` → 501 with the message below
@@ -180,6 +182,8 @@ struct ApiState {
     sessions: TaskTracker,
     /// Cancelled when the server stops for good (after the shutdown grace).
     cancel: CancellationToken,
+    /// Cancelled when the server starts stopping (followed logs end there).
+    stopping: CancellationToken,
 }
 
 type Shared = Arc<ApiState>;
@@ -199,6 +203,7 @@ pub fn router(
         auth,
         TaskTracker::new(),
         CancellationToken::new(),
+        CancellationToken::new(),
     )
 }
 
@@ -209,6 +214,7 @@ fn router_with(
     auth: KubeletAuth,
     sessions: TaskTracker,
     cancel: CancellationToken,
+    stopping: CancellationToken,
 ) -> Router {
     let state: Shared = Arc::new(ApiState {
         backend,
@@ -217,6 +223,7 @@ fn router_with(
         started: Timestamp::now(),
         sessions,
         cancel,
+        stopping,
     });
     Router::new()
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
@@ -280,6 +287,108 @@ async fn exec_route(
 struct LogQuery {
     #[serde(rename = "tailLines")]
     tail_lines: Option<String>,
+    /// `true` (or `1`) streams the log as it grows, as `kubectl logs -f` asks.
+    follow: Option<String>,
+}
+
+/// How often a followed log is read again.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(500);
+/// How many lines from the end a followed log is read with each time: more lines than this
+/// arriving within one [`FOLLOW_POLL`] leave a gap (the newest ones are streamed).
+pub const FOLLOW_WINDOW: u32 = 2000;
+
+/// Where the new lines start in `fetched` (a tail of the log read now), given `seen` (the
+/// tail read before): the end of the longest stretch at which `fetched` continues `seen`
+/// (the smallest such position when several overlap equally, so a repeated line is not
+/// dropped); 0, everything new, when they do not overlap. The runtime answers tails only,
+/// so identical lines around the seam are ambiguous; the console's timestamps make that rare.
+pub fn follow_from<T: PartialEq>(seen: &[T], fetched: &[T]) -> usize {
+    let mut best: Option<(usize, usize)> = None;
+    for end in 1..=fetched.len() {
+        let overlap = end.min(seen.len());
+        if overlap == 0 {
+            break;
+        }
+        if fetched[end - overlap..end] == seen[seen.len() - overlap..]
+            && best.is_none_or(|(o, _)| overlap > o)
+        {
+            best = Some((overlap, end));
+        }
+    }
+    best.map_or(0, |(_, end)| end)
+}
+
+fn log_lines(body: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(body)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The body of a followed log: `first` (already read), then every line the log gains, read
+/// each [`FOLLOW_POLL`], until the pod has no live VM, a read fails or the server stops.
+fn follow_body(
+    st: Shared,
+    ns: String,
+    pod: String,
+    container: String,
+    first: Vec<u8>,
+) -> axum::body::Body {
+    struct Follow {
+        st: Shared,
+        ns: String,
+        pod: String,
+        container: String,
+        seen: Vec<String>,
+        first: Option<Vec<u8>>,
+    }
+    let state = Follow {
+        seen: log_lines(&first),
+        first: Some(first),
+        st,
+        ns,
+        pod,
+        container,
+    };
+    let stream = futures::stream::unfold(state, |mut f| async move {
+        if let Some(first) = f.first.take() {
+            return Some((
+                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(first)),
+                f,
+            ));
+        }
+        loop {
+            tokio::select! {
+                () = f.st.stopping.cancelled() => return None,
+                () = tokio::time::sleep(FOLLOW_POLL) => {}
+            }
+            let body = match f
+                .st
+                .backend
+                .logs(&f.ns, &f.pod, &f.container, FOLLOW_WINDOW)
+                .await
+            {
+                Ok(Some(body)) => body,
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::warn!(namespace = %f.ns, pod = %f.pod, error = %e, "followed container logs failed");
+                    return None;
+                }
+            };
+            let fetched = log_lines(&body);
+            let from = follow_from(&f.seen, &fetched);
+            let mut chunk = String::new();
+            for line in &fetched[from..] {
+                chunk.push_str(line);
+                chunk.push('\n');
+            }
+            f.seen = fetched;
+            if !chunk.is_empty() {
+                return Some((Ok(axum::body::Bytes::from(chunk)), f));
+            }
+        }
+    });
+    axum::body::Body::from_stream(stream)
 }
 
 async fn container_logs(
@@ -292,7 +401,13 @@ async fn container_logs(
         .tail_lines
         .and_then(|t| t.parse::<u32>().ok())
         .unwrap_or(DEFAULT_TAIL_LINES);
+    let follow = matches!(q.follow.as_deref(), Some("true" | "1"));
     match st.backend.logs(&ns, &pod, &container, tail).await {
+        Ok(Some(body)) if follow => (
+            [(header::CONTENT_TYPE, "text/plain")],
+            follow_body(st.clone(), ns, pod, container, body),
+        )
+            .into_response(),
         Ok(Some(body)) => ([(header::CONTENT_TYPE, "text/plain")], body).into_response(),
         Ok(None) => ([(header::CONTENT_TYPE, "text/plain")], NO_LIVE_VM_BODY).into_response(),
         Err(e) => {
@@ -496,6 +611,7 @@ impl KubeletServer {
             security.auth,
             tasks.clone(),
             sessions_stop.clone(),
+            cancel.clone(),
         );
         let task = tokio::spawn(accept_loop(
             listener,
@@ -692,6 +808,48 @@ impl MetricsServer {
             .is_err()
         {
             abort.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod follow_tests {
+    use super::follow_from;
+
+    #[test]
+    fn new_lines_start_where_the_fetched_tail_continues_the_seen_one() {
+        let cases: &[(&[&str], &[&str], usize, &str)] = &[
+            (&[], &["a", "b"], 0, "nothing seen yet: all new"),
+            (&["a", "b"], &["a", "b"], 2, "unchanged"),
+            (
+                &["a", "b"],
+                &["a", "b", "c"],
+                2,
+                "the log grew, whole tail kept",
+            ),
+            (
+                &["a", "b", "c"],
+                &["b", "c", "d"],
+                2,
+                "the window slid by one",
+            ),
+            (
+                &["a", "b", "c"],
+                &["c", "d", "e"],
+                1,
+                "the window slid by two",
+            ),
+            (&["a", "b"], &["x", "y"], 0, "no overlap: a gap, all new"),
+            (
+                &["x", "x"],
+                &["x", "x", "x"],
+                2,
+                "a repeated line is not dropped",
+            ),
+            (&["a", "b"], &[], 0, "the log is empty now"),
+        ];
+        for (seen, fetched, want, what) in cases {
+            assert_eq!(follow_from(seen, fetched), *want, "{what}");
         }
     }
 }
