@@ -69,8 +69,8 @@ pub enum DryRun {
 /// Which objects a verb acts on.
 #[derive(Args, Debug, Clone, Default)]
 pub struct Selection {
-    /// Act in all namespaces.
-    #[arg(short = 'A', long)]
+    /// Act in all namespaces (-A, -A=true, --all-namespaces=false).
+    #[arg(short = 'A', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub all_namespaces: bool,
     /// Label selector (e.g. -l team=a).
     #[arg(short = 'l', long, value_name = "SELECTOR")]
@@ -158,11 +158,11 @@ pub enum Command {
         /// members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE.
         #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(TABLE_FORMATS))]
         output: Option<OutputFormat>,
-        /// Print tables without their header line.
-        #[arg(long)]
+        /// Print tables without their header line (--no-headers=true|false).
+        #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         no_headers: bool,
-        /// Watch: redraw on change (TTY) or stream one JSON object per change.
-        #[arg(short = 'w', long)]
+        /// Watch: redraw on change (TTY) or stream one JSON object per change (-w=true|false).
+        #[arg(short = 'w', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         watch: bool,
     },
     /// Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events.
@@ -265,8 +265,8 @@ pub enum Command {
         /// The target node.
         #[arg(long, value_name = "NODE", required_unless_present = "cancel")]
         to: Option<String>,
-        /// Restore the pin that was in place before the last migrate/pin.
-        #[arg(long, conflicts_with = "to")]
+        /// Restore the pin that was in place before the last migrate/pin (--cancel=true|false).
+        #[arg(long, conflicts_with = "to", value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         cancel: bool,
         #[command(flatten)]
         wait: WaitFlags,
@@ -304,8 +304,8 @@ pub enum Command {
         /// A toolbox by name instead of an agent slot.
         #[arg(long, value_name = "TOOLBOX")]
         toolbox: Option<String>,
-        /// Keep streaming new lines.
-        #[arg(short = 'f', long)]
+        /// Keep streaming new lines (-f, -f=true, --follow=false).
+        #[arg(short = 'f', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         follow: bool,
         /// Lines from the end of the log to show (the node agent's default when unset).
         #[arg(long, value_name = "LINES")]
@@ -333,8 +333,9 @@ pub enum Command {
         /// Output format: json, yaml or jsonpath=TEMPLATE.
         #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(VERSION_FORMATS))]
         output: Option<OutputFormat>,
-        /// Print only the plugin's version and revision; do not contact the cluster.
-        #[arg(long)]
+        /// Print only the plugin's version and revision; do not contact the cluster
+        /// (--client=true|false).
+        #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         client: bool,
     },
     /// Print a static completion script for bash, zsh, fish or powershell.
@@ -367,8 +368,9 @@ pub enum RegistryCommand {
         /// Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY.
         #[arg(long, env = "OCI_REGISTRY", value_name = "BASE")]
         registry: Option<String>,
-        /// Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy).
-        #[arg(long)]
+        /// Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy);
+        /// --include-latest=true|false.
+        #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         include_latest: bool,
         /// Delete (without it, only list what would be deleted); -y=true, --yes=false.
         #[arg(short = 'y', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,

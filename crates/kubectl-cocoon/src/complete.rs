@@ -127,7 +127,11 @@ fn flag_values(flag: &str, sub: Option<&str>) -> Option<Vec<&'static str>> {
         "-o" | "--output" => output_formats(sub),
         "--color" => vec!["auto", "always", "never"],
         "--dry-run" => vec!["none", "client", "server"],
-        "--wait" | "--yes" | "-y" => vec!["true", "false"],
+        // Every on/off flag takes `=true|false`.
+        "--wait" | "--yes" | "-y" | "--follow" | "-f" | "--all-namespaces" | "-A"
+        | "--no-headers" | "--watch" | "-w" | "--cancel" | "--client" | "--include-latest" => {
+            vec!["true", "false"]
+        }
         "--until" | "--for" => phases(sub),
         _ => return None,
     })
@@ -431,6 +435,16 @@ mod tests {
             candidates(&r, &[], &[], &[], true),
             ["--wait=true", "--wait=false"]
         );
+        for flag in ["-f", "--follow", "-A", "--no-headers", "-w", "--client"] {
+            let r = req(&["logs", &format!("{flag}=f")]);
+            assert_eq!(
+                candidates(&r, &[], &[], &[], true),
+                [format!("{flag}=false")],
+                "{flag}"
+            );
+        }
+        // An on/off flag takes no separate value: the next word is a name.
+        assert_eq!(req(&["logs", "-f", ""]).want, Want::Sets);
         assert_eq!(
             req(&["hibernate", "--until", ""]).want,
             Want::Values(HIBERNATION_PHASES.to_vec())

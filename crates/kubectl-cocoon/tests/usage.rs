@@ -86,3 +86,63 @@ fn dry_run_needs_an_equals_sign_and_output_formats_follow_the_verb() {
         assert!(stderr.contains("--output"), "{args:?}: {stderr}");
     }
 }
+
+/// Every on/off flag takes `=true|false` as kubectl's do (`-f=true`, `--no-headers=false`);
+/// a bad value is a usage error naming the flag. The accepted forms get past parsing and
+/// fail only at the missing kubeconfig, or succeed offline (`version --client=true`).
+#[test]
+fn every_on_off_flag_takes_true_or_false() {
+    let missing = "--kubeconfig=/nonexistent/kubeconfig";
+    for args in [
+        &[
+            "status",
+            "-A=true",
+            "--no-headers=true",
+            "-w=false",
+            missing,
+        ][..],
+        &["status", "--all-namespaces=false", "--watch=false", missing],
+        &["logs", "demo", "-f=true", missing],
+        &["logs", "demo", "--follow=false", missing],
+        &["migrate", "demo", "--cancel=true", missing],
+        &[
+            "registry",
+            "gc",
+            "--registry=127.0.0.1:1",
+            "--include-latest=true",
+            missing,
+        ],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run kubectl-cocoon");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("failed to read kubeconfig"),
+            "{args:?} did not get past parsing: {stderr}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+        .args(["version", "--client=true", "-o", "json"])
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run kubectl-cocoon");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (args, flag) in [
+        (&["logs", "demo", "-f=maybe"][..], "--follow"),
+        (&["status", "--no-headers=yes"], "--no-headers"),
+        (&["status", "-A=1"], "--all-namespaces"),
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+}
