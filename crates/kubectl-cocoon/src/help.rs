@@ -8,6 +8,13 @@ macro_rules! wait_exit_codes {
     };
 }
 
+/// Exit codes of the read-only `wait` verb: the same outcomes, but nothing is written.
+macro_rules! read_wait_exit_codes {
+    () => {
+        "Exit codes:\n  0  success (already in the phase, or reached it)\n  1  error (API error, RBAC denial, not found)\n  2  usage error\n  3  the wait timed out (with --timeout 0: not in the phase now)\n  4  the wait reached Failed (after --failure-grace)\n  130  interrupted (Ctrl-C); nothing was written\n\nSeveral targets are waited for together under one --timeout;\nthe exit code is the worst of theirs (4 over 3 over 1)."
+    };
+}
+
 /// Exit codes of the verbs that only read.
 macro_rules! read_exit_codes {
     () => {
@@ -64,7 +71,7 @@ pub const WAIT: &str = concat!(
     "  # In CI: check once, without waiting (exit 3 if not there yet)\n",
     "  kubectl cocoon wait cocoonset/demo --for=Running --timeout 0 || echo \"not running yet (exit $?)\"\n\n",
     "Waits for: the phase given with --for, of every target, under one --timeout.\n\n",
-    wait_exit_codes!()
+    read_wait_exit_codes!()
 );
 
 pub const SUSPEND: &str = concat!(

@@ -108,6 +108,22 @@ fn verb_help_teaches() {
     }
 }
 
+/// `wait` only reads: its help never claims that something was written.
+#[test]
+fn wait_help_says_nothing_is_written() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+        .args(["wait", "--help"])
+        .output()
+        .expect("run");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("130  interrupted (Ctrl-C); nothing was written"),
+        "{help}"
+    );
+    assert!(!help.contains("write already happened"), "{help}");
+    assert!(!help.contains("written first"), "{help}");
+}
+
 #[test]
 fn version_flag_only_at_the_top() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
