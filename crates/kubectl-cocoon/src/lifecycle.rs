@@ -176,22 +176,31 @@ fn wait_options(flags: &WaitFlags) -> multi::Options {
     }
 }
 
-/// What one write did: a job to wait for, nothing to wait for (dry run), or an error.
-type Written = Result<Option<Job>, (Target, CliError)>;
+/// What one write did: a job to wait for, a dry run's outcome (printed with the others once
+/// every write is done), or an error.
+type Written = Result<Wrote, (Target, CliError)>;
 
-/// Splits write outcomes into jobs and errors. A dry run never waits; its first error is the
-/// command's.
-fn sort_writes(writes: Vec<Written>) -> (Vec<Job>, Vec<(Target, CliError)>) {
+/// A write that succeeded.
+enum Wrote {
+    /// Written for real: wait for it.
+    Wait(Job),
+    /// A dry run: what it would have done.
+    DryRun(dryrun::Shown),
+}
+
+/// Splits write outcomes (in the targets' order) into jobs, dry-run outcomes and errors.
+fn sort_writes(writes: Vec<Written>) -> (Vec<Job>, Vec<dryrun::Shown>, Vec<(Target, CliError)>) {
     let mut jobs = Vec::new();
+    let mut shown = Vec::new();
     let mut failed = Vec::new();
     for w in writes {
         match w {
-            Ok(Some(j)) => jobs.push(j),
-            Ok(None) => {}
+            Ok(Wrote::Wait(j)) => jobs.push(j),
+            Ok(Wrote::DryRun(s)) => shown.push(s),
             Err(e) => failed.push(e),
         }
     }
-    (jobs, failed)
+    (jobs, shown, failed)
 }
 
 /// Writes `spec.suspend` of one set (or prints it for a client dry run).
@@ -215,8 +224,8 @@ async fn write_suspend(
     let patch = json!({"spec": {"suspend": suspend}});
     let unchanged = cs.spec.suspend == suspend;
     if flags.dry_run == DryRun::Client {
-        dryrun::report_client_patch(&cs, &patch, unchanged, flags).map_err(fail)?;
-        return Ok(None);
+        let shown = dryrun::Shown::client_patch(&cs, &patch, unchanged).map_err(fail)?;
+        return Ok(Wrote::DryRun(shown));
     }
     let (generation, written) = if unchanged {
         eprintln!(
@@ -224,8 +233,9 @@ async fn write_suspend(
             if suspend { "suspended" } else { "resumed" }
         );
         if flags.dry_run == DryRun::Server {
-            dryrun::report(&cs, Action::Unchanged, flags).map_err(fail)?;
-            return Ok(None);
+            return Ok(Wrote::DryRun(
+                dryrun::Shown::of(&cs, Action::Unchanged).map_err(fail)?,
+            ));
         }
         (cs.metadata.generation.unwrap_or(0), String::new())
     } else {
@@ -239,15 +249,16 @@ async fn write_suspend(
                 ))
             })?;
         if flags.dry_run == DryRun::Server {
-            dryrun::report(&after, Action::Patched, flags).map_err(fail)?;
-            return Ok(None);
+            return Ok(Wrote::DryRun(
+                dryrun::Shown::of(&after, Action::Patched).map_err(fail)?,
+            ));
         }
         (
             after.metadata.generation.unwrap_or(0),
             format!("spec.suspend={suspend}"),
         )
     };
-    Ok(Some(Job {
+    Ok(Wrote::Wait(Job {
         target,
         goal: goal.clone(),
         generation,
@@ -261,8 +272,11 @@ async fn conclude(
     writes: Vec<Written>,
     flags: &WaitFlags,
 ) -> Result<(), CliError> {
-    let (jobs, failed) = sort_writes(writes);
+    let (jobs, shown, failed) = sort_writes(writes);
     if flags.dry_run != DryRun::None {
+        // Every outcome, in the targets' order (one List with -o json|yaml), then the first
+        // error is the command's.
+        dryrun::print_all(&shown, flags)?;
         return match failed.into_iter().next() {
             Some((_, e)) => Err(e),
             None => Ok(()),
@@ -330,21 +344,23 @@ async fn write_desire(
     let (generation, written) = match (&existing, flags.dry_run) {
         (Some(ch), DryRun::Client) => {
             let patch = json!({"spec": {"desire": desire.as_str()}});
-            dryrun::report_client_patch(ch, &patch, ch.spec.desire == desire, flags)
-                .map_err(fail)?;
-            return Ok(None);
+            let shown =
+                dryrun::Shown::client_patch(ch, &patch, ch.spec.desire == desire).map_err(fail)?;
+            return Ok(Wrote::DryRun(shown));
         }
         (None, DryRun::Client) => {
             let mut obj = new_hibernation(pod, desire);
             obj.metadata.namespace = Some(ns.to_string());
-            dryrun::report(&obj, Action::Created, flags).map_err(fail)?;
-            return Ok(None);
+            return Ok(Wrote::DryRun(
+                dryrun::Shown::of(&obj, Action::Created).map_err(fail)?,
+            ));
         }
         (Some(ch), _) if ch.spec.desire == desire => {
             eprintln!("cocoonhibernation {pod} already wants {}", desire.as_str());
             if flags.dry_run == DryRun::Server {
-                dryrun::report(ch, Action::Unchanged, flags).map_err(fail)?;
-                return Ok(None);
+                return Ok(Wrote::DryRun(
+                    dryrun::Shown::of(ch, Action::Unchanged).map_err(fail)?,
+                ));
             }
             (ch.metadata.generation.unwrap_or(0), String::new())
         }
@@ -360,8 +376,9 @@ async fn write_desire(
                     ))
                 })?;
             if flags.dry_run == DryRun::Server {
-                dryrun::report(&after, Action::Patched, flags).map_err(fail)?;
-                return Ok(None);
+                return Ok(Wrote::DryRun(
+                    dryrun::Shown::of(&after, Action::Patched).map_err(fail)?,
+                ));
             }
             (after.metadata.generation.unwrap_or(0), written)
         }
@@ -376,8 +393,9 @@ async fn write_desire(
                     ))
                 })?;
             if flags.dry_run == DryRun::Server {
-                dryrun::report(&after, Action::Created, flags).map_err(fail)?;
-                return Ok(None);
+                return Ok(Wrote::DryRun(
+                    dryrun::Shown::of(&after, Action::Created).map_err(fail)?,
+                ));
             }
             (
                 after.metadata.generation.unwrap_or(0),
@@ -385,7 +403,7 @@ async fn write_desire(
             )
         }
     };
-    Ok(Some(Job {
+    Ok(Wrote::Wait(Job {
         target,
         goal: goal.clone(),
         generation,
@@ -549,7 +567,7 @@ pub async fn wait(
                     }
                 }
             };
-            Ok(Some(Job {
+            Ok(Wrote::Wait(Job {
                 target,
                 goal,
                 generation,
@@ -559,7 +577,7 @@ pub async fn wait(
         .buffered(WRITE_CONCURRENCY)
         .collect()
         .await;
-    let (jobs, failed) = sort_writes(reads);
+    let (jobs, _, failed) = sort_writes(reads);
     multi::wait_all(client, jobs, failed, &opts).await
 }
 

@@ -4,7 +4,20 @@ use clap::{CommandFactory, FromArgMatches};
 use kubectl_cocoon::cli::{Cli, display_name};
 use kubectl_cocoon::error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 
+/// Writing to a closed pipe (`kubectl cocoon completion bash | head -1`) ends the process
+/// quietly, as it does kubectl and other Unix tools, instead of a panic in `println!`: Rust
+/// ignores SIGPIPE by default, so the default disposition is restored.
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: runs first in `main`, before any other thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE and no handler is installed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
+    restore_default_sigpipe();
     let argv0 = std::env::args().next().unwrap_or_default();
     let name = display_name(&argv0);
     let matches = match Cli::command().bin_name(name).try_get_matches() {

@@ -105,6 +105,45 @@ async fn dry_runs_say_what_they_did_and_change_nothing() {
         let chs: Api<cocoon_api::crd::hibernation::CocoonHibernation> =
             Api::namespaced(client.clone(), &ns);
         assert!(chs.get_opt("demo-0").await?.is_none(), "nothing created");
+
+        // Several targets: the writes run concurrently, the report keeps the targets' order;
+        // with -o json|yaml it is one kubectl List, not objects one after another.
+        create_set(&client, &ns, "demo-b").await?;
+        member_pod(&pods, &ns, "demo", "1").await?;
+        for mode in ["--dry-run=client", "--dry-run=server"] {
+            let out = run(env, &["-n", &ns, "suspend", "demo", "demo-b", mode]).await;
+            assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+            let word = if mode.ends_with("server") { "server dry run" } else { "dry run" };
+            assert_eq!(
+                text(&out.stdout),
+                format!(
+                    "cocoonset.cocoonset.cocoonstack.io/demo patched ({word})\n\
+                     cocoonset.cocoonset.cocoonstack.io/demo-b patched ({word})\n"
+                ),
+                "{mode}"
+            );
+            let out = run(env, &["-n", &ns, "suspend", "demo", "demo-b", mode, "-o", "json"]).await;
+            assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+            let list: Value = serde_json::from_slice(&out.stdout)
+                .map_err(|e| format!("{mode}: one JSON document: {e}\n{}", text(&out.stdout)))?;
+            assert_eq!(list["kind"], "List", "{mode}");
+            let names: Vec<&str> = list["items"]
+                .as_array()
+                .ok_or("items")?
+                .iter()
+                .filter_map(|i| i["metadata"]["name"].as_str())
+                .collect();
+            assert_eq!(names, ["demo", "demo-b"], "{mode}");
+            assert!(list["items"].as_array().ok_or("items")?.iter().all(|i| i["spec"]["suspend"] == true));
+            let out = run(env, &["-n", &ns, "suspend", "demo", "demo-b", mode, "-o", "yaml"]).await;
+            assert!(text(&out.stdout).starts_with("apiVersion: v1\nitems:"), "{mode}: {}", text(&out.stdout));
+        }
+        let out = run(env, &["-n", &ns, "hibernate", "demo-0", "demo-1", "--dry-run=server", "-o", "name"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout),
+            "cocoonhibernation.cocoonset.cocoonstack.io/demo-0\ncocoonhibernation.cocoonset.cocoonstack.io/demo-1\n"
+        );
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     })
@@ -445,12 +484,13 @@ async fn logs_names_the_member_and_reports_what_the_api_server_refuses() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         member_pod(&pods, &ns, "demo", "0").await?;
 
+        // A member the spec does not have: a usage error naming the flag and what the set has.
         let out = run(env, &["-n", &ns, "logs", "demo", "--toolbox", "browser"]).await;
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(2));
         assert!(
-            text(&out.stderr).contains(&format!(
-                "cocoonset demo has no member pod demo-browser in {ns}"
-            )),
+            text(&out.stderr).contains(
+                "--toolbox browser: cocoonset demo has no such toolbox (it has no toolboxes)"
+            ),
             "{}",
             text(&out.stderr)
         );
@@ -459,9 +499,22 @@ async fn logs_names_the_member_and_reports_what_the_api_server_refuses() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         assert_eq!(text(&out.stdout), "");
         let out = run(env, &["-n", &ns, "logs", "demo", "--slot", "3"]).await;
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            text(&out.stderr).contains("--slot 3: cocoonset demo has only slot 0, the main agent"),
+            "{}",
+            text(&out.stderr)
+        );
+        // A member the spec has but whose pod is not there: not found.
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let mut spec = CocoonSetSpec::with_image("img");
+        spec.agent.replicas = 1;
+        sets.create(&PostParams::default(), &CocoonSet::new("two", spec))
+            .await?;
+        let out = run(env, &["-n", &ns, "logs", "two", "--slot", "1"]).await;
         assert_eq!(out.status.code(), Some(1));
         assert!(
-            text(&out.stderr).contains("no member pod demo-3"),
+            text(&out.stderr).contains(&format!("cocoonset two has no member pod two-1 in {ns}")),
             "{}",
             text(&out.stderr)
         );

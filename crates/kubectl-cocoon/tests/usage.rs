@@ -146,3 +146,27 @@ fn every_on_off_flag_takes_true_or_false() {
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
     }
 }
+
+/// Output into a pipe that is already closed (`… | head -1` once head exited) ends the plugin
+/// quietly, as kubectl does: no panic, no backtrace.
+#[test]
+fn a_closed_stdout_pipe_ends_the_plugin_quietly() {
+    for args in [
+        &["completion", "bash"][..],
+        &["version", "--client", "-o", "yaml"],
+        &["--help"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run kubectl-cocoon");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}
