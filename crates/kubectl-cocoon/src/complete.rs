@@ -56,13 +56,33 @@ fn subcommands(path: &[&str]) -> Vec<(String, String)> {
 }
 
 fn short_about(c: &clap::Command) -> String {
-    let about = c.get_about().map(|a| a.to_string()).unwrap_or_default();
-    about
-        .split([':', ';', '('])
-        .next()
-        .unwrap_or_default()
-        .trim()
+    summary(&c.get_about().map(|a| a.to_string()).unwrap_or_default())
+}
+
+/// The one-line description completion shows for a verb: its about without parenthesised
+/// asides, up to the first `:`, `;` or `, e.g.`.
+fn summary(about: &str) -> String {
+    let mut plain = String::new();
+    let mut depth = 0usize;
+    for ch in about.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' if depth > 0 => depth -= 1,
+            _ if depth == 0 => plain.push(ch),
+            _ => {}
+        }
+    }
+    let cut = [":", ";", ", e.g."]
+        .iter()
+        .filter_map(|sep| plain.find(sep))
+        .min()
+        .unwrap_or(plain.len());
+    plain[..cut]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
         .trim_end_matches('.')
+        .trim_end()
         .to_string()
 }
 
@@ -457,6 +477,39 @@ mod tests {
             matches!(req(&["wait", "--for", ""]).want, Want::Values(v) if v.contains(&"Suspended") && v.contains(&"Hibernated"))
         );
         assert_eq!(req(&["version", ""]).want, Want::Nothing);
+    }
+
+    #[test]
+    fn verb_descriptions_keep_their_meaning() {
+        for (about, want) in [
+            (
+                "Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended.",
+                "Wait until targets reach a phase",
+            ),
+            (
+                "Show a member's guest log through the API server (pods/log).",
+                "Show a member's guest log through the API server",
+            ),
+            (
+                "Print a static completion script for bash, zsh, fish or powershell.",
+                "Print a static completion script for bash, zsh, fish or powershell",
+            ),
+            (
+                "Show CocoonSets: a table, or the computed view",
+                "Show CocoonSets",
+            ),
+            (
+                "Suspend CocoonSets; waits for Suspended",
+                "Suspend CocoonSets",
+            ),
+        ] {
+            assert_eq!(summary(about), want, "{about}");
+        }
+        let wait = subcommands(&[])
+            .into_iter()
+            .find(|(name, _)| name == "wait")
+            .expect("wait verb");
+        assert_eq!(wait.1, "Wait until targets reach a phase");
     }
 
     #[test]
