@@ -654,6 +654,14 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -W "Pending Hibernating Hibernated Waking Active Failed" -- "${cur}"))
                     return 0
                     ;;
+                --all-namespaces)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -A)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --selector)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -792,6 +800,14 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --follow)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -f)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --tail)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -884,6 +900,10 @@ _kubectl__cocoon() {
             case "${prev}" in
                 --to)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cancel)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --wait)
@@ -1220,6 +1240,10 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --include-latest)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --yes)
                     COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
@@ -1454,6 +1478,14 @@ _kubectl__cocoon() {
                 return 0
             fi
             case "${prev}" in
+                --all-namespaces)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -A)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --selector)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1588,6 +1620,14 @@ _kubectl__cocoon() {
                 return 0
             fi
             case "${prev}" in
+                --all-namespaces)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -A)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --selector)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1602,6 +1642,18 @@ _kubectl__cocoon() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --no-headers)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                --watch)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -w)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kubeconfig)
@@ -1690,6 +1742,14 @@ _kubectl__cocoon() {
                 return 0
             fi
             case "${prev}" in
+                --all-namespaces)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -A)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --selector)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1954,6 +2014,10 @@ _kubectl__cocoon() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --client)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --kubeconfig)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -2148,6 +2212,14 @@ _kubectl__cocoon() {
             case "${prev}" in
                 --until)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --all-namespaces)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -A)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --selector)

@@ -61,8 +61,14 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "regis
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "version" -d 'Print the plugin and operator versions'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s A -l all-namespaces -d 'Act in all namespaces (-A, -A=true, --all-namespaces=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s o -l output -d 'Output format: wide (members too), json, yaml (the computed view: each set with its members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l no-headers -d 'Print tables without their header line (--no-headers=true|false)' -r -f -a "true\t''
+false\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s w -l watch -d 'Watch: redraw on change (TTY) or stream one JSON object per change (-w=true|false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -81,9 +87,6 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s A -l all-namespaces -d 'Act in all namespaces'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l no-headers -d 'Print tables without their header line'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s w -l watch -d 'Watch: redraw on change (TTY) or stream one JSON object per change'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand status" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand describe" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
@@ -130,6 +133,8 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s A -l all-namespaces -d 'Act in all namespaces (-A, -A=true, --all-namespaces=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l until -d 'The CocoonSet phase that counts as success instead of Suspended' -r -f -a "Pending\t''
 Scaling\t''
@@ -168,10 +173,11 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s A -l all-namespaces -d 'Act in all namespaces'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand suspend" -s h -l help -d 'Print help'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s A -l all-namespaces -d 'Act in all namespaces (-A, -A=true, --all-namespaces=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l until -d 'The CocoonSet phase that counts as success instead of Running' -r -f -a "Pending\t''
 Scaling\t''
@@ -210,7 +216,6 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s A -l all-namespaces -d 'Act in all namespaces'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand resume" -s h -l help -d 'Print help'
@@ -220,6 +225,8 @@ Hibernated\t''
 Waking\t''
 Active\t''
 Failed\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s A -l all-namespaces -d 'Act in all namespaces (-A, -A=true, --all-namespaces=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
 false\t''"
@@ -250,11 +257,12 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s A -l all-namespaces -d 'Act in all namespaces'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand hibernate" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l until -d 'The phase that counts as success: a CocoonHibernation phase for pods (default Active), a CocoonSet phase for cocoonset/NAME (default Running)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s A -l all-namespaces -d 'Act in all namespaces (-A, -A=true, --all-namespaces=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s l -l selector -d 'Label selector (e.g. -l team=a)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
 false\t''"
@@ -285,11 +293,12 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s A -l all-namespaces -d 'Act in all namespaces'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l to -d 'The target node' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l cancel -d 'Restore the pin that was in place before the last migrate/pin (--cancel=true|false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
 false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l timeout -d 'Overall wait budget' -r
@@ -319,7 +328,6 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l cancel -d 'Restore the pin that was in place before the last migrate/pin'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -s h -l help -d 'Print help'
@@ -389,6 +397,8 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -l 
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand unpin" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l slot -d 'The agent slot (0 is the main agent, the default)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l toolbox -d 'A toolbox by name instead of an agent slot' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -s f -l follow -d 'Keep streaming new lines (-f, -f=true, --follow=false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l tail -d 'Lines from the end of the log to show (the node agent\'s default when unset)' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l context -d 'The name of the kubeconfig context to use' -r
@@ -408,7 +418,6 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -s f -l follow -d 'Keep streaming new lines'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand logs" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand report" -l file -d 'Where to write the bundle [default: ./cocoon-report-NS-NAME-TIME.tar.gz]' -r -F
@@ -455,6 +464,8 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; 
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l registry -d 'Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l include-latest -d 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy); --include-latest=true|false' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s y -l yes -d 'Delete (without it, only list what would be deleted); -y=true, --yes=false' -r -f -a "true\t''
 false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s o -l output -d 'Output format: json, yaml or jsonpath=TEMPLATE' -r
@@ -476,12 +487,13 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; 
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l include-latest -d 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from help" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s o -l output -d 'Output format: json, yaml or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l client -d 'Print only the plugin\'s version and revision; do not contact the cluster (--client=true|false)' -r -f -a "true\t''
+false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l context -d 'The name of the kubeconfig context to use' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l cluster -d 'The name of the kubeconfig cluster to use' -r
@@ -500,7 +512,6 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l client -d 'Print only the plugin\'s version and revision; do not contact the cluster'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F

@@ -63,10 +63,15 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;status' {
+            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
+            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format: wide (members too), json, yaml (the computed view: each set with its members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format: wide (members too), json, yaml (the computed view: each set with its members, VMs, nodes, lifecycle and hibernations), name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--no-headers', '--no-headers', [CompletionResultType]::ParameterName, 'Print tables without their header line (--no-headers=true|false)')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Watch: redraw on change (TTY) or stream one JSON object per change (-w=true|false)')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Watch: redraw on change (TTY) or stream one JSON object per change (-w=true|false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -85,11 +90,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--no-headers', '--no-headers', [CompletionResultType]::ParameterName, 'Print tables without their header line')
-            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Watch: redraw on change (TTY) or stream one JSON object per change')
-            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Watch: redraw on change (TTY) or stream one JSON object per change')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -149,6 +149,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;suspend' {
+            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
+            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The CocoonSet phase that counts as success instead of Suspended')
@@ -179,8 +181,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -188,6 +188,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;resume' {
+            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
+            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The CocoonSet phase that counts as success instead of Running')
@@ -218,8 +220,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -228,6 +228,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         }
         'kubectl-cocoon;hibernate' {
             [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The CocoonHibernation phase that counts as success instead of Hibernated')
+            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
+            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
@@ -257,8 +259,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -267,6 +267,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         }
         'kubectl-cocoon;wake' {
             [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'The phase that counts as success: a CocoonHibernation phase for pods (default Active), a CocoonSet phase for cocoonset/NAME (default Running)')
+            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
+            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
@@ -296,8 +298,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('-A', '-A ', [CompletionResultType]::ParameterName, 'Act in all namespaces')
-            [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -306,6 +306,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         }
         'kubectl-cocoon;migrate' {
             [CompletionResult]::new('--to', '--to', [CompletionResultType]::ParameterName, 'The target node')
+            [CompletionResult]::new('--cancel', '--cancel', [CompletionResultType]::ParameterName, 'Restore the pin that was in place before the last migrate/pin (--cancel=true|false)')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
@@ -333,7 +334,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('--cancel', '--cancel', [CompletionResultType]::ParameterName, 'Restore the pin that was in place before the last migrate/pin')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -411,6 +411,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         'kubectl-cocoon;logs' {
             [CompletionResult]::new('--slot', '--slot', [CompletionResultType]::ParameterName, 'The agent slot (0 is the main agent, the default)')
             [CompletionResult]::new('--toolbox', '--toolbox', [CompletionResultType]::ParameterName, 'A toolbox by name instead of an agent slot')
+            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'Keep streaming new lines (-f, -f=true, --follow=false)')
+            [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'Keep streaming new lines (-f, -f=true, --follow=false)')
             [CompletionResult]::new('--tail', '--tail', [CompletionResultType]::ParameterName, 'Lines from the end of the log to show (the node agent''s default when unset)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
@@ -430,8 +432,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'Keep streaming new lines')
-            [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'Keep streaming new lines')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -490,6 +490,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         }
         'kubectl-cocoon;registry;gc' {
             [CompletionResult]::new('--registry', '--registry', [CompletionResultType]::ParameterName, 'Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY')
+            [CompletionResult]::new('--include-latest', '--include-latest', [CompletionResultType]::ParameterName, 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy); --include-latest=true|false')
             [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted); -y=true, --yes=false')
             [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted); -y=true, --yes=false')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
@@ -512,7 +513,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('--include-latest', '--include-latest', [CompletionResultType]::ParameterName, 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy)')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -532,6 +532,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
         'kubectl-cocoon;version' {
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--client', '--client', [CompletionResultType]::ParameterName, 'Print only the plugin''s version and revision; do not contact the cluster (--client=true|false)')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
             [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
@@ -550,7 +551,6 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
-            [CompletionResult]::new('--client', '--client', [CompletionResultType]::ParameterName, 'Print only the plugin''s version and revision; do not contact the cluster')
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
