@@ -22,6 +22,13 @@
 //! edit and the moment its writes went quiet), and the operator process's CPU time (utime +
 //! stime from `/proc/<pid>/stat`) over the same window; for the last scenario also its RSS.
 //!
+//! `COCOON_BENCH_SCALE=<n>` runs a scale scenario instead: n sets of main + 1 sub-agent + 1
+//! toolbox (3n pods over the three agents) → all Running (time, operator writes, CPU, operator
+//! RSS, this process's RSS: the three agents and the bench's own watches); a settled minute
+//! (operator writes from the audit log, registry requests from the registry's access log); then
+//! the operator killed and started again: the time until its passes over every set went quiet,
+//! with the writes they made (goal 0).
+//!
 //! Run: `cargo bench -p cocoon-bin --bench cocoonset_lifecycle`. The operator runs at the
 //! `COCOONSET_CONCURRENCY` of the shipped Deployment unless the environment sets it. Under
 //! `cargo test` it only prints how to run it.
@@ -80,20 +87,21 @@ fn main() {
     };
     let rounds = count("COCOON_BENCH_ROUNDS", DEFAULT_ROUNDS);
     let sets = count("COCOON_BENCH_SETS", DEFAULT_SETS);
+    let scale = std::env::var_os("COCOON_BENCH_SCALE").map(|_| count("COCOON_BENCH_SCALE", 1));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    if let Err(e) = rt.block_on(run(rounds, sets)) {
+    if let Err(e) = rt.block_on(run(rounds, sets, scale)) {
         eprintln!("cocoonset_lifecycle failed: {e}");
         std::process::exit(1);
     }
 }
 
-async fn run(rounds: usize, sets: usize) -> BenchResult {
+async fn run(rounds: usize, sets: usize, scale: Option<usize>) -> BenchResult {
     let env = cocoon_testsupport::bench_env().await?;
-    let outcome = measure(&env, rounds, sets).await;
+    let outcome = measure(&env, rounds, sets, scale).await;
     cocoon_testsupport::end_bench_env(env, outcome)
 }
 
@@ -108,6 +116,10 @@ struct OperatorProcess {
     user: String,
     /// A client with the same account: its reads mark how far the audit log has come.
     client: Client,
+    /// Its `/metrics` listener.
+    metrics_port: u16,
+    /// When it was spawned.
+    started: Timestamp,
     _dir: tempfile::TempDir,
 }
 
@@ -169,13 +181,17 @@ impl OperatorProcess {
             &kube::config::KubeConfigOptions::default(),
         )
         .await?;
+        // A port that was free a moment ago, so `/metrics` can be read.
+        let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cocoon-operator"));
         cmd.arg("run")
             .env("KUBECONFIG", &kubeconfig)
             .env("OCI_REGISTRY", env.registry_addr())
             .env("POD_NAMESPACE", ns)
             .env("WATCH_NAMESPACE", ns)
-            .env("METRICS_ADDR", "127.0.0.1:0")
+            .env("METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
             .env("PROBE_ADDR", "127.0.0.1:0")
             .env("LEADER_ELECT", "false")
             .env("OPERATOR_LOG_LEVEL", "warn")
@@ -183,9 +199,12 @@ impl OperatorProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("operator.log"))?);
+        let started = Timestamp::now();
         let child = cmd.spawn()?;
         Ok(OperatorProcess {
             child,
+            metrics_port,
+            started,
             user: format!("system:serviceaccount:{SA_NAMESPACE}:{name}"),
             client: Client::try_from(config)?,
             _dir: dir,
@@ -194,6 +213,28 @@ impl OperatorProcess {
 
     fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// CocoonSet passes so far (`cocoon_operator_reconcile_duration_seconds_count`), from
+    /// its `/metrics`; `None` while it does not answer.
+    async fn passes(&self) -> Option<u64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port))
+            .await
+            .ok()?;
+        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .ok()?;
+        let mut body = String::new();
+        conn.read_to_string(&mut body).await.ok()?;
+        body.lines()
+            .find(|l| {
+                l.starts_with("cocoon_operator_reconcile_duration_seconds_count")
+                    && l.contains("controller=\"cocoonset\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.trim().parse().ok())
+            .or(Some(0))
     }
 
     fn log_tail(&self) -> String {
@@ -687,7 +728,7 @@ impl Bench<'_> {
     }
 }
 
-async fn measure(env: &TestEnv, rounds: usize, n_sets: usize) -> BenchResult {
+async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usize>) -> BenchResult {
     let admin = env.client()?;
     let ns = cocoon_testenv::create_namespace(&admin, "cs-life").await?;
     let pool = cocoon_testenv::unique_name("pool");
@@ -710,20 +751,30 @@ async fn measure(env: &TestEnv, rounds: usize, n_sets: usize) -> BenchResult {
         roots.push(root);
     }
     let timeline = start_timeline(&admin, &ns).await?;
-    let op = OperatorProcess::start(env, &admin, &ns).await?;
-    let audit = env.audit_log();
-    let bench = Bench {
-        ns: ns.clone(),
-        sets: Api::namespaced(admin.clone(), &ns),
-        timeline,
-        audit,
-        op: &op,
+    let mut op = OperatorProcess::start(env, &admin, &ns).await?;
+    let outcome = match scale {
+        Some(n) => {
+            let outcome = scale_scenario(env, &admin, &ns, &pool, &timeline, &mut op, n).await;
+            if outcome.is_err() {
+                eprintln!("---- operator log ----\n{}", op.log_tail());
+            }
+            outcome
+        }
+        None => {
+            let bench = Bench {
+                ns: ns.clone(),
+                sets: Api::namespaced(admin.clone(), &ns),
+                timeline,
+                audit: env.audit_log(),
+                op: &op,
+            };
+            let outcome = scenarios(&bench, &pool, rounds, n_sets).await;
+            if outcome.is_err() {
+                eprintln!("---- operator log ----\n{}", op.log_tail());
+            }
+            outcome
+        }
     };
-    let outcome = scenarios(&bench, &pool, rounds, n_sets).await;
-    if outcome.is_err() {
-        eprintln!("---- operator log ----\n{}", op.log_tail());
-    }
-    drop(bench);
     drop(op);
     for mut a in agents {
         a.stop().await;
@@ -872,5 +923,182 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
         "goals (issue #20): create p50 < 1000 ms, {DEFAULT_SETS} sets < 4 s, suspend/resume p50 \
          < 350 ms, <= 8 / <= 12 operator writes"
     );
+    Ok(())
+}
+
+/// Requests in the registry's access log so far (one line each).
+fn registry_requests(env: &TestEnv) -> usize {
+    let log = env.run_dir().join("logs").join("registry.log");
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("\" ") && l.contains(" /v2/") && l.contains(" - - ["))
+        .count()
+}
+
+fn scale_spec(pool: &str) -> CocoonSetSpec {
+    let mut s = full_spec(pool);
+    s.agent.replicas = 1;
+    s
+}
+
+/// The scale scenario of `COCOON_BENCH_SCALE` (see the file's docs).
+async fn scale_scenario(
+    env: &TestEnv,
+    admin: &Client,
+    ns: &str,
+    pool: &str,
+    timeline: &Shared,
+    op: &mut OperatorProcess,
+    n: usize,
+) -> BenchResult {
+    let audit = env.audit_log();
+    let sets: Api<CocoonSet> = Api::namespaced(admin.clone(), ns);
+    cocoon_testenv::wait_until("the operator's /metrics", WAIT, || op.passes()).await?;
+    let (idle_rss, _) = rss_of(op.pid());
+    let (bench_idle, _) = rss_of(std::process::id());
+    println!();
+    println!(
+        "CocoonSet scale: {n} sets x (main + 1 sub-agent + 1 toolbox), `cocoon-operator run` as \
+         its own process (COCOONSET_CONCURRENCY={}), {NODES} real in-process node agents \
+         (simulated runtime, every sim latency zero)",
+        concurrency()?
+    );
+    let cpu0 = cpu_of(op.pid());
+    let t0 = Timestamp::now();
+    let names: Vec<String> = (0..n).map(|i| format!("scale-{i}")).collect();
+    let last_report = std::cell::Cell::new(t0);
+    for (i, name) in names.iter().enumerate() {
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new(name, scale_spec(pool)),
+        )
+        .await?;
+        if Timestamp::now().duration_since(last_report.get()).as_secs() >= 10 {
+            println!(
+                "  {} / {n} created after {:.0} s",
+                i + 1,
+                Timestamp::now().duration_since(t0).as_secs_f64()
+            );
+            last_report.set(Timestamp::now());
+        }
+    }
+    let issued = Timestamp::now();
+    let running_at = cocoon_testenv::wait_until(
+        &format!("{n} sets Running"),
+        Duration::from_secs(1800),
+        || async {
+            let tl = timeline.lock().ok()?;
+            let seen: Vec<Option<Timestamp>> = names
+                .iter()
+                .map(|n| tl.first_set(n, t0, |s| settled_in(s, CocoonSetPhase::Running, 1)))
+                .collect();
+            let done = seen.iter().filter(|s| s.is_some()).count();
+            drop(tl);
+            if Timestamp::now().duration_since(last_report.get()).as_secs() >= 10 {
+                println!(
+                    "  {done} / {n} Running after {:.0} s",
+                    Timestamp::now().duration_since(t0).as_secs_f64()
+                );
+                last_report.set(Timestamp::now());
+            }
+            seen.into_iter()
+                .collect::<Option<Vec<_>>>()
+                .and_then(|v| v.into_iter().max())
+        },
+    )
+    .await?;
+    let writes = op.quiet(&audit, ns).await?;
+    let cpu = cpu_of(op.pid()).saturating_sub(cpu0);
+    let ramp_writes = writes_between(&writes, t0, Timestamp::now()).len();
+    let (op_rss, op_hwm) = rss_of(op.pid());
+    let (bench_rss, bench_hwm) = rss_of(std::process::id());
+    println!(
+        "  creates issued in {:.1} s, all Running after {:.1} s | operator writes {ramp_writes} \
+         ({:.1} a set) | operator CPU {:.2} s",
+        issued.duration_since(t0).as_secs_f64(),
+        running_at.duration_since(t0).as_secs_f64(),
+        ramp_writes as f64 / n as f64,
+        cpu.as_secs_f64(),
+    );
+    println!(
+        "  operator RSS idle {idle_rss:.1} MiB, settled {op_rss:.1} MiB, peak {op_hwm:.1} MiB \
+         (goal < 100)"
+    );
+    println!(
+        "  bench process RSS (the {NODES} node agents + this bench's watches) idle \
+         {bench_idle:.1} MiB, settled {bench_rss:.1} MiB, peak {bench_hwm:.1} MiB (goal per \
+         agent < 150)"
+    );
+
+    // A settled minute. The window is the measurement itself.
+    let w0 = op.writes(&audit, ns).await?.len();
+    let r0 = registry_requests(env);
+    let p0 = op.passes().await.unwrap_or(0);
+    let cpu_w0 = cpu_of(op.pid());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let w1 = op.writes(&audit, ns).await?.len();
+    let r1 = registry_requests(env);
+    let p1 = op.passes().await.unwrap_or(0);
+    println!(
+        "  settled minute: operator writes {} (goal 0), registry requests {} (goal 0; every \
+         client), operator passes {}, operator CPU {:.2} s",
+        w1 - w0,
+        r1.saturating_sub(r0),
+        p1.saturating_sub(p0),
+        cpu_of(op.pid()).saturating_sub(cpu_w0).as_secs_f64(),
+    );
+
+    // Restart: a fresh operator process resyncs every set.
+    let old_pid = op.pid();
+    let r0 = registry_requests(env);
+    *op = OperatorProcess::start(env, admin, ns).await?;
+    let _ = old_pid;
+    let fresh = &*op;
+    // Its passes have gone quiet once the counter stood still for a QUIET span and covered
+    // every set.
+    let last = std::cell::Cell::new((0u64, Timestamp::now()));
+    let settled = cocoon_testenv::wait_until(
+        "the restarted operator's passes quiet",
+        Duration::from_secs(600),
+        || {
+            let (prev, last) = (last.get(), &last);
+            async move {
+                let passes = fresh.passes().await?;
+                let now = Timestamp::now();
+                if passes != prev.0 {
+                    last.set((passes, now));
+                    return None;
+                }
+                (passes >= n as u64 && unsigned(now.duration_since(prev.1)) >= QUIET)
+                    .then_some(prev)
+            }
+        },
+    )
+    .await?;
+    let writes = fresh.writes(&audit, ns).await?;
+    println!(
+        "  restart: {} passes, the last {:.1} s after the spawn (goal: every set settled in < \
+         30 s) | writes {} (goal 0) | registry requests {} | operator RSS {:.1} MiB",
+        settled.0,
+        settled.1.duration_since(fresh.started).as_secs_f64(),
+        writes.len(),
+        registry_requests(env).saturating_sub(r0),
+        rss_of(fresh.pid()).0,
+    );
+    let still = {
+        let list = sets.list(&Default::default()).await?;
+        list.items
+            .iter()
+            .filter(|cs| {
+                cs.status.as_ref().is_some_and(|s| {
+                    s.phase == Some(CocoonSetPhase::Running)
+                        && s.ready_agents == s.desired_agents
+                        && s.ready_toolboxes == s.desired_toolboxes
+                })
+            })
+            .count()
+    };
+    println!("  sets Running at the end: {still} / {n}");
     Ok(())
 }
