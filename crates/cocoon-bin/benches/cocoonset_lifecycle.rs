@@ -571,6 +571,9 @@ fn describe(w: &AuditRecord, t0: Timestamp) -> String {
     )
 }
 
+/// One figure of every create round.
+type Column = fn(&CreateRound) -> f64;
+
 /// One create round's points, ms after the POST.
 #[derive(Debug, Default, Clone)]
 struct CreateRound {
@@ -819,7 +822,7 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
         "create -> Running, 1 set (main + 2 sub-agents + 1 toolbox), {rounds} rounds, ms after \
          the POST (p50 / max):"
     );
-    let rows: [(&str, fn(&CreateRound) -> f64); 8] = [
+    let rows: [(&str, Column); 8] = [
         ("finalizer on the set", |r| r.finalizer),
         ("main pod created", |r| r.main_created),
         ("main Ready (agent bring-up)", |r| r.main_ready),
