@@ -426,6 +426,16 @@ async fn run() {
         100.0 * raw_total / floor_total,
         cpu("pull") + reg_cpu("pull"),
     );
+    // The two goals, as ratios a regression shows in: a pull against the verified-pull
+    // floor (the raw download slowed by one sha256 pass over the same bytes, as the CPU
+    // ceiling above), a push against the raw upload of the same blobs one at a time.
+    let floor_rate = raw_down * raw_total / floor_total;
+    println!(
+        "goals: pull {:.0}% of the verified-pull floor ({floor_rate:.0} MiB/s; goal >= 90%), \
+         push {:.0}% of the raw upload ({raw_up:.0} MiB/s; goal >= 90%)",
+        100.0 * best.pull / floor_rate,
+        100.0 * best.push / raw_up,
+    );
 }
 
 async fn raw_upload(

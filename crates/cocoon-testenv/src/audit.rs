@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::jiff::Timestamp;
+
 use crate::error::{Error, Result};
 
 /// One audited request (stage `ResponseComplete` or `Panic`).
@@ -25,6 +27,11 @@ pub struct AuditRecord {
     pub code: u16,
     /// The request's `User-Agent` ("" when it sent none).
     pub user_agent: String,
+    /// When the API server received the request (`requestReceivedTimestamp`, microseconds).
+    pub received: Option<Timestamp>,
+    /// When the record's stage was reached (`stageTimestamp`): for `ResponseComplete`, when
+    /// the response was sent, so a write's effect was durable by then.
+    pub completed: Option<Timestamp>,
 }
 
 impl AuditRecord {
@@ -129,6 +136,8 @@ fn parse(v: &serde_json::Value) -> Option<AuditRecord> {
             .and_then(|c| u16::try_from(c).ok())
             .unwrap_or(0),
         user_agent: text(v.get("userAgent")),
+        received: text(v.get("requestReceivedTimestamp")).parse().ok(),
+        completed: text(v.get("stageTimestamp")).parse().ok(),
     })
 }
 
@@ -144,7 +153,7 @@ mod tests {
         let sa = "system:serviceaccount:cocoon-system:cocoon-operator";
         let lines = [
             format!(
-                r#"{{"stage":"ResponseComplete","verb":"patch","user":{{"username":"{sa}"}},"userAgent":"cocoon-operator/0.1.0","objectRef":{{"resource":"cocoonsets","subresource":"status","namespace":"a","name":"s","apiGroup":"cocoonset.cocoonstack.io"}},"responseStatus":{{"code":200}}}}"#
+                r#"{{"stage":"ResponseComplete","verb":"patch","user":{{"username":"{sa}"}},"userAgent":"cocoon-operator/0.1.0","requestReceivedTimestamp":"2026-12-01T17:00:00.123456Z","stageTimestamp":"2026-12-01T17:00:00.234567Z","objectRef":{{"resource":"cocoonsets","subresource":"status","namespace":"a","name":"s","apiGroup":"cocoonset.cocoonstack.io"}},"responseStatus":{{"code":200}}}}"#
             ),
             format!(
                 r#"{{"stage":"ResponseStarted","verb":"watch","user":{{"username":"{sa}"}},"objectRef":{{"resource":"pods"}}}}"#
@@ -162,6 +171,15 @@ mod tests {
         assert_eq!(records[0].code, 200);
         assert_eq!(records[0].user_agent, "cocoon-operator/0.1.0");
         assert_eq!(records[1].user_agent, "");
+        assert_eq!(
+            records[0].received,
+            Some("2026-12-01T17:00:00.123456Z".parse().unwrap())
+        );
+        assert_eq!(
+            records[0].completed.map(|t| t.as_microsecond() % 1_000_000),
+            Some(234_567)
+        );
+        assert_eq!(records[1].completed, None, "a record without timestamps");
         assert_eq!(records[1].code, 403);
         let calls = log.calls_of(sa).unwrap();
         assert!(calls.contains(&(

@@ -598,6 +598,11 @@ leaderElection:
         &self.run_dir
     }
 
+    /// The API server's audit log (requests of `cocoon-system` service accounts).
+    pub fn audit_log(&self) -> crate::AuditLog {
+        crate::AuditLog::at(self.run_dir.join(AUDIT_LOG_FILE))
+    }
+
     /// Where the upstream binaries (including `kubectl`) are.
     pub fn bin_dir(&self) -> &Path {
         &self.bin_dir

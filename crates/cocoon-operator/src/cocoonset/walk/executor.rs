@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use cocoon_api::contract::tags;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
@@ -172,10 +173,13 @@ impl Walk<'_> {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {
+            Ok(patched) => {
                 if gone_ok {
                     info!(namespace = %self.ns, name = %self.name, "CocoonSet torn down");
                 }
+                // The pass goes on from the set as written (step 3 hands over).
+                self.versions.extend(patched.resource_version());
+                self.cs.metadata.finalizers = patched.metadata.finalizers;
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 && gone_ok => Ok(()),
