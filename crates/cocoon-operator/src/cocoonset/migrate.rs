@@ -1,6 +1,5 @@
 //! Pure rules of step 8 of `cocoonset.md`: the cross-node migration of the main (slot 0).
-//! The walk in `walk/transitions.rs` observes the main, the CocoonHibernations and the registry, asks
-//! these functions what to do, and applies the answer.
+//! The planner `steps/migrate.rs` decides on them.
 //!
 //! Unspecified choice (6.1): the old pod is deleted only when, besides the tag and this
 //! controller's quiesce, the node agent reports lifecycle `hibernated` (at any observed

@@ -5,14 +5,15 @@
 //! * this file — the shell: the controller's [`Context`], its watches and caches, the
 //!   per-pass wrapper (leadership, metrics, retry backoff);
 //! * [`steps`] — one pure planner per seed step (`plan(&Observed) -> StepPlan`) with its
-//!   table test: teardown (2), finalizer (3), classify (4), stamp (5), failed_main (7),
-//!   release_wake (9), main (11), sub_agents (12), toolboxes (13), status (14), and the §6
-//!   triage they share;
+//!   table test: teardown (2), finalizer (3), classify (4), stamp (5), suspend (6),
+//!   failed_main (7), migrate (8), release_wake (9), unsuspend (10), main (11), sub_agents
+//!   (12), toolboxes (13), status (14), and the §6 triage they share; a step that needs a
+//!   registry probe, a manifest read or a read past the cache asks for it and plans again on
+//!   the answer;
 //! * `walk` — one pass over one set: the step order, the view every step observes, and the
-//!   executor that applies a plan's writes in order, each durable before the next;
-//!   `walk/transitions.rs` still holds steps 6 (suspend), 8 (migration), 9.1/9.4 (the wake's
-//!   recreate and its uncached GET) and 10 (unsuspend and reclaim) in the old
-//!   decide-write-reread shape, over the pure rules of [`suspend`] and [`migrate`];
+//!   executor that applies a plan's writes in order, each durable before the next, and
+//!   fetches the reads a step asks for;
+//! * [`suspend`] and [`migrate`] — the pure rules of steps 6, 9, 10 and 8 the planners use;
 //! * [`pods`] and [`plan`] — the pure rules the planners use (factories, drift,
 //!   classification, triage, create protocol, status, teardown GC).
 

@@ -231,3 +231,287 @@ fn release_seats(o: &Observed<'_>) -> Vec<Write> {
     writes.push(Write::Phase(Some(CocoonSetPhase::Suspended)));
     writes
 }
+
+#[cfg(test)]
+mod tests {
+    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
+    use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+    use super::*;
+    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::steps::Probed;
+
+    const NS: &str = "ns";
+
+    fn set(release: bool, phase: Option<CocoonSetPhase>) -> CocoonSet {
+        let mut spec = CocoonSetSpec::with_image("img:1");
+        spec.suspend = true;
+        spec.agent.replicas = 0;
+        if release {
+            spec.hibernate_policy = HibernatePolicy::Release;
+        }
+        let mut cs = CocoonSet::new("demo", spec);
+        cs.metadata.namespace = Some(NS.into());
+        cs.metadata.uid = Some("uid".into());
+        cs.metadata.generation = Some(3);
+        cs.status = phase.map(|p| CocoonSetStatus {
+            phase: Some(p),
+            ..CocoonSetStatus::default()
+        });
+        cs
+    }
+
+    fn main(cs: &CocoonSet) -> Pod {
+        let mut p = pods::build_agent_pod(cs, NS, 0, "", None);
+        if let Some(s) = p.spec.as_mut() {
+            s.node_name = Some("node-a".into());
+        }
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            ..PodStatus::default()
+        });
+        p
+    }
+
+    /// Asked, and vk-cocoon reports it hibernated at generation 3.
+    fn hibernated(mut p: Pod) -> Pod {
+        let a = p.annotations_mut();
+        a.insert(ann::HIBERNATE.into(), "true".into());
+        a.insert(ann::LIFECYCLE_STATE.into(), "hibernated".into());
+        a.insert(ann::LIFECYCLE_OBSERVED_GENERATION.into(), "3".into());
+        p
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
+    }
+
+    fn run(cs: &CocoonSet, owned: &[Pod], answers: &Answers, now: DateTime<Utc>) -> StepPlan {
+        let c = Classified::from_owned(owned);
+        let t = Timing::default();
+        plan(
+            &Observed {
+                cs,
+                ns: NS,
+                owned,
+                classified: &c,
+                timing: &t,
+            },
+            answers,
+            now,
+        )
+    }
+
+    fn probed(exists: bool, error: Option<&str>) -> Answers {
+        let vm = naming_vm();
+        Answers {
+            probed: Some(Probed {
+                exists: [(vm, exists)].into(),
+                error: error.map(str::to_string),
+            }),
+            ..Answers::default()
+        }
+    }
+
+    fn naming_vm() -> String {
+        cocoon_api::naming::vm_name_for_agent(NS, "demo", 0)
+    }
+
+    fn position(p: &StepPlan, f: impl Fn(&Write) -> bool) -> usize {
+        p.writes.iter().position(f).expect("the write is planned")
+    }
+
+    #[test]
+    fn the_record_is_written_before_any_hibernate_annotation_so_a_restart_mid_suspend_keeps_it() {
+        let cs = set(false, Some(CocoonSetPhase::Running));
+        let p = run(&cs, &[main(&cs)], &Answers::default(), now());
+        let Write::SetAnnotations(record) = &p.writes[0] else {
+            panic!("the record first: {p:?}");
+        };
+        let written = ReclaimRecord::decode(
+            record
+                .get(ann::HIBERNATE_RECLAIM)
+                .and_then(|v| v.as_deref())
+                .unwrap_or_default(),
+        );
+        assert_eq!(written.vms, vec![naming_vm()]);
+        assert_eq!(written.suspended, vec![naming_vm()], "listed as suspended");
+        assert!(
+            record.contains_key(ann::SUSPENDING_SINCE),
+            "the deadline starts with the record, before any hibernate"
+        );
+        assert!(matches!(
+            &p.writes[1],
+            Write::MarkPodsWithPhase { names, delta, phase: CocoonSetPhase::Suspending }
+                if names.len() == 1 && delta.get(ann::HIBERNATE) == Some(&Some("true".into()))
+        ));
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+    }
+
+    #[test]
+    fn suspended_once_every_managed_vm_reports_hibernated_at_this_generation_and_its_tag_is_in_the_registry()
+     {
+        let cs = set(false, Some(CocoonSetPhase::Suspending));
+        let owned = [hibernated(main(&cs))];
+        let p = run(&cs, &owned, &Answers::default(), now());
+        assert_eq!(
+            p.reads,
+            vec![Read::Probe {
+                vms: vec![naming_vm()],
+                tag: tags::HIBERNATE,
+                fail: None
+            }],
+            "the tag is probed"
+        );
+        assert_eq!(p.next, Next::Replan);
+        let p = run(&cs, &owned, &probed(true, None), now());
+        assert_eq!(
+            p.writes.last(),
+            Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
+        assert_eq!(p.next, Next::AwaitChange);
+        // The tag is not there yet: stay Suspending, polling.
+        let p = run(&cs, &owned, &probed(false, None), now());
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Suspending)))
+        );
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+        // Not hibernated at this generation: no probe at all.
+        let mut stale = owned[0].clone();
+        stale
+            .annotations_mut()
+            .insert(ann::LIFECYCLE_OBSERVED_GENERATION.into(), "2".into());
+        let p = run(&cs, &[stale], &Answers::default(), now());
+        assert!(p.reads.is_empty());
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+    }
+
+    #[test]
+    fn a_registry_probe_that_keeps_failing_counts_against_the_deadline() {
+        let mut cs = set(false, Some(CocoonSetPhase::Suspending));
+        let since = SuspendingSince::at(now());
+        cs.annotations_mut().extend(
+            since
+                .desired()
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v))),
+        );
+        let owned = [hibernated(main(&cs))];
+        let refused = probed(false, Some("registry down"));
+        // Within the deadline: Suspending, then the error fails the pass (backoff).
+        let p = run(&cs, &owned, &refused, now());
+        let suspending = position(&p, |w| *w == Write::Phase(Some(CocoonSetPhase::Suspending)));
+        let fail = position(&p, |w| matches!(w, Write::FailProbe { step: GATE, .. }));
+        assert!(suspending < fail);
+        // Past it: Failed with SuspendTimedOut naming the error, and no error (requeue).
+        let late = now() + chrono::Duration::minutes(4);
+        let p = run(&cs, &owned, &refused, late);
+        assert!(p.writes.iter().any(|w| matches!(
+            w,
+            Write::Event { warning: true, reason: reasons::SUSPEND_TIMED_OUT, message }
+                if message.contains("registry down")
+        )));
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Failed)))
+        );
+        assert!(
+            !p.writes
+                .iter()
+                .any(|w| matches!(w, Write::FailProbe { .. }))
+        );
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+    }
+
+    #[test]
+    fn pods_in_phase_failed_are_skipped_a_lifecycle_failed_one_is_waited_for() {
+        let cs = set(false, Some(CocoonSetPhase::Suspending));
+        let mut failed = main(&cs);
+        failed
+            .annotations_mut()
+            .insert(ann::HIBERNATE.into(), "true".into());
+        failed.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..PodStatus::default()
+        });
+        let p = run(&cs, &[failed], &Answers::default(), now());
+        assert!(p.reads.is_empty(), "nothing to probe");
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
+        let mut lifecycle_failed = main(&cs);
+        lifecycle_failed
+            .annotations_mut()
+            .insert(ann::HIBERNATE.into(), "true".into());
+        lifecycle_failed
+            .annotations_mut()
+            .insert(ann::LIFECYCLE_STATE.into(), "failed".into());
+        let p = run(&cs, &[lifecycle_failed], &Answers::default(), now());
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Suspending)))
+        );
+    }
+
+    #[test]
+    fn a_main_deleted_while_suspended_is_created_from_its_snapshot() {
+        let cs = set(false, Some(CocoonSetPhase::Suspended));
+        let p = run(&cs, &[], &Answers::default(), now());
+        assert!(matches!(
+            &p.writes[..],
+            [Write::CreatePod { facts, step: STEP, .. }] if facts.unconditional_intent
+        ));
+        assert_eq!(p.next, Next::Replan);
+        let t = Timing::default();
+        for (c, d) in [
+            (Created::Yes, t.requeue_after_write),
+            (Created::AlreadyExists, t.wait_for_main),
+        ] {
+            let a = Answers {
+                created: vec![c],
+                ..Answers::default()
+            };
+            assert_eq!(run(&cs, &[], &a, now()).next, Next::RequeueAfter(d));
+        }
+    }
+
+    #[test]
+    fn with_release_the_gate_is_followed_by_a_slot_release_flagged_keep_snapshot_then_deleted() {
+        let cs = set(true, Some(CocoonSetPhase::Suspending));
+        let owned = [hibernated(main(&cs))];
+        let p = run(&cs, &owned, &probed(true, None), now());
+        let name = owned[0].name_any();
+        let stash = position(
+            &p,
+            |w| matches!(w, Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES)),
+        );
+        let hint = position(&p, |w| {
+            matches!(w, Write::SetAnnotations(d)
+                if d.get(ann::HIBERNATED_ON_NODE) == Some(&Some("node-a".into())))
+        });
+        let flag = position(&p, |w| {
+            matches!(w, Write::FlagPod { name: n, delta }
+                if *n == name && delta.contains_key(ann::KEEP_SNAPSHOT_ON_DELETE))
+        });
+        let delete = position(&p, |w| *w == Write::DeletePod(name.clone()));
+        assert!(stash < delete && hint < delete && flag < delete);
+        assert!(
+            p.writes
+                .contains(&Write::Count(Counter::SlotReleasePodsDeleted))
+        );
+        assert_eq!(
+            p.writes.last(),
+            Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
+        // Nothing live to snapshot: Suspended at once.
+        let p = run(&cs, &[], &Answers::default(), now());
+        assert_eq!(
+            p.writes.last(),
+            Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
+        assert_eq!(p.next, Next::AwaitChange);
+    }
+}

@@ -82,3 +82,156 @@ pub fn reclaim(o: &Observed<'_>) -> StepPlan {
         Next::Continue,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use cocoon_api::crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, Desire, PodRef};
+    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::pods::{self, Classified};
+
+    const NS: &str = "ns";
+
+    fn set(record: &ReclaimRecord) -> CocoonSet {
+        let mut spec = CocoonSetSpec::with_image("img:1");
+        spec.agent.replicas = 1;
+        let mut cs = CocoonSet::new("demo", spec);
+        cs.metadata.namespace = Some(NS.into());
+        cs.metadata.generation = Some(4);
+        for (k, v) in record.delta(&Default::default()) {
+            if let Some(v) = v {
+                cs.annotations_mut().insert(k, v);
+            }
+        }
+        cs
+    }
+
+    fn agent(cs: &CocoonSet, slot: i32, annotated: bool) -> Pod {
+        let main_vm = pods::vm_name(&pods::build_agent_pod(cs, NS, 0, "", None)).to_string();
+        let mut p = pods::build_agent_pod(cs, NS, slot, &main_vm, Some("node-a"));
+        if annotated {
+            p.annotations_mut()
+                .insert(ann::HIBERNATE.into(), "true".into());
+        }
+        p
+    }
+
+    fn run(cs: &CocoonSet, owned: &[Pod], answers: &Answers) -> StepPlan {
+        let c = Classified::from_owned(owned);
+        let t = Timing::default();
+        bookkeeping(
+            &Observed {
+                cs,
+                ns: NS,
+                owned,
+                classified: &c,
+                timing: &t,
+            },
+            answers,
+        )
+    }
+
+    fn cached(crs: Vec<CocoonHibernation>) -> Answers {
+        Answers {
+            cached_hibernations: Some(crs),
+            ..Answers::default()
+        }
+    }
+
+    #[test]
+    fn a_pass_with_neither_an_annotation_to_clear_nor_a_suspended_list_skips_it_without_an_api_call()
+     {
+        let cs = set(&ReclaimRecord::default());
+        let owned = [agent(&cs, 0, false)];
+        assert_eq!(run(&cs, &owned, &Answers::default()), StepPlan::proceed());
+    }
+
+    #[test]
+    fn sets_the_generation_records_missing_pods_as_owed_a_restore_clears_the_annotations_and_the_list_last()
+     {
+        let probe = set(&ReclaimRecord::default());
+        let (main_vm, sub_vm) = (
+            pods::vm_name(&agent(&probe, 0, false)).to_string(),
+            pods::vm_name(&agent(&probe, 1, false)).to_string(),
+        );
+        let mut record = ReclaimRecord::default();
+        for vm in [&main_vm, &sub_vm] {
+            record.add_vm(vm);
+            record.add_suspended(vm);
+        }
+        let cs = set(&record);
+        // The sub-agent was deleted while suspended.
+        let owned = [agent(&cs, 0, true)];
+        let p = run(&cs, &owned, &Answers::default());
+        assert_eq!(
+            p,
+            StepPlan::read(Vec::new(), vec![Read::CachedHibernations])
+        );
+        let p = run(&cs, &owned, &cached(Vec::new()));
+        let Write::Record(first) = &p.writes[0] else {
+            panic!("the record first: {p:?}");
+        };
+        assert_eq!(first.generation, 4);
+        assert!(first.owes_restore(&sub_vm) && !first.owes_restore(&main_vm));
+        assert!(matches!(
+            &p.writes[1],
+            Write::MarkPods { names, delta }
+                if names == &vec![owned[0].name_any()] && *delta == bool_delta(ann::HIBERNATE, false)
+        ));
+        assert_eq!(p.writes[2], Write::ClearSuspended, "the list last");
+        assert_eq!(p.next, Next::Continue);
+    }
+
+    #[test]
+    fn pods_that_are_the_target_of_a_desire_hibernate_cocoon_hibernation_are_skipped() {
+        let probe = set(&ReclaimRecord::default());
+        let vm = pods::vm_name(&agent(&probe, 0, false)).to_string();
+        let mut record = ReclaimRecord::default();
+        record.add_vm(&vm);
+        record.add_suspended(&vm);
+        let cs = set(&record);
+        let owned = [agent(&cs, 0, true)];
+        let cr = CocoonHibernation::new(
+            "h",
+            CocoonHibernationSpec {
+                pod_ref: PodRef {
+                    name: owned[0].name_any(),
+                },
+                desire: Desire::Hibernate,
+            },
+        );
+        let p = run(&cs, &owned, &cached(vec![cr]));
+        assert!(!p.writes.iter().any(|w| matches!(w, Write::MarkPods { .. })));
+        assert_eq!(p.writes.last(), Some(&log("unsuspended: woken []")));
+        // An annotation the set did not write itself: a fresh list decides.
+        let cs = set(&ReclaimRecord::default());
+        let owned = [agent(&cs, 0, true)];
+        assert_eq!(
+            run(&cs, &owned, &cached(Vec::new())),
+            StepPlan::read(Vec::new(), vec![Read::FreshHibernations])
+        );
+    }
+
+    #[test]
+    fn every_pass_drops_the_tag_of_a_recorded_vm_once_its_pod_has_woken() {
+        let probe = set(&ReclaimRecord::default());
+        let vm = pods::vm_name(&agent(&probe, 0, false)).to_string();
+        let mut record = ReclaimRecord::default();
+        record.add_vm(&vm);
+        record.generation = 4;
+        let cs = set(&record);
+        let c = Classified::default();
+        let t = Timing::default();
+        let o = Observed {
+            cs: &cs,
+            ns: NS,
+            owned: &[],
+            classified: &c,
+            timing: &t,
+        };
+        assert_eq!(reclaim(&o), StepPlan::proceed(), "its pod is missing");
+    }
+}
