@@ -52,7 +52,8 @@ use kube::{Client, ResourceExt};
 use tracing::{debug, warn};
 
 use self::plan::Timing;
-use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, SetLabels};
+use crate::controller;
+use crate::metrics::{Metrics, SetLabels};
 use crate::registry::{RegistryError, TagRegistry};
 use crate::watch_retry;
 
@@ -126,18 +127,6 @@ impl Error {
             format!("{what} (and also {})", rest.join("; "))
         };
         Err(Error::registry(step, what, source))
-    }
-
-    /// The error with its sources, for the log line.
-    fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut next = std::error::Error::source(self);
-        while let Some(e) = next {
-            out.push_str(": ");
-            out.push_str(&e.to_string());
-            next = e.source();
-        }
-        out
     }
 }
 
@@ -440,14 +429,8 @@ fn pod_changes(
 fn error_policy(cs: Arc<CocoonSet>, err: &Error, shared: Arc<Shared>) -> Action {
     let ctx = &shared.ctx;
     let delay = ctx.retries.failed(watch_retry::object_key(cs.as_ref()));
-    ctx.metrics
-        .reconcile_errors
-        .get_or_create(&ErrorLabels {
-            controller: CONTROLLER.into(),
-            kind: err.kind().into(),
-        })
-        .inc();
-    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %err.chain(), retry_in = ?delay, "reconcile failed");
+    controller::count_error(CONTROLLER, &ctx.metrics, err.kind());
+    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %controller::chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
@@ -460,7 +443,8 @@ async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Er
     }
     ctx.track(&cs);
     let started = Instant::now();
-    let result = match walk::walk(&cs, ctx, &shared.caches).await {
+    let walked = walk::walk(&cs, ctx, &shared.caches);
+    let result = match controller::pass(CONTROLLER, &ctx.metrics, cs.as_ref(), walked).await {
         // The lease went mid-pass: the write was skipped and the pass ends, no retry.
         Err(Error::LostLeadership(_)) => {
             ctx.stats.lost_leadership.fetch_add(1, Ordering::Relaxed);
@@ -472,12 +456,6 @@ async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Er
         u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         Ordering::Relaxed,
     );
-    ctx.metrics
-        .reconcile_duration
-        .get_or_create(&ControllerLabel {
-            controller: CONTROLLER.into(),
-        })
-        .observe(started.elapsed().as_secs_f64());
     if result.is_ok() {
         ctx.retries.succeeded(&watch_retry::object_key(cs.as_ref()));
     }

@@ -60,11 +60,11 @@ impl Observed<'_> {
 pub enum Write {
     /// Merge-patch the set's annotations (nothing when the delta changes nothing).
     SetAnnotations(AnnotationDelta),
-    /// Replace the set's finalizer list, under a resourceVersion precondition. `gone_ok`:
-    /// a set already gone counts as done (the last finalizer's removal).
+    /// A finalizer merge patch of the shared helper ([`crate::controller`]), which replaces
+    /// the list under a resourceVersion precondition. `gone_ok`: a set already gone counts
+    /// as done (the last finalizer's removal).
     Finalizers {
-        list: Vec<String>,
-        resource_version: Option<String>,
+        patch: serde_json::Value,
         gone_ok: bool,
     },
     /// Delete a pod (NotFound is success).

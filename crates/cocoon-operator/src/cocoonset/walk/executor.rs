@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use serde_json::json;
 use tracing::{error, info, warn};
 
 use super::{Error, Walk, create_through_protocol, post_pod, read_manifest};
@@ -53,14 +52,7 @@ impl Walk<'_> {
     async fn apply_one(&mut self, write: Write) -> Result<Vec<Created>, Error> {
         match write {
             Write::SetAnnotations(delta) => self.patch_set_annotations(delta).await?,
-            Write::Finalizers {
-                list,
-                resource_version,
-                gone_ok,
-            } => {
-                self.write_finalizers(list, resource_version, gone_ok)
-                    .await?
-            }
+            Write::Finalizers { patch, gone_ok } => self.write_finalizers(patch, gone_ok).await?,
             Write::DeletePod(name) => self.delete_pod(&name).await?,
             Write::PatchPod { name, delta } => self.patch_pod_annotations(&name, &delta).await?,
             Write::CreatePod { pod, facts, step } => {
@@ -326,11 +318,9 @@ impl Walk<'_> {
 
     async fn write_finalizers(
         &mut self,
-        list: Vec<String>,
-        resource_version: Option<String>,
+        patch: serde_json::Value,
         gone_ok: bool,
     ) -> Result<(), Error> {
-        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": resource_version}});
         self.ctx.write(line!())?;
         match self
             .sets
