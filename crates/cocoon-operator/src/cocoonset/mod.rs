@@ -461,3 +461,47 @@ async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Er
     }
     result
 }
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    fn refused(message: &str) -> RegistryError {
+        RegistryError::Transport {
+            message: message.into(),
+            timeout: false,
+        }
+    }
+
+    #[test]
+    fn a_registry_error_keeps_the_client_error_as_its_source_and_names_step_and_call_once() {
+        let e = Error::registry("migrate", "probe ns-demo-0:hibernate", refused("refused"));
+        assert_eq!(
+            controller::chain(&e),
+            "migrate: probe ns-demo-0:hibernate: transport: refused"
+        );
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<RegistryError>());
+        assert!(
+            matches!(
+                source,
+                Some(RegistryError::Transport { timeout: false, .. })
+            ),
+            "{source:?}"
+        );
+        assert_eq!(e.kind(), "registry");
+    }
+
+    #[test]
+    fn a_step_that_tries_every_call_names_the_others_beside_the_first() {
+        let failures = vec![
+            ("delete a:hibernate".to_string(), refused("one")),
+            ("delete b:hibernate".to_string(), refused("two")),
+        ];
+        let e = Error::registry_all("reclaim", failures).expect_err("two failed");
+        assert_eq!(
+            controller::chain(&e),
+            "reclaim: delete a:hibernate (and also delete b:hibernate: transport: two): transport: one"
+        );
+        assert!(Error::registry_all("reclaim", Vec::new()).is_ok());
+    }
+}

@@ -149,9 +149,9 @@ pub enum Write {
         vms: Vec<String>,
         step: &'static str,
     },
-    /// Fail the pass with the registry error of the step's last [`Read::Probe`]
-    /// (nothing when it had none).
-    FailProbe { step: &'static str, what: String },
+    /// Fail the pass with the first registry error of the step's last [`Read::Probe`], the
+    /// failed call and `step` as its context (nothing when it had none).
+    FailProbe { step: &'static str },
     /// A log line naming the set.
     Log { warn: bool, message: String },
     /// The pass changed something (step 14 then looks again soon).

@@ -190,10 +190,7 @@ fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String
     }
     writes.push(Write::Phase(Some(CocoonSetPhase::Suspending)));
     if probe_error.is_some() {
-        writes.push(Write::FailProbe {
-            step: GATE,
-            what: format!("probe the {} tags", tags::HIBERNATE),
-        });
+        writes.push(Write::FailProbe { step: GATE });
     }
     writes
 }

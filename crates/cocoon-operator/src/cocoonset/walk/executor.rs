@@ -133,8 +133,8 @@ impl Walk<'_> {
                 return Ok(vec![created]);
             }
             Write::ReclaimTags { vms, step } => self.reclaim_tags(&vms, step).await?,
-            Write::FailProbe { step, what } => {
-                if let Some(e) = self.probe_error.take() {
+            Write::FailProbe { step } => {
+                if let Some((what, e)) = self.probe_error.take() {
                     return Err(Error::registry(step, what, e));
                 }
             }
@@ -222,10 +222,11 @@ impl Walk<'_> {
                             if let Some(step) = fail {
                                 return Err(Error::registry(step, format!("probe {vm}:{tag}"), e));
                             }
+                            let what = format!("probe {vm}:{tag}");
                             probed.exists.insert(vm, false);
                             if probed.error.is_none() {
-                                probed.error = Some(e.to_string());
-                                self.probe_error = Some(e);
+                                probed.error = Some(format!("{what}: {e}"));
+                                self.probe_error = Some((what, e));
                             }
                         }
                     }

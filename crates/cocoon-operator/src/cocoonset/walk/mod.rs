@@ -152,8 +152,9 @@ struct Walk<'a> {
     /// The set's resourceVersions this pass has seen: the cached one it started from, then
     /// the ones its own metadata patches produced.
     versions: Vec<String>,
-    /// The refusal of the last fed-back [`steps::Read::Probe`], for [`steps::Write::FailProbe`].
-    probe_error: Option<RegistryError>,
+    /// The first refusal of the last fed-back [`steps::Read::Probe`] (the call, the error),
+    /// for [`steps::Write::FailProbe`].
+    probe_error: Option<(String, RegistryError)>,
 }
 
 impl<'a> Walk<'a> {
