@@ -130,7 +130,8 @@ impl Error {
     }
 }
 
-/// Write and registry counters, for the settled-pass test and the benchmark.
+/// Pass, write and registry counters for tests and benchmarks. A production controller keeps
+/// none: a test or a bench hands them in with [`Context::with_stats`].
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Passes run (after the cache wait).
@@ -154,7 +155,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub registry: Arc<dyn TagRegistry>,
     pub timing: Timing,
-    pub stats: Stats,
+    /// The counters a test or bench asked for ([`Context::with_stats`]); none in production.
+    stats: Option<Arc<Stats>>,
     retries: watch_retry::RetryBackoff,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
@@ -180,7 +182,7 @@ impl Context {
             metrics,
             registry,
             timing,
-            stats: Stats::default(),
+            stats: None,
             retries: watch_retry::RetryBackoff::default(),
             leadership: crate::leader::Leadership::always(),
             written_status: Mutex::default(),
@@ -194,8 +196,25 @@ impl Context {
     fn write(&self, site: u32) -> Result<(), Error> {
         self.leadership.may_write("cocoonset API write")?;
         debug!(site, "cocoonset write");
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.count(|s| &s.writes);
         Ok(())
+    }
+
+    /// Counts into `stats` for a test or a bench ([`Stats`]).
+    pub fn with_stats(mut self, stats: Arc<Stats>) -> Self {
+        self.stats = Some(stats);
+        self
+    }
+
+    /// One more of `counter`, when a test or bench keeps [`Stats`].
+    fn count(&self, counter: fn(&Stats) -> &AtomicU64) {
+        self.count_by(counter, 1);
+    }
+
+    fn count_by(&self, counter: fn(&Stats) -> &AtomicU64, n: u64) {
+        if let Some(s) = &self.stats {
+            counter(s).fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// The write gate of a registry write (a tag delete).
@@ -447,14 +466,14 @@ async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Er
     let result = match controller::pass(CONTROLLER, &ctx.metrics, cs.as_ref(), walked).await {
         // The lease went mid-pass: the write was skipped and the pass ends, no retry.
         Err(Error::LostLeadership(_)) => {
-            ctx.stats.lost_leadership.fetch_add(1, Ordering::Relaxed);
+            ctx.count(|s| &s.lost_leadership);
             Ok(Action::await_change())
         }
         other => other,
     };
-    ctx.stats.busy_micros.fetch_add(
+    ctx.count_by(
+        |s| &s.busy_micros,
         u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-        Ordering::Relaxed,
     );
     if result.is_ok() {
         ctx.retries.succeeded(&watch_retry::object_key(cs.as_ref()));

@@ -5,8 +5,6 @@
 //! walk's view of the set before the next step plans, so a later step observes the earlier
 //! steps' results without reading the API again.
 
-use std::sync::atomic::Ordering;
-
 use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::CocoonSetPhase;
@@ -70,10 +68,7 @@ impl Walk<'_> {
             Write::GcTags(items) => self.gc_tags(&items).await?,
             Write::DropTag { vm, tag, step } => {
                 self.ctx.registry_write()?;
-                self.ctx
-                    .stats
-                    .registry_calls
-                    .fetch_add(1, Ordering::Relaxed);
+                self.ctx.count(|s| &s.registry_calls);
                 self.ctx
                     .registry
                     .delete_tag(&vm, tag)
@@ -201,12 +196,12 @@ impl Walk<'_> {
     pub(super) async fn fetch(&mut self, read: Read, answers: &mut Answers) -> Result<(), Error> {
         match read {
             Read::Probe { vms, tag, fail } => {
-                let stats = &self.ctx.stats;
+                let ctx = self.ctx;
                 let registry = &self.ctx.registry;
                 let calls: Vec<_> = vms
                     .iter()
                     .map(|vm| {
-                        stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+                        ctx.count(|s| &s.registry_calls);
                         registry.has_manifest(vm, tag)
                     })
                     .collect();
@@ -243,11 +238,11 @@ impl Walk<'_> {
             Read::FreshHibernations => {
                 let api: Api<CocoonHibernation> =
                     Api::namespaced(self.ctx.client.clone(), &self.ns);
-                self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+                self.ctx.count(|s| &s.reads);
                 answers.fresh_hibernations = Some(api.list(&ListParams::default()).await?.items);
             }
             Read::Pod(name) => {
-                self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+                self.ctx.count(|s| &s.reads);
                 let pod = self.pod_api.get_opt(&name).await?;
                 answers.pods.insert(name, pod);
             }
@@ -259,12 +254,12 @@ impl Walk<'_> {
     /// the deleted ones leave the record, then the refusals fail the pass.
     async fn reclaim_tags(&mut self, vms: &[String], step: &'static str) -> Result<(), Error> {
         self.ctx.registry_write()?;
-        let stats = &self.ctx.stats;
+        let ctx = self.ctx;
         let registry = &self.ctx.registry;
         let deletes: Vec<_> = vms
             .iter()
             .map(|vm| {
-                stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+                ctx.count(|s| &s.registry_calls);
                 registry.delete_tag(vm, tags::HIBERNATE)
             })
             .collect();
@@ -345,10 +340,7 @@ impl Walk<'_> {
         let mut failures = Vec::new();
         for item in items {
             self.ctx.registry_write()?;
-            self.ctx
-                .stats
-                .registry_calls
-                .fetch_add(1, Ordering::Relaxed);
+            self.ctx.count(|s| &s.registry_calls);
             if let Err(e) = self
                 .ctx
                 .registry
@@ -359,10 +351,7 @@ impl Walk<'_> {
                 continue;
             }
             if item.drop_latest {
-                self.ctx
-                    .stats
-                    .registry_calls
-                    .fetch_add(1, Ordering::Relaxed);
+                self.ctx.count(|s| &s.registry_calls);
                 if let Err(e) = self.ctx.registry.delete_tag(&item.vm, tags::LATEST).await {
                     error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
                 }

@@ -76,7 +76,7 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
         // Look again shortly instead of holding a concurrency slot.
         return Ok(Action::requeue(Duration::from_millis(300)));
     }
-    ctx.stats.passes.fetch_add(1, Ordering::Relaxed);
+    ctx.count(|s| &s.passes);
     let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
     // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
     let owned = steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p));
@@ -720,7 +720,7 @@ impl<'a> Walk<'a> {
 
     /// An AlreadyExists toolbox create is fine only for our own toolbox pod.
     async fn check_toolbox_collision(&self, t: &ToolboxSpec, pod_name: &str) -> Result<(), Error> {
-        self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+        self.ctx.count(|s| &s.reads);
         let live = self.pod_api.get(pod_name).await?;
         let role = live.labels().get(labels::ROLE).cloned().unwrap_or_default();
         if role == Role::Toolbox.as_str() && pods::is_owned(&self.cs, &live) {
@@ -809,7 +809,7 @@ async fn prepare_create(
     });
     if decision.drop_tag {
         ctx.registry_write()?;
-        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+        ctx.count(|s| &s.registry_calls);
         if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
             let what = format!("delete {vm}:{}", tags::HIBERNATE);
             return Err(Error::registry(step, what, e));
@@ -825,7 +825,7 @@ async fn prepare_create(
 /// §7.1: the `:hibernate` manifest of `vm` (absent, or present with its recorded image); a
 /// refusal fails the pass with `step` as its context.
 async fn read_manifest(ctx: &Context, vm: &str, step: &'static str) -> Result<TagRead, Error> {
-    ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+    ctx.count(|s| &s.registry_calls);
     match ctx.registry.manifest_annotations(vm, tags::HIBERNATE).await {
         Ok(None) => Ok(TagRead::Absent),
         Ok(Some(a)) => Ok(TagRead::Present {
