@@ -13,13 +13,11 @@
 //! * `walk` — one pass over one set: the step order, the view every step observes, and the
 //!   executor that applies a plan's writes in order, each durable before the next, and
 //!   fetches the reads a step asks for;
-//! * [`suspend`] and [`migrate`] — the pure rules of steps 6, 9, 10 and 8 the planners use;
+//! * [`suspend`] — the pure rules of steps 6, 9 and 10 the planners use (step 8's are
+//!   [`steps::migrate::rules`]);
 //! * [`pods`] and [`plan`] — the pure rules the planners use (factories, drift,
 //!   classification, triage, create protocol, status, teardown GC).
 
-pub mod migrate;
-#[cfg(test)]
-mod migrate_tests;
 pub mod plan;
 pub mod pods;
 pub mod quantity;

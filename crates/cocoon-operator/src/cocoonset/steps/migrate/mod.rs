@@ -9,7 +9,7 @@
 //! The tag probe is a [`Read::Probe`]; before a tag drop the main is read past the cache
 //! ([`Read::Pod`]) so the drop is decided on the VM that runs now. The recreate goes through
 //! the create protocol ([`super::create_protocol`]): when the image rule drops the snapshot,
-//! step 11 boots the main fresh. The pure rules are [`crate::cocoonset::migrate`].
+//! step 11 boots the main fresh. The pure rules are [`rules`].
 //!
 //! Crash safety: `Migrating` is written before the quiesce, the old pod dies only after its
 //! snapshot is in the registry and the node agent reports it hibernated, and the snapshot is
@@ -24,12 +24,16 @@ use cocoon_api::crd::set::CocoonSetPhase;
 use cocoon_api::naming::{self, Role};
 use kube::ResourceExt;
 
+use self::rules::{self as migrate, Advance, Engage};
 use super::{
     Answers, Counter, Created, Next, Observed, Protocol, Read, StepPlan, Write, create_facts, log,
 };
-use crate::cocoonset::migrate::{self, Advance, Engage};
 use crate::cocoonset::pods;
 use crate::cocoonset::suspend;
+
+pub mod rules;
+#[cfg(test)]
+mod rules_tests;
 
 /// The step's name in a registry error.
 pub const STEP: &str = "migrate";
