@@ -239,8 +239,8 @@ async fn measure(env: &TestEnv, n_sets: usize) -> BenchResult {
         .iter()
         .map(|cs| (cs.name_any(), cs.resource_version().unwrap_or_default()))
         .collect();
-    let passes0 = op.sets.stats.passes.load(Ordering::SeqCst);
-    let writes0 = op.sets.stats.writes.load(Ordering::SeqCst);
+    let passes0 = op.stats.passes.load(Ordering::SeqCst);
+    let writes0 = op.stats.writes.load(Ordering::SeqCst);
     let calls0 = registry_calls.load(Ordering::SeqCst);
     let (cpu_s0, _) = process_usage();
     let window = Instant::now();
@@ -256,8 +256,8 @@ async fn measure(env: &TestEnv, n_sets: usize) -> BenchResult {
     // The window is the measurement itself, not a synchronisation point.
     tokio::time::sleep(SETTLED_WINDOW.saturating_sub(window.elapsed())).await;
     let window_len = window.elapsed();
-    let passes = op.sets.stats.passes.load(Ordering::SeqCst) - passes0;
-    let writes = op.sets.stats.writes.load(Ordering::SeqCst) - writes0;
+    let passes = op.stats.passes.load(Ordering::SeqCst) - passes0;
+    let writes = op.stats.writes.load(Ordering::SeqCst) - writes0;
     let calls = registry_calls.load(Ordering::SeqCst) - calls0;
     let (cpu_s1, _) = process_usage();
     let after = sets.list(&ListParams::default()).await?.items;

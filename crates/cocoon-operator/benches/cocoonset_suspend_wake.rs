@@ -392,7 +392,7 @@ struct Work {
 
 impl Work {
     fn of(op: &Operator) -> Work {
-        let s = &op.sets.stats;
+        let s = &op.stats;
         Work {
             passes: s.passes.load(Ordering::SeqCst),
             writes: s.writes.load(Ordering::SeqCst),

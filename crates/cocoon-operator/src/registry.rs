@@ -8,10 +8,11 @@ use std::pin::Pin;
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A registry call failed (transport, 5xx or auth); "not found" is never an error here.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct RegistryError(pub String);
+/// A registry call failed (transport, 5xx, auth, a malformed answer); "not found" is never an
+/// error here. It is the registry client's own error, kept with its type: the operator's
+/// errors carry it as their `#[source]` and add the step and the call
+/// (`<step>: <call> <vm>:<tag>: <this>`), so it has no prefix of its own.
+pub type RegistryError = cocoon_registry::Error;
 
 /// Tag probes and deletes on `<base>/<vm>:<tag>`.
 pub trait TagRegistry: Send + Sync + 'static {
@@ -63,12 +64,7 @@ impl TagRegistry for OciTagRegistry {
         vm: &'a str,
         tag: &'a str,
     ) -> BoxFuture<'a, Result<bool, RegistryError>> {
-        Box::pin(async move {
-            self.0
-                .has_manifest(vm, tag)
-                .await
-                .map_err(|e| RegistryError(format!("probe {tag} snapshot {vm}: {e}")))
-        })
+        Box::pin(async move { self.0.has_manifest(vm, tag).await })
     }
 
     fn delete_tag<'a>(
@@ -76,13 +72,7 @@ impl TagRegistry for OciTagRegistry {
         vm: &'a str,
         tag: &'a str,
     ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        Box::pin(async move {
-            self.0
-                .delete_tag_if_present(vm, tag)
-                .await
-                .map(|_| ())
-                .map_err(|e| RegistryError(e.to_string()))
-        })
+        Box::pin(async move { self.0.delete_tag_if_present(vm, tag).await.map(|_| ()) })
     }
 
     fn manifest_annotations<'a>(
@@ -94,7 +84,7 @@ impl TagRegistry for OciTagRegistry {
             match self.0.manifest_annotations(vm, tag).await {
                 Ok(a) => Ok(Some(a)),
                 Err(e) if e.is_not_found() => Ok(None),
-                Err(e) => Err(RegistryError(format!("get {tag} manifest {vm}: {e}"))),
+                Err(e) => Err(e),
             }
         })
     }
@@ -104,9 +94,7 @@ impl TagRegistry for OciTagRegistry {
 /// and docker config.json, as cocoon-registry resolves them).
 pub fn connect(oci_registry: &str) -> Result<std::sync::Arc<dyn TagRegistry>, RegistryError> {
     let config = cocoon_registry::RegistryConfig::for_registry(oci_registry)
-        .map(crate::user_agent::registry_config)
-        .map_err(|e| RegistryError(e.to_string()))?;
-    let client =
-        cocoon_registry::RegistryClient::new(config).map_err(|e| RegistryError(e.to_string()))?;
+        .map(crate::user_agent::registry_config)?;
+    let client = cocoon_registry::RegistryClient::new(config)?;
     Ok(std::sync::Arc::new(OciTagRegistry(client)))
 }

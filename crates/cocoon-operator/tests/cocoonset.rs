@@ -64,6 +64,8 @@ impl TagRegistry for Counting {
 
 struct Running {
     ctx: Arc<cocoonset::Context>,
+    /// The controller's pass counter (the settled-pass test waits on it).
+    stats: Arc<cocoonset::Stats>,
     registry_calls: Arc<std::sync::atomic::AtomicU64>,
     _stop: oneshot::Sender<()>,
 }
@@ -183,16 +185,21 @@ fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
         inner: OciTagRegistry::new(registry_client(registry_addr)),
         calls: calls.clone(),
     });
-    let ctx = Arc::new(cocoonset::Context::new(
-        client.clone(),
-        recorder(client),
-        Arc::new(Metrics::new()),
-        registry,
-        fast_timing(),
-    ));
+    let stats = Arc::new(cocoonset::Stats::default());
+    let ctx = Arc::new(
+        cocoonset::Context::new(
+            client.clone(),
+            recorder(client),
+            Arc::new(Metrics::new()),
+            registry,
+            fast_timing(),
+        )
+        .with_stats(stats.clone()),
+    );
     let (tx, _task) = spawn_sets(ctx.clone(), ns);
     Running {
         ctx,
+        stats,
         registry_calls: calls,
         _stop: tx,
     }
@@ -305,13 +312,13 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
         let nudge = |i: u64| {
             let (pods, running) = (&pods, &running);
             async move {
-                let passes = running.ctx.stats.passes.load(Ordering::SeqCst);
+                let passes = running.stats.passes.load(Ordering::SeqCst);
                 let poke = json!({"metadata": {"annotations": {
                     "test.cocoonstack.io/poke": i.to_string()}}});
                 pods.patch("demo-1", &PatchParams::default(), &Patch::Merge(&poke))
                     .await?;
                 cocoon_testenv::wait_until("one more pass", WAIT, || async {
-                    (running.ctx.stats.passes.load(Ordering::SeqCst) > passes).then_some(())
+                    (running.stats.passes.load(Ordering::SeqCst) > passes).then_some(())
                 })
                 .await?;
                 TestResult::Ok(())

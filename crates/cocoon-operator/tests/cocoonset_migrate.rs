@@ -38,7 +38,8 @@ const RESTORE: &str = "vm.cocoonstack.io/restore-from-hibernate";
 
 struct Running {
     metrics: Arc<Metrics>,
-    ctx: Arc<cocoonset::Context>,
+    /// The controller's registry-call counter.
+    stats: Arc<cocoonset::Stats>,
     /// Dropping it stops the controller at the end of the test.
     _stop: Option<oneshot::Sender<()>>,
     _task: tokio::task::JoinHandle<()>,
@@ -48,17 +49,21 @@ fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
     let registry: Arc<dyn TagRegistry> =
         Arc::new(OciTagRegistry::new(registry_client(registry_addr)));
     let metrics = Arc::new(Metrics::new());
-    let ctx = Arc::new(cocoonset::Context::new(
-        client.clone(),
-        recorder(client),
-        metrics.clone(),
-        registry,
-        suspend_timing(),
-    ));
+    let stats = Arc::new(cocoonset::Stats::default());
+    let ctx = Arc::new(
+        cocoonset::Context::new(
+            client.clone(),
+            recorder(client),
+            metrics.clone(),
+            registry,
+            suspend_timing(),
+        )
+        .with_stats(stats.clone()),
+    );
     let (tx, task) = spawn_sets(ctx.clone(), ns);
     Running {
         metrics,
-        ctx,
+        stats,
         _stop: Some(tx),
         _task: task,
     }
@@ -390,7 +395,7 @@ async fn retarget_back_before_the_source_clears_its_vm_keeps_the_snapshot() {
         // Passes run one at a time per set, each probing the tag once: four more probes
         // mean at least three whole passes saw the cleared quiesce beside the tag. A drop
         // ends the wait early (the set then settles and stops probing).
-        let probes = || running.ctx.stats.registry_calls.load(Ordering::Relaxed);
+        let probes = || running.stats.registry_calls.load(Ordering::Relaxed);
         let before = probes();
         cocoon_testenv::wait_until("four more passes, or the tag dropped", WAIT, || async {
             let tag = reg.has_manifest(&vm0, "hibernate").await.ok()?;

@@ -45,9 +45,10 @@ impl Switchable {
     fn check(&self) -> Result<(), RegistryError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
-            return Err(RegistryError(
-                "connection refused (test: registry down)".into(),
-            ));
+            return Err(RegistryError::Transport {
+                message: "connection refused (test: registry down)".into(),
+                timeout: false,
+            });
         }
         Ok(())
     }

@@ -230,6 +230,7 @@ async fn a_write_after_the_lease_is_lost_is_skipped_and_the_next_acquisition_rec
             },
         );
         let metrics = Arc::new(Metrics::new());
+        let stats = Arc::new(cocoonset::Stats::default());
         let ctx = Arc::new(
             cocoonset::Context::new(
                 client.clone(),
@@ -242,6 +243,7 @@ async fn a_write_after_the_lease_is_lost_is_skipped_and_the_next_acquisition_rec
                     ..cocoonset::plan::Timing::default()
                 },
             )
+            .with_stats(stats.clone())
             .with_leadership(leadership.clone()),
         );
         let (c, n) = (ctx.clone(), ns.clone());
@@ -265,11 +267,11 @@ async fn a_write_after_the_lease_is_lost_is_skipped_and_the_next_acquisition_rec
         cocoon_testenv::wait_until(
             "the pass that lost the lease before its pod create ended",
             Duration::from_secs(60),
-            || async { (ctx.stats.lost_leadership.load(Ordering::SeqCst) == 1).then_some(()) },
+            || async { (stats.lost_leadership.load(Ordering::SeqCst) == 1).then_some(()) },
         )
         .await?;
         assert!(tags.revoked.load(Ordering::SeqCst));
-        let writes = ctx.stats.writes.load(Ordering::SeqCst);
+        let writes = stats.writes.load(Ordering::SeqCst);
         assert!(
             pods.list(&Default::default()).await?.items.is_empty(),
             "the create after the loss was skipped"
@@ -291,7 +293,7 @@ async fn a_write_after_the_lease_is_lost_is_skipped_and_the_next_acquisition_rec
             },
         )
         .await?;
-        assert!(ctx.stats.writes.load(Ordering::SeqCst) > writes);
+        assert!(stats.writes.load(Ordering::SeqCst) > writes);
         controller.abort();
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, Box<dyn std::error::Error>>(())

@@ -85,8 +85,10 @@ impl OperatorOptions {
 pub struct Operator {
     /// The metrics both controllers write.
     pub metrics: Arc<Metrics>,
-    /// The CocoonSet controller's context (its pass and write counters).
+    /// The CocoonSet controller's context.
     pub sets: Arc<cocoonset::Context>,
+    /// The CocoonSet controller's pass and write counters.
+    pub stats: Arc<cocoonset::Stats>,
     token: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -114,13 +116,17 @@ impl Operator {
             },
         );
         let metrics = Arc::new(Metrics::new());
-        let sets = Arc::new(cocoonset::Context::new(
-            client.clone(),
-            recorder.clone(),
-            metrics.clone(),
-            tags.clone(),
-            opts.sets,
-        ));
+        let stats = Arc::new(cocoonset::Stats::default());
+        let sets = Arc::new(
+            cocoonset::Context::new(
+                client.clone(),
+                recorder.clone(),
+                metrics.clone(),
+                tags.clone(),
+                opts.sets,
+            )
+            .with_stats(stats.clone()),
+        );
         let chs = Arc::new(hibernation::Context::new(
             client.clone(),
             recorder,
@@ -149,6 +155,7 @@ impl Operator {
         Operator {
             metrics,
             sets,
+            stats,
             token,
             tasks,
         }

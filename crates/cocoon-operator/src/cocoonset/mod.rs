@@ -5,20 +5,19 @@
 //! * this file — the shell: the controller's [`Context`], its watches and caches, the
 //!   per-pass wrapper (leadership, metrics, retry backoff);
 //! * [`steps`] — one pure planner per seed step (`plan(&Observed) -> StepPlan`) with its
-//!   table test: teardown (2), finalizer (3), classify (4), stamp (5), failed_main (7),
-//!   release_wake (9), main (11), sub_agents (12), toolboxes (13), status (14), and the §6
-//!   triage they share;
+//!   table test: teardown (2), finalizer (3), classify (4), stamp (5), suspend (6),
+//!   failed_main (7), migrate (8), release_wake (9), unsuspend (10), main (11), sub_agents
+//!   (12), toolboxes (13), status (14), and the §6 triage they share; a step that needs a
+//!   registry probe, a manifest read or a read past the cache asks for it and plans again on
+//!   the answer;
 //! * `walk` — one pass over one set: the step order, the view every step observes, and the
-//!   executor that applies a plan's writes in order, each durable before the next;
-//!   `walk/transitions.rs` still holds steps 6 (suspend), 8 (migration), 9.1/9.4 (the wake's
-//!   recreate and its uncached GET) and 10 (unsuspend and reclaim) in the old
-//!   decide-write-reread shape, over the pure rules of [`suspend`] and [`migrate`];
+//!   executor that applies a plan's writes in order, each durable before the next, and
+//!   fetches the reads a step asks for;
+//! * [`suspend`] — the pure rules of steps 6, 9 and 10 the planners use (step 8's are
+//!   [`steps::migrate::rules`]);
 //! * [`pods`] and [`plan`] — the pure rules the planners use (factories, drift,
 //!   classification, triage, create protocol, status, teardown GC).
 
-pub mod migrate;
-#[cfg(test)]
-mod migrate_tests;
 pub mod plan;
 pub mod pods;
 pub mod quantity;
@@ -51,7 +50,8 @@ use kube::{Client, ResourceExt};
 use tracing::{debug, warn};
 
 use self::plan::Timing;
-use crate::metrics::{ControllerLabel, ErrorLabels, Metrics, SetLabels};
+use crate::controller;
+use crate::metrics::{Metrics, SetLabels};
 use crate::registry::{RegistryError, TagRegistry};
 use crate::watch_retry;
 
@@ -126,21 +126,10 @@ impl Error {
         };
         Err(Error::registry(step, what, source))
     }
-
-    /// The error with its sources, for the log line.
-    fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut next = std::error::Error::source(self);
-        while let Some(e) = next {
-            out.push_str(": ");
-            out.push_str(&e.to_string());
-            next = e.source();
-        }
-        out
-    }
 }
 
-/// Write and registry counters, for the settled-pass test and the benchmark.
+/// Pass, write and registry counters for tests and benchmarks. A production controller keeps
+/// none: a test or a bench hands them in with [`Context::with_stats`].
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Passes run (after the cache wait).
@@ -164,7 +153,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub registry: Arc<dyn TagRegistry>,
     pub timing: Timing,
-    pub stats: Stats,
+    /// The counters a test or bench asked for ([`Context::with_stats`]); none in production.
+    stats: Option<Arc<Stats>>,
     retries: watch_retry::RetryBackoff,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
@@ -190,7 +180,7 @@ impl Context {
             metrics,
             registry,
             timing,
-            stats: Stats::default(),
+            stats: None,
             retries: watch_retry::RetryBackoff::default(),
             leadership: crate::leader::Leadership::always(),
             written_status: Mutex::default(),
@@ -204,8 +194,25 @@ impl Context {
     fn write(&self, site: u32) -> Result<(), Error> {
         self.leadership.may_write("cocoonset API write")?;
         debug!(site, "cocoonset write");
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.count(|s| &s.writes);
         Ok(())
+    }
+
+    /// Counts into `stats` for a test or a bench ([`Stats`]).
+    pub fn with_stats(mut self, stats: Arc<Stats>) -> Self {
+        self.stats = Some(stats);
+        self
+    }
+
+    /// One more of `counter`, when a test or bench keeps [`Stats`].
+    fn count(&self, counter: fn(&Stats) -> &AtomicU64) {
+        self.count_by(counter, 1);
+    }
+
+    fn count_by(&self, counter: fn(&Stats) -> &AtomicU64, n: u64) {
+        if let Some(s) = &self.stats {
+            counter(s).fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// The write gate of a registry write (a tag delete).
@@ -439,14 +446,8 @@ fn pod_changes(
 fn error_policy(cs: Arc<CocoonSet>, err: &Error, shared: Arc<Shared>) -> Action {
     let ctx = &shared.ctx;
     let delay = ctx.retries.failed(watch_retry::object_key(cs.as_ref()));
-    ctx.metrics
-        .reconcile_errors
-        .get_or_create(&ErrorLabels {
-            controller: CONTROLLER.into(),
-            kind: err.kind().into(),
-        })
-        .inc();
-    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %err.chain(), retry_in = ?delay, "reconcile failed");
+    controller::count_error(CONTROLLER, &ctx.metrics, err.kind());
+    warn!(name = %cs.name_any(), namespace = ?cs.namespace(), error = %controller::chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
@@ -459,26 +460,65 @@ async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Er
     }
     ctx.track(&cs);
     let started = Instant::now();
-    let result = match walk::walk(&cs, ctx, &shared.caches).await {
+    let walked = walk::walk(&cs, ctx, &shared.caches);
+    let result = match controller::pass(CONTROLLER, &ctx.metrics, cs.as_ref(), walked).await {
         // The lease went mid-pass: the write was skipped and the pass ends, no retry.
         Err(Error::LostLeadership(_)) => {
-            ctx.stats.lost_leadership.fetch_add(1, Ordering::Relaxed);
+            ctx.count(|s| &s.lost_leadership);
             Ok(Action::await_change())
         }
         other => other,
     };
-    ctx.stats.busy_micros.fetch_add(
+    ctx.count_by(
+        |s| &s.busy_micros,
         u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-        Ordering::Relaxed,
     );
-    ctx.metrics
-        .reconcile_duration
-        .get_or_create(&ControllerLabel {
-            controller: CONTROLLER.into(),
-        })
-        .observe(started.elapsed().as_secs_f64());
     if result.is_ok() {
         ctx.retries.succeeded(&watch_retry::object_key(cs.as_ref()));
     }
     result
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    fn refused(message: &str) -> RegistryError {
+        RegistryError::Transport {
+            message: message.into(),
+            timeout: false,
+        }
+    }
+
+    #[test]
+    fn a_registry_error_keeps_the_client_error_as_its_source_and_names_step_and_call_once() {
+        let e = Error::registry("migrate", "probe ns-demo-0:hibernate", refused("refused"));
+        assert_eq!(
+            controller::chain(&e),
+            "migrate: probe ns-demo-0:hibernate: transport: refused"
+        );
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<RegistryError>());
+        assert!(
+            matches!(
+                source,
+                Some(RegistryError::Transport { timeout: false, .. })
+            ),
+            "{source:?}"
+        );
+        assert_eq!(e.kind(), "registry");
+    }
+
+    #[test]
+    fn a_step_that_tries_every_call_names_the_others_beside_the_first() {
+        let failures = vec![
+            ("delete a:hibernate".to_string(), refused("one")),
+            ("delete b:hibernate".to_string(), refused("two")),
+        ];
+        let e = Error::registry_all("reclaim", failures).expect_err("two failed");
+        assert_eq!(
+            controller::chain(&e),
+            "reclaim: delete a:hibernate (and also delete b:hibernate: transport: two): transport: one"
+        );
+        assert!(Error::registry_all("reclaim", Vec::new()).is_ok());
+    }
 }

@@ -1,6 +1,6 @@
 //! Pure rules of suspend (step 6), the release-policy wake (step 9) and the unsuspend
-//! bookkeeping and reclaim (step 10) of `cocoonset.md`. The walk in `walk/transitions.rs` observes the
-//! pods and the registry, asks these functions what to do, and applies the answer.
+//! bookkeeping and reclaim (step 10) of `cocoonset.md`. The planners `steps/suspend.rs`,
+//! `steps/release_wake.rs` and `steps/unsuspend.rs` decide on them.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -49,6 +49,10 @@ pub enum Error {
         #[source]
         source: RegistryError,
     },
+    /// The plan ended in a probe failure this pass did not see (not expected: the plan
+    /// ends in an error only after a failed probe).
+    #[error("registry: {0}")]
+    Probe(String),
     #[error("object has no {0}")]
     Missing(&'static str),
     /// The caches ended (the controller is shutting down).
@@ -63,7 +67,7 @@ impl Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
-            Error::Registry { .. } => "registry",
+            Error::Registry { .. } | Error::Probe(_) => "registry",
             Error::Missing(_) => "invalid",
             Error::CacheClosed(_) => "cache",
             Error::LostLeadership(_) => "leadership",
@@ -339,7 +343,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
             Ok(true) => Probe::Present,
             Ok(false) => Probe::Absent,
             Err(e) => {
-                let failed = Probe::Failed(e.to_string());
+                let failed = Probe::Failed(format!("probe {vm}:{}: {e}", tags::HIBERNATE));
                 probe_error = Some((vm, e));
                 failed
             }
@@ -416,10 +420,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
                 source,
             },
             // The plan ends in an error only after a failed probe.
-            None => Error::Registry {
-                step: "probe".into(),
-                source: RegistryError(e),
-            },
+            None => Error::Probe(e),
         }),
     }
 }

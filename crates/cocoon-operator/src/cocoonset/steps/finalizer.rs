@@ -7,20 +7,17 @@
 //! `RequeueAfter 1 s` is a maximum wait; going on at once is within it.
 
 use cocoon_api::contract::finalizers;
-use kube::ResourceExt;
 
 use super::{Next, Observed, StepPlan, Write};
+use crate::controller::{add_finalizer_patch, has_finalizer};
 
 pub fn plan(o: &Observed<'_>) -> StepPlan {
-    if o.cs.finalizers().iter().any(|f| f == finalizers::COCOONSET) {
+    if has_finalizer(o.cs, finalizers::COCOONSET) {
         return StepPlan::proceed();
     }
-    let mut list = o.cs.finalizers().to_vec();
-    list.push(finalizers::COCOONSET.to_string());
     StepPlan::then(
         vec![Write::Finalizers {
-            list,
-            resource_version: o.cs.resource_version(),
+            patch: add_finalizer_patch(o.cs, finalizers::COCOONSET),
             gone_ok: false,
         }],
         Next::Continue,
@@ -60,8 +57,10 @@ mod tests {
             run(&["x.io/a"]),
             StepPlan::then(
                 vec![Write::Finalizers {
-                    list: vec!["x.io/a".into(), finalizers::COCOONSET.into()],
-                    resource_version: Some("7".into()),
+                    patch: serde_json::json!({"metadata": {
+                        "finalizers": ["x.io/a", finalizers::COCOONSET],
+                        "resourceVersion": "7",
+                    }}),
                     gone_ok: false,
                 }],
                 Next::Continue,

@@ -1,33 +1,40 @@
 //! The seed's reconcile steps as pure planners, one module per step.
 //!
 //! Each step reads what the pass has observed so far ([`Observed`]) and returns a
-//! [`StepPlan`]: the writes to make, in order, and what the pass does next. The executor
-//! (`super::executor`) applies the writes one after another, each durable before the next,
-//! stops at the first error, and mirrors what they changed into the pass's view before the
-//! next step plans. No planner talks to the API server or the registry.
+//! [`StepPlan`]: the writes to make, in order, the reads it needs, and what the pass does
+//! next. The executor (`walk/executor.rs`) applies the writes one after another, each
+//! durable before the next, stops at the first error, and mirrors what they changed into
+//! the pass's view before the next step plans. A step that needs a registry probe, a manifest
+//! read or a read past the cache asks for it ([`Read`], [`Next::Replan`]): the executor
+//! fetches it into the step's [`Answers`] and the step plans again on them. No planner talks
+//! to the API server or the registry.
 
 pub mod classify;
 pub mod failed_main;
 pub mod finalizer;
 pub mod main;
+pub mod migrate;
 pub mod release_wake;
 pub mod stamp;
 pub mod status;
 pub mod sub_agents;
+pub mod suspend;
 pub mod teardown;
 pub mod toolboxes;
 pub mod triage;
+pub mod unsuspend;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cocoon_api::contract::{AnnotationCodec, AnnotationDelta, ReclaimRecord};
-use cocoon_api::crd::set::{CocoonSet, CocoonSetStatus};
+use cocoon_api::crd::hibernation::CocoonHibernation;
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus};
 use cocoon_api::naming::Role;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::plan::{CreateFacts, GcItem, TagRead, Timing};
+use super::plan::{self, CreateFacts, CreatePlan, GcItem, TagRead, Timing};
 use super::pods::{self, Classified};
 
 /// What a step sees: the set as this pass knows it (its own writes mirrored in), the
@@ -53,11 +60,11 @@ impl Observed<'_> {
 pub enum Write {
     /// Merge-patch the set's annotations (nothing when the delta changes nothing).
     SetAnnotations(AnnotationDelta),
-    /// Replace the set's finalizer list, under a resourceVersion precondition. `gone_ok`:
-    /// a set already gone counts as done (the last finalizer's removal).
+    /// A finalizer merge patch of the shared helper ([`crate::controller`]), which replaces
+    /// the list under a resourceVersion precondition. `gone_ok`: a set already gone counts
+    /// as done (the last finalizer's removal).
     Finalizers {
-        list: Vec<String>,
-        resource_version: Option<String>,
+        patch: serde_json::Value,
         gone_ok: bool,
     },
     /// Delete a pod (NotFound is success).
@@ -98,6 +105,57 @@ pub enum Write {
     GcTags(Vec<GcItem>),
     /// Merge-patch the set's status (nothing when it already carries it).
     Status(CocoonSetStatus),
+    /// [`Write::Status`] of the status for this phase, built from the pass's view as it is
+    /// when the write goes out (the writes before it mirrored in).
+    Phase(Option<CocoonSetPhase>),
+    /// Step 8's durable marker: [`Write::Phase`] `Migrating`; its failure is reported as
+    /// the marker's.
+    MarkMigrating,
+    /// Set the reclaim record to this one (a merge patch of what differs from the set's
+    /// annotations as they are when the write goes out).
+    Record(ReclaimRecord),
+    /// Clear the reclaim record's suspended list (the record as it is when the write goes
+    /// out).
+    ClearSuspended,
+    /// Remove these VMs from the reclaim record (nothing when none is recorded).
+    ForgetVms(Vec<String>),
+    /// Merge-patch several pods' annotations with the same delta, all at once (at most
+    /// [`crate::cocoonset::POD_WRITES_AT_ONCE`] in flight), and mirror it into the
+    /// classification; the first error once all have finished.
+    MarkPods {
+        names: Vec<String>,
+        delta: AnnotationDelta,
+    },
+    /// [`Write::MarkPods`] and a [`Write::Phase`] status at once, where nothing orders the
+    /// two (the status is built before the delta is mirrored).
+    MarkPodsWithPhase {
+        names: Vec<String>,
+        delta: AnnotationDelta,
+        phase: CocoonSetPhase,
+    },
+    /// [`Write::PatchPod`], best effort: a refusal is logged and the plan goes on (a lost
+    /// lease still ends the pass).
+    FlagPod {
+        name: String,
+        delta: AnnotationDelta,
+    },
+    /// Post a pod as it is (the create protocol's reads and drops already planned); its
+    /// outcome is fed back ([`Answers::created`]).
+    PostPod(Box<Pod>),
+    /// Delete `<vm>:hibernate` of each VM (at most
+    /// [`crate::cocoonset::REGISTRY_CALLS_AT_ONCE`] in flight); the deleted ones leave the
+    /// reclaim record, then the refusals fail the pass with `step` as their context.
+    ReclaimTags {
+        vms: Vec<String>,
+        step: &'static str,
+    },
+    /// Fail the pass with the first registry error of the step's last [`Read::Probe`], the
+    /// failed call and `step` as its context (nothing when it had none).
+    FailProbe { step: &'static str },
+    /// A log line naming the set.
+    Log { warn: bool, message: String },
+    /// The pass changed something (step 14 then looks again soon).
+    Changed,
     /// Publish an Event on the set.
     Event {
         warning: bool,
@@ -119,6 +177,65 @@ pub enum Counter {
     SlotReleaseWake { placement: String },
     /// The set's `slot_release_wake_unschedulable`.
     SlotReleaseWakeUnschedulable,
+    /// The set's `slot_release_pods_deleted`.
+    SlotReleasePodsDeleted,
+    /// The set's `migrate_unschedulable`.
+    MigrateUnschedulable,
+}
+
+/// A read a step needs before it can go on; the executor fetches it into [`Answers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Read {
+    /// Probe `<vm>:<tag>` for each VM (at most
+    /// [`crate::cocoonset::REGISTRY_CALLS_AT_ONCE`] in flight). With `fail`, a refusal fails
+    /// the pass with that step as its context; without, it is fed back
+    /// ([`Probed::error`]).
+    Probe {
+        vms: Vec<String>,
+        tag: &'static str,
+        fail: Option<&'static str>,
+    },
+    /// The `:hibernate` manifest of a VM, as the create protocol reads it (§7.1); a refusal
+    /// fails the pass with `step` as its context.
+    Manifest { vm: String, step: &'static str },
+    /// The namespace's CocoonHibernations from the cache.
+    CachedHibernations,
+    /// The namespace's CocoonHibernations past the cache (one created a moment ago must not
+    /// be missed).
+    FreshHibernations,
+    /// A pod read past the cache (`None`: it does not exist).
+    Pod(String),
+}
+
+/// The answers to a step's reads so far, and the outcomes of its posts.
+#[derive(Debug, Clone, Default)]
+pub struct Answers {
+    /// The last [`Read::Probe`].
+    pub probed: Option<Probed>,
+    /// [`Read::Manifest`] by VM.
+    pub manifests: BTreeMap<String, TagRead>,
+    pub cached_hibernations: Option<Vec<CocoonHibernation>>,
+    pub fresh_hibernations: Option<Vec<CocoonHibernation>>,
+    /// [`Read::Pod`] by name.
+    pub pods: BTreeMap<String, Option<Pod>>,
+    /// The outcomes of the step's creates and posts so far, in order.
+    pub created: Vec<Created>,
+}
+
+/// What a [`Read::Probe`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Probed {
+    /// Whether each probed tag exists (the refused ones are missing).
+    pub exists: BTreeMap<String, bool>,
+    /// The first refusal (in VM order), as text.
+    pub error: Option<String>,
+}
+
+impl Probed {
+    /// Every probed tag exists (and no probe was refused).
+    pub fn all_exist(&self) -> bool {
+        self.error.is_none() && self.exists.values().all(|e| *e)
+    }
 }
 
 /// Outcome of a [`Write::CreatePod`].
@@ -142,31 +259,59 @@ pub struct Applied {
 pub enum Next {
     /// Hand over to the next step.
     Continue,
+    /// Fetch the plan's reads, then plan the same step again on the answers (and the
+    /// outcomes of its posts).
+    Replan,
     /// End the pass; run again after this long.
     RequeueAfter(Duration),
     /// End the pass; run again on the next change of the set or its pods.
     AwaitChange,
 }
 
-/// A step's decision: its writes in order, then what comes next.
+/// A step's decision: its writes in order, then its reads (with [`Next::Replan`]), then
+/// what comes next.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepPlan {
     pub writes: Vec<Write>,
+    pub reads: Vec<Read>,
     pub next: Next,
 }
 
 impl StepPlan {
     /// No write; hand over to the next step.
     pub fn proceed() -> Self {
-        StepPlan {
-            writes: Vec::new(),
-            next: Next::Continue,
-        }
+        StepPlan::then(Vec::new(), Next::Continue)
     }
 
     /// `writes`, then `next`.
     pub fn then(writes: Vec<Write>, next: Next) -> Self {
-        StepPlan { writes, next }
+        StepPlan {
+            writes,
+            reads: Vec::new(),
+            next,
+        }
+    }
+
+    /// `writes`, then `reads`, then the step plans again.
+    pub fn read(writes: Vec<Write>, reads: Vec<Read>) -> Self {
+        StepPlan {
+            writes,
+            reads,
+            next: Next::Replan,
+        }
+    }
+
+    /// `writes`, then end the pass and run again after `d`.
+    pub fn requeue(writes: Vec<Write>, d: Duration) -> Self {
+        StepPlan::then(writes, Next::RequeueAfter(d))
+    }
+}
+
+/// A log line for [`Write::Log`].
+pub fn log(message: impl Into<String>) -> Write {
+    Write::Log {
+        warn: false,
+        message: message.into(),
     }
 }
 
@@ -189,5 +334,74 @@ pub fn create_facts(
         owed_restore: record.owes_restore(vm),
         cr_restorable: restorable.contains(&pod.name_any()),
         unconditional_intent: unconditional,
+    }
+}
+
+/// §7 for a pod a step posts itself (the migration's and the wake's recreate): the tag read
+/// it needs first, or what the protocol decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Protocol {
+    /// Read the VM's `:hibernate` manifest first.
+    Read(Read),
+    /// The pod (marked for restore when so decided), the writes that go before its post
+    /// (the image rule's tag drop, the VM leaving the record), what the read found, and the
+    /// decision.
+    Decided {
+        pod: Box<Pod>,
+        writes: Vec<Write>,
+        tag: TagRead,
+        decision: CreatePlan,
+    },
+}
+
+/// [`Protocol`] for `pod`: its tag read from `answers` (none for an unmanaged pod or one
+/// without a VM), then [`plan::plan_create`].
+pub fn create_protocol(
+    answers: &Answers,
+    mut pod: Pod,
+    facts: CreateFacts<'static>,
+    step: &'static str,
+) -> Protocol {
+    let vm = pods::vm_name(&pod).to_string();
+    let image = pod
+        .annotations()
+        .get(cocoon_api::contract::annotations::IMAGE)
+        .cloned()
+        .unwrap_or_default();
+    let tag = if !pods::is_managed(&pod) || vm.is_empty() {
+        TagRead::Skipped
+    } else {
+        match answers.manifests.get(&vm) {
+            Some(t) => t.clone(),
+            None => return Protocol::Read(Read::Manifest { vm, step }),
+        }
+    };
+    let decision = plan::plan_create(&CreateFacts {
+        image: &image,
+        tag: tag.clone(),
+        ..facts
+    });
+    let mut writes = Vec::new();
+    if decision.drop_tag {
+        writes.push(Write::DropTag {
+            vm: vm.clone(),
+            tag: cocoon_api::contract::tags::HIBERNATE,
+            step,
+        });
+        writes.push(log(format!(
+            "dropped the :hibernate tag of {vm}: the new pod could not boot over it"
+        )));
+    }
+    if decision.forget {
+        writes.push(Write::ForgetVms(vec![vm]));
+    }
+    if decision.restore {
+        pods::mark_restore(&mut pod);
+    }
+    Protocol::Decided {
+        pod: Box::new(pod),
+        writes,
+        tag,
+        decision,
     }
 }

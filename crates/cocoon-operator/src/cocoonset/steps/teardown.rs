@@ -24,15 +24,8 @@ pub fn plan(o: &Observed<'_>) -> StepPlan {
         return StepPlan::then(writes, Next::RequeueAfter(o.timing.wait_for_main));
     }
     writes.push(Write::GcTags(plan::gc_plan(o.cs, o.ns, &names)));
-    let list =
-        o.cs.finalizers()
-            .iter()
-            .filter(|f| *f != finalizers::COCOONSET)
-            .cloned()
-            .collect();
     writes.push(Write::Finalizers {
-        list,
-        resource_version: o.cs.resource_version(),
+        patch: crate::controller::remove_finalizer_patch(o.cs, finalizers::COCOONSET),
         gone_ok: true,
     });
     StepPlan::then(writes, Next::AwaitChange)
@@ -146,8 +139,10 @@ mod tests {
                     },
                 ]),
                 Write::Finalizers {
-                    list: vec!["a.io/x".into()],
-                    resource_version: Some("42".into()),
+                    patch: serde_json::json!({"metadata": {
+                        "finalizers": ["a.io/x"],
+                        "resourceVersion": "42",
+                    }}),
                     gone_ok: true,
                 },
             ]

@@ -5,20 +5,22 @@
 //! walk's view of the set before the next step plans, so a later step observes the earlier
 //! steps' results without reading the API again.
 
-use std::sync::atomic::Ordering;
-
-use cocoon_api::contract::tags;
+use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, tags};
+use cocoon_api::crd::hibernation::CocoonHibernation;
+use cocoon_api::crd::set::CocoonSetPhase;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use serde_json::json;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-use super::{Error, Walk, create_through_protocol};
+use super::{Error, Walk, create_through_protocol, post_pod, read_manifest};
+use crate::cocoonset::REGISTRY_CALLS_AT_ONCE;
 use crate::cocoonset::plan::{CreateFacts, GcItem};
-use crate::cocoonset::steps::{Applied, Counter, Created, Next, StepPlan, Write};
+use crate::cocoonset::steps::{
+    Answers, Applied, Counter, Created, Next, Probed, Read, StepPlan, Write,
+};
 use crate::metrics::{PhaseLabel, PlacementLabels};
 
 impl Walk<'_> {
@@ -38,7 +40,7 @@ impl Walk<'_> {
     /// [`Walk::apply`] for a step that may end the pass: `Some(action)` when it does.
     pub(super) async fn apply_step(&mut self, plan: StepPlan) -> Result<Option<Action>, Error> {
         Ok(match self.apply(plan).await?.next {
-            Next::Continue => None,
+            Next::Continue | Next::Replan => None,
             Next::RequeueAfter(d) => Some(Action::requeue(d)),
             Next::AwaitChange => Some(Action::await_change()),
         })
@@ -48,14 +50,7 @@ impl Walk<'_> {
     async fn apply_one(&mut self, write: Write) -> Result<Vec<Created>, Error> {
         match write {
             Write::SetAnnotations(delta) => self.patch_set_annotations(delta).await?,
-            Write::Finalizers {
-                list,
-                resource_version,
-                gone_ok,
-            } => {
-                self.write_finalizers(list, resource_version, gone_ok)
-                    .await?
-            }
+            Write::Finalizers { patch, gone_ok } => self.write_finalizers(patch, gone_ok).await?,
             Write::DeletePod(name) => self.delete_pod(&name).await?,
             Write::PatchPod { name, delta } => self.patch_pod_annotations(&name, &delta).await?,
             Write::CreatePod { pod, facts, step } => {
@@ -73,10 +68,7 @@ impl Walk<'_> {
             Write::GcTags(items) => self.gc_tags(&items).await?,
             Write::DropTag { vm, tag, step } => {
                 self.ctx.registry_write()?;
-                self.ctx
-                    .stats
-                    .registry_calls
-                    .fetch_add(1, Ordering::Relaxed);
+                self.ctx.count(|s| &s.registry_calls);
                 self.ctx
                     .registry
                     .delete_tag(&vm, tag)
@@ -84,6 +76,71 @@ impl Walk<'_> {
                     .map_err(|e| Error::registry(step, format!("delete {vm}:{tag}"), e))?;
             }
             Write::Status(status) => self.write_status(status).await?,
+            Write::Phase(phase) => {
+                let status = self.status_now(phase);
+                self.write_status(status).await?;
+            }
+            Write::MarkMigrating => {
+                let status = self.status_now(Some(CocoonSetPhase::Migrating));
+                self.write_status(status).await.map_err(|e| match e {
+                    Error::Kube(k) => Error::MigratingStatus(k),
+                    other => other,
+                })?;
+            }
+            Write::Record(record) => {
+                let delta = record.delta(self.cs.annotations());
+                self.patch_set_annotations(delta).await?;
+            }
+            Write::ClearSuspended => {
+                let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
+                record.suspended.clear();
+                let delta = record.delta(self.cs.annotations());
+                self.patch_set_annotations(delta).await?;
+            }
+            Write::ForgetVms(vms) => self.forget_vms(&vms).await?,
+            Write::MarkPods { names, delta } => self.mark_pods(&names, &delta).await?,
+            Write::MarkPodsWithPhase {
+                names,
+                delta,
+                phase,
+            } => {
+                // The status is built before the annotations are mirrored: it does not read
+                // them.
+                let status = self.status_now(Some(phase));
+                let patches = names.iter().map(|n| (n.clone(), delta.clone())).collect();
+                self.changed = true;
+                let written = self.patch_pods_and_status(patches, status).await;
+                for name in &names {
+                    self.mirror(name, &delta);
+                }
+                written?;
+            }
+            Write::FlagPod { name, delta } => {
+                if let Err(e) = self.patch_pod_annotations(&name, &delta).await {
+                    if let Error::LostLeadership(l) = e {
+                        return Err(l.into());
+                    }
+                    warn!(pod = %name, error = %e, "could not flag the pod; going on");
+                }
+            }
+            Write::PostPod(pod) => {
+                let created = post_pod(self.ctx, &self.pod_api, &pod).await?;
+                return Ok(vec![created]);
+            }
+            Write::ReclaimTags { vms, step } => self.reclaim_tags(&vms, step).await?,
+            Write::FailProbe { step } => {
+                if let Some((what, e)) = self.probe_error.take() {
+                    return Err(Error::registry(step, what, e));
+                }
+            }
+            Write::Log { warn, message } => {
+                if warn {
+                    warn!(namespace = %self.ns, name = %self.name, "{message}");
+                } else {
+                    info!(namespace = %self.ns, name = %self.name, "{message}");
+                }
+            }
+            Write::Changed => self.changed = true,
             Write::Event {
                 warning,
                 reason,
@@ -109,6 +166,16 @@ impl Walk<'_> {
                             })
                             .inc();
                     }
+                    Counter::SlotReleasePodsDeleted => {
+                        m.slot_release_pods_deleted
+                            .get_or_create(&self.set_labels())
+                            .inc();
+                    }
+                    Counter::MigrateUnschedulable => {
+                        m.migrate_unschedulable
+                            .get_or_create(&self.set_labels())
+                            .inc();
+                    }
                     Counter::SlotReleaseWakeUnschedulable => {
                         m.slot_release_wake_unschedulable
                             .get_or_create(&self.set_labels())
@@ -123,6 +190,91 @@ impl Walk<'_> {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// Fetches one of a step's reads into its answers.
+    pub(super) async fn fetch(&mut self, read: Read, answers: &mut Answers) -> Result<(), Error> {
+        match read {
+            Read::Probe { vms, tag, fail } => {
+                let ctx = self.ctx;
+                let registry = &self.ctx.registry;
+                let calls: Vec<_> = vms
+                    .iter()
+                    .map(|vm| {
+                        ctx.count(|s| &s.registry_calls);
+                        registry.has_manifest(vm, tag)
+                    })
+                    .collect();
+                let results = crate::watch_retry::at_most(REGISTRY_CALLS_AT_ONCE, calls).await;
+                let mut probed = Probed::default();
+                self.probe_error = None;
+                for (vm, r) in vms.into_iter().zip(results) {
+                    match r {
+                        Ok(exists) => {
+                            probed.exists.insert(vm, exists);
+                        }
+                        Err(e) => {
+                            if let Some(step) = fail {
+                                return Err(Error::registry(step, format!("probe {vm}:{tag}"), e));
+                            }
+                            let what = format!("probe {vm}:{tag}");
+                            probed.exists.insert(vm, false);
+                            if probed.error.is_none() {
+                                probed.error = Some(format!("{what}: {e}"));
+                                self.probe_error = Some((what, e));
+                            }
+                        }
+                    }
+                }
+                answers.probed = Some(probed);
+            }
+            Read::Manifest { vm, step } => {
+                let tag = read_manifest(self.ctx, &vm, step).await?;
+                answers.manifests.insert(vm, tag);
+            }
+            Read::CachedHibernations => {
+                answers.cached_hibernations = Some(self.list_hibernations());
+            }
+            Read::FreshHibernations => {
+                let api: Api<CocoonHibernation> =
+                    Api::namespaced(self.ctx.client.clone(), &self.ns);
+                self.ctx.count(|s| &s.reads);
+                answers.fresh_hibernations = Some(api.list(&ListParams::default()).await?.items);
+            }
+            Read::Pod(name) => {
+                self.ctx.count(|s| &s.reads);
+                let pod = self.pod_api.get_opt(&name).await?;
+                answers.pods.insert(name, pod);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the `:hibernate` tags of `vms` (at most [`REGISTRY_CALLS_AT_ONCE`] at once);
+    /// the deleted ones leave the record, then the refusals fail the pass.
+    async fn reclaim_tags(&mut self, vms: &[String], step: &'static str) -> Result<(), Error> {
+        self.ctx.registry_write()?;
+        let ctx = self.ctx;
+        let registry = &self.ctx.registry;
+        let deletes: Vec<_> = vms
+            .iter()
+            .map(|vm| {
+                ctx.count(|s| &s.registry_calls);
+                registry.delete_tag(vm, tags::HIBERNATE)
+            })
+            .collect();
+        let results = crate::watch_retry::at_most(REGISTRY_CALLS_AT_ONCE, deletes).await;
+        let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
+        let mut failures = Vec::new();
+        for (vm, r) in vms.iter().zip(results) {
+            match r {
+                Ok(()) => record.remove_vm(vm),
+                Err(e) => failures.push((format!("delete {vm}:{}", tags::HIBERNATE), e)),
+            }
+        }
+        let delta = record.delta(self.cs.annotations());
+        self.patch_set_annotations(delta).await?;
+        Error::registry_all(step, failures)
     }
 
     async fn create_pods(
@@ -162,11 +314,9 @@ impl Walk<'_> {
 
     async fn write_finalizers(
         &mut self,
-        list: Vec<String>,
-        resource_version: Option<String>,
+        patch: serde_json::Value,
         gone_ok: bool,
     ) -> Result<(), Error> {
-        let patch = json!({"metadata": {"finalizers": list, "resourceVersion": resource_version}});
         self.ctx.write(line!())?;
         match self
             .sets
@@ -193,10 +343,7 @@ impl Walk<'_> {
         let mut failures = Vec::new();
         for item in items {
             self.ctx.registry_write()?;
-            self.ctx
-                .stats
-                .registry_calls
-                .fetch_add(1, Ordering::Relaxed);
+            self.ctx.count(|s| &s.registry_calls);
             if let Err(e) = self
                 .ctx
                 .registry
@@ -207,10 +354,7 @@ impl Walk<'_> {
                 continue;
             }
             if item.drop_latest {
-                self.ctx
-                    .stats
-                    .registry_calls
-                    .fetch_add(1, Ordering::Relaxed);
+                self.ctx.count(|s| &s.registry_calls);
                 if let Err(e) = self.ctx.registry.delete_tag(&item.vm, tags::LATEST).await {
                     error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
                 }

@@ -1,7 +1,15 @@
 //! One walk of the seed's steps over one set: the order of steps 2–14, the in-memory view
 //! every step observes (the set with the walk's own writes mirrored in, the step-4
 //! classification, the pending step-5 stamps), and the API writes the executor is made of.
-//! Steps 6, 8, 9 and 10 are still applied in the old shape, in `transitions.rs`.
+//! Every step is a planner of [`steps`]; [`Walk::run_step`] applies its plans and feeds its
+//! reads back until it hands over or ends the pass.
+//!
+//! Crash safety: every durable marker is written before the side effect it guards — the
+//! reclaim record before any hibernate annotation (6A.2), `suspending-since` on entry into
+//! Suspending (6C), `Migrating` before the migration's quiesce (8.5), the delete stash and
+//! the node hint before a seat-release delete (6B.3), the `Waking` status before the wake's
+//! create (9.1.4), the first record write before an unsuspend clears any annotation (10.3).
+//! A fresh controller with empty memory therefore resumes from the API objects alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -12,7 +20,7 @@ use cocoon_api::contract::{
     AnnotationCodec, AnnotationDelta, ReclaimRecord, annotations as ann, annotations_merge_patch,
     diff_annotations, labels, oci, tags,
 };
-use cocoon_api::crd::hibernation::HibernationPhase;
+use cocoon_api::crd::hibernation::{CocoonHibernation, HibernationPhase};
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus, ToolboxSpec};
 use cocoon_api::naming::{self, Role};
 use futures::StreamExt;
@@ -29,11 +37,15 @@ use super::plan::{self, CreateFacts, CreatePlan, TagRead, Triage};
 use super::pods::{self, Classified};
 use super::steps::{Created, Next, StepPlan};
 use crate::metrics::SetLabels;
+use crate::registry::RegistryError;
 
 use super::{Caches, Context, Error, POD_WRITES_AT_ONCE, steps};
 
 mod executor;
-mod transitions;
+
+/// Rounds of plan-and-read one step may take before the walk gives up on it (the planners
+/// ask for at most three reads and one post).
+const MAX_ROUNDS: usize = 8;
 
 /// How a step ends: hand over to the next one, or end the pass.
 enum Step {
@@ -44,7 +56,7 @@ enum Step {
 impl From<steps::Next> for Step {
     fn from(next: steps::Next) -> Self {
         match next {
-            steps::Next::Continue => Step::Continue,
+            steps::Next::Continue | steps::Next::Replan => Step::Continue,
             steps::Next::RequeueAfter(d) => Step::Return(Action::requeue(d)),
             steps::Next::AwaitChange => Step::Return(Action::await_change()),
         }
@@ -64,7 +76,7 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
         // Look again shortly instead of holding a concurrency slot.
         return Ok(Action::requeue(Duration::from_millis(300)));
     }
-    ctx.stats.passes.fetch_add(1, Ordering::Relaxed);
+    ctx.count(|s| &s.passes);
     let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
     // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
     let owned = steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p));
@@ -140,6 +152,9 @@ struct Walk<'a> {
     /// The set's resourceVersions this pass has seen: the cached one it started from, then
     /// the ones its own metadata patches produced.
     versions: Vec<String>,
+    /// The first refusal of the last fed-back [`steps::Read::Probe`] (the call, the error),
+    /// for [`steps::Write::FailProbe`].
+    probe_error: Option<(String, RegistryError)>,
 }
 
 impl<'a> Walk<'a> {
@@ -160,29 +175,67 @@ impl<'a> Walk<'a> {
             invalid: None,
             versions: cs_version.into_iter().collect(),
             pending_stamps: BTreeMap::new(),
+            probe_error: None,
         }
     }
 
     /// Steps 6 to 10, which hand over to step 11 or end the pass.
     async fn transitions(&mut self) -> Result<Step, Error> {
-        // Step 6 (part 2).
-        if let Step::Return(a) = self.suspend().await? {
+        // Step 6.
+        let now = Utc::now();
+        let next = self
+            .run_step(|o, a| steps::suspend::plan(o, a, now))
+            .await?;
+        if let Step::Return(a) = Step::from(next) {
             return Ok(Step::Return(a));
         }
         // Step 7.
         if let Step::Return(a) = self.failed_state().await? {
             return Ok(Step::Return(a));
         }
-        // Step 8 (part 3).
-        if let Step::Return(a) = self.migrate().await? {
+        // Step 8.
+        let next = self.run_step(steps::migrate::plan).await?;
+        if let Step::Return(a) = Step::from(next) {
             return Ok(Step::Return(a));
         }
-        // Step 9 (part 2).
-        if let Step::Return(a) = self.release_wake().await? {
+        // Step 9.
+        let now = status_time();
+        let next = self
+            .run_step(|o, a| steps::release_wake::plan(o, a, now))
+            .await?;
+        if let Step::Return(a) = Step::from(next) {
             return Ok(Step::Return(a));
         }
-        // Step 10 (part 2).
-        self.unsuspend_and_reclaim().await
+        // Step 10.
+        self.run_step(steps::unsuspend::bookkeeping).await?;
+        self.run_step(|o, _| steps::unsuspend::reclaim(o)).await?;
+        Ok(Step::Continue)
+    }
+
+    /// Runs one step: plans on the pass's view and the step's answers, applies the writes,
+    /// and while the step asks for reads ([`Next::Replan`]) fetches them and plans again.
+    /// Returns what the pass does next.
+    async fn run_step<F>(&mut self, mut planner: F) -> Result<Next, Error>
+    where
+        F: FnMut(&steps::Observed<'_>, &steps::Answers) -> StepPlan,
+    {
+        let mut answers = steps::Answers::default();
+        for _ in 0..MAX_ROUNDS {
+            let plan = planner(&self.observed(&[]), &answers);
+            let reads = plan.reads.clone();
+            let applied = self.apply(plan).await?;
+            answers.created.extend(applied.created);
+            if applied.next != Next::Replan {
+                return Ok(applied.next);
+            }
+            for read in reads {
+                self.fetch(read, &mut answers).await?;
+            }
+        }
+        Err(Error::Invalid(format!(
+            "a step of set {}/{} did not settle in {MAX_ROUNDS} rounds",
+            self.ns, self.name
+        )))
     }
 
     fn generation(&self) -> i64 {
@@ -422,16 +475,65 @@ impl<'a> Walk<'a> {
         self.patch_pods(pending).await
     }
 
-    /// Stashes the VM names of pods about to be deleted (scale-down, toolbox removal).
-    async fn stash<'p>(&mut self, doomed: impl IntoIterator<Item = &'p Pod>) -> Result<(), Error> {
-        let names = plan::stash_names(&self.cs, doomed);
-        let delta = names.delta(self.cs.annotations());
-        self.patch_set_annotations(delta).await
+    /// Patches several pods' annotations with the same delta (all at once) and mirrors it
+    /// into the classification.
+    async fn mark_pods(&mut self, names: &[String], delta: &AnnotationDelta) -> Result<(), Error> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let patches = names.iter().map(|n| (n.clone(), delta.clone())).collect();
+        // Some may have landed even when one failed: the pass reports the error either way.
+        self.changed = true;
+        self.patch_pods(patches).await?;
+        for name in names {
+            self.mirror(name, delta);
+        }
+        Ok(())
     }
 
-    // Steps 6, 8, 9 and 10 live in `flows.rs`.
+    /// Mirrors a pod annotation patch into this pass's classification.
+    fn mirror(&mut self, name: &str, delta: &AnnotationDelta) {
+        let mirror = |p: &mut Pod| cocoon_api::contract::apply_delta(p.annotations_mut(), delta);
+        if let Some(p) = self.classified.all_by_name.get_mut(name) {
+            mirror(p);
+        }
+        for p in self
+            .classified
+            .main
+            .iter_mut()
+            .chain(self.classified.sub.values_mut())
+            .chain(self.classified.toolbox.values_mut())
+        {
+            if p.name_any() == name {
+                mirror(p);
+            }
+        }
+    }
+
+    /// The set's namespace's CocoonHibernations, from the cache.
+    fn list_hibernations(&self) -> Vec<CocoonHibernation> {
+        self.caches
+            .hibernations
+            .state()
+            .iter()
+            .filter(|h| h.metadata.namespace.as_deref() == Some(self.ns.as_str()))
+            .map(|h| (**h).clone())
+            .collect()
+    }
 
     // ----- step 7 ----------------------------------------------------------------------
+
+    /// 7.1: a terminal main first loses a leftover hibernate intent (step 10's bookkeeping),
+    /// unless a migration is pending, whose quiesce that annotation is.
+    async fn clear_leftover_hibernate(&mut self, main: &Pod) -> Result<(), Error> {
+        let desired = self.cs.spec.node_name.as_str();
+        let bound = pods::bound_node(main);
+        if !desired.is_empty() && !bound.is_empty() && bound != desired {
+            return Ok(());
+        }
+        self.run_step(steps::unsuspend::bookkeeping).await?;
+        Ok(())
+    }
 
     async fn failed_state(&mut self) -> Result<Step, Error> {
         let decision = steps::failed_main::plan(&self.observed(&[]));
@@ -508,18 +610,6 @@ impl<'a> Walk<'a> {
             })
             .map(|h| h.spec.pod_ref.name)
             .collect()
-    }
-
-    /// The create facts of `pod` (its role, VM and restore intent); the image and the tag
-    /// are filled in by [`create_through_protocol`].
-    fn facts_for(
-        &self,
-        pod: &Pod,
-        role: Role,
-        restorable: &BTreeSet<String>,
-        unconditional: bool,
-    ) -> CreateFacts<'static> {
-        steps::create_facts(&self.observed(&[]), pod, role, restorable, unconditional)
     }
 
     /// Removes VMs from the reclaim record (the image rule and the sub-agent pre-create drop).
@@ -630,7 +720,7 @@ impl<'a> Walk<'a> {
 
     /// An AlreadyExists toolbox create is fine only for our own toolbox pod.
     async fn check_toolbox_collision(&self, t: &ToolboxSpec, pod_name: &str) -> Result<(), Error> {
-        self.ctx.stats.reads.fetch_add(1, Ordering::Relaxed);
+        self.ctx.count(|s| &s.reads);
         let live = self.pod_api.get(pod_name).await?;
         let role = live.labels().get(labels::ROLE).cloned().unwrap_or_default();
         if role == Role::Toolbox.as_str() && pods::is_owned(&self.cs, &live) {
@@ -683,7 +773,7 @@ async fn create_through_protocol(
     facts: CreateFacts<'static>,
     step: &'static str,
 ) -> (Result<Created, Error>, Option<String>) {
-    let (_, decision) = match prepare_create(ctx, &mut pod, facts, step).await {
+    let decision = match prepare_create(ctx, &mut pod, facts, step).await {
         Ok(x) => x,
         Err(e) => return (Err(e), None),
     };
@@ -692,14 +782,14 @@ async fn create_through_protocol(
 }
 
 /// §7 steps 1–4: read the tag, drop it under the image rule or the sub-agent pre-create drop
-/// (an error fails the pass, nothing is created), and mark the pod for restore. Returns what
-/// the read found and the plan, so the wake can tell "no snapshot" from "restore".
+/// (an error fails the pass, nothing is created), and mark the pod for restore. Returns the
+/// plan.
 async fn prepare_create(
     ctx: &Context,
     pod: &mut Pod,
     facts: CreateFacts<'static>,
     step: &'static str,
-) -> Result<(TagRead, CreatePlan), Error> {
+) -> Result<CreatePlan, Error> {
     let vm = pods::vm_name(pod).to_string();
     let image = pod
         .annotations()
@@ -710,33 +800,16 @@ async fn prepare_create(
     let tag = if skip_registry {
         TagRead::Skipped
     } else {
-        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
-        match ctx
-            .registry
-            .manifest_annotations(&vm, tags::HIBERNATE)
-            .await
-        {
-            Ok(None) => TagRead::Absent,
-            Ok(Some(a)) => TagRead::Present {
-                base_image: a
-                    .get(oci::ANNOTATION_BASE_IMAGE)
-                    .cloned()
-                    .unwrap_or_default(),
-            },
-            Err(e) => {
-                let what = format!("get {vm}:{} manifest", tags::HIBERNATE);
-                return Err(Error::registry(step, what, e));
-            }
-        }
+        read_manifest(ctx, &vm, step).await?
     };
     let decision: CreatePlan = plan::plan_create(&CreateFacts {
         image: &image,
-        tag: tag.clone(),
+        tag,
         ..facts
     });
     if decision.drop_tag {
         ctx.registry_write()?;
-        ctx.stats.registry_calls.fetch_add(1, Ordering::Relaxed);
+        ctx.count(|s| &s.registry_calls);
         if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
             let what = format!("delete {vm}:{}", tags::HIBERNATE);
             return Err(Error::registry(step, what, e));
@@ -746,7 +819,26 @@ async fn prepare_create(
     if decision.restore {
         pods::mark_restore(pod);
     }
-    Ok((tag, decision))
+    Ok(decision)
+}
+
+/// §7.1: the `:hibernate` manifest of `vm` (absent, or present with its recorded image); a
+/// refusal fails the pass with `step` as its context.
+async fn read_manifest(ctx: &Context, vm: &str, step: &'static str) -> Result<TagRead, Error> {
+    ctx.count(|s| &s.registry_calls);
+    match ctx.registry.manifest_annotations(vm, tags::HIBERNATE).await {
+        Ok(None) => Ok(TagRead::Absent),
+        Ok(Some(a)) => Ok(TagRead::Present {
+            base_image: a
+                .get(oci::ANNOTATION_BASE_IMAGE)
+                .cloned()
+                .unwrap_or_default(),
+        }),
+        Err(e) => {
+            let what = format!("get {vm}:{} manifest", tags::HIBERNATE);
+            Err(Error::registry(step, what, e))
+        }
+    }
 }
 
 /// Posts a pod; AlreadyExists (the old pod still terminating, or a racing pass) is reported,

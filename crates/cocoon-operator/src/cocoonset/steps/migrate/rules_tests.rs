@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::ResourceExt;
 
-use super::migrate::{self, Advance, Engage};
-use super::pods;
+use super::rules::{self as migrate, Advance, Engage};
+use crate::cocoonset::pods;
 
 const NS: &str = "ns";
 

@@ -1,6 +1,5 @@
 //! Pure rules of step 8 of `cocoonset.md`: the cross-node migration of the main (slot 0).
-//! The walk in `walk/transitions.rs` observes the main, the CocoonHibernations and the registry, asks
-//! these functions what to do, and applies the answer.
+//! The step's planner ([`super::plan`]) decides on them.
 //!
 //! Unspecified choice (6.1): the old pod is deleted only when, besides the tag and this
 //! controller's quiesce, the node agent reports lifecycle `hibernated` (at any observed
@@ -14,8 +13,8 @@ use cocoon_api::contract::lifecycle::LifecycleState;
 use cocoon_api::crd::hibernation::{CocoonHibernation, Desire, HibernationPhase};
 use k8s_openapi::api::core::v1::Pod;
 
-use super::pods;
-use super::suspend::{is_hibernate_annotated, unschedulable_message};
+use crate::cocoonset::pods;
+use crate::cocoonset::suspend::{is_hibernate_annotated, unschedulable_message};
 
 /// 8.0: an unscheduled main whose required hostname affinity no longer matches the pin (a
 /// re-pin away from a full node, or a removed pin). It has no VM yet, so deleting it loses

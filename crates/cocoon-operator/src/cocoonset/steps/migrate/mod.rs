@@ -1,0 +1,514 @@
+//! Step 8 — the cross-node migration of the main (slot 0), `reconcileMigration`.
+//!
+//! When `spec.nodeName` pins the main to a node it is not on: mark Migrating, quiesce the old
+//! pod (hibernate annotation), wait for its snapshot and for vk-cocoon to report it
+//! hibernated, delete it (flagged keep-snapshot-on-delete, best effort), recreate it on the
+//! target from the snapshot, and drop the snapshot once the new VM runs. An unscheduled main
+//! under a pin the set no longer names is deleted and recreated under the current pin. It
+//! waits while a CocoonHibernation owns or tracks the main (a [`Read::FreshHibernations`]).
+//! The tag probe is a [`Read::Probe`]; before a tag drop the main is read past the cache
+//! ([`Read::Pod`]) so the drop is decided on the VM that runs now. The recreate goes through
+//! the create protocol ([`super::create_protocol`]): when the image rule drops the snapshot,
+//! step 11 boots the main fresh. The pure rules are [`rules`].
+//!
+//! Crash safety: `Migrating` is written before the quiesce, the old pod dies only after its
+//! snapshot is in the registry and the node agent reports it hibernated, and the snapshot is
+//! dropped only once the restored VM runs, so every pass resumes from the API objects and
+//! the tag.
+
+use std::collections::BTreeSet;
+
+use cocoon_api::contract::events::{self as ev, operator as reasons};
+use cocoon_api::contract::{annotations as ann, bool_delta, tags};
+use cocoon_api::crd::set::CocoonSetPhase;
+use cocoon_api::naming::{self, Role};
+use kube::ResourceExt;
+
+use self::rules::{self as migrate, Advance, Engage};
+use super::{
+    Answers, Counter, Created, Next, Observed, Protocol, Read, StepPlan, Write, create_facts, log,
+};
+use crate::cocoonset::pods;
+use crate::cocoonset::suspend;
+
+pub mod rules;
+#[cfg(test)]
+mod rules_tests;
+
+/// The step's name in a registry error.
+pub const STEP: &str = "migrate";
+
+pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
+    let desired = o.cs.spec.node_name.as_str();
+    let migrating = o.cs.status.as_ref().and_then(|s| s.phase) == Some(CocoonSetPhase::Migrating);
+    let main = o.classified.main.as_ref();
+    let name = o.cs.name_any();
+    let main_name = naming::pod_name_for_agent(&name, 0);
+    match migrate::engage(desired, migrating, main) {
+        Engage::HandOver => return StepPlan::proceed(),
+        Engage::DeleteStalePin => {
+            return StepPlan::requeue(
+                vec![
+                    log(format!(
+                        "deleting the unscheduled main {main_name}, pinned to a node the set no longer names (pin {desired:?})"
+                    )),
+                    Write::DeletePod(main_name),
+                ],
+                o.timing.requeue_after_write,
+            );
+        }
+        Engage::Probe => {}
+    }
+    // 8.3: read past the cache: a CocoonHibernation created a moment ago must not be missed.
+    let Some(crs) = &answers.fresh_hibernations else {
+        return StepPlan::read(Vec::new(), vec![Read::FreshHibernations]);
+    };
+    if migrate::hibernation_blocks(crs, &main_name) {
+        return StepPlan::proceed();
+    }
+    let vm = naming::vm_name_for_agent(o.ns, &name, 0);
+    let Some(probed) = &answers.probed else {
+        return StepPlan::read(
+            Vec::new(),
+            vec![Read::Probe {
+                vms: vec![vm],
+                tag: tags::HIBERNATE,
+                fail: Some(STEP),
+            }],
+        );
+    };
+    let tag = probed.exists.get(&vm).copied().unwrap_or(false);
+    let mut decision = migrate::advance(desired, migrating, main, tag);
+    if matches!(decision, Advance::DropLeftover | Advance::DropSnapshot) {
+        // The cache was read before the probe. Once the tag exists the node agent has written
+        // `hibernating`, so a pod read now shows whether the VM that runs is the one the
+        // snapshot came from; dropping on the older view could lose the only copy of the
+        // main's state.
+        let Some(now) = answers.pods.get(&main_name) else {
+            return StepPlan::read(Vec::new(), vec![Read::Pod(main_name)]);
+        };
+        if migrate::advance(desired, migrating, now.as_ref(), tag) != decision {
+            decision = if migrating {
+                Advance::AwaitLive {
+                    unschedulable: None,
+                }
+            } else {
+                Advance::HandOver
+            };
+        }
+    }
+    let poll = o.timing.migrate_poll;
+    match decision {
+        Advance::HandOver => StepPlan::proceed(),
+        // The durable marker first: a restart mid-quiesce still knows the annotation is this
+        // migration's, not a leftover.
+        Advance::Quiesce => StepPlan::requeue(
+            vec![
+                Write::MarkMigrating,
+                Write::MarkPods {
+                    names: vec![main_name],
+                    delta: bool_delta(ann::HIBERNATE, true),
+                },
+                log(format!(
+                    "migration to {desired} started: quiescing the main"
+                )),
+            ],
+            poll,
+        ),
+        Advance::DropLeftover => StepPlan::requeue(
+            vec![
+                drop_tag(&vm),
+                log(format!(
+                    "dropped the leftover :hibernate tag of {vm} before migrating"
+                )),
+                Write::MarkMigrating,
+            ],
+            poll,
+        ),
+        Advance::AwaitQuiesce => StepPlan::requeue(vec![Write::MarkMigrating], poll),
+        // Best effort, as in seat release: without the flag the target pulls the snapshot
+        // from the registry instead of the source node.
+        Advance::EvictOld => StepPlan::requeue(
+            vec![
+                Write::FlagPod {
+                    name: main_name.clone(),
+                    delta: bool_delta(ann::KEEP_SNAPSHOT_ON_DELETE, true),
+                },
+                Write::DeletePod(main_name.clone()),
+                Write::Changed,
+                log(format!(
+                    "quiesced main {main_name} deleted for the migration to {desired}"
+                )),
+                Write::MarkMigrating,
+            ],
+            poll,
+        ),
+        Advance::Recreate => recreate(o, answers),
+        Advance::WakeInPlace => StepPlan::requeue(
+            vec![
+                Write::MarkPods {
+                    names: vec![main_name.clone()],
+                    delta: bool_delta(ann::HIBERNATE, false),
+                },
+                log(format!(
+                    "migration re-targeted back: waking the main {main_name} in place"
+                )),
+                Write::MarkMigrating,
+            ],
+            poll,
+        ),
+        Advance::AwaitLive { unschedulable } => {
+            let mut writes = Vec::new();
+            if let Some(msg) = unschedulable {
+                let msg = migrate::redact_target(&msg, desired);
+                writes.push(Write::Count(Counter::MigrateUnschedulable));
+                writes.push(Write::Event {
+                    warning: true,
+                    reason: reasons::MIGRATE_NO_CAPACITY,
+                    message: ev::main_unschedulable_message(&main_name, &msg),
+                });
+            }
+            writes.push(Write::MarkMigrating);
+            StepPlan::requeue(writes, poll)
+        }
+        Advance::DropSnapshot => StepPlan::requeue(
+            vec![
+                drop_tag(&vm),
+                log(format!("migration to {desired} complete: snapshot dropped")),
+                Write::MarkMigrating,
+            ],
+            poll,
+        ),
+    }
+}
+
+fn drop_tag(vm: &str) -> Write {
+    Write::DropTag {
+        vm: vm.to_string(),
+        tag: tags::HIBERNATE,
+        step: STEP,
+    }
+}
+
+/// 8.6.2: the old main is gone; recreate it under the current pin from the snapshot, unless
+/// the image rule dropped the snapshot (step 11 then boots it fresh).
+fn recreate(o: &Observed<'_>, answers: &Answers) -> StepPlan {
+    let poll = o.timing.migrate_poll;
+    match answers.created.last() {
+        // The old pod is still terminating (the cache no longer lists it).
+        Some(Created::AlreadyExists) => return StepPlan::requeue(Vec::new(), poll),
+        Some(Created::Yes) => {
+            let target = &o.cs.spec.node_name;
+            return StepPlan::requeue(
+                vec![
+                    Write::Changed,
+                    log(format!("main recreated from its snapshot on {target}")),
+                    Write::MarkMigrating,
+                ],
+                poll,
+            );
+        }
+        None => {}
+    }
+    let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
+    let facts = create_facts(o, &pod, Role::Main, &BTreeSet::new(), true);
+    match super::create_protocol(answers, pod, facts, STEP) {
+        Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
+        Protocol::Decided {
+            pod,
+            mut writes,
+            tag,
+            decision,
+        } => {
+            if suspend::wake_boots_fresh(&tag, &decision) {
+                writes.push(log(
+                    "no snapshot to migrate onto (image changed); the main boots fresh",
+                ));
+                return StepPlan::then(writes, Next::Continue);
+            }
+            writes.push(Write::PostPod(pod));
+            StepPlan::read(writes, Vec::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodStatus,
+    };
+
+    use super::*;
+    use crate::cocoonset::plan::{TagRead, Timing};
+    use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::steps::Probed;
+
+    const NS: &str = "ns";
+
+    fn set(pin: &str, migrating: bool) -> CocoonSet {
+        let mut spec = CocoonSetSpec::with_image("img:1");
+        spec.node_name = pin.into();
+        spec.agent.replicas = 0;
+        let mut cs = CocoonSet::new("demo", spec);
+        cs.metadata.namespace = Some(NS.into());
+        cs.metadata.uid = Some("uid".into());
+        cs.metadata.generation = Some(3);
+        cs.status = migrating.then(|| CocoonSetStatus {
+            phase: Some(CocoonSetPhase::Migrating),
+            ..CocoonSetStatus::default()
+        });
+        cs
+    }
+
+    fn main_on(cs: &CocoonSet, node: &str) -> Pod {
+        let mut p = pods::build_agent_pod(cs, NS, 0, "", None);
+        if let Some(s) = p.spec.as_mut() {
+            s.node_name = Some(node.into());
+        }
+        p
+    }
+
+    fn with(mut p: Pod, k: &str, v: &str) -> Pod {
+        p.annotations_mut().insert(k.into(), v.into());
+        p
+    }
+
+    fn live(p: Pod) -> Pod {
+        let mut p = with(with(p, ann::VM_ID, "vm-id"), ann::LIFECYCLE_STATE, "ready");
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "agent".into(),
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning::default()),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        });
+        p
+    }
+
+    fn vm() -> String {
+        naming::vm_name_for_agent(NS, "demo", 0)
+    }
+
+    /// The answers of a pass past the CocoonHibernation guard and the tag probe.
+    fn probed(tag: bool) -> Answers {
+        Answers {
+            fresh_hibernations: Some(Vec::new()),
+            probed: Some(Probed {
+                exists: [(vm(), tag)].into(),
+                error: None,
+            }),
+            ..Answers::default()
+        }
+    }
+
+    fn run(cs: &CocoonSet, main: Option<&Pod>, answers: &Answers) -> StepPlan {
+        let c = Classified::from_owned(main);
+        let t = Timing::default();
+        plan(
+            &Observed {
+                cs,
+                ns: NS,
+                owned: &[],
+                classified: &c,
+                timing: &t,
+            },
+            answers,
+        )
+    }
+
+    fn poll() -> Next {
+        Next::RequeueAfter(Timing::default().migrate_poll)
+    }
+
+    #[test]
+    fn it_short_circuits_on_a_cocoon_hibernation_read_past_the_cache_then_probes_the_tag() {
+        let cs = set("node-b", false);
+        let main = live(main_on(&cs, "node-a"));
+        let p = run(&cs, Some(&main), &Answers::default());
+        assert_eq!(p, StepPlan::read(Vec::new(), vec![Read::FreshHibernations]));
+        let a = Answers {
+            fresh_hibernations: Some(Vec::new()),
+            ..Answers::default()
+        };
+        assert_eq!(
+            run(&cs, Some(&main), &a).reads,
+            vec![Read::Probe {
+                vms: vec![vm()],
+                tag: tags::HIBERNATE,
+                fail: Some(STEP)
+            }],
+            "a refused probe fails the pass"
+        );
+        // A settled main on its pin: no read at all.
+        let home = live(main_on(&cs, "node-b"));
+        assert_eq!(
+            run(&cs, Some(&home), &Answers::default()),
+            StepPlan::proceed()
+        );
+    }
+
+    #[test]
+    fn quiesce_the_old_pod_with_migrating_written_first() {
+        let cs = set("node-b", false);
+        let main = live(main_on(&cs, "node-a"));
+        let p = run(&cs, Some(&main), &probed(false));
+        assert_eq!(
+            p.writes[0],
+            Write::MarkMigrating,
+            "the durable marker first"
+        );
+        assert!(matches!(
+            &p.writes[1],
+            Write::MarkPods { delta, .. } if delta.get(ann::HIBERNATE) == Some(&Some("true".into()))
+        ));
+        assert_eq!(p.next, poll());
+    }
+
+    #[test]
+    fn snapshot_it_delete_it_flagged_keep_snapshot_on_delete_best_effort() {
+        let cs = set("node-b", true);
+        let main = with(
+            with(main_on(&cs, "node-a"), ann::HIBERNATE, "true"),
+            ann::LIFECYCLE_STATE,
+            "hibernated",
+        );
+        let p = run(&cs, Some(&main), &probed(true));
+        let name = main.name_any();
+        assert!(matches!(&p.writes[0], Write::FlagPod { name: n, .. } if *n == name));
+        assert_eq!(p.writes[1], Write::DeletePod(name));
+        assert_eq!(p.writes.last(), Some(&Write::MarkMigrating));
+        // Snapshotted but not reported hibernated yet: wait.
+        let hibernating = with(main_on(&cs, "node-a"), ann::HIBERNATE, "true");
+        let p = run(&cs, Some(&hibernating), &probed(true));
+        assert_eq!(
+            p,
+            StepPlan::requeue(vec![Write::MarkMigrating], Timing::default().migrate_poll)
+        );
+    }
+
+    #[test]
+    fn recreate_on_the_target_node_with_restore_from_hibernate() {
+        let cs = set("node-b", true);
+        let p = run(&cs, None, &probed(true));
+        assert_eq!(
+            p.reads,
+            vec![Read::Manifest {
+                vm: vm(),
+                step: STEP
+            }],
+            "the create protocol reads the tag first"
+        );
+        let mut a = probed(true);
+        a.manifests.insert(
+            vm(),
+            TagRead::Present {
+                base_image: String::new(),
+            },
+        );
+        let p = run(&cs, None, &a);
+        let pod = p
+            .writes
+            .iter()
+            .find_map(|w| match w {
+                Write::PostPod(pod) => Some(pod),
+                _ => None,
+            })
+            .expect("posted");
+        assert!(suspend::is_restore_marked(pod));
+        assert_eq!(p.next, Next::Replan, "the post's outcome decides");
+        a.created.push(Created::Yes);
+        let p = run(&cs, None, &a);
+        assert_eq!(p.writes.last(), Some(&Write::MarkMigrating));
+        assert_eq!(p.next, poll());
+        a.created = vec![Created::AlreadyExists];
+        assert_eq!(
+            run(&cs, None, &a),
+            StepPlan::requeue(Vec::new(), Timing::default().migrate_poll)
+        );
+    }
+
+    #[test]
+    fn when_the_snapshot_image_rule_drops_a_snapshot_the_recreate_is_left_to_step_11() {
+        let cs = set("node-b", true);
+        let mut a = probed(true);
+        a.manifests.insert(
+            vm(),
+            TagRead::Present {
+                base_image: "img:0".into(),
+            },
+        );
+        let p = run(&cs, None, &a);
+        assert!(matches!(&p.writes[0], Write::DropTag { step: STEP, .. }));
+        assert!(!p.writes.iter().any(|w| matches!(w, Write::PostPod(_))));
+        assert_eq!(p.next, Next::Continue);
+    }
+
+    #[test]
+    fn the_snapshot_drops_only_once_the_new_vm_runs_confirmed_past_the_cache() {
+        let cs = set("node-b", true);
+        let restored = live(main_on(&cs, "node-b"));
+        let name = restored.name_any();
+        let p = run(&cs, Some(&restored), &probed(true));
+        assert_eq!(p, StepPlan::read(Vec::new(), vec![Read::Pod(name.clone())]));
+        let mut a = probed(true);
+        a.pods.insert(name.clone(), Some(restored.clone()));
+        let p = run(&cs, Some(&restored), &a);
+        assert!(matches!(&p.writes[0], Write::DropTag { step: STEP, .. }));
+        // The pod read now is no longer live: the tag stays.
+        a.pods.insert(name, Some(main_on(&cs, "node-b")));
+        assert_eq!(
+            run(&cs, Some(&restored), &a),
+            StepPlan::requeue(vec![Write::MarkMigrating], Timing::default().migrate_poll)
+        );
+    }
+
+    #[test]
+    fn while_the_restored_main_is_unschedulable_the_set_emits_migrate_no_capacity_and_keeps_polling()
+     {
+        let cs = set("node-b", true);
+        let mut pending = main_on(&cs, "");
+        pending.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                message: Some("0/3 nodes: node-b is full".into()),
+                ..Default::default()
+            }]),
+            ..PodStatus::default()
+        });
+        let pending = with(pending, ann::RESTORE_FROM_HIBERNATE, "true");
+        let p = run(&cs, Some(&pending), &probed(true));
+        assert!(
+            p.writes
+                .contains(&Write::Count(Counter::MigrateUnschedulable))
+        );
+        assert!(p.writes.iter().any(|w| matches!(
+            w,
+            Write::Event { reason: reasons::MIGRATE_NO_CAPACITY, message, .. }
+                if !message.contains("node-b")
+        )));
+        assert_eq!(p.next, poll());
+    }
+
+    #[test]
+    fn a_main_unscheduled_under_a_pin_the_set_no_longer_names_is_deleted_reading_the_pod_only() {
+        let old = set("node-a", false);
+        let stale = main_on(&old, "");
+        let cs = set("node-b", false);
+        let p = run(&cs, Some(&stale), &Answers::default());
+        assert!(p.reads.is_empty(), "no read");
+        assert!(p.writes.contains(&Write::DeletePod(stale.name_any())));
+        assert_eq!(
+            p.next,
+            Next::RequeueAfter(Timing::default().requeue_after_write)
+        );
+    }
+}

@@ -1,0 +1,514 @@
+//! Step 6 — suspend (`spec.suspend == true`), including the release policy's seat release.
+//!
+//! Every managed VM of the owned pods goes into the reclaim record (and its suspended list)
+//! before any hibernate annotation is written; then every owned pod is asked to hibernate,
+//! and the set stays Suspending (polling every `suspend_poll`) until each managed VM reports
+//! `hibernated` at this generation and its `:hibernate` manifest is in the registry (the
+//! probes are a [`Read::Probe`] the executor answers). Phase-failed pods are skipped; a
+//! `lifecycle-state=failed` alone is not. Then Suspended. Under `hibernatePolicy: release`
+//! the gate is followed by the seat release: stash the VM names and the main's node, flag
+//! each pod keep-snapshot-on-delete (best effort), delete it. The wait is bounded by the
+//! `suspending-since` deadline: past it the set reports Failed with `SuspendTimedOut`, a
+//! failing probe counting against it too. The pure rules are [`crate::cocoonset::suspend`].
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use cocoon_api::contract::events::{self as ev, operator as reasons};
+use cocoon_api::contract::{
+    AnnotationCodec, HibernatedOnNode, ReclaimRecord, SuspendingSince, annotations as ann,
+    bool_delta, tags,
+};
+use cocoon_api::crd::set::{CocoonSetPhase, HibernatePolicy};
+use cocoon_api::naming::Role;
+use kube::ResourceExt;
+
+use super::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write, create_facts};
+use crate::cocoonset::plan;
+use crate::cocoonset::pods;
+use crate::cocoonset::suspend::{self, Deadline, GateItem};
+
+/// The step's name in a registry error.
+pub const STEP: &str = "suspend";
+/// The gate's probes, in a registry error.
+pub const GATE: &str = "suspend gate";
+
+/// Step 6 on what the pass observed and the step's answers so far. `now` is fixed for the
+/// pass, so the deadline decided before the record write is the one that goes out after.
+pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan {
+    if !o.cs.spec.suspend {
+        return StepPlan::proceed();
+    }
+    let release = o.cs.spec.hibernate_policy == HibernatePolicy::Release;
+    if release {
+        // 6B.1: nothing live to snapshot (a set suspended before its first boot has no
+        // snapshot, and needs none).
+        if !suspend::release_has_live_pod(o.classified) {
+            return StepPlan::then(
+                vec![
+                    clear_suspending_since(o),
+                    Write::Phase(Some(CocoonSetPhase::Suspended)),
+                ],
+                Next::AwaitChange,
+            );
+        }
+    } else if o.classified.main.is_none() {
+        return create_main(o, answers);
+    }
+    let phase = o.cs.status.as_ref().and_then(|s| s.phase);
+    let deadline = suspend::suspend_deadline(
+        phase,
+        SuspendingSince::from_meta(&o.cs.metadata),
+        now,
+        o.timing.suspend_deadline,
+    );
+    // 6A.2: the record first (durable), then the hibernate annotations, all at once. A pass
+    // that asks for hibernates while (re-)entering Suspending writes `suspending-since` in
+    // the same patch as the record: the deadline starts before any hibernate.
+    let record = ReclaimRecord::from_meta(&o.cs.metadata);
+    let next = suspend::record_for_suspend(&record, o.classified);
+    let mut delta = next.delta(o.cs.annotations());
+    let targets = suspend::hibernate_targets(o.classified);
+    if !targets.is_empty() {
+        if let Deadline::Restart(stamp) = deadline {
+            delta.extend(stamp.desired());
+        }
+        let asked = bool_delta(ann::HIBERNATE, true);
+        let record = Write::SetAnnotations(delta);
+        if deadline == Deadline::Exceeded {
+            // Past the deadline the gate still decides this pass: ask, then plan again.
+            let mark = Write::MarkPods {
+                names: targets,
+                delta: asked,
+            };
+            return StepPlan::read(vec![record, mark], Vec::new());
+        }
+        // A pod asked now cannot pass the gate on this pass: Suspending goes out with the
+        // annotations, which nothing orders against it.
+        let mark = Write::MarkPodsWithPhase {
+            names: targets,
+            delta: asked,
+            phase: CocoonSetPhase::Suspending,
+        };
+        return StepPlan::requeue(vec![record, mark], o.timing.suspend_poll);
+    }
+    let mut writes = vec![Write::SetAnnotations(delta)];
+    // 6A.3: no probe while a pod is still incomplete; then all go out together.
+    let mut probes = Vec::new();
+    let mut incomplete = false;
+    for pod in o.classified.all_by_name.values() {
+        match suspend::gate_item(pod, o.generation()) {
+            GateItem::Skip => {}
+            GateItem::Incomplete => {
+                incomplete = true;
+                break;
+            }
+            GateItem::Probe(vm) => probes.push(vm),
+        }
+    }
+    let complete = if incomplete {
+        false
+    } else if probes.is_empty() {
+        true
+    } else {
+        match &answers.probed {
+            None => {
+                return StepPlan::read(
+                    writes,
+                    vec![Read::Probe {
+                        vms: probes,
+                        tag: tags::HIBERNATE,
+                        fail: None,
+                    }],
+                );
+            }
+            Some(p) => p.all_exist(),
+        }
+    };
+    if !complete {
+        let probe_error = answers.probed.as_ref().and_then(|p| p.error.clone());
+        writes.extend(not_complete(o, deadline, probe_error));
+        let next = Next::RequeueAfter(o.timing.suspend_poll);
+        return StepPlan::then(writes, next);
+    }
+    writes.push(clear_suspending_since(o));
+    if release {
+        writes.extend(release_seats(o));
+        return StepPlan::requeue(writes, o.timing.suspend_poll);
+    }
+    writes.push(Write::Phase(Some(CocoonSetPhase::Suspended)));
+    StepPlan::then(writes, Next::AwaitChange)
+}
+
+fn clear_suspending_since(o: &Observed<'_>) -> Write {
+    Write::SetAnnotations(SuspendingSince(None).delta(o.cs.annotations()))
+}
+
+/// 6A.1: a missing main is created with unconditional restore intent, so a main deleted
+/// while suspended comes back from its snapshot (and hibernates again on the next pass).
+fn create_main(o: &Observed<'_>, answers: &Answers) -> StepPlan {
+    match answers.created.last() {
+        Some(Created::Yes) => StepPlan::requeue(Vec::new(), o.timing.requeue_after_write),
+        Some(Created::AlreadyExists) => StepPlan::requeue(Vec::new(), o.timing.wait_for_main),
+        None => {
+            let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
+            let facts = create_facts(o, &pod, Role::Main, &BTreeSet::new(), true);
+            let create = Write::CreatePod {
+                pod: Box::new(pod),
+                facts,
+                step: STEP,
+            };
+            StepPlan::read(vec![create], Vec::new())
+        }
+    }
+}
+
+/// 6C on a pass whose gate is not complete, with the deadline decided before the record
+/// write (a restart's stamp may have gone out with it; writing it again is then no call).
+/// A probe error fails the pass after the status, so the registry gets backoff; the
+/// deadline still counts it.
+fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String>) -> Vec<Write> {
+    let mut writes = Vec::new();
+    match deadline {
+        Deadline::Restart(stamp) => writes.push(Write::SetAnnotations(stamp.desired())),
+        Deadline::Running => {}
+        Deadline::Exceeded => {
+            let msg =
+                ev::suspend_timed_out_message(o.timing.suspend_deadline, probe_error.as_deref());
+            writes.push(Write::Log {
+                warn: true,
+                message: format!("suspend timed out: {msg}"),
+            });
+            writes.push(Write::Event {
+                warning: true,
+                reason: reasons::SUSPEND_TIMED_OUT,
+                message: msg,
+            });
+            writes.push(Write::Phase(Some(CocoonSetPhase::Failed)));
+            return writes;
+        }
+    }
+    writes.push(Write::Phase(Some(CocoonSetPhase::Suspending)));
+    if probe_error.is_some() {
+        writes.push(Write::FailProbe { step: GATE });
+    }
+    writes
+}
+
+/// 6B.3: free the seats once every snapshot is in the registry: the VM names and the main's
+/// node first, then each pod flagged keep-snapshot-on-delete (best effort: a missing flag
+/// costs the wake a registry pull, while blocking the delete would keep the seat the policy
+/// exists to free) and deleted, then Suspended.
+fn release_seats(o: &Observed<'_>) -> Vec<Write> {
+    let mut writes = vec![Write::SetAnnotations(
+        plan::stash_names(o.cs, o.classified.all_by_name.values()).delta(o.cs.annotations()),
+    )];
+    if let Some(node) = o
+        .classified
+        .main
+        .as_ref()
+        .map(|m| pods::bound_node(m).to_string())
+        .filter(|n| !n.is_empty())
+    {
+        writes.push(Write::SetAnnotations(
+            HibernatedOnNode(node).delta(o.cs.annotations()),
+        ));
+    }
+    for name in suspend::release_victims(o.classified) {
+        writes.push(Write::FlagPod {
+            name: name.clone(),
+            delta: bool_delta(ann::KEEP_SNAPSHOT_ON_DELETE, true),
+        });
+        writes.push(Write::DeletePod(name.clone()));
+        writes.push(Write::Count(Counter::SlotReleasePodsDeleted));
+        writes.push(super::log(format!(
+            "released the seat of hibernated pod {name}"
+        )));
+    }
+    writes.push(Write::Phase(Some(CocoonSetPhase::Suspended)));
+    writes
+}
+
+#[cfg(test)]
+mod tests {
+    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
+    use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+    use super::*;
+    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::steps::Probed;
+
+    const NS: &str = "ns";
+
+    fn set(release: bool, phase: Option<CocoonSetPhase>) -> CocoonSet {
+        let mut spec = CocoonSetSpec::with_image("img:1");
+        spec.suspend = true;
+        spec.agent.replicas = 0;
+        if release {
+            spec.hibernate_policy = HibernatePolicy::Release;
+        }
+        let mut cs = CocoonSet::new("demo", spec);
+        cs.metadata.namespace = Some(NS.into());
+        cs.metadata.uid = Some("uid".into());
+        cs.metadata.generation = Some(3);
+        cs.status = phase.map(|p| CocoonSetStatus {
+            phase: Some(p),
+            ..CocoonSetStatus::default()
+        });
+        cs
+    }
+
+    fn main(cs: &CocoonSet) -> Pod {
+        let mut p = pods::build_agent_pod(cs, NS, 0, "", None);
+        if let Some(s) = p.spec.as_mut() {
+            s.node_name = Some("node-a".into());
+        }
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            ..PodStatus::default()
+        });
+        p
+    }
+
+    /// Asked, and vk-cocoon reports it hibernated at generation 3.
+    fn hibernated(mut p: Pod) -> Pod {
+        let a = p.annotations_mut();
+        a.insert(ann::HIBERNATE.into(), "true".into());
+        a.insert(ann::LIFECYCLE_STATE.into(), "hibernated".into());
+        a.insert(ann::LIFECYCLE_OBSERVED_GENERATION.into(), "3".into());
+        p
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
+    }
+
+    fn run(cs: &CocoonSet, owned: &[Pod], answers: &Answers, now: DateTime<Utc>) -> StepPlan {
+        let c = Classified::from_owned(owned);
+        let t = Timing::default();
+        plan(
+            &Observed {
+                cs,
+                ns: NS,
+                owned,
+                classified: &c,
+                timing: &t,
+            },
+            answers,
+            now,
+        )
+    }
+
+    fn probed(exists: bool, error: Option<&str>) -> Answers {
+        let vm = naming_vm();
+        Answers {
+            probed: Some(Probed {
+                exists: [(vm, exists)].into(),
+                error: error.map(str::to_string),
+            }),
+            ..Answers::default()
+        }
+    }
+
+    fn naming_vm() -> String {
+        cocoon_api::naming::vm_name_for_agent(NS, "demo", 0)
+    }
+
+    fn position(p: &StepPlan, f: impl Fn(&Write) -> bool) -> usize {
+        p.writes.iter().position(f).expect("the write is planned")
+    }
+
+    #[test]
+    fn the_record_is_written_before_any_hibernate_annotation_so_a_restart_mid_suspend_keeps_it() {
+        let cs = set(false, Some(CocoonSetPhase::Running));
+        let p = run(&cs, &[main(&cs)], &Answers::default(), now());
+        let Write::SetAnnotations(record) = &p.writes[0] else {
+            panic!("the record first: {p:?}");
+        };
+        let written = ReclaimRecord::decode(
+            record
+                .get(ann::HIBERNATE_RECLAIM)
+                .and_then(|v| v.as_deref())
+                .unwrap_or_default(),
+        );
+        assert_eq!(written.vms, vec![naming_vm()]);
+        assert_eq!(written.suspended, vec![naming_vm()], "listed as suspended");
+        assert!(
+            record.contains_key(ann::SUSPENDING_SINCE),
+            "the deadline starts with the record, before any hibernate"
+        );
+        assert!(matches!(
+            &p.writes[1],
+            Write::MarkPodsWithPhase { names, delta, phase: CocoonSetPhase::Suspending }
+                if names.len() == 1 && delta.get(ann::HIBERNATE) == Some(&Some("true".into()))
+        ));
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+    }
+
+    #[test]
+    fn suspended_once_every_managed_vm_reports_hibernated_at_this_generation_and_its_tag_is_in_the_registry()
+     {
+        let cs = set(false, Some(CocoonSetPhase::Suspending));
+        let owned = [hibernated(main(&cs))];
+        let p = run(&cs, &owned, &Answers::default(), now());
+        assert_eq!(
+            p.reads,
+            vec![Read::Probe {
+                vms: vec![naming_vm()],
+                tag: tags::HIBERNATE,
+                fail: None
+            }],
+            "the tag is probed"
+        );
+        assert_eq!(p.next, Next::Replan);
+        let p = run(&cs, &owned, &probed(true, None), now());
+        assert_eq!(
+            p.writes.last(),
+            Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
+        assert_eq!(p.next, Next::AwaitChange);
+        // The tag is not there yet: stay Suspending, polling.
+        let p = run(&cs, &owned, &probed(false, None), now());
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Suspending)))
+        );
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+        // Not hibernated at this generation: no probe at all.
+        let mut stale = owned[0].clone();
+        stale
+            .annotations_mut()
+            .insert(ann::LIFECYCLE_OBSERVED_GENERATION.into(), "2".into());
+        let p = run(&cs, &[stale], &Answers::default(), now());
+        assert!(p.reads.is_empty());
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+    }
+
+    #[test]
+    fn a_registry_probe_that_keeps_failing_counts_against_the_deadline() {
+        let mut cs = set(false, Some(CocoonSetPhase::Suspending));
+        let since = SuspendingSince::at(now());
+        cs.annotations_mut().extend(
+            since
+                .desired()
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v))),
+        );
+        let owned = [hibernated(main(&cs))];
+        let refused = probed(false, Some("registry down"));
+        // Within the deadline: Suspending, then the error fails the pass (backoff).
+        let p = run(&cs, &owned, &refused, now());
+        let suspending = position(&p, |w| *w == Write::Phase(Some(CocoonSetPhase::Suspending)));
+        let fail = position(&p, |w| matches!(w, Write::FailProbe { step: GATE, .. }));
+        assert!(suspending < fail);
+        // Past it: Failed with SuspendTimedOut naming the error, and no error (requeue).
+        let late = now() + chrono::Duration::minutes(4);
+        let p = run(&cs, &owned, &refused, late);
+        assert!(p.writes.iter().any(|w| matches!(
+            w,
+            Write::Event { warning: true, reason: reasons::SUSPEND_TIMED_OUT, message }
+                if message.contains("registry down")
+        )));
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Failed)))
+        );
+        assert!(
+            !p.writes
+                .iter()
+                .any(|w| matches!(w, Write::FailProbe { .. }))
+        );
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+    }
+
+    #[test]
+    fn pods_in_phase_failed_are_skipped_a_lifecycle_failed_one_is_waited_for() {
+        let cs = set(false, Some(CocoonSetPhase::Suspending));
+        let mut failed = main(&cs);
+        failed
+            .annotations_mut()
+            .insert(ann::HIBERNATE.into(), "true".into());
+        failed.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..PodStatus::default()
+        });
+        let p = run(&cs, &[failed], &Answers::default(), now());
+        assert!(p.reads.is_empty(), "nothing to probe");
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
+        let mut lifecycle_failed = main(&cs);
+        lifecycle_failed
+            .annotations_mut()
+            .insert(ann::HIBERNATE.into(), "true".into());
+        lifecycle_failed
+            .annotations_mut()
+            .insert(ann::LIFECYCLE_STATE.into(), "failed".into());
+        let p = run(&cs, &[lifecycle_failed], &Answers::default(), now());
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Suspending)))
+        );
+    }
+
+    #[test]
+    fn a_main_deleted_while_suspended_is_created_from_its_snapshot() {
+        let cs = set(false, Some(CocoonSetPhase::Suspended));
+        let p = run(&cs, &[], &Answers::default(), now());
+        assert!(matches!(
+            &p.writes[..],
+            [Write::CreatePod { facts, step: STEP, .. }] if facts.unconditional_intent
+        ));
+        assert_eq!(p.next, Next::Replan);
+        let t = Timing::default();
+        for (c, d) in [
+            (Created::Yes, t.requeue_after_write),
+            (Created::AlreadyExists, t.wait_for_main),
+        ] {
+            let a = Answers {
+                created: vec![c],
+                ..Answers::default()
+            };
+            assert_eq!(run(&cs, &[], &a, now()).next, Next::RequeueAfter(d));
+        }
+    }
+
+    #[test]
+    fn with_release_the_gate_is_followed_by_a_slot_release_flagged_keep_snapshot_then_deleted() {
+        let cs = set(true, Some(CocoonSetPhase::Suspending));
+        let owned = [hibernated(main(&cs))];
+        let p = run(&cs, &owned, &probed(true, None), now());
+        let name = owned[0].name_any();
+        let stash = position(
+            &p,
+            |w| matches!(w, Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES)),
+        );
+        let hint = position(&p, |w| {
+            matches!(w, Write::SetAnnotations(d)
+                if d.get(ann::HIBERNATED_ON_NODE) == Some(&Some("node-a".into())))
+        });
+        let flag = position(&p, |w| {
+            matches!(w, Write::FlagPod { name: n, delta }
+                if *n == name && delta.contains_key(ann::KEEP_SNAPSHOT_ON_DELETE))
+        });
+        let delete = position(&p, |w| *w == Write::DeletePod(name.clone()));
+        assert!(stash < delete && hint < delete && flag < delete);
+        assert!(
+            p.writes
+                .contains(&Write::Count(Counter::SlotReleasePodsDeleted))
+        );
+        assert_eq!(
+            p.writes.last(),
+            Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
+        // Nothing live to snapshot: Suspended at once.
+        let p = run(&cs, &[], &Answers::default(), now());
+        assert_eq!(
+            p.writes.last(),
+            Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
+        assert_eq!(p.next, Next::AwaitChange);
+    }
+}
