@@ -13,8 +13,8 @@
 //! * `walk` — one pass over one set: the step order, the view every step observes, and the
 //!   executor that applies a plan's writes in order, each durable before the next, and
 //!   fetches the reads a step asks for;
-//! * [`suspend`] — the pure rules of steps 6, 9 and 10 the planners use (step 8's are
-//!   [`steps::migrate::rules`]);
+//!   steps 6, 8, 9 and 10 keep their pure rules in a `rules` submodule beside the planner
+//!   (`steps/suspend/rules.rs`, ...), with their tables in `rules_tests.rs`;
 //! * [`pods`] and [`plan`] — the pure rules the planners use (factories, drift,
 //!   classification, triage, create protocol, status, teardown GC).
 
@@ -22,9 +22,6 @@ pub mod plan;
 pub mod pods;
 pub mod quantity;
 pub mod steps;
-pub mod suspend;
-#[cfg(test)]
-mod suspend_tests;
 #[cfg(test)]
 mod tests;
 mod walk;

@@ -550,3 +550,9 @@ pub fn versions_seen(before: Option<Vec<String>>, pass: &[String]) -> Vec<String
     seen.drain(..extra);
     seen
 }
+
+/// 8.6.2 and 9.1.2–9.1.3: a recreate has no snapshot to restore (no tag, or the image rule dropped it);
+/// the hint is cleared and the normal flow boots the main fresh.
+pub fn wake_boots_fresh(tag: &TagRead, plan: &CreatePlan) -> bool {
+    !matches!(tag, TagRead::Present { .. }) || plan.drop_tag
+}

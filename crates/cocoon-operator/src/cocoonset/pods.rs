@@ -545,3 +545,30 @@ impl Classified {
 pub fn lifecycle_state(pod: &Pod) -> Option<LifecycleState> {
     lifecycle(pod).state
 }
+
+/// `vm.cocoonstack.io/hibernate=true` on the pod.
+pub fn is_hibernate_annotated(pod: &Pod) -> bool {
+    <cocoon_api::contract::HibernateFlags as cocoon_api::contract::AnnotationCodec>::from_meta(
+        &pod.metadata,
+    )
+    .hibernate
+}
+
+/// `vm.cocoonstack.io/restore-from-hibernate=true` on the pod.
+pub fn is_restore_marked(pod: &Pod) -> bool {
+    <cocoon_api::contract::HibernateFlags as cocoon_api::contract::AnnotationCodec>::from_meta(
+        &pod.metadata,
+    )
+    .restore_from_hibernate
+}
+
+/// Unschedulable(pod): `PodScheduled=False` with reason `Unschedulable`; the scheduler's
+/// message when so.
+pub fn unschedulable_message(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+        .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+        .map(|c| c.message.clone().unwrap_or_default())
+}

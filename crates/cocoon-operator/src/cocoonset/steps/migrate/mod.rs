@@ -29,7 +29,6 @@ use super::{
     Answers, Counter, Created, Next, Observed, Protocol, Read, StepPlan, Write, create_facts, log,
 };
 use crate::cocoonset::pods;
-use crate::cocoonset::suspend;
 
 pub mod rules;
 #[cfg(test)]
@@ -220,7 +219,7 @@ fn recreate(o: &Observed<'_>, answers: &Answers) -> StepPlan {
             tag,
             decision,
         } => {
-            if suspend::wake_boots_fresh(&tag, &decision) {
+            if crate::cocoonset::plan::wake_boots_fresh(&tag, &decision) {
                 writes.push(log(
                     "no snapshot to migrate onto (image changed); the main boots fresh",
                 ));
@@ -420,7 +419,7 @@ mod tests {
                 _ => None,
             })
             .expect("posted");
-        assert!(suspend::is_restore_marked(pod));
+        assert!(pods::is_restore_marked(pod));
         assert_eq!(p.next, Next::Replan, "the post's outcome decides");
         a.created.push(Created::Yes);
         let p = run(&cs, None, &a);

@@ -13,8 +13,7 @@ use cocoon_api::contract::lifecycle::LifecycleState;
 use cocoon_api::crd::hibernation::{CocoonHibernation, Desire, HibernationPhase};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cocoonset::pods;
-use crate::cocoonset::suspend::{is_hibernate_annotated, unschedulable_message};
+use crate::cocoonset::pods::{self, is_hibernate_annotated, unschedulable_message};
 
 /// 8.0: an unscheduled main whose required hostname affinity no longer matches the pin (a
 /// re-pin away from a full node, or a removed pin). It has no VM yet, so deleting it loses

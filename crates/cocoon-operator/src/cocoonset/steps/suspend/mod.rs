@@ -9,7 +9,7 @@
 //! the gate is followed by the seat release: stash the VM names and the main's node, flag
 //! each pod keep-snapshot-on-delete (best effort), delete it. The wait is bounded by the
 //! `suspending-since` deadline: past it the set reports Failed with `SuspendTimedOut`, a
-//! failing probe counting against it too. The pure rules are [`crate::cocoonset::suspend`].
+//! failing probe counting against it too. The pure rules are [`rules`].
 
 use std::collections::BTreeSet;
 
@@ -23,10 +23,14 @@ use cocoon_api::crd::set::{CocoonSetPhase, HibernatePolicy};
 use cocoon_api::naming::Role;
 use kube::ResourceExt;
 
+use self::rules::{self as suspend, Deadline, GateItem};
 use super::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write, create_facts};
 use crate::cocoonset::plan;
 use crate::cocoonset::pods;
-use crate::cocoonset::suspend::{self, Deadline, GateItem};
+
+pub mod rules;
+#[cfg(test)]
+mod rules_tests;
 
 /// The step's name in a registry error.
 pub const STEP: &str = "suspend";

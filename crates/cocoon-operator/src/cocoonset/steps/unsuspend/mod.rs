@@ -15,8 +15,13 @@
 use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, annotations as ann, bool_delta};
 use kube::ResourceExt;
 
+use self::rules as suspend;
 use super::{Answers, Next, Observed, Read, StepPlan, Write, log};
-use crate::cocoonset::suspend;
+use crate::cocoonset::pods;
+
+pub mod rules;
+#[cfg(test)]
+mod rules_tests;
 
 /// The step's name in a registry error.
 pub const STEP: &str = "reclaim";
@@ -28,7 +33,7 @@ pub fn bookkeeping(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         .classified
         .all_by_name
         .values()
-        .any(suspend::is_hibernate_annotated);
+        .any(pods::is_hibernate_annotated);
     if !any_annotated && record.suspended.is_empty() {
         return StepPlan::proceed();
     }
@@ -233,5 +238,51 @@ mod tests {
             timing: &t,
         };
         assert_eq!(reclaim(&o), StepPlan::proceed(), "its pod is missing");
+        let mut woken = agent(&cs, 0, false);
+        for (k, v) in [
+            (ann::VM_ID, "vm-id"),
+            (ann::LIFECYCLE_STATE, "ready"),
+            (ann::LIFECYCLE_OBSERVED_GENERATION, "4"),
+        ] {
+            woken.annotations_mut().insert(k.into(), v.into());
+        }
+        woken.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+                name: "agent".into(),
+                state: Some(k8s_openapi::api::core::v1::ContainerState {
+                    running: Some(Default::default()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let still_asked = {
+            let mut p = woken.clone();
+            p.annotations_mut()
+                .insert(ann::HIBERNATE.into(), "true".into());
+            p
+        };
+        for (pod, want) in [
+            (
+                woken,
+                StepPlan::then(
+                    vec![Write::ReclaimTags {
+                        vms: vec![vm.clone()],
+                        step: STEP,
+                    }],
+                    Next::Continue,
+                ),
+            ),
+            (still_asked, StepPlan::proceed()),
+        ] {
+            let c = Classified::from_owned([&pod]);
+            let o = Observed {
+                classified: &c,
+                ..o
+            };
+            assert_eq!(reclaim(&o), want);
+        }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! It engages while the set is Waking or Suspended, while it is Suspending with a node hint
 //! stashed, or whenever a restore-marked main that is not hibernating still carries a hint
-//! ([`suspend::wake_step`]). Once the released main is gone it recreates the main from its
+//! ([`rules::wake_step`]). Once the released main is gone it recreates the main from its
 //! snapshot near the hinted node (9.1, through the create protocol: its tag read is a
 //! [`Read::Manifest`] the executor answers);
 //! while the recreated main has no live VM it stays Waking, reporting `WakeNoCapacity` when it
@@ -19,10 +19,14 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use self::rules::{self as suspend, WakeStep};
 use super::{Answers, Counter, Next, Observed, Protocol, Read, StepPlan, Write, create_facts, log};
 use crate::cocoonset::plan;
 use crate::cocoonset::pods;
-use crate::cocoonset::suspend::{self, WakeStep};
+
+pub mod rules;
+#[cfg(test)]
+mod rules_tests;
 
 /// The step's name in a registry error.
 pub const STEP: &str = "wake";
@@ -99,7 +103,7 @@ fn start(o: &Observed<'_>, answers: &Answers, hint: &str) -> StepPlan {
             tag,
             decision,
         } => {
-            if suspend::wake_boots_fresh(&tag, &decision) {
+            if plan::wake_boots_fresh(&tag, &decision) {
                 writes.push(Write::SetAnnotations(
                     HibernatedOnNode::default().delta(o.cs.annotations()),
                 ));
@@ -234,7 +238,7 @@ mod tests {
             }),
         );
         let pod = posted(&p).expect("the main is recreated");
-        assert!(suspend::is_restore_marked(pod), "from the snapshot");
+        assert!(pods::is_restore_marked(pod), "from the snapshot");
         let waking = p
             .writes
             .iter()

@@ -1,0 +1,221 @@
+//! Table tests of the rules of step 6 (suspend) of `cocoonset.md`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use cocoon_api::contract::{ReclaimRecord, SuspendingSince, annotations as ann};
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodStatus,
+};
+use kube::ResourceExt;
+
+use super::rules::{self as suspend, Deadline, GateItem};
+use crate::cocoonset::pods::{self, Classified};
+
+const NS: &str = "ns";
+
+fn set() -> CocoonSet {
+    let mut spec = CocoonSetSpec::with_image("img:1");
+    spec.agent.replicas = 1;
+    let mut cs = CocoonSet::new("demo", spec);
+    cs.metadata.namespace = Some(NS.into());
+    cs.metadata.uid = Some("uid-1".into());
+    cs.metadata.generation = Some(3);
+    cs
+}
+
+fn agent(slot: i32) -> Pod {
+    let cs = set();
+    let main_vm = pods::vm_name(&pods::build_agent_pod(&cs, NS, 0, "", None)).to_string();
+    pods::build_agent_pod(&cs, NS, slot, &main_vm, Some("node-a"))
+}
+
+fn with(mut p: Pod, k: &str, v: &str) -> Pod {
+    p.annotations_mut().insert(k.into(), v.into());
+    p
+}
+
+fn hibernated(p: Pod, generation: i64) -> Pod {
+    let p = with(p, ann::LIFECYCLE_STATE, "hibernated");
+    with(
+        p,
+        ann::LIFECYCLE_OBSERVED_GENERATION,
+        &generation.to_string(),
+    )
+}
+
+fn live(mut p: Pod, generation: i64) -> Pod {
+    p = with(p, ann::VM_ID, "vm-id");
+    p = with(p, ann::LIFECYCLE_STATE, "ready");
+    p = with(
+        p,
+        ann::LIFECYCLE_OBSERVED_GENERATION,
+        &generation.to_string(),
+    );
+    let st = p.status.get_or_insert_with(PodStatus::default);
+    st.phase = Some("Running".into());
+    st.container_statuses = Some(vec![ContainerStatus {
+        name: "agent".into(),
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }]);
+    p
+}
+
+fn phase(mut p: Pod, ph: &str) -> Pod {
+    p.status.get_or_insert_with(PodStatus::default).phase = Some(ph.into());
+    p
+}
+
+fn unmanaged(p: Pod) -> Pod {
+    with(p, ann::MANAGED, "false")
+}
+
+fn classify(pods: &[Pod]) -> Classified {
+    Classified::from_owned(pods)
+}
+
+fn at(s: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap_or_default()
+}
+
+fn vm(slot: i32) -> String {
+    pods::vm_name(&agent(slot)).to_string()
+}
+
+// ----- 6A.2 record, then hibernate ----------------------------------------------------------
+
+#[test]
+fn suspend_record_merges_every_managed_vm() {
+    let earlier = ReclaimRecord {
+        generation: 1,
+        vms: vec!["vk-old".into()],
+        ..ReclaimRecord::default()
+    };
+    let c = classify(&[
+        agent(1),
+        agent(0),
+        unmanaged(with(agent(2), ann::VM_NAME, "vk-x")),
+    ]);
+    let r = suspend::record_for_suspend(&earlier, &c);
+    // Pod-name order (demo-0, demo-1), the unmanaged pod left out, earlier VMs kept.
+    assert_eq!(r.vms, vec!["vk-old".to_string(), vm(0), vm(1)]);
+    assert_eq!(r.suspended, vec![vm(0), vm(1)]);
+    assert_eq!(r.generation, 1);
+    // Idempotent: a second pass over the same pods changes nothing (no write).
+    assert_eq!(suspend::record_for_suspend(&r, &c), r);
+    // Only pods without the annotation are patched.
+    let c = classify(&[with(agent(0), ann::HIBERNATE, "true"), agent(1)]);
+    assert_eq!(suspend::hibernate_targets(&c), vec!["demo-1".to_string()]);
+}
+
+// ----- 6A.3 completion gate -----------------------------------------------------------------
+
+#[test]
+fn suspend_gate_table() {
+    let g = 3;
+    let cases: Vec<(&str, Pod, GateItem)> = vec![
+        ("unmanaged skipped", unmanaged(agent(0)), GateItem::Skip),
+        (
+            "phase-failed skipped",
+            phase(agent(0), "Failed"),
+            GateItem::Skip,
+        ),
+        (
+            "lifecycle-failed still waited for",
+            with(agent(0), ann::LIFECYCLE_STATE, "failed"),
+            GateItem::Incomplete,
+        ),
+        ("not hibernated", live(agent(0), g), GateItem::Incomplete),
+        (
+            "hibernated at an older generation (stale round)",
+            hibernated(agent(0), g - 1),
+            GateItem::Incomplete,
+        ),
+        (
+            "no VM name",
+            hibernated(with(agent(0), ann::VM_NAME, ""), g),
+            GateItem::Incomplete,
+        ),
+        (
+            "hibernated at g",
+            hibernated(agent(0), g),
+            GateItem::Probe(vm(0)),
+        ),
+        (
+            "hibernated later",
+            hibernated(agent(0), g + 1),
+            GateItem::Probe(vm(0)),
+        ),
+    ];
+    for (what, pod, want) in cases {
+        assert_eq!(suspend::gate_item(&pod, g), want, "{what}");
+    }
+}
+
+// ----- 6C deadline --------------------------------------------------------------------------
+
+#[test]
+fn suspend_deadline_table() {
+    let d = Duration::from_secs(180);
+    let since = SuspendingSince(Some(at(0)));
+    let restart = Deadline::Restart(SuspendingSince::at(at(500)));
+    let cases = [
+        ("first entry", None, SuspendingSince(None), 500, restart),
+        (
+            "Failed re-enters with a fresh deadline",
+            Some(CocoonSetPhase::Failed),
+            since,
+            500,
+            restart,
+        ),
+        (
+            "Suspending without a stamp",
+            Some(CocoonSetPhase::Suspending),
+            SuspendingSince(None),
+            500,
+            restart,
+        ),
+        (
+            "within",
+            Some(CocoonSetPhase::Suspending),
+            since,
+            180,
+            Deadline::Running,
+        ),
+        (
+            "past",
+            Some(CocoonSetPhase::Suspending),
+            since,
+            181,
+            Deadline::Exceeded,
+        ),
+    ];
+    for (what, ph, since, now, want) in cases {
+        assert_eq!(
+            suspend::suspend_deadline(ph, since, at(now), d),
+            want,
+            "{what}"
+        );
+    }
+    assert_eq!(
+        cocoon_api::contract::events::suspend_timed_out_message(d, Some("registry down")),
+        "not every managed VM was hibernated with its snapshot in the registry within 3m0s: registry down"
+    );
+}
+
+// ----- 6B release ---------------------------------------------------------------------------
+
+#[test]
+fn release_keeps_failed_pods_and_needs_a_live_one() {
+    let c = classify(&[phase(agent(0), "Failed")]);
+    assert!(!suspend::release_has_live_pod(&c));
+    assert!(suspend::release_victims(&c).is_empty());
+    let c = classify(&[agent(0), phase(agent(1), "Failed")]);
+    assert!(suspend::release_has_live_pod(&c));
+    assert_eq!(suspend::release_victims(&c), vec!["demo-0".to_string()]);
+}
