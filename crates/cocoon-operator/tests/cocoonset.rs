@@ -104,6 +104,7 @@ impl AuditedIdentity {
         use k8s_openapi::api::core::v1::ServiceAccount;
         use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
         let name = cocoon_testenv::unique_name(prefix);
+        cocoon_testenv::ensure_namespace(admin, "cocoon-system").await?;
         let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "cocoon-system");
         let mut sa = ServiceAccount::default();
         sa.metadata.name = Some(name.clone());

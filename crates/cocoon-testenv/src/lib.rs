@@ -33,7 +33,7 @@ pub use registry::{Registry, RegistryAuth};
 pub use rundir::log_tails_in;
 pub use shared::{
     DEFAULT_WAIT, LOG_TAIL_LINES, LogsOnFailure, QUIET_FILTER, Shared, TEST_NAMESPACE_LABEL,
-    TestOutcome, create_namespace, delete_namespace, init_tracing, run_test, shared, try_shared,
-    unique_name,
+    TestOutcome, create_namespace, delete_namespace, ensure_namespace, init_tracing, run_test,
+    shared, try_shared, unique_name,
 };
 pub use wait::{POLL_INTERVAL, Probe, poll, wait_until};

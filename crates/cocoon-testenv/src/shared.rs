@@ -385,6 +385,28 @@ pub async fn create_namespace(client: &Client, prefix: &str) -> Result<String> {
     Ok(name)
 }
 
+/// Makes sure the namespace `name` exists (created if missing; one that exists, or is created
+/// concurrently by another test, is fine). For fixed namespaces such as `cocoon-system`, which
+/// a test must not assume an earlier test created.
+pub async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Force-deletes the namespace's pods (no kubelet will ever confirm a graceful delete of a
 /// pod bound to a fake node) and then the namespace; does not wait for it to vanish.
 pub async fn delete_namespace(client: &Client, name: &str) -> Result<()> {
