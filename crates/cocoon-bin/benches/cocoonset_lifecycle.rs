@@ -64,6 +64,8 @@ const WAIT: Duration = Duration::from_secs(600);
 /// The operator's writes for a transition are over once none came for this long.
 const QUIET: Duration = Duration::from_millis(1500);
 const SA_NAMESPACE: &str = "cocoon-system";
+/// POSTs of a many-set scenario in flight at once.
+const CREATES_AT_ONCE: usize = 16;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -886,14 +888,7 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
     let cpu0 = cpu_of(b.op.pid());
     let t0 = Timestamp::now();
     let names: Vec<String> = (0..n_sets).map(|i| format!("many-{i}")).collect();
-    for name in &names {
-        b.sets
-            .create(
-                &PostParams::default(),
-                &CocoonSet::new(name, main_only_spec(pool)),
-            )
-            .await?;
-    }
+    create_all(&b.sets, &names, || main_only_spec(pool)).await?;
     let issued = Timestamp::now();
     let t = &b.timeline;
     let last = cocoon_testenv::wait_until(&format!("{n_sets} sets Running"), WAIT, || async {
@@ -971,21 +966,7 @@ async fn scale_scenario(
     let t0 = Timestamp::now();
     let names: Vec<String> = (0..n).map(|i| format!("scale-{i}")).collect();
     let last_report = std::cell::Cell::new(t0);
-    for (i, name) in names.iter().enumerate() {
-        sets.create(
-            &PostParams::default(),
-            &CocoonSet::new(name, scale_spec(pool)),
-        )
-        .await?;
-        if Timestamp::now().duration_since(last_report.get()).as_secs() >= 10 {
-            println!(
-                "  {} / {n} created after {:.0} s",
-                i + 1,
-                Timestamp::now().duration_since(t0).as_secs_f64()
-            );
-            last_report.set(Timestamp::now());
-        }
-    }
+    create_all(&sets, &names, || scale_spec(pool)).await?;
     let issued = Timestamp::now();
     let running_at = cocoon_testenv::wait_until(
         &format!("{n} sets Running"),
@@ -1103,5 +1084,29 @@ async fn scale_scenario(
             .count()
     };
     println!("  sets Running at the end: {still} / {n}");
+    Ok(())
+}
+
+/// Creates the sets, at most `CREATES_AT_ONCE` POSTs in flight, as a user's tooling would:
+/// one POST after another took this bench 130 ms a set, which is not the operator's time.
+async fn create_all(
+    sets: &Api<CocoonSet>,
+    names: &[String],
+    spec: impl Fn() -> CocoonSetSpec,
+) -> BenchResult {
+    let posts: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let cs = CocoonSet::new(name, spec());
+            async move { sets.create(&PostParams::default(), &cs).await }
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(posts)
+        .buffer_unordered(CREATES_AT_ONCE)
+        .collect()
+        .await;
+    for r in results {
+        r?;
+    }
     Ok(())
 }
