@@ -185,6 +185,9 @@ async fn worker(
     let mut backoff = t.retry_start;
     loop {
         let pod = rx.borrow_and_update().clone();
+        // Subscribed before the operation: a VM name freed while it runs (a stale create
+        // collected just after this create hit the name) still cuts the backoff short.
+        let mut freed = h.names_freed();
         match process(&h, &key, pod).await {
             Ok(Pass::Gone) => {
                 let mut w = lock(&workers);
@@ -204,7 +207,6 @@ async fn worker(
                 debug!(pod = %key, error = %e, ?backoff, "pod operation failed; retrying");
                 let sleep = tokio::time::sleep(backoff);
                 tokio::pin!(sleep);
-                let mut freed = h.names_freed();
                 // Wait out the backoff, but let a deletion (or a vanish) cut it short, and a
                 // stale create that frees a VM name (the failure may have been that name).
                 loop {
