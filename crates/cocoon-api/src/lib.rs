@@ -4,6 +4,7 @@
 pub mod contract;
 pub mod crd;
 pub mod naming;
+pub mod user_agent;
 
 pub use crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, CocoonHibernationStatus};
 pub use crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};

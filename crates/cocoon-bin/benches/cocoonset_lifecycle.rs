@@ -46,7 +46,7 @@ use cocoon_testenv::{AuditLog, AuditRecord, TestEnv, TestNode};
 use cocoon_testsupport::{Agent, AgentOptions, BoxError};
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -128,14 +128,7 @@ struct OperatorProcess {
 impl OperatorProcess {
     async fn start(env: &TestEnv, admin: &Client, ns: &str) -> BenchResult<OperatorProcess> {
         let name = cocoon_testenv::unique_name("bench-operator");
-        let namespaces: Api<Namespace> = Api::all(admin.clone());
-        let mut sa_ns = Namespace::default();
-        sa_ns.metadata.name = Some(SA_NAMESPACE.into());
-        match namespaces.create(&PostParams::default(), &sa_ns).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        cocoon_testenv::ensure_namespace(admin, SA_NAMESPACE).await?;
         let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SA_NAMESPACE);
         let mut sa = ServiceAccount::default();
         sa.metadata.name = Some(name.clone());

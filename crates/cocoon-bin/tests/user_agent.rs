@@ -12,29 +12,11 @@ use std::time::Duration;
 
 use cocoon_testenv::{AuditLog, Shared, unique_name};
 use cocoon_testsupport::BoxError;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 const WAIT: Duration = Duration::from_secs(60);
 const SA_NAMESPACE: &str = "cocoon-system";
-
-/// `cocoon-system` exists (the audit policy covers its ServiceAccounts); other tests may have
-/// created it already.
-async fn ensure_sa_namespace(client: &kube::Client) -> Result<(), BoxError> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(SA_NAMESPACE.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
 
 async fn create_service_account(client: &kube::Client, name: &str) -> Result<(), BoxError> {
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), SA_NAMESPACE);
@@ -93,7 +75,7 @@ async fn operator_and_node_agent_requests_carry_their_user_agents() {
             .audit_log()
             .ok_or("the audit log is unknown (set TESTENV_RUN_DIR for an external env)")?;
         let admin = env.client()?;
-        ensure_sa_namespace(&admin).await?;
+        cocoon_testenv::ensure_namespace(&admin, SA_NAMESPACE).await?;
         let ns = cocoon_testenv::create_namespace(&admin, "user-agent").await?;
         let operator_sa = unique_name("ua-operator");
         let node_sa = unique_name("ua-node");

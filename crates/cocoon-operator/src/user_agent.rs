@@ -1,19 +1,11 @@
-//! The `User-Agent` of `cocoon-operator run`'s clients: the API server's audit log and API
-//! priority-and-fairness tell its requests apart from other clients' by it, and the registry's
-//! access log does the same.
+//! The `User-Agent` of `cocoon-operator run`'s clients (see [`cocoon_api::user_agent`]).
 
 /// `cocoon-operator/<version>`.
 pub const USER_AGENT: &str = concat!("cocoon-operator/", env!("CARGO_PKG_VERSION"));
 
 /// `config` with [`USER_AGENT`] as the `User-Agent` of every request (replacing any other).
 pub fn kube_config(mut config: kube::Config) -> kube::Config {
-    config
-        .headers
-        .retain(|(name, _)| name != http::header::USER_AGENT);
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
+    cocoon_api::user_agent::set(&mut config.headers, USER_AGENT);
     config
 }
 
@@ -24,21 +16,15 @@ pub fn registry_config(config: cocoon_registry::RegistryConfig) -> cocoon_regist
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn names_the_binary_and_version_once() {
-        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
-        config.headers.push((
-            http::header::USER_AGENT,
-            http::HeaderValue::from_static("other/1"),
-        ));
-        let config = kube_config(config);
+        let url = "https://127.0.0.1:6443".parse().expect("url");
+        let config = super::kube_config(kube::Config::new(url));
         let agents: Vec<_> = config
             .headers
             .iter()
             .filter(|(n, _)| n == http::header::USER_AGENT)
-            .map(|(_, v)| v.to_str().unwrap())
+            .map(|(_, v)| v.to_str().unwrap_or_default())
             .collect();
         assert_eq!(
             agents,

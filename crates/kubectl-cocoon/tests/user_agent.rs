@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cocoon_testenv::unique_name;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -32,19 +32,7 @@ async fn plugin_requests_carry_its_user_agent() {
         let want = format!("kubectl-cocoon/{}", env!("CARGO_PKG_VERSION"));
 
         // API requests: as a fresh ServiceAccount without roles (refused, and audited).
-        let namespaces: Api<Namespace> = Api::all(admin.clone());
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(SA_NAMESPACE.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        match namespaces.create(&PostParams::default(), &ns).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        cocoon_testenv::ensure_namespace(&admin, SA_NAMESPACE).await?;
         let sa = unique_name("ua-plugin");
         let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SA_NAMESPACE);
         sas.create(
