@@ -647,6 +647,88 @@ impl ReadyCondition for CocoonSet {
     }
 }
 
+/// A new set's pods are each posted once: a pass woken by one create reads a cache that may
+/// not hold the pods created beside it yet, and must not post them again (a 409 each, and
+/// for the toolbox a GET past the cache to rule out a name collision). Counted from the API
+/// server's audit log of the controller's own identity.
+#[tokio::test]
+async fn a_new_set_posts_each_of_its_pods_once() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cs-once").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let _nodes = nodes(&client, &pool, 2).await?;
+        let _actor = node_actor(&client, &ns, Script::default());
+        let Some(audit) = env.audit_log() else {
+            return Err::<(), BoxError>(
+                "the test environment's run directory is unknown (set TESTENV_RUN_DIR)".into(),
+            );
+        };
+        let operator = AuditedIdentity::new(env, &client, "cs-once-operator").await?;
+        let running = start_controller(&operator.client, &ns, env.registry_addr());
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        // Sets of 1 main + 2 sub-agents + 1 toolbox. Whether a pass reads the cache before
+        // it shows a create is up to the watch's timing: several sets give the race room.
+        let names: Vec<String> = (0..SETS).map(|i| format!("once-{i}")).collect();
+        for name in &names {
+            let mut s = spec(&pool, 2);
+            s.toolboxes = vec![ToolboxSpec {
+                name: "tb".into(),
+                image: "tb:1".into(),
+                ..ToolboxSpec::default()
+            }];
+            sets.create(&PostParams::default(), &CocoonSet::new(name, s))
+                .await?;
+        }
+        for name in &names {
+            wait_set(&sets, name, "Running", |cs| {
+                phase_is(cs, CocoonSetPhase::Running)
+            })
+            .await?;
+        }
+        // Every write made so far is in the log once its marker read is.
+        operator.writes_in(&audit, &ns).await?;
+        let records = audit.records_of(&operator.user)?;
+        let mut posts: Vec<(String, u16)> = records
+            .iter()
+            .filter(|r| r.namespace == ns && r.verb == "create" && r.resource == "pods")
+            .map(|r| (r.name.clone(), r.code))
+            .collect();
+        posts.sort();
+        let mut want: Vec<(String, u16)> = names
+            .iter()
+            .flat_map(|n| ["0", "1", "2", "tb"].map(|p| (format!("{n}-{p}"), 201)))
+            .collect();
+        want.sort();
+        assert_eq!(posts, want, "one POST per pod, each Created");
+        let toolbox_reads = records
+            .iter()
+            .filter(|r| r.namespace == ns && r.verb == "get" && r.name.ends_with("-tb"))
+            .count();
+        assert_eq!(toolbox_reads, 0, "no toolbox read past the cache");
+        // What the controller expected, the cache has shown since.
+        cocoon_testenv::wait_until("no create still expected", WAIT, || async {
+            (running.ctx.expected_creates() == 0).then_some(())
+        })
+        .await?;
+        for name in &names {
+            sets.delete(name, &DeleteParams::default()).await?;
+        }
+        cocoon_testenv::wait_until("the sets torn down", WAIT, || async {
+            let left = sets.list(&ListParams::default()).await.ok()?;
+            left.items.is_empty().then_some(())
+        })
+        .await?;
+        operator.delete(&client).await?;
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        TestResult::Ok(())
+    })
+    .await;
+}
+
+/// How many sets [`a_new_set_posts_each_of_its_pods_once`] creates at once.
+const SETS: usize = 8;
+
 /// A set that vanishes without a teardown pass (its finalizer stripped by hand, then deleted,
 /// while this replica stands by and runs no pass) is forgotten as well: the controller's
 /// memory of its last status goes with the watch's delete.

@@ -18,6 +18,7 @@
 //! * [`pods`] and [`plan`] — the pure rules the planners use (factories, drift,
 //!   classification, triage, create protocol, status, teardown GC).
 
+pub mod expected;
 pub mod plan;
 pub mod pods;
 pub mod quantity;
@@ -161,6 +162,8 @@ pub struct Context {
     written_status: Mutex<HashMap<String, (Vec<String>, CocoonSetStatus)>>,
     /// Per set (by UID): its metric labels, so its series go when the set does.
     tracked: Mutex<HashMap<String, SetLabels>>,
+    /// The pods this controller created that the cache has not shown yet ([`expected`]).
+    expected: Mutex<expected::Expected>,
 }
 
 impl Context {
@@ -182,7 +185,43 @@ impl Context {
             leadership: crate::leader::Leadership::always(),
             written_status: Mutex::default(),
             tracked: Mutex::default(),
+            expected: Mutex::default(),
         }
+    }
+
+    /// A create of `pod` (UID `pod_uid`) for the set `set_uid` returned Created.
+    fn expect_created(&self, set_uid: &str, pod: &str, pod_uid: &str) {
+        if let Ok(mut e) = self.expected.lock() {
+            e.created(set_uid, pod, pod_uid, std::time::Instant::now());
+        }
+    }
+
+    /// The set's pods created a moment ago that `owned` (from the cache) does not show yet,
+    /// with the time their expectation has left; the ones it shows are no longer expected.
+    fn pending_creates(
+        &self,
+        cs: &CocoonSet,
+        owned: &[Pod],
+    ) -> std::collections::BTreeMap<String, std::time::Duration> {
+        let (Some(uid), Ok(mut e)) = (cs.uid(), self.expected.lock()) else {
+            return Default::default();
+        };
+        let cached = owned
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.as_deref()?, p.metadata.uid.as_deref()?)));
+        e.observe(&uid, cached, std::time::Instant::now())
+    }
+
+    /// Nothing of a set being torn down is expected any more.
+    fn forget_expected(&self, cs: &CocoonSet) {
+        if let (Some(uid), Ok(mut e)) = (cs.uid(), self.expected.lock()) {
+            e.forget_set(&uid);
+        }
+    }
+
+    /// Pods created and not yet seen in the cache, over all sets (tests).
+    pub fn expected_creates(&self) -> usize {
+        self.expected.lock().map_or(0, |e| e.len())
     }
 
     /// The write gate of every API write: checked right before the request goes out, and
@@ -224,7 +263,8 @@ impl Context {
             .lock()
             .is_ok_and(|m| m.contains_key(uid));
         let tracked = self.tracked.lock().is_ok_and(|m| m.contains_key(uid));
-        written || tracked
+        let expected = self.expected.lock().is_ok_and(|e| e.has_set(uid));
+        written || tracked || expected
     }
 
     fn track(&self, cs: &CocoonSet) {
@@ -243,6 +283,9 @@ impl Context {
         self.retries.succeeded(&key);
         if let Ok(mut m) = self.written_status.lock() {
             m.remove(&key);
+        }
+        if let Ok(mut e) = self.expected.lock() {
+            e.forget_set(&key);
         }
         let labels = self.tracked.lock().ok().and_then(|mut m| m.remove(&key));
         let labels = labels.unwrap_or_else(|| SetLabels {
@@ -272,6 +315,9 @@ impl Context {
             }
             if let Ok(mut m) = self.written_status.lock() {
                 m.remove(&uid);
+            }
+            if let Ok(mut e) = self.expected.lock() {
+                e.forget_set(&uid);
             }
             self.retries.succeeded(&uid);
             self.metrics.forget_set(&labels);

@@ -509,6 +509,9 @@ pub struct Classified {
     pub main: Option<Pod>,
     pub sub: BTreeMap<i32, Pod>,
     pub toolbox: BTreeMap<String, Pod>,
+    /// Pods this controller created a moment ago that the cache does not show yet
+    /// ([`super::expected`]), with the time their expectation has left: they exist, pending.
+    pub pending_creates: BTreeMap<String, std::time::Duration>,
 }
 
 impl Classified {

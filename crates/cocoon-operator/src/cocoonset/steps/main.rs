@@ -9,8 +9,6 @@
 //! snapshot or step 10 owes it a restore — unless its budget is spent at this generation:
 //! then the set reports Failed until the spec changes (SubAgentDeadLetter announced it).
 
-use std::collections::BTreeSet;
-
 use chrono::{DateTime, Utc};
 use cocoon_api::contract::events as ev;
 use cocoon_api::crd::set::CocoonSetPhase;
@@ -18,14 +16,21 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::{Created, Next, Observed, StepPlan, Write, create_facts, triage};
-use crate::cocoonset::plan::{self, Timing, Triage};
+use super::{
+    Answers, Created, Next, Observed, Protocol, Read, StepPlan, Write, cr_restorable, create_facts,
+    create_protocol, triage,
+};
+use crate::cocoonset::plan::{self, Triage};
 use crate::cocoonset::pods;
 
-/// The step's plan. `restorable`: the pods a Hibernated or Waking CocoonHibernation names.
+/// The step's name in a registry error.
+pub const STEP: &str = "main agent";
+
+/// The step's plan on the pass's view and the step's answers so far (the CocoonHibernation
+/// list from the cache and the manifest read of a main to create, the create's outcome).
 pub fn plan(
     o: &Observed<'_>,
-    restorable: &BTreeSet<String>,
+    answers: &Answers,
     now: DateTime<Utc>,
     status_time: Timestamp,
 ) -> StepPlan {
@@ -39,18 +44,34 @@ pub fn plan(
         ))
     };
     let Some(main) = &o.classified.main else {
+        // 11.2: the create's outcome decides the requeue: a main that already exists (the
+        // old one still terminating) is waited for.
+        match answers.created.last() {
+            Some(Created::Yes) => return StepPlan::requeue(Vec::new(), t.requeue_after_write),
+            Some(Created::AlreadyExists) => return StepPlan::requeue(Vec::new(), t.wait_for_main),
+            None => {}
+        }
         let name = naming::pod_name_for_agent(&o.cs.name_any(), 0);
         let Some(mut writes) = triage::may_recreate(o, &name) else {
             return StepPlan::then(vec![status(CocoonSetPhase::Failed)], Next::AwaitChange);
         };
+        // Created a moment ago and not in the cache yet: as if the post found it.
+        if o.classified.pending_creates.contains_key(&name) {
+            return StepPlan::requeue(writes, t.wait_for_main);
+        }
+        let Some(crs) = &answers.cached_hibernations else {
+            return StepPlan::read(Vec::new(), vec![Read::CachedHibernations]);
+        };
         let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
-        let facts = create_facts(o, &pod, Role::Main, restorable, false);
-        writes.push(Write::CreatePod {
-            pod: Box::new(pod),
-            facts,
-            step: "main agent",
-        });
-        return StepPlan::then(writes, Next::RequeueAfter(t.requeue_after_write));
+        let facts = create_facts(o, &pod, Role::Main, &cr_restorable(crs), false);
+        return match create_protocol(answers, pod, facts, STEP) {
+            Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
+            Protocol::Decided { pod, writes: w, .. } => {
+                writes.extend(w);
+                writes.push(Write::PostPod(pod));
+                StepPlan::read(writes, Vec::new())
+            }
+        };
     };
     let mut writes = Vec::new();
     if pods::agent_drift(o.cs, o.ns, 0, main).is_some() {
@@ -76,15 +97,6 @@ pub fn plan(
     StepPlan::then(writes, Next::Continue)
 }
 
-/// The create's outcome decides the requeue: a main that already exists (the old one still
-/// terminating) is waited for.
-pub fn after_create(next: Next, created: &[Created], t: &Timing) -> Next {
-    match created.last() {
-        Some(Created::AlreadyExists) => Next::RequeueAfter(t.wait_for_main),
-        _ => next,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::{annotations as ann, labels};
@@ -92,6 +104,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 
     use super::*;
+    use crate::cocoonset::plan::{TagRead, Timing};
     use crate::cocoonset::pods::Classified;
 
     const NS: &str = "ns";
@@ -122,6 +135,10 @@ mod tests {
     }
 
     fn run(cs: &CocoonSet, main: Option<Pod>) -> StepPlan {
+        run_with(cs, main, &Answers::default())
+    }
+
+    fn run_with(cs: &CocoonSet, main: Option<Pod>, answers: &Answers) -> StepPlan {
         let c = Classified::from_owned(main.iter());
         let t = Timing::default();
         let o = Observed {
@@ -131,7 +148,7 @@ mod tests {
             classified: &c,
             timing: &t,
         };
-        plan(&o, &BTreeSet::new(), Utc::now(), Timestamp::UNIX_EPOCH)
+        plan(&o, answers, Utc::now(), Timestamp::UNIX_EPOCH)
     }
 
     fn phase_written(p: &StepPlan) -> Option<CocoonSetPhase> {
@@ -185,25 +202,71 @@ mod tests {
     #[test]
     fn a_missing_main_is_created_through_the_create_protocol() {
         let cs = set(None);
-        let p = run(&cs, None);
+        // §8: the CocoonHibernation list (from the cache), then §7.1: the manifest read.
+        assert_eq!(
+            run(&cs, None),
+            StepPlan::read(Vec::new(), vec![Read::CachedHibernations])
+        );
+        let mut a = Answers {
+            cached_hibernations: Some(Vec::new()),
+            ..Answers::default()
+        };
+        let vm = naming::vm_name_for_agent(NS, "demo", 0);
+        assert_eq!(
+            run_with(&cs, None, &a),
+            StepPlan::read(
+                Vec::new(),
+                vec![Read::Manifest {
+                    vm: vm.clone(),
+                    step: STEP
+                }]
+            )
+        );
+        a.manifests.insert(vm, TagRead::Absent);
+        let p = run_with(&cs, None, &a);
         match &p.writes[..] {
-            [Write::CreatePod { pod, facts, step }] => {
+            [Write::PostPod(pod)] => {
                 assert_eq!(pod.name_any(), "demo-0");
                 assert_eq!(
                     pod.labels().get(labels::ROLE).map(String::as_str),
                     Some("main")
                 );
-                assert_eq!((facts.role, *step), (Role::Main, "main agent"));
+                assert!(!pods::is_restore_marked(pod), "no tag, no restore");
             }
-            other => panic!("one create, got {other:?}"),
+            other => panic!("one post, got {other:?}"),
         }
+        assert_eq!(p.next, Next::Replan);
         let t = Timing::default();
-        assert_eq!(p.next, Next::RequeueAfter(t.requeue_after_write));
-        assert_eq!(
-            after_create(p.next, &[Created::AlreadyExists], &t),
-            Next::RequeueAfter(t.wait_for_main),
-            "an old main still terminating is waited for"
-        );
+        for (c, d) in [
+            (Created::Yes, t.requeue_after_write),
+            // An old main still terminating is waited for.
+            (Created::AlreadyExists, t.wait_for_main),
+        ] {
+            a.created = vec![c];
+            assert_eq!(
+                run_with(&cs, None, &a),
+                StepPlan::requeue(Vec::new(), d),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_main_created_a_moment_ago_and_not_cached_yet_is_waited_for_not_posted_again() {
+        let cs = set(None);
+        let mut c = Classified::default();
+        c.pending_creates
+            .insert("demo-0".into(), std::time::Duration::from_secs(20));
+        let t = Timing::default();
+        let o = Observed {
+            cs: &cs,
+            ns: NS,
+            owned: &[],
+            classified: &c,
+            timing: &t,
+        };
+        let p = plan(&o, &Answers::default(), Utc::now(), Timestamp::UNIX_EPOCH);
+        assert_eq!(p, StepPlan::requeue(Vec::new(), t.wait_for_main));
     }
 
     #[test]

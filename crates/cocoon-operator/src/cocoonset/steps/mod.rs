@@ -27,8 +27,8 @@ pub mod unsuspend;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use cocoon_api::contract::{AnnotationCodec, AnnotationDelta, ReclaimRecord};
-use cocoon_api::crd::hibernation::CocoonHibernation;
+use cocoon_api::contract::{AnnotationCodec, AnnotationDelta, ReclaimRecord, apply_delta};
+use cocoon_api::crd::hibernation::{CocoonHibernation, HibernationPhase};
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus};
 use cocoon_api::naming::Role;
 use k8s_openapi::api::core::v1::Pod;
@@ -73,23 +73,6 @@ pub enum Write {
     PatchPod {
         name: String,
         delta: AnnotationDelta,
-    },
-    /// Create a pod through the create protocol (§7): read its VM's `:hibernate` manifest,
-    /// drop the tag under the image rule, forget the VM from the reclaim record, mark for
-    /// restore, post. `step` names the step in a registry error. Its outcome is fed back to
-    /// the step ([`Applied::created`]).
-    CreatePod {
-        pod: Box<Pod>,
-        facts: CreateFacts<'static>,
-        step: &'static str,
-    },
-    /// [`Write::CreatePod`] of several pods at once, at most `at_once` in flight; the VMs to
-    /// forget go out together once all are done, then the first error, if any, fails the
-    /// pass.
-    CreatePods {
-        jobs: Vec<(Pod, CreateFacts<'static>)>,
-        step: &'static str,
-        at_once: usize,
     },
     /// Delete `<vm>:<tag>` from the registry (absent is success); a refusal fails the pass
     /// with `step` as its context.
@@ -142,6 +125,16 @@ pub enum Write {
     /// Post a pod as it is (the create protocol's reads and drops already planned); its
     /// outcome is fed back ([`Answers::created`]).
     PostPod(Box<Pod>),
+    /// [`Write::PostPod`] of several pods at once, at most `at_once` in flight; the outcomes
+    /// are fed back in the pods' order once all have finished, then the first error, if
+    /// any, fails the pass.
+    PostPods { pods: Vec<Pod>, at_once: usize },
+    /// A triaged pod's rebuild backoff still runs: step 14 looks again after at most this.
+    Backoff(Duration),
+    /// Step 13.1 found the spec invalid: step 14 reports it, nothing is retried.
+    InvalidSpec(toolboxes::InvalidSpec),
+    /// Fail the pass with this message (a name collision).
+    Fail(String),
     /// Delete `<vm>:hibernate` of each VM (at most
     /// [`crate::cocoonset::REGISTRY_CALLS_AT_ONCE`] in flight); the deleted ones leave the
     /// reclaim record, then the refusals fail the pass with `step` as their context.
@@ -238,7 +231,7 @@ impl Probed {
     }
 }
 
-/// Outcome of a [`Write::CreatePod`].
+/// Outcome of a [`Write::PostPod`] (one per pod of a [`Write::PostPods`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Created {
     Yes,
@@ -316,7 +309,7 @@ pub fn log(message: impl Into<String>) -> Write {
 }
 
 /// The create facts of `pod` (its role, its VM's standing in the reclaim record, restore
-/// intent); the executor fills in the image and the tag read.
+/// intent); [`create_protocol`] fills in the image and the tag read.
 pub fn create_facts(
     o: &Observed<'_>,
     pod: &Pod,
@@ -403,5 +396,104 @@ pub fn create_protocol(
         writes,
         tag,
         decision,
+    }
+}
+
+/// §7 for several pods a step creates at once (the sub-agents' fan-out): the manifest reads
+/// still missing, all at once, or the writes that go before the posts (each image-rule or
+/// pre-create tag drop, then the dropped VMs leaving the record in one patch) and the pods to
+/// post, each marked for restore when so decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Protocols {
+    Read(Vec<Read>),
+    Decided { writes: Vec<Write>, pods: Vec<Pod> },
+}
+
+/// [`Protocols`] for `jobs`, in their order.
+pub fn create_protocols(
+    answers: &Answers,
+    jobs: Vec<(Pod, CreateFacts<'static>)>,
+    step: &'static str,
+) -> Protocols {
+    let mut reads = Vec::new();
+    let (mut writes, mut forget, mut pods) = (Vec::new(), Vec::new(), Vec::new());
+    for (pod, facts) in jobs {
+        match create_protocol(answers, pod, facts, step) {
+            Protocol::Read(read) => reads.push(read),
+            Protocol::Decided { pod, writes: w, .. } => {
+                for w in w {
+                    match w {
+                        Write::ForgetVms(vms) => forget.extend(vms),
+                        other => writes.push(other),
+                    }
+                }
+                pods.push(*pod);
+            }
+        }
+    }
+    if !reads.is_empty() {
+        return Protocols::Read(reads);
+    }
+    if !forget.is_empty() {
+        writes.push(Write::ForgetVms(forget));
+    }
+    Protocols::Decided { writes, pods }
+}
+
+/// §8: the pods a Hibernated or Waking CocoonHibernation names.
+pub fn cr_restorable(crs: &[CocoonHibernation]) -> BTreeSet<String> {
+    crs.iter()
+        .filter(|h| {
+            matches!(
+                h.status.as_ref().and_then(|s| s.phase),
+                Some(HibernationPhase::Hibernated | HibernationPhase::Waking)
+            )
+        })
+        .map(|h| h.spec.pod_ref.name.clone())
+        .collect()
+}
+
+/// The writes a step plans over several pods in a row, with the set as they leave it: the
+/// annotation writes planned so far applied to a copy, as the executor mirrors them, so a
+/// decision on one pod reads the rebuild history the writes before it changed.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub cs: CocoonSet,
+    pub writes: Vec<Write>,
+}
+
+impl Planned {
+    pub fn new(cs: &CocoonSet) -> Self {
+        Planned {
+            cs: cs.clone(),
+            writes: Vec::new(),
+        }
+    }
+
+    /// `o` with the set as the planned writes leave it.
+    pub fn observed<'a>(&'a self, o: &Observed<'a>) -> Observed<'a> {
+        Observed { cs: &self.cs, ..*o }
+    }
+
+    pub fn push(&mut self, w: Write) {
+        match &w {
+            Write::SetAnnotations(delta) => apply_delta(self.cs.annotations_mut(), delta),
+            Write::ForgetVms(vms) => {
+                let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
+                for vm in vms {
+                    record.remove_vm(vm);
+                }
+                let delta = record.delta(self.cs.annotations());
+                apply_delta(self.cs.annotations_mut(), &delta);
+            }
+            _ => {}
+        }
+        self.writes.push(w);
+    }
+
+    pub fn extend(&mut self, writes: impl IntoIterator<Item = Write>) {
+        for w in writes {
+            self.push(w);
+        }
     }
 }

@@ -6,16 +6,141 @@
 //! An invalid list is not retried: it becomes the `Ready=False` condition of step 14 (reason
 //! [`INVALID_TOOLBOXES`], the message naming `spec.toolboxes`) and a Warning Event, and the
 //! set waits for a spec change.
+//!
+//! Each toolbox is planned on the set as the writes before it leave it ([`Planned`]), and the
+//! step plans from the view it started from and its answers so far: each round returns
+//! every write up to the first answer it still lacks (the CocoonHibernation list, a
+//! manifest, a post's outcome, the live pod behind an AlreadyExists), so the toolboxes go
+//! one after another in spec order as before. A toolbox this controller created a moment
+//! ago that the cache does not show yet is pending: no post, no collision read.
 
 use std::collections::BTreeSet;
 
-use cocoon_api::crd::set::ToolboxSpec;
+use chrono::{DateTime, Utc};
+use cocoon_api::contract::labels;
+use cocoon_api::crd::set::{CocoonSet, ToolboxSpec};
 use cocoon_api::naming::{self, Role};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::{Observed, Write, create_facts};
+use super::{
+    Answers, Created, Next, Observed, Planned, Protocol, Read, StepPlan, Write, cr_restorable,
+    create_facts, create_protocol, sub_agents, triage,
+};
 use crate::cocoonset::{plan, pods};
+
+/// The step's name in a registry error.
+pub const STEP: &str = "toolboxes";
+
+/// Step 13 on the view the step started from and its answers so far.
+pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan {
+    // 13.1.
+    if let Err(invalid) = validate(&o.cs.spec.toolboxes) {
+        return StepPlan::then(
+            vec![
+                Write::Log {
+                    warn: true,
+                    message: format!("invalid spec: waiting for a change: {invalid}"),
+                },
+                Write::InvalidSpec(invalid),
+            ],
+            Next::Continue,
+        );
+    }
+    // 13.2, in spec order.
+    let (each, leaving) = survey(o);
+    let mut acc = Planned::new(o.cs);
+    let mut posts = 0;
+    for toolbox in each {
+        let (t, pod_name) = match toolbox {
+            Toolbox::Collision(message) => {
+                acc.push(Write::Fail(message));
+                return StepPlan::then(acc.writes, Next::Continue);
+            }
+            Toolbox::Existing(pod, reason) => {
+                let triaged = triage::plan(&acc.observed(o), &pod, reason, now);
+                let writes = triaged.into_writes(&acc.observed(o), &pod.name_any());
+                acc.extend(writes);
+                continue;
+            }
+            Toolbox::Missing(t, pod_name) => (t, pod_name),
+        };
+        let Some(writes) = triage::may_recreate(&acc.observed(o), &pod_name) else {
+            continue;
+        };
+        acc.extend(writes);
+        if let Some(left) = o.classified.pending_creates.get(&pod_name) {
+            acc.push(Write::Backoff(*left));
+            continue;
+        }
+        let Some(crs) = &answers.cached_hibernations else {
+            return StepPlan::read(acc.writes, vec![Read::CachedHibernations]);
+        };
+        let pod = pods::build_toolbox_pod(o.cs, o.ns, &t);
+        let facts = create_facts(
+            &acc.observed(o),
+            &pod,
+            Role::Toolbox,
+            &cr_restorable(crs),
+            false,
+        );
+        match create_protocol(answers, pod, facts, STEP) {
+            Protocol::Read(read) => return StepPlan::read(acc.writes, vec![read]),
+            Protocol::Decided { pod, writes, .. } => {
+                acc.extend(writes);
+                acc.push(Write::PostPod(pod));
+            }
+        }
+        let outcome = answers.created.get(posts).copied();
+        posts += 1;
+        match outcome {
+            None => return StepPlan::read(acc.writes, Vec::new()),
+            Some(Created::Yes) => acc.push(Write::Changed),
+            // Fine (and no change) only for our own toolbox pod: read it past the cache.
+            Some(Created::AlreadyExists) => match answers.pods.get(&pod_name) {
+                None => return StepPlan::read(acc.writes, vec![Read::Pod(pod_name)]),
+                Some(live) => {
+                    if let Some(message) = collision(o.cs, o.ns, &t, &pod_name, live.as_ref()) {
+                        acc.push(Write::Fail(message));
+                        return StepPlan::then(acc.writes, Next::Continue);
+                    }
+                }
+            },
+        }
+    }
+    // 13.3.
+    let removals = sub_agents::remove(&acc.observed(o), &leaving);
+    if !removals.is_empty() {
+        acc.extend(removals);
+        acc.push(Write::Changed);
+    }
+    StepPlan::then(acc.writes, Next::Continue)
+}
+
+/// After an AlreadyExists create: the error when the live pod is not this set's toolbox
+/// (none when it is).
+pub fn collision(
+    cs: &CocoonSet,
+    ns: &str,
+    t: &ToolboxSpec,
+    pod_name: &str,
+    live: Option<&Pod>,
+) -> Option<String> {
+    let Some(live) = live else {
+        return Some(format!(
+            "create toolbox {}: pod {ns}/{pod_name} already existed and is gone now",
+            t.name
+        ));
+    };
+    let role = live.labels().get(labels::ROLE).cloned().unwrap_or_default();
+    if role == Role::Toolbox.as_str() && pods::is_owned(cs, live) {
+        return None;
+    }
+    Some(format!(
+        "create toolbox {}: name collision with existing pod {ns}/{pod_name} (role={role})",
+        t.name
+    ))
+}
 
 /// What 13.2 finds for one toolbox of the spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,17 +196,6 @@ pub fn survey(o: &Observed<'_>) -> (Vec<Toolbox>, Vec<Pod>) {
     (each, leaving)
 }
 
-/// The create of a missing toolbox, restore-marked per the create protocol.
-pub fn create(o: &Observed<'_>, t: &ToolboxSpec, restorable: &BTreeSet<String>) -> Write {
-    let pod = pods::build_toolbox_pod(o.cs, o.ns, t);
-    let facts = create_facts(o, &pod, Role::Toolbox, restorable, false);
-    Write::CreatePod {
-        pod: Box::new(pod),
-        facts,
-        step: "toolboxes",
-    }
-}
-
 /// The condition reason and Event reason of an invalid `spec.toolboxes`.
 pub const INVALID_TOOLBOXES: &str = "InvalidToolboxes";
 
@@ -134,7 +248,8 @@ pub fn validate(toolboxes: &[ToolboxSpec]) -> Result<(), InvalidSpec> {
 
 #[cfg(test)]
 mod tests {
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
+    use cocoon_api::contract::annotations as ann;
+    use cocoon_api::crd::set::CocoonSetSpec;
 
     use super::*;
     use crate::cocoonset::plan::Timing;
@@ -174,15 +289,209 @@ mod tests {
             ]
         );
         assert_eq!(gone, [leaving]);
-        match create(&o, &tb("b"), &BTreeSet::new()) {
-            Write::CreatePod { pod, facts, step } => {
-                assert_eq!(
-                    (pod.name_any().as_str(), facts.role, step),
-                    ("demo-b", Role::Toolbox, "toolboxes")
-                );
-            }
-            other => panic!("a create, got {other:?}"),
+    }
+
+    fn kinds(writes: &[Write]) -> Vec<String> {
+        writes
+            .iter()
+            .map(|w| match w {
+                Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => {
+                    "history".into()
+                }
+                Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES) => "stash".into(),
+                Write::DeletePod(n) => format!("delete {n}"),
+                Write::PostPod(p) => format!("post {}", p.name_any()),
+                Write::Event { reason, .. } => (*reason).into(),
+                Write::Count(_) => "count".into(),
+                Write::Log { .. } => "log".into(),
+                Write::Changed => "changed".into(),
+                Write::Backoff(d) => format!("backoff {}s", d.as_secs()),
+                Write::Fail(m) => format!("fail: {m}"),
+                other => panic!("unexpected write {other:?}"),
+            })
+            .collect()
+    }
+
+    fn toolbox_set(names: &[&str]) -> CocoonSet {
+        let mut cs = CocoonSet::new("demo", CocoonSetSpec::with_image("img:1"));
+        cs.metadata.namespace = Some("ns".into());
+        cs.metadata.uid = Some("uid".into());
+        cs.metadata.generation = Some(2);
+        cs.spec.agent.replicas = 0;
+        cs.spec.toolboxes = names.iter().map(|n| tb(n)).collect();
+        for t in &mut cs.spec.toolboxes {
+            t.image = "tb:1".into();
         }
+        cs
+    }
+
+    fn vm_of(cs: &CocoonSet, t: &ToolboxSpec) -> String {
+        pods::vm_name(&pods::build_toolbox_pod(cs, "ns", t)).to_string()
+    }
+
+    #[test]
+    fn for_each_toolbox_in_spec_order_triage_the_existing_pod_or_create_the_missing_one() {
+        let cs = toolbox_set(&["a", "b", "c"]);
+        let mut old = cs.clone();
+        old.spec.toolboxes[0].image = "tb:0".into();
+        let drifted = pods::build_toolbox_pod(&old, "ns", &old.spec.toolboxes[0]);
+        let c = Classified::from_owned([&drifted]);
+        let t = Timing::default();
+        let o = Observed {
+            cs: &cs,
+            ns: "ns",
+            owned: &[],
+            classified: &c,
+            timing: &t,
+        };
+        let (vm_b, vm_c) = (
+            vm_of(&cs, &cs.spec.toolboxes[1]),
+            vm_of(&cs, &cs.spec.toolboxes[2]),
+        );
+        let ours_c = pods::build_toolbox_pod(&cs, "ns", &cs.spec.toolboxes[2]);
+        let rebuild = [
+            "log",
+            "history",
+            "delete demo-a",
+            "count",
+            "SubAgentRebuilding",
+            "changed",
+        ];
+        let mut a = Answers::default();
+        // (what, answer added, writes so far, reads, next)
+        type Case<'a> = (
+            &'a str,
+            fn(&mut Answers, &str, &str, &Pod),
+            Vec<&'a str>,
+            Vec<Read>,
+            Next,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "a drifted toolbox takes the rebuild budget; restore intent for b",
+                |_, _, _, _| {},
+                rebuild.to_vec(),
+                vec![Read::CachedHibernations],
+                Next::Replan,
+            ),
+            (
+                "b's manifest",
+                |a, _, _, _| a.cached_hibernations = Some(Vec::new()),
+                rebuild.to_vec(),
+                vec![Read::Manifest {
+                    vm: vm_b.clone(),
+                    step: STEP,
+                }],
+                Next::Replan,
+            ),
+            (
+                "b posted",
+                |a, b, _, _| {
+                    a.manifests.insert(b.into(), plan::TagRead::Absent);
+                },
+                [&rebuild[..], &["post demo-b"]].concat(),
+                vec![],
+                Next::Replan,
+            ),
+            (
+                "b created: a change; then c's manifest",
+                |a, _, _, _| a.created.push(Created::Yes),
+                [&rebuild[..], &["post demo-b", "changed"]].concat(),
+                vec![Read::Manifest {
+                    vm: vm_c.clone(),
+                    step: STEP,
+                }],
+                Next::Replan,
+            ),
+            (
+                "c posted",
+                |a, _, c, _| {
+                    a.manifests.insert(c.into(), plan::TagRead::Absent);
+                },
+                [&rebuild[..], &["post demo-b", "changed", "post demo-c"]].concat(),
+                vec![],
+                Next::Replan,
+            ),
+            (
+                "on AlreadyExists, GET the live pod",
+                |a, _, _, _| a.created.push(Created::AlreadyExists),
+                [&rebuild[..], &["post demo-b", "changed", "post demo-c"]].concat(),
+                vec![Read::Pod("demo-c".into())],
+                Next::Replan,
+            ),
+            (
+                "our own toolbox: acceptable, and not a change",
+                |a, _, _, ours| {
+                    a.pods.insert("demo-c".into(), Some(ours.clone()));
+                },
+                [&rebuild[..], &["post demo-b", "changed", "post demo-c"]].concat(),
+                vec![],
+                Next::Continue,
+            ),
+        ];
+        // The step plans every round with the same `now`.
+        let now = Utc::now();
+        let mut last: Vec<Write> = Vec::new();
+        for (what, answer, want, reads, next) in cases {
+            answer(&mut a, &vm_b, &vm_c, &ours_c);
+            let p = plan(&o, &a, now);
+            assert_eq!(kinds(&p.writes), want, "{what}");
+            assert_eq!((p.reads, p.next), (reads, next), "{what}");
+            assert!(
+                p.writes.starts_with(&last),
+                "{what}: the writes before repeat"
+            );
+            last = p.writes;
+        }
+        // Anything else of that name: the collision error.
+        let mut foreign = ours_c.clone();
+        foreign
+            .labels_mut()
+            .insert(labels::ROLE.into(), "main".into());
+        a.pods.insert("demo-c".into(), Some(foreign));
+        let p = plan(&o, &a, now);
+        assert_eq!(
+            kinds(&p.writes).last().map(String::as_str),
+            Some("fail: create toolbox c: name collision with existing pod ns/demo-c (role=main)")
+        );
+    }
+
+    #[test]
+    fn a_toolbox_created_a_moment_ago_and_not_cached_yet_is_neither_posted_nor_read() {
+        let cs = toolbox_set(&["tb"]);
+        let mut c = Classified::default();
+        c.pending_creates
+            .insert("demo-tb".into(), std::time::Duration::from_secs(12));
+        let t = Timing::default();
+        let o = Observed {
+            cs: &cs,
+            ns: "ns",
+            owned: &[],
+            classified: &c,
+            timing: &t,
+        };
+        let p = plan(&o, &Answers::default(), Utc::now());
+        assert_eq!(kinds(&p.writes), ["backoff 12s"]);
+        assert_eq!((p.reads, p.next), (vec![], Next::Continue));
+    }
+
+    #[test]
+    fn an_invalid_list_changes_nothing_and_is_reported_not_retried() {
+        let cs = toolbox_set(&["a", "a"]);
+        let (c, t) = (Classified::default(), Timing::default());
+        let o = Observed {
+            cs: &cs,
+            ns: "ns",
+            owned: &[],
+            classified: &c,
+            timing: &t,
+        };
+        let p = plan(&o, &Answers::default(), Utc::now());
+        assert!(matches!(
+            &p.writes[..],
+            [Write::Log { warn: true, .. }, Write::InvalidSpec(e)] if e.field == "spec.toolboxes"
+        ));
+        assert_eq!(p.next, Next::Continue);
     }
 
     fn tb(n: &str) -> ToolboxSpec {

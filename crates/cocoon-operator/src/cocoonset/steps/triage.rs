@@ -96,6 +96,33 @@ pub fn plan(o: &Observed<'_>, pod: &Pod, reason: Option<String>, now: DateTime<U
     }
 }
 
+impl TriagePlan {
+    /// Everything applying the decision takes, in order: its log line, its writes, then the
+    /// pass's bookkeeping (a backoff still running, a change made).
+    pub fn into_writes(self, o: &Observed<'_>, pod: &str) -> Vec<Write> {
+        let mut out = Vec::new();
+        match &self.decision {
+            Triage::DeadLetter { reason } => out.push(Write::Log {
+                warn: true,
+                message: format!(
+                    "pod {pod}: rebuild budget spent at generation {}: dead-lettered until the spec changes ({reason})",
+                    o.generation()
+                ),
+            }),
+            Triage::Rebuild { attempt, reason } => out.push(super::log(format!(
+                "rebuilding pod {pod}: attempt {attempt} ({reason})"
+            ))),
+            _ => {}
+        }
+        out.extend(self.writes);
+        out.extend(self.backoff.map(Write::Backoff));
+        if self.changed {
+            out.push(Write::Changed);
+        }
+        out
+    }
+}
+
 /// Whether a missing pod may be created: `None` when its budget is spent at this generation;
 /// else the writes first (an exhaustion mark of an older generation is cleared: the spec
 /// changed, so the budget is fresh).

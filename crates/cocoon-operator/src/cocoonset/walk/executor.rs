@@ -3,21 +3,23 @@
 //! Writes go out in the plan's order, each durable before the next, and the first error ends
 //! the pass (the runtime retries it with backoff). What a write changed is mirrored into the
 //! walk's view of the set before the next step plans, so a later step observes the earlier
-//! steps' results without reading the API again.
+//! steps' results without reading the API again. Its only knowledge is generic: apply a
+//! write, fetch a read (the manifest reads of one round at once); a post that creates a
+//! pod leaves it expected until the cache shows it ([`crate::cocoonset::expected`]).
 
-use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, tags};
+use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, oci, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::CocoonSetPhase;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use tracing::{error, info, warn};
 
-use super::{Error, Walk, create_through_protocol, post_pod, read_manifest};
+use super::{Error, Walk};
+use crate::cocoonset::Context;
 use crate::cocoonset::REGISTRY_CALLS_AT_ONCE;
-use crate::cocoonset::plan::{CreateFacts, GcItem};
+use crate::cocoonset::plan::{GcItem, TagRead};
 use crate::cocoonset::steps::{
     Answers, Applied, Counter, Created, Next, Probed, Read, StepPlan, Write,
 };
@@ -53,18 +55,6 @@ impl Walk<'_> {
             Write::Finalizers { patch, gone_ok } => self.write_finalizers(patch, gone_ok).await?,
             Write::DeletePod(name) => self.delete_pod(&name).await?,
             Write::PatchPod { name, delta } => self.patch_pod_annotations(&name, &delta).await?,
-            Write::CreatePod { pod, facts, step } => {
-                let (outcome, forget) =
-                    create_through_protocol(self.ctx, &self.pod_api, *pod, facts, step).await;
-                let forget: Vec<String> = forget.into_iter().collect();
-                self.forget_vms(&forget).await?;
-                return outcome.map(|c| vec![c]);
-            }
-            Write::CreatePods {
-                jobs,
-                step,
-                at_once,
-            } => return self.create_pods(jobs, step, at_once).await,
             Write::GcTags(items) => self.gc_tags(&items).await?,
             Write::DropTag { vm, tag, step } => {
                 self.ctx.registry_write()?;
@@ -124,9 +114,13 @@ impl Walk<'_> {
                 }
             }
             Write::PostPod(pod) => {
-                let created = post_pod(self.ctx, &self.pod_api, &pod).await?;
+                let created = post_pod(self.ctx, &self.pod_api, self.cs.uid(), &pod).await?;
                 return Ok(vec![created]);
             }
+            Write::PostPods { pods, at_once } => return self.post_pods(&pods, at_once).await,
+            Write::Backoff(d) => self.note_backoff(d),
+            Write::InvalidSpec(invalid) => self.invalid = Some(invalid),
+            Write::Fail(message) => return Err(Error::Invalid(message)),
             Write::ReclaimTags { vms, step } => self.reclaim_tags(&vms, step).await?,
             Write::FailProbe { step } => {
                 if let Some((what, e)) = self.probe_error.take() {
@@ -192,8 +186,51 @@ impl Walk<'_> {
         Ok(Vec::new())
     }
 
+    /// Fetches a step's reads into its answers: the manifest reads at once (at most
+    /// [`REGISTRY_CALLS_AT_ONCE`] in flight, the first refusal failing the pass once all have
+    /// finished), then the others in order.
+    pub(super) async fn fetch_all(
+        &mut self,
+        reads: Vec<Read>,
+        answers: &mut Answers,
+    ) -> Result<(), Error> {
+        let (manifests, others): (Vec<Read>, Vec<Read>) = reads
+            .into_iter()
+            .partition(|r| matches!(r, Read::Manifest { .. }));
+        let ctx = self.ctx;
+        let calls: Vec<_> = manifests
+            .into_iter()
+            .filter_map(|r| match r {
+                Read::Manifest { vm, step } => Some(async move {
+                    let tag = read_manifest(ctx, &vm, step).await;
+                    (vm, tag)
+                }),
+                _ => None,
+            })
+            .collect();
+        let results = crate::watch_retry::at_most(REGISTRY_CALLS_AT_ONCE, calls).await;
+        let mut first_err = None;
+        for (vm, tag) in results {
+            match tag {
+                Ok(tag) => {
+                    answers.manifests.insert(vm, tag);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        for read in others {
+            self.fetch(read, answers).await?;
+        }
+        Ok(())
+    }
+
     /// Fetches one of a step's reads into its answers.
-    pub(super) async fn fetch(&mut self, read: Read, answers: &mut Answers) -> Result<(), Error> {
+    async fn fetch(&mut self, read: Read, answers: &mut Answers) -> Result<(), Error> {
         match read {
             Read::Probe { vms, tag, fail } => {
                 let ctx = self.ctx;
@@ -277,39 +314,18 @@ impl Walk<'_> {
         Error::registry_all(step, failures)
     }
 
-    async fn create_pods(
-        &mut self,
-        jobs: Vec<(Pod, CreateFacts<'static>)>,
-        step: &'static str,
-        at_once: usize,
-    ) -> Result<Vec<Created>, Error> {
-        let (ctx, api) = (self.ctx, self.pod_api.clone());
-        // The futures are built up front; the stream only bounds how many run at once.
-        let creates: Vec<_> = jobs
-            .into_iter()
-            .map(|(pod, facts)| create_through_protocol(ctx, &api, pod, facts, step))
+    /// Posts `pods` at once (at most `at_once` in flight); the outcomes in the pods' order,
+    /// or the first error once all have finished.
+    async fn post_pods(&mut self, pods: &[Pod], at_once: usize) -> Result<Vec<Created>, Error> {
+        let (ctx, api, uid) = (self.ctx, self.pod_api.clone(), self.cs.uid());
+        let posts: Vec<_> = pods
+            .iter()
+            .map(|pod| post_pod(ctx, &api, uid.clone(), pod))
             .collect();
-        let results: Vec<(Result<Created, Error>, Option<String>)> = futures::stream::iter(creates)
-            .buffer_unordered(at_once.max(1))
+        crate::watch_retry::at_most(at_once, posts)
+            .await
+            .into_iter()
             .collect()
-            .await;
-        let mut forget = Vec::new();
-        let mut created = Vec::new();
-        let mut first_err = None;
-        for (res, f) in results {
-            forget.extend(f);
-            match res {
-                Ok(c) => created.push(c),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        self.forget_vms(&forget).await?;
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(created),
-        }
     }
 
     async fn write_finalizers(
@@ -361,5 +377,45 @@ impl Walk<'_> {
             }
         }
         Error::registry_all("teardown GC", failures)
+    }
+}
+
+/// §7.1: the `:hibernate` manifest of `vm` (absent, or present with its recorded image); a
+/// refusal fails the pass with `step` as its context.
+async fn read_manifest(ctx: &Context, vm: &str, step: &'static str) -> Result<TagRead, Error> {
+    ctx.count(|s| &s.registry_calls);
+    match ctx.registry.manifest_annotations(vm, tags::HIBERNATE).await {
+        Ok(None) => Ok(TagRead::Absent),
+        Ok(Some(a)) => Ok(TagRead::Present {
+            base_image: a
+                .get(oci::ANNOTATION_BASE_IMAGE)
+                .cloned()
+                .unwrap_or_default(),
+        }),
+        Err(e) => {
+            let what = format!("get {vm}:{} manifest", tags::HIBERNATE);
+            Err(Error::registry(step, what, e))
+        }
+    }
+}
+
+/// Posts a pod; AlreadyExists (the old pod still terminating, or a racing pass) is reported,
+/// not failed. A pod created is expected until the cache shows it (`set_uid`: the set's).
+async fn post_pod(
+    ctx: &Context,
+    api: &Api<Pod>,
+    set_uid: Option<String>,
+    pod: &Pod,
+) -> Result<Created, Error> {
+    ctx.write(line!())?;
+    match api.create(&PostParams::default(), pod).await {
+        Ok(created) => {
+            if let (Some(set), Some(uid)) = (set_uid, created.uid()) {
+                ctx.expect_created(&set, &created.name_any(), &uid);
+            }
+            Ok(Created::Yes)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),
+        Err(e) => Err(Error::Kube(e)),
     }
 }

@@ -2,7 +2,10 @@
 //! every step observes (the set with the walk's own writes mirrored in, the step-4
 //! classification, the pending step-5 stamps), and the API writes the executor is made of.
 //! Every step is a planner of [`steps`]; [`Walk::run_step`] applies its plans and feeds its
-//! reads back until it hands over or ends the pass.
+//! reads back until it hands over or ends the pass ([`Walk::run_replayed`] for steps 12 and
+//! 13, which plan from the view they started from and repeat their earlier writes). The walk
+//! has no per-pod loop and no create protocol of its own: a create is the step's planned
+//! manifest read, tag drop, record write and post.
 //!
 //! Crash safety: every durable marker is written before the side effect it guards — the
 //! reclaim record before any hibernate annotation (6A.2), `suspending-since` on entry into
@@ -11,31 +14,29 @@
 //! create (9.1.4), the first record write before an unsuspend clears any annotation (10.3).
 //! A fresh controller with empty memory therefore resumes from the API objects alone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::Utc;
 use cocoon_api::contract::{
-    AnnotationCodec, AnnotationDelta, ReclaimRecord, annotations as ann, annotations_merge_patch,
-    diff_annotations, labels, oci, tags,
+    AnnotationCodec, AnnotationDelta, ReclaimRecord, annotations_merge_patch, diff_annotations,
 };
-use cocoon_api::crd::hibernation::{CocoonHibernation, HibernationPhase};
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus, ToolboxSpec};
-use cocoon_api::naming::{self, Role};
+use cocoon_api::crd::hibernation::CocoonHibernation;
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
-use super::plan::{self, CreateFacts, CreatePlan, TagRead, Triage};
+use super::plan::{self, Triage};
 use super::pods::{self, Classified};
-use super::steps::{Created, Next, StepPlan};
+use super::steps::{Next, StepPlan};
 use crate::metrics::SetLabels;
 use crate::registry::RegistryError;
 
@@ -85,6 +86,7 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
     // Step 2.
     if cs.metadata.deletion_timestamp.is_some() {
         walk.forget_written_status();
+        ctx.forget_expected(cs);
         let plan = steps::teardown::plan(&walk.observed(&owned));
         return Ok(walk
             .apply_step(plan)
@@ -98,8 +100,10 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
     {
         return Ok(done);
     }
-    // Step 4.
+    // Step 4, with the pods this controller created a moment ago that the cache does not
+    // show yet.
     walk.classified = steps::classify::plan(&owned);
+    walk.classified.pending_creates = ctx.pending_creates(cs, &owned);
     // Step 5: planned here, written with the first patch steps 6–10 make to each pod (the
     // hibernate annotation of a suspend, its clear on unsuspend), the rest right after them.
     walk.stamp_generation();
@@ -111,12 +115,19 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
         return Ok(a);
     }
     // Step 11.
-    if let Step::Return(a) = walk.main_agent().await? {
+    let (now, st) = (Utc::now(), status_time());
+    let next = walk
+        .run_step(|o, a| steps::main::plan(o, a, now, st))
+        .await?;
+    if let Step::Return(a) = Step::from(next) {
         return Ok(a);
     }
     // Steps 12 and 13.
-    walk.sub_agents().await?;
-    walk.toolboxes().await?;
+    let now = Utc::now();
+    walk.run_replayed(|o, a| steps::sub_agents::plan(o, a, now))
+        .await?;
+    walk.run_replayed(|o, a| steps::toolboxes::plan(o, a, now))
+        .await?;
     // Step 14.
     let now = status_time();
     let progress = steps::status::Progress {
@@ -228,14 +239,63 @@ impl<'a> Walk<'a> {
             if applied.next != Next::Replan {
                 return Ok(applied.next);
             }
-            for read in reads {
-                self.fetch(read, &mut answers).await?;
-            }
+            self.fetch_all(reads, &mut answers).await?;
         }
         Err(Error::Invalid(format!(
             "a step of set {}/{} did not settle in {MAX_ROUNDS} rounds",
             self.ns, self.name
         )))
+    }
+
+    /// Runs a step that plans from the view it started from ([`steps::sub_agents`],
+    /// [`steps::toolboxes`]): each round its plan repeats every write of the rounds before
+    /// and adds the ones its new answers allow; only those are applied, then its reads are
+    /// fetched and it plans again. A round that adds no write and asks only for what it
+    /// already has does not settle.
+    async fn run_replayed<F>(&mut self, mut planner: F) -> Result<Next, Error>
+    where
+        F: FnMut(&steps::Observed<'_>, &steps::Answers) -> StepPlan,
+    {
+        let start = self.cs.clone();
+        let mut answers = steps::Answers::default();
+        let mut applied: Vec<steps::Write> = Vec::new();
+        let mut fetched: Vec<steps::Read> = Vec::new();
+        loop {
+            let plan = planner(
+                &steps::Observed {
+                    cs: &start,
+                    ..self.observed(&[])
+                },
+                &answers,
+            );
+            if !plan.writes.starts_with(&applied) {
+                return Err(Error::Invalid(format!(
+                    "a step of set {}/{} planned its earlier writes differently",
+                    self.ns, self.name
+                )));
+            }
+            let new = plan.writes[applied.len()..].to_vec();
+            let stuck = new.is_empty() && plan.reads.iter().all(|r| fetched.contains(r));
+            if plan.next == Next::Replan && stuck {
+                return Err(Error::Invalid(format!(
+                    "a step of set {}/{} did not settle",
+                    self.ns, self.name
+                )));
+            }
+            applied.extend(new.iter().cloned());
+            let next = StepPlan {
+                writes: new,
+                reads: Vec::new(),
+                next: plan.next,
+            };
+            let done = self.apply(next).await?;
+            answers.created.extend(done.created);
+            if done.next != Next::Replan {
+                return Ok(done.next);
+            }
+            fetched.extend(plan.reads.iter().cloned());
+            self.fetch_all(plan.reads, &mut answers).await?;
+        }
     }
 
     fn generation(&self) -> i64 {
@@ -564,52 +624,11 @@ impl<'a> Walk<'a> {
 
     /// Triage one existing pod ([`steps::triage`]) and apply the decision; returns it.
     async fn triage_pod(&mut self, pod: &Pod, reason: Option<String>) -> Result<Triage, Error> {
-        let name = pod.name_any();
         let triaged = steps::triage::plan(&self.observed(&[]), pod, reason, Utc::now());
-        match &triaged.decision {
-            Triage::DeadLetter { reason } => {
-                warn!(namespace = %self.ns, pod = %name, generation = self.generation(), %reason, "rebuild budget spent: dead-lettered until the spec changes");
-            }
-            Triage::Rebuild { attempt, reason } => {
-                info!(namespace = %self.ns, pod = %name, attempt, %reason, "rebuilding");
-            }
-            _ => {}
-        }
-        if let Some(d) = triaged.backoff {
-            self.note_backoff(d);
-        }
-        self.apply(StepPlan::then(triaged.writes, Next::Continue))
-            .await?;
-        self.changed |= triaged.changed;
-        Ok(triaged.decision)
-    }
-
-    /// For a missing pod: false when its budget is spent at this generation
-    /// ([`steps::triage::may_recreate`]).
-    async fn may_recreate(&mut self, pod_name: &str) -> Result<bool, Error> {
-        match steps::triage::may_recreate(&self.observed(&[]), pod_name) {
-            None => Ok(false),
-            Some(writes) => {
-                self.apply(StepPlan::then(writes, Next::Continue)).await?;
-                Ok(true)
-            }
-        }
-    }
-
-    // ----- §7/§8 create protocol ---------------------------------------------------------
-
-    /// The pods a Hibernated or Waking CocoonHibernation names (from the cache).
-    fn cr_restorable(&self) -> BTreeSet<String> {
-        self.list_hibernations()
-            .into_iter()
-            .filter(|h| {
-                matches!(
-                    h.status.as_ref().and_then(|s| s.phase),
-                    Some(HibernationPhase::Hibernated | HibernationPhase::Waking)
-                )
-            })
-            .map(|h| h.spec.pod_ref.name)
-            .collect()
+        let decision = triaged.decision.clone();
+        let writes = triaged.into_writes(&self.observed(&[]), &pod.name_any());
+        self.apply(StepPlan::then(writes, Next::Continue)).await?;
+        Ok(decision)
     }
 
     /// Removes VMs from the reclaim record (the image rule and the sub-agent pre-create drop).
@@ -623,113 +642,6 @@ impl<'a> Walk<'a> {
         }
         let delta = record.delta(self.cs.annotations());
         self.patch_set_annotations(delta).await
-    }
-
-    // ----- step 11 ---------------------------------------------------------------------
-
-    async fn main_agent(&mut self) -> Result<Step, Error> {
-        let restorable = if self.classified.main.is_none() {
-            self.cr_restorable()
-        } else {
-            BTreeSet::new()
-        };
-        let plan = steps::main::plan(&self.observed(&[]), &restorable, Utc::now(), status_time());
-        let applied = self.apply(plan).await?;
-        let next = steps::main::after_create(applied.next, &applied.created, &self.ctx.timing);
-        Ok(Step::from(next))
-    }
-
-    // ----- step 12 ---------------------------------------------------------------------
-
-    async fn sub_agents(&mut self) -> Result<(), Error> {
-        let Some(survey) = steps::sub_agents::survey(&self.observed(&[])) else {
-            return Ok(());
-        };
-        // One pod at a time: each triage and budget check reads the history the last wrote.
-        for (pod, reason) in &survey.existing {
-            self.triage_pod(pod, reason.clone()).await?;
-        }
-        let mut missing = Vec::new();
-        for slot in survey.missing {
-            if self
-                .may_recreate(&naming::pod_name_for_agent(&self.name, slot))
-                .await?
-            {
-                missing.push(slot);
-            }
-        }
-        let restorable = if missing.is_empty() {
-            BTreeSet::new()
-        } else {
-            self.cr_restorable()
-        };
-        if let Some(create) = steps::sub_agents::creates(&self.observed(&[]), &missing, &restorable)
-        {
-            let applied = self
-                .apply(StepPlan::then(vec![create], Next::Continue))
-                .await?;
-            self.changed |= applied.created.contains(&Created::Yes);
-        }
-        let remove = steps::sub_agents::remove(&self.observed(&[]), &survey.extras);
-        self.changed |= !remove.is_empty();
-        self.apply(StepPlan::then(remove, Next::Continue)).await?;
-        Ok(())
-    }
-
-    // ----- step 13 ---------------------------------------------------------------------
-
-    async fn toolboxes(&mut self) -> Result<(), Error> {
-        if let Err(invalid) = steps::toolboxes::validate(&self.cs.spec.toolboxes) {
-            warn!(namespace = %self.ns, name = %self.name, error = %invalid, "invalid spec: waiting for a change");
-            self.invalid = Some(invalid);
-            return Ok(());
-        }
-        let (each, leaving) = steps::toolboxes::survey(&self.observed(&[]));
-        for toolbox in each {
-            match toolbox {
-                steps::toolboxes::Toolbox::Collision(message) => {
-                    return Err(Error::Invalid(message));
-                }
-                steps::toolboxes::Toolbox::Existing(pod, reason) => {
-                    self.triage_pod(&pod, reason).await?;
-                }
-                steps::toolboxes::Toolbox::Missing(t, pod_name) => {
-                    if !self.may_recreate(&pod_name).await? {
-                        continue;
-                    }
-                    let restorable = self.cr_restorable();
-                    let create = steps::toolboxes::create(&self.observed(&[]), &t, &restorable);
-                    let applied = self
-                        .apply(StepPlan::then(vec![create], Next::Continue))
-                        .await?;
-                    match applied.created.last() {
-                        Some(Created::Yes) => self.changed = true,
-                        Some(Created::AlreadyExists) => {
-                            self.check_toolbox_collision(&t, &pod_name).await?
-                        }
-                        None => {}
-                    }
-                }
-            }
-        }
-        let remove = steps::sub_agents::remove(&self.observed(&[]), &leaving);
-        self.changed |= !remove.is_empty();
-        self.apply(StepPlan::then(remove, Next::Continue)).await?;
-        Ok(())
-    }
-
-    /// An AlreadyExists toolbox create is fine only for our own toolbox pod.
-    async fn check_toolbox_collision(&self, t: &ToolboxSpec, pod_name: &str) -> Result<(), Error> {
-        self.ctx.count(|s| &s.reads);
-        let live = self.pod_api.get(pod_name).await?;
-        let role = live.labels().get(labels::ROLE).cloned().unwrap_or_default();
-        if role == Role::Toolbox.as_str() && pods::is_owned(&self.cs, &live) {
-            return Ok(());
-        }
-        Err(Error::Invalid(format!(
-            "create toolbox {}: name collision with existing pod {}/{pod_name} (role={role})",
-            t.name, self.ns
-        )))
     }
 }
 
@@ -761,93 +673,4 @@ async fn patch_pod(
     api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
-}
-
-/// §7 for one pod: read the `:hibernate` manifest (unless skipped), drop the tag when the
-/// plan says so, mark for restore, create. Returns the outcome and the VM to forget from the
-/// record (applied by the caller once all creates are done).
-async fn create_through_protocol(
-    ctx: &Context,
-    api: &Api<Pod>,
-    mut pod: Pod,
-    facts: CreateFacts<'static>,
-    step: &'static str,
-) -> (Result<Created, Error>, Option<String>) {
-    let decision = match prepare_create(ctx, &mut pod, facts, step).await {
-        Ok(x) => x,
-        Err(e) => return (Err(e), None),
-    };
-    let forget = decision.forget.then(|| pods::vm_name(&pod).to_string());
-    (post_pod(ctx, api, &pod).await, forget)
-}
-
-/// §7 steps 1–4: read the tag, drop it under the image rule or the sub-agent pre-create drop
-/// (an error fails the pass, nothing is created), and mark the pod for restore. Returns the
-/// plan.
-async fn prepare_create(
-    ctx: &Context,
-    pod: &mut Pod,
-    facts: CreateFacts<'static>,
-    step: &'static str,
-) -> Result<CreatePlan, Error> {
-    let vm = pods::vm_name(pod).to_string();
-    let image = pod
-        .annotations()
-        .get(ann::IMAGE)
-        .cloned()
-        .unwrap_or_default();
-    let skip_registry = !pods::is_managed(pod) || vm.is_empty();
-    let tag = if skip_registry {
-        TagRead::Skipped
-    } else {
-        read_manifest(ctx, &vm, step).await?
-    };
-    let decision: CreatePlan = plan::plan_create(&CreateFacts {
-        image: &image,
-        tag,
-        ..facts
-    });
-    if decision.drop_tag {
-        ctx.registry_write()?;
-        ctx.count(|s| &s.registry_calls);
-        if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
-            let what = format!("delete {vm}:{}", tags::HIBERNATE);
-            return Err(Error::registry(step, what, e));
-        }
-        info!(vm = %vm, "dropped a :hibernate tag the new pod could not boot over");
-    }
-    if decision.restore {
-        pods::mark_restore(pod);
-    }
-    Ok(decision)
-}
-
-/// §7.1: the `:hibernate` manifest of `vm` (absent, or present with its recorded image); a
-/// refusal fails the pass with `step` as its context.
-async fn read_manifest(ctx: &Context, vm: &str, step: &'static str) -> Result<TagRead, Error> {
-    ctx.count(|s| &s.registry_calls);
-    match ctx.registry.manifest_annotations(vm, tags::HIBERNATE).await {
-        Ok(None) => Ok(TagRead::Absent),
-        Ok(Some(a)) => Ok(TagRead::Present {
-            base_image: a
-                .get(oci::ANNOTATION_BASE_IMAGE)
-                .cloned()
-                .unwrap_or_default(),
-        }),
-        Err(e) => {
-            let what = format!("get {vm}:{} manifest", tags::HIBERNATE);
-            Err(Error::registry(step, what, e))
-        }
-    }
-}
-
-/// Posts a pod; AlreadyExists (the old pod still terminating, or a racing pass) is reported,
-/// not failed.
-async fn post_pod(ctx: &Context, api: &Api<Pod>, pod: &Pod) -> Result<Created, Error> {
-    ctx.write(line!())?;
-    match api.create(&PostParams::default(), pod).await {
-        Ok(_) => Ok(Created::Yes),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::AlreadyExists),
-        Err(e) => Err(Error::Kube(e)),
-    }
 }

@@ -24,7 +24,9 @@ use cocoon_api::naming::Role;
 use kube::ResourceExt;
 
 use self::rules::{self as suspend, Deadline, GateItem};
-use super::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write, create_facts};
+use super::{
+    Answers, Counter, Created, Next, Observed, Protocol, Read, StepPlan, Write, create_facts,
+};
 use crate::cocoonset::plan;
 use crate::cocoonset::pods;
 
@@ -152,17 +154,25 @@ fn clear_suspending_since(o: &Observed<'_>) -> Write {
 /// while suspended comes back from its snapshot (and hibernates again on the next pass).
 fn create_main(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     match answers.created.last() {
-        Some(Created::Yes) => StepPlan::requeue(Vec::new(), o.timing.requeue_after_write),
-        Some(Created::AlreadyExists) => StepPlan::requeue(Vec::new(), o.timing.wait_for_main),
-        None => {
-            let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
-            let facts = create_facts(o, &pod, Role::Main, &BTreeSet::new(), true);
-            let create = Write::CreatePod {
-                pod: Box::new(pod),
-                facts,
-                step: STEP,
-            };
-            StepPlan::read(vec![create], Vec::new())
+        Some(Created::Yes) => return StepPlan::requeue(Vec::new(), o.timing.requeue_after_write),
+        Some(Created::AlreadyExists) => {
+            return StepPlan::requeue(Vec::new(), o.timing.wait_for_main);
+        }
+        None => {}
+    }
+    let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
+    // Created a moment ago and not in the cache yet: as if the post found it.
+    if o.classified.pending_creates.contains_key(&pod.name_any()) {
+        return StepPlan::requeue(Vec::new(), o.timing.wait_for_main);
+    }
+    let facts = create_facts(o, &pod, Role::Main, &BTreeSet::new(), true);
+    match super::create_protocol(answers, pod, facts, STEP) {
+        Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
+        Protocol::Decided {
+            pod, mut writes, ..
+        } => {
+            writes.push(Write::PostPod(pod));
+            StepPlan::read(writes, Vec::new())
         }
     }
 }
@@ -460,10 +470,30 @@ mod tests {
     #[test]
     fn a_main_deleted_while_suspended_is_created_from_its_snapshot() {
         let cs = set(false, Some(CocoonSetPhase::Suspended));
+        // §7.1: the manifest read first, then the post of a pod restore-marked on the tag.
         let p = run(&cs, &[], &Answers::default(), now());
+        let vm = naming_vm();
+        assert_eq!(
+            p,
+            StepPlan::read(
+                Vec::new(),
+                vec![Read::Manifest {
+                    vm: vm.clone(),
+                    step: STEP
+                }]
+            )
+        );
+        let mut a = Answers::default();
+        a.manifests.insert(
+            vm,
+            crate::cocoonset::plan::TagRead::Present {
+                base_image: String::new(),
+            },
+        );
+        let p = run(&cs, &[], &a, now());
         assert!(matches!(
             &p.writes[..],
-            [Write::CreatePod { facts, step: STEP, .. }] if facts.unconditional_intent
+            [Write::PostPod(pod)] if pods::is_restore_marked(pod)
         ));
         assert_eq!(p.next, Next::Replan);
         let t = Timing::default();
