@@ -8,12 +8,14 @@
 //! Failed phase is recoverable: a main Ready again is announced with `RecoveredFromFailure`
 //! and the pass goes on.
 
+use chrono::{DateTime, Utc};
 use cocoon_api::contract::events::operator as reasons;
 use cocoon_api::crd::set::CocoonSetPhase;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 
-use super::{Counter, Next, Observed, StepPlan, Write};
+use super::{Answers, Counter, Next, Observed, StepPlan, Write, triage, unsuspend};
 use crate::cocoonset::plan::{self, FailedStep, Triage};
 use crate::cocoonset::pods;
 
@@ -47,6 +49,53 @@ pub fn plan(o: &Observed<'_>) -> FailedMain {
         FailedStep::Rebuild { reason } => FailedMain::ClearThenRebuild { reason },
         FailedStep::Fail(_) => FailedMain::ClearThenReport,
     }
+}
+
+/// Step 7 on the pass's view and the step's answers so far: [`plan`], then for a terminal
+/// main first step 10's bookkeeping (its reads, then its writes, each round planned again on
+/// the view they leave) unless a migration is pending, then [`report`] or the rebuild triage
+/// and [`after_triage`].
+pub fn step(
+    o: &Observed<'_>,
+    answers: &Answers,
+    now: DateTime<Utc>,
+    status_time: Timestamp,
+) -> StepPlan {
+    let rebuild = match plan(o) {
+        FailedMain::Proceed(p) => return p,
+        FailedMain::ClearThenReport => None,
+        FailedMain::ClearThenRebuild { reason } => Some(reason),
+    };
+    let Some(main) = &o.classified.main else {
+        return StepPlan::proceed();
+    };
+    if clears_leftover_hibernate(o, main) {
+        let bookkeeping = unsuspend::bookkeeping(o, answers);
+        if !bookkeeping.writes.is_empty() || bookkeeping.next != Next::Continue {
+            return StepPlan {
+                next: Next::Replan,
+                ..bookkeeping
+            };
+        }
+    }
+    let Some(reason) = rebuild else {
+        return report(o, main, status_time);
+    };
+    let triaged = triage::plan(o, main, Some(reason), now);
+    let decision = triaged.decision.clone();
+    let mut writes = triaged.into_writes(o, &main.name_any());
+    let after = after_triage(o, &decision, main, status_time);
+    writes.extend(after.writes);
+    StepPlan::then(writes, after.next)
+}
+
+/// 7.1: a terminal main first loses a leftover hibernate intent, unless a migration is
+/// pending (the main is bound off the node `spec.nodeName` names), whose quiesce that
+/// annotation is.
+fn clears_leftover_hibernate(o: &Observed<'_>, main: &Pod) -> bool {
+    let desired = o.cs.spec.node_name.as_str();
+    let bound = pods::bound_node(main);
+    desired.is_empty() || bound.is_empty() || bound == desired
 }
 
 /// 7.3: `Phase=Failed`, announced (event and metric) only on entering it; then wait for a
@@ -253,5 +302,80 @@ mod tests {
             after_triage(&o, &Triage::ResetAndDelete, &main, now).next,
             Next::RequeueAfter(t.requeue_after_write)
         );
+    }
+
+    #[test]
+    fn before_either_the_unsuspend_clears_a_leftover_hibernate_unless_a_migration_is_pending() {
+        let t = Timing::default();
+        let cs = set(Some(CocoonSetPhase::Running));
+        let mut main = pods::build_agent_pod(&cs, NS, 0, "", None);
+        status(&mut main, "Failed", false);
+        main.spec.get_or_insert_default().node_name = Some("node-a".into());
+        let mut annotated = main.clone();
+        annotated
+            .annotations_mut()
+            .insert(ann::HIBERNATE.into(), "true".into());
+        let (now, st) = (Utc::now(), Timestamp::UNIX_EPOCH);
+        let run = |cs: &CocoonSet, main: &Pod, a: &Answers| {
+            let c = Classified::from_owned([main]);
+            step(
+                &Observed {
+                    cs,
+                    ns: NS,
+                    owned: &[],
+                    classified: &c,
+                    timing: &t,
+                },
+                a,
+                now,
+                st,
+            )
+        };
+        let reported = |cs: &CocoonSet, main: &Pod| {
+            let c = Classified::from_owned([main]);
+            let o = Observed {
+                cs,
+                ns: NS,
+                owned: &[],
+                classified: &c,
+                timing: &t,
+            };
+            report(&o, main, st)
+        };
+        // The bookkeeping's read, then its writes, and the step plans again.
+        let p = run(&cs, &annotated, &Answers::default());
+        assert_eq!(
+            (p.reads, p.next),
+            (vec![super::super::Read::CachedHibernations], Next::Replan)
+        );
+        // (A hibernate annotation the set did not record asks for a fresh list too.)
+        let crs = Answers {
+            cached_hibernations: Some(Vec::new()),
+            fresh_hibernations: Some(Vec::new()),
+            ..Answers::default()
+        };
+        let p = run(&cs, &annotated, &crs);
+        assert!(
+            p.writes
+                .iter()
+                .any(|w| matches!(w, Write::MarkPods { names, .. } if names == &["demo-0"])),
+            "{p:?}"
+        );
+        assert_eq!(p.next, Next::Replan);
+        // On the view the clear leaves: the report.
+        assert_eq!(run(&cs, &main, &crs), reported(&cs, &main));
+        // A migration pending (pinned elsewhere): no clear, the report at once.
+        let mut pinned = cs.clone();
+        pinned.spec.node_name = "node-b".into();
+        assert_eq!(
+            run(&pinned, &annotated, &Answers::default()),
+            reported(&pinned, &annotated)
+        );
+        // Terminal and drifted: the rebuild budget, then the requeue.
+        let mut drifted = cs.clone();
+        drifted.spec.agent.image = "img:2".into();
+        let p = run(&drifted, &main, &Answers::default());
+        assert!(p.writes.contains(&Write::DeletePod("demo-0".into())));
+        assert_eq!(p.next, Next::RequeueAfter(t.requeue_after_write));
     }
 }

@@ -34,8 +34,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, warn};
 
-use super::plan::{self, Triage};
-use super::pods::{self, Classified};
+use super::plan;
+use super::pods::Classified;
 use super::steps::{Next, StepPlan};
 use crate::metrics::SetLabels;
 use crate::registry::RegistryError;
@@ -201,7 +201,11 @@ impl<'a> Walk<'a> {
             return Ok(Step::Return(a));
         }
         // Step 7.
-        if let Step::Return(a) = self.failed_state().await? {
+        let (now, st) = (Utc::now(), status_time());
+        let next = self
+            .run_step(|o, a| steps::failed_main::step(o, a, now, st))
+            .await?;
+        if let Step::Return(a) = Step::from(next) {
             return Ok(Step::Return(a));
         }
         // Step 8.
@@ -579,56 +583,6 @@ impl<'a> Walk<'a> {
             .filter(|h| h.metadata.namespace.as_deref() == Some(self.ns.as_str()))
             .map(|h| (**h).clone())
             .collect()
-    }
-
-    // ----- step 7 ----------------------------------------------------------------------
-
-    /// 7.1: a terminal main first loses a leftover hibernate intent (step 10's bookkeeping),
-    /// unless a migration is pending, whose quiesce that annotation is.
-    async fn clear_leftover_hibernate(&mut self, main: &Pod) -> Result<(), Error> {
-        let desired = self.cs.spec.node_name.as_str();
-        let bound = pods::bound_node(main);
-        if !desired.is_empty() && !bound.is_empty() && bound != desired {
-            return Ok(());
-        }
-        self.run_step(steps::unsuspend::bookkeeping).await?;
-        Ok(())
-    }
-
-    async fn failed_state(&mut self) -> Result<Step, Error> {
-        let decision = steps::failed_main::plan(&self.observed(&[]));
-        let Some(main) = self.classified.main.clone() else {
-            return Ok(Step::Continue);
-        };
-        let plan = match decision {
-            steps::failed_main::FailedMain::Proceed(plan) => plan,
-            steps::failed_main::FailedMain::ClearThenReport => {
-                self.clear_leftover_hibernate(&main).await?;
-                steps::failed_main::report(&self.observed(&[]), &main, status_time())
-            }
-            steps::failed_main::FailedMain::ClearThenRebuild { reason } => {
-                self.clear_leftover_hibernate(&main).await?;
-                let decision = self.triage_pod(&main, Some(reason)).await?;
-                steps::failed_main::after_triage(
-                    &self.observed(&[]),
-                    &decision,
-                    &main,
-                    status_time(),
-                )
-            }
-        };
-        Ok(Step::from(self.apply(plan).await?.next))
-    }
-
-    // ----- §6 triage applied -------------------------------------------------------------
-
-    /// Triage one existing pod ([`steps::triage`]) and apply the decision; returns it.
-    async fn triage_pod(&mut self, pod: &Pod, reason: Option<String>) -> Result<Triage, Error> {
-        let triaged = steps::triage::plan(&self.observed(&[]), pod, reason, Utc::now());
-        let decision = triaged.decision.clone();
-        let writes = triaged.into_writes(&self.observed(&[]), &pod.name_any());
-        self.apply(StepPlan::then(writes, Next::Continue)).await?;
-        Ok(decision)
     }
 
     /// Removes VMs from the reclaim record (the image rule and the sub-agent pre-create drop).
