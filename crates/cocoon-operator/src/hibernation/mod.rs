@@ -216,6 +216,7 @@ pub async fn run(
     let index_ctx = ctx.clone();
     let cr_events = watcher(crs, watcher::Config::default().any_semantic())
         .default_backoff()
+        .modify(shared::slim)
         .reflect(feeds.crs)
         .inspect(move |ev| {
             if let Ok(ev) = ev {
@@ -232,6 +233,7 @@ pub async fn run(
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let pod_events = watcher(pods, watcher::Config::default().any_semantic())
         .default_backoff()
+        .modify(shared::slim)
         .reflect(feeds.pods)
         .inspect(move |ev| {
             if matches!(ev, Ok(WatchEvent::InitDone)) {
