@@ -23,11 +23,12 @@
 //! stime from `/proc/<pid>/stat`) over the same window; for the last scenario also its RSS.
 //!
 //! `COCOON_BENCH_SCALE=<n>` runs a scale scenario instead: n sets of main + 1 sub-agent + 1
-//! toolbox (3n pods over three agents, here each a `cocoon-operator node` process of its own)
-//! → all Running (time, operator writes, CPU, the RSS of the operator and of each agent); a
-//! settled minute (operator writes from the audit log, registry requests from the registry's
-//! access log); then the operator killed and started again: the time until its passes over
-//! every set went quiet, with the writes they made (goal 0).
+//! toolbox (3n pods over three agents, here each a `cocoon-operator node` process of its own
+//! in a pool of its own, every third set in each) → all Running (time, operator writes, CPU,
+//! the RSS of the operator and of each agent); a settled minute (operator writes from the audit
+//! log, registry requests from the registry's access log); then the operator killed and started
+//! again: the time until its passes over every set went quiet, with the writes they made (goal
+//! 0).
 //!
 //! Run: `cargo bench -p cocoon-bin --bench cocoonset_lifecycle`. The operator runs at the
 //! `COCOONSET_CONCURRENCY` of the shipped Deployment unless the environment sets it. Under
@@ -281,10 +282,17 @@ impl OperatorProcess {
     }
 }
 
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
+impl OperatorProcess {
+    /// Kills the process and reaps it.
+    fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -821,7 +829,16 @@ async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usiz
         if let Some(n) = scale {
             // Each agent its own `cocoon-operator node` process, so its RSS is its own; it
             // registers its Node with room for every pod of the scenario.
-            agent_procs.push(AgentProcess::start(env, &name, &pool, root.path(), 3 * n + 110)?);
+            // Each agent its own pool and every third set in it: 3000 pods spread evenly (in
+            // one pool the scheduler's ties put two thirds of them on one node).
+            let pool = scale_pool(&pool, agent_procs.len());
+            agent_procs.push(AgentProcess::start(
+                env,
+                &name,
+                &pool,
+                root.path(),
+                3 * n + 110,
+            )?);
         } else {
             let node = TestNode::in_pool(&admin, &name, &pool).await?;
             node.wait_schedulable(Duration::from_secs(60)).await?;
@@ -830,8 +847,7 @@ async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usiz
                 ..AgentOptions::default()
             };
             agents.push(
-                Agent::start(env.client()?, &name, root.path(), env.registry_addr(), opts)
-                    .await?,
+                Agent::start(env.client()?, &name, root.path(), env.registry_addr(), opts).await?,
             );
             nodes.push(node);
         }
@@ -845,12 +861,15 @@ async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usiz
     let outcome = match scale {
         Some(n) => {
             let outcome =
-                scale_scenario(env, &admin, &ns, &pool, &timeline, &mut op, &agent_procs, n)
-                    .await;
+                scale_scenario(env, &admin, &ns, &pool, &timeline, &mut op, &agent_procs, n).await;
             if outcome.is_err() {
                 eprintln!("---- operator log ----\n{}", op.log_tail());
                 for agent in &agent_procs {
-                    eprintln!("---- node agent {} log ----\n{}", agent.node, agent.log_tail());
+                    eprintln!(
+                        "---- node agent {} log ----\n{}",
+                        agent.node,
+                        agent.log_tail()
+                    );
                 }
             }
             outcome
@@ -979,7 +998,7 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
     let cpu0 = cpu_of(b.op.pid());
     let t0 = Timestamp::now();
     let names: Vec<String> = (0..n_sets).map(|i| format!("many-{i}")).collect();
-    create_all(&b.sets, &names, || main_only_spec(pool)).await?;
+    create_all(&b.sets, &names, |_| main_only_spec(pool)).await?;
     let issued = Timestamp::now();
     let t = &b.timeline;
     let last = cocoon_testenv::wait_until(&format!("{n_sets} sets Running"), WAIT, || async {
@@ -1025,6 +1044,11 @@ fn registry_requests(env: &TestEnv) -> usize {
         .count()
 }
 
+/// The pool of the scale scenario's agent `i`.
+fn scale_pool(pool: &str, i: usize) -> String {
+    format!("{pool}-{i}")
+}
+
 fn scale_spec(pool: &str) -> CocoonSetSpec {
     let mut s = full_spec(pool);
     s.agent.replicas = 1;
@@ -1059,7 +1083,7 @@ async fn scale_scenario(
     let t0 = Timestamp::now();
     let names: Vec<String> = (0..n).map(|i| format!("scale-{i}")).collect();
     let last_report = std::cell::Cell::new(t0);
-    create_all(&sets, &names, || scale_spec(pool)).await?;
+    create_all(&sets, &names, |i| scale_spec(&scale_pool(pool, i % NODES))).await?;
     let issued = Timestamp::now();
     let running_at = cocoon_testenv::wait_until(
         &format!("{n} sets Running"),
@@ -1128,11 +1152,10 @@ async fn scale_scenario(
         cpu_of(op.pid()).saturating_sub(cpu_w0).as_secs_f64(),
     );
 
-    // Restart: a fresh operator process resyncs every set.
-    let old_pid = op.pid();
+    // Restart: the operator killed, then a fresh process resyncs every set.
+    op.stop();
     let r0 = registry_requests(env);
     *op = OperatorProcess::start(env, admin, ns).await?;
-    let _ = old_pid;
     let fresh = &*op;
     // Its passes have gone quiet once the counter stood still for a QUIET span and covered
     // every set.
@@ -1182,17 +1205,19 @@ async fn scale_scenario(
     Ok(())
 }
 
-/// Creates the sets, at most `CREATES_AT_ONCE` POSTs in flight, as a user's tooling would:
-/// one POST after another took this bench 130 ms a set, which is not the operator's time.
+/// Creates the sets (set `i` with `spec(i)`), at most `CREATES_AT_ONCE` POSTs in flight, as a
+/// user's tooling would: one POST after another took this bench 130 ms a set, which is not the
+/// operator's time.
 async fn create_all(
     sets: &Api<CocoonSet>,
     names: &[String],
-    spec: impl Fn() -> CocoonSetSpec,
+    spec: impl Fn(usize) -> CocoonSetSpec,
 ) -> BenchResult {
     let posts: Vec<_> = names
         .iter()
-        .map(|name| {
-            let cs = CocoonSet::new(name, spec());
+        .enumerate()
+        .map(|(i, name)| {
+            let cs = CocoonSet::new(name, spec(i));
             async move { sets.create(&PostParams::default(), &cs).await }
         })
         .collect();
