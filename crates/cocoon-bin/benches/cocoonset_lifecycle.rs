@@ -23,11 +23,12 @@
 //! stime from `/proc/<pid>/stat`) over the same window; for the last scenario also its RSS.
 //!
 //! `COCOON_BENCH_SCALE=<n>` runs a scale scenario instead: n sets of main + 1 sub-agent + 1
-//! toolbox (3n pods over the three agents) → all Running (time, operator writes, CPU, operator
-//! RSS, this process's RSS: the three agents and the bench's own watches); a settled minute
-//! (operator writes from the audit log, registry requests from the registry's access log); then
-//! the operator killed and started again: the time until its passes over every set went quiet,
-//! with the writes they made (goal 0).
+//! toolbox (3n pods over three agents, here each a `cocoon-operator node` process of its own
+//! in a pool of its own, every third set in each) → all Running (time, operator writes, CPU,
+//! the RSS of the operator and of each agent); a settled minute (operator writes from the audit
+//! log, registry requests from the registry's access log); then the operator killed and started
+//! again: the time until its passes over every set went quiet, with the writes they made (goal
+//! 0).
 //!
 //! Run: `cargo bench -p cocoon-bin --bench cocoonset_lifecycle`. The operator runs at the
 //! `COCOONSET_CONCURRENCY` of the shipped Deployment unless the environment sets it. Under
@@ -281,7 +282,95 @@ impl OperatorProcess {
     }
 }
 
+impl OperatorProcess {
+    /// Kills the process and reaps it.
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `cocoon-operator node` on the simulated runtime at zero latency, as its own process (the
+/// scale scenario: its RSS is then the agent's alone). It registers its own Node in the pool.
+struct AgentProcess {
+    child: Child,
+    node: String,
+    log: PathBuf,
+}
+
+impl AgentProcess {
+    fn start(
+        env: &TestEnv,
+        node: &str,
+        pool: &str,
+        root: &Path,
+        pods: usize,
+    ) -> BenchResult<AgentProcess> {
+        let log = root.join("agent.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_cocoon-operator"))
+            .arg("node")
+            .env("KUBECONFIG", env.kubeconfig_path())
+            .env("OCI_REGISTRY", env.registry_addr())
+            .env("VK_NODE_NAME", node)
+            .env("VK_NODE_POOL", pool)
+            .env("VK_NODE_IP", "127.0.0.1")
+            .env("VK_NODE_PODS", pods.to_string())
+            .env("VK_KUBELET_PORT", "0")
+            .env("VK_METRICS_ADDR", "127.0.0.1:0")
+            .env("VK_CLIENT_CA_FILE", env.pki_dir().join("ca.crt"))
+            .env("VK_RUNTIME", "sim")
+            .env("VK_SIM_ROOT", root)
+            .env("VK_SIM_LATENCY_SCALE", "0")
+            .env("VK_SIM_IMAGES", "ubuntu:24.04")
+            .env("COCOON_ROOT_DIR", root)
+            .env("VK_LEASES_PATH", root.join("leases.json"))
+            .env("VK_LOG_LEVEL", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        Ok(AgentProcess {
+            child,
+            node: node.to_owned(),
+            log,
+        })
+    }
+
+    /// Until its Node is Ready without a taint that keeps pods off.
+    async fn wait_schedulable(&self, admin: &Client) -> BenchResult {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
+        cocoon_testenv::wait_until(
+            &format!("node {} schedulable", self.node),
+            Duration::from_secs(60),
+            || async {
+                let node = nodes.get_opt(&self.node).await.ok()??;
+                (cocoon_testenv::node::is_ready(&node)
+                    && cocoon_testenv::node::blocking_taints(&node).is_empty())
+                .then_some(())
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for AgentProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -732,29 +821,56 @@ async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usiz
     let pool = cocoon_testenv::unique_name("pool");
     let mut nodes = Vec::new();
     let mut agents = Vec::new();
+    let mut agent_procs = Vec::new();
     let mut roots = Vec::new();
     for _ in 0..NODES {
         let root = tempfile::tempdir()?;
         let name = cocoon_testenv::unique_name("life-node");
-        let node = TestNode::in_pool(&admin, &name, &pool).await?;
-        node.wait_schedulable(Duration::from_secs(60)).await?;
-        let opts = AgentOptions {
-            tweak: zero_latency,
-            ..AgentOptions::default()
-        };
-        agents.push(
-            Agent::start(env.client()?, &name, root.path(), env.registry_addr(), opts).await?,
-        );
-        nodes.push(node);
+        if let Some(n) = scale {
+            // Each agent its own `cocoon-operator node` process, so its RSS is its own; it
+            // registers its Node with room for every pod of the scenario.
+            // Each agent its own pool and every third set in it: 3000 pods spread evenly (in
+            // one pool the scheduler's ties put two thirds of them on one node).
+            let pool = scale_pool(&pool, agent_procs.len());
+            agent_procs.push(AgentProcess::start(
+                env,
+                &name,
+                &pool,
+                root.path(),
+                3 * n + 110,
+            )?);
+        } else {
+            let node = TestNode::in_pool(&admin, &name, &pool).await?;
+            node.wait_schedulable(Duration::from_secs(60)).await?;
+            let opts = AgentOptions {
+                tweak: zero_latency,
+                ..AgentOptions::default()
+            };
+            agents.push(
+                Agent::start(env.client()?, &name, root.path(), env.registry_addr(), opts).await?,
+            );
+            nodes.push(node);
+        }
         roots.push(root);
+    }
+    for agent in &agent_procs {
+        agent.wait_schedulable(&admin).await?;
     }
     let timeline = start_timeline(&admin, &ns).await?;
     let mut op = OperatorProcess::start(env, &admin, &ns).await?;
     let outcome = match scale {
         Some(n) => {
-            let outcome = scale_scenario(env, &admin, &ns, &pool, &timeline, &mut op, n).await;
+            let outcome =
+                scale_scenario(env, &admin, &ns, &pool, &timeline, &mut op, &agent_procs, n).await;
             if outcome.is_err() {
                 eprintln!("---- operator log ----\n{}", op.log_tail());
+                for agent in &agent_procs {
+                    eprintln!(
+                        "---- node agent {} log ----\n{}",
+                        agent.node,
+                        agent.log_tail()
+                    );
+                }
             }
             outcome
         }
@@ -774,6 +890,7 @@ async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usiz
         }
     };
     drop(op);
+    drop(agent_procs);
     for mut a in agents {
         a.stop().await;
     }
@@ -881,7 +998,7 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
     let cpu0 = cpu_of(b.op.pid());
     let t0 = Timestamp::now();
     let names: Vec<String> = (0..n_sets).map(|i| format!("many-{i}")).collect();
-    create_all(&b.sets, &names, || main_only_spec(pool)).await?;
+    create_all(&b.sets, &names, |_| main_only_spec(pool)).await?;
     let issued = Timestamp::now();
     let t = &b.timeline;
     let last = cocoon_testenv::wait_until(&format!("{n_sets} sets Running"), WAIT, || async {
@@ -927,6 +1044,11 @@ fn registry_requests(env: &TestEnv) -> usize {
         .count()
 }
 
+/// The pool of the scale scenario's agent `i`.
+fn scale_pool(pool: &str, i: usize) -> String {
+    format!("{pool}-{i}")
+}
+
 fn scale_spec(pool: &str) -> CocoonSetSpec {
     let mut s = full_spec(pool);
     s.agent.replicas = 1;
@@ -941,25 +1063,27 @@ async fn scale_scenario(
     pool: &str,
     timeline: &Shared,
     op: &mut OperatorProcess,
+    agents: &[AgentProcess],
     n: usize,
 ) -> BenchResult {
     let audit = env.audit_log();
     let sets: Api<CocoonSet> = Api::namespaced(admin.clone(), ns);
     cocoon_testenv::wait_until("the operator's /metrics", WAIT, || op.passes()).await?;
     let (idle_rss, _) = rss_of(op.pid());
-    let (bench_idle, _) = rss_of(std::process::id());
+    let agent_rss = || -> Vec<(f64, f64)> { agents.iter().map(|a| rss_of(a.pid())).collect() };
+    let agents_idle = agent_rss();
     println!();
     println!(
         "CocoonSet scale: {n} sets x (main + 1 sub-agent + 1 toolbox), `cocoon-operator run` as \
-         its own process (COCOONSET_CONCURRENCY={}), {NODES} real in-process node agents \
-         (simulated runtime, every sim latency zero)",
+         its own process (COCOONSET_CONCURRENCY={}), {NODES} `cocoon-operator node` agents, \
+         each its own process (simulated runtime, every sim latency zero)",
         concurrency()?
     );
     let cpu0 = cpu_of(op.pid());
     let t0 = Timestamp::now();
     let names: Vec<String> = (0..n).map(|i| format!("scale-{i}")).collect();
     let last_report = std::cell::Cell::new(t0);
-    create_all(&sets, &names, || scale_spec(pool)).await?;
+    create_all(&sets, &names, |i| scale_spec(&scale_pool(pool, i % NODES))).await?;
     let issued = Timestamp::now();
     let running_at = cocoon_testenv::wait_until(
         &format!("{n} sets Running"),
@@ -989,7 +1113,7 @@ async fn scale_scenario(
     let cpu = cpu_of(op.pid()).saturating_sub(cpu0);
     let ramp_writes = writes_between(&writes, t0, Timestamp::now()).len();
     let (op_rss, op_hwm) = rss_of(op.pid());
-    let (bench_rss, bench_hwm) = rss_of(std::process::id());
+    let agents_settled = agent_rss();
     println!(
         "  creates issued in {:.1} s, all Running after {:.1} s | operator writes {ramp_writes} \
          ({:.1} a set) | operator CPU {:.2} s",
@@ -1002,11 +1126,13 @@ async fn scale_scenario(
         "  operator RSS idle {idle_rss:.1} MiB, settled {op_rss:.1} MiB, peak {op_hwm:.1} MiB \
          (goal < 100)"
     );
-    println!(
-        "  bench process RSS (the {NODES} node agents + this bench's watches) idle \
-         {bench_idle:.1} MiB, settled {bench_rss:.1} MiB, peak {bench_hwm:.1} MiB (goal per \
-         agent < 150)"
-    );
+    for (i, (idle, (rss, hwm))) in agents_idle.iter().zip(&agents_settled).enumerate() {
+        println!(
+            "  node agent {i} RSS idle {:.1} MiB, settled {rss:.1} MiB, peak {hwm:.1} MiB (goal \
+             < 150)",
+            idle.0
+        );
+    }
 
     // A settled minute. The window is the measurement itself.
     let w0 = op.writes(&audit, ns).await?.len();
@@ -1026,11 +1152,10 @@ async fn scale_scenario(
         cpu_of(op.pid()).saturating_sub(cpu_w0).as_secs_f64(),
     );
 
-    // Restart: a fresh operator process resyncs every set.
-    let old_pid = op.pid();
+    // Restart: the operator killed, then a fresh process resyncs every set.
+    op.stop();
     let r0 = registry_requests(env);
     *op = OperatorProcess::start(env, admin, ns).await?;
-    let _ = old_pid;
     let fresh = &*op;
     // Its passes have gone quiet once the counter stood still for a QUIET span and covered
     // every set.
@@ -1080,17 +1205,19 @@ async fn scale_scenario(
     Ok(())
 }
 
-/// Creates the sets, at most `CREATES_AT_ONCE` POSTs in flight, as a user's tooling would:
-/// one POST after another took this bench 130 ms a set, which is not the operator's time.
+/// Creates the sets (set `i` with `spec(i)`), at most `CREATES_AT_ONCE` POSTs in flight, as a
+/// user's tooling would: one POST after another took this bench 130 ms a set, which is not the
+/// operator's time.
 async fn create_all(
     sets: &Api<CocoonSet>,
     names: &[String],
-    spec: impl Fn() -> CocoonSetSpec,
+    spec: impl Fn(usize) -> CocoonSetSpec,
 ) -> BenchResult {
     let posts: Vec<_> = names
         .iter()
-        .map(|name| {
-            let cs = CocoonSet::new(name, spec());
+        .enumerate()
+        .map(|(i, name)| {
+            let cs = CocoonSet::new(name, spec(i));
             async move { sets.create(&PostParams::default(), &cs).await }
         })
         .collect();

@@ -11,6 +11,13 @@ use tracing::Instrument as _;
 
 use crate::metrics::{ControllerLabel, ErrorLabels, Metrics};
 
+/// Trims an object before a cache keeps it: `metadata.managedFields` (often the largest part
+/// of a pod, never read by a controller here) is dropped, so a cache of thousands of pods
+/// holds what the passes read.
+pub fn slim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
 /// Whether `obj` carries `finalizer`.
 pub fn has_finalizer<K: Resource>(obj: &K, finalizer: &str) -> bool {
     obj.finalizers().iter().any(|f| f == finalizer)
@@ -125,6 +132,17 @@ mod tests {
             json!({"metadata": {"finalizers": ["other/keep"], "resourceVersion": "7"}})
         );
         assert_eq!(object_name(&obj), "ns/a");
+    }
+
+    #[test]
+    fn a_cached_object_keeps_everything_but_its_managed_fields() {
+        let mut obj = cm(&["ours/f"]);
+        obj.metadata.managed_fields = Some(vec![Default::default(); 3]);
+        obj.metadata.annotations = Some([("k".to_string(), "v".to_string())].into());
+        let mut want = obj.clone();
+        want.metadata.managed_fields = None;
+        slim(&mut obj);
+        assert_eq!(obj, want);
     }
 
     #[derive(Debug, thiserror::Error)]

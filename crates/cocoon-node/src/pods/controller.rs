@@ -39,7 +39,11 @@ pub async fn run(handler: Arc<Handler>) {
     let api: Api<Pod> = Api::all(handler.client.clone());
     let cfg =
         watcher::Config::default().fields(&format!("spec.nodeName={}", handler.cfg.node_name));
-    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    // The tracked copy of each pod keeps what the agent reads: never `managedFields`.
+    let mut stream = watcher::watcher(api, cfg)
+        .default_backoff()
+        .modify(|pod| pod.metadata.managed_fields = None)
+        .boxed();
     let mut relist = Relist::default();
     handler.spawn(lifecycle_reconciler(handler.clone()));
     handler.spawn(drift_reconciler(handler.clone()));

@@ -393,6 +393,7 @@ pub async fn run(
     let set_events = set_changes(
         watcher(sets, watcher::Config::default().any_semantic())
             .default_backoff()
+            .modify(crate::controller::slim)
             .reflect(set_writer)
             .inspect(move |ev| match ev {
                 Ok(watcher::Event::InitDone) => {
@@ -412,6 +413,7 @@ pub async fn run(
     let pod_events = pod_changes(
         watcher(pods, pod_config)
             .default_backoff()
+            .modify(crate::controller::slim)
             .reflect(pod_writer)
             .inspect(move |ev| {
                 if matches!(ev, Ok(watcher::Event::InitDone)) {
@@ -429,6 +431,7 @@ pub async fn run(
     let hib_flag = shared.clone();
     let hib_cache = watcher(hibernations, watcher::Config::default().any_semantic())
         .default_backoff()
+        .modify(crate::controller::slim)
         .reflect(hib_writer)
         .for_each(move |ev| {
             if matches!(ev, Ok(watcher::Event::InitDone)) {

@@ -1,6 +1,8 @@
 //! The CocoonHibernation controller: watches the CRs and the pods they name, runs the pure
 //! rules of [`decide`] and applies their plans (pod patches, status, events, registry tags).
 
+#[cfg(test)]
+mod cache_tests;
 pub mod decide;
 #[cfg(test)]
 mod decide_tests;
@@ -12,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use cocoon_api::contract::{annotations as ann, finalizers, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -216,6 +218,7 @@ pub async fn run(
     let index_ctx = ctx.clone();
     let cr_events = watcher(crs, watcher::Config::default().any_semantic())
         .default_backoff()
+        .modify(shared::slim)
         .reflect(feeds.crs)
         .inspect(move |ev| {
             if let Ok(ev) = ev {
@@ -232,6 +235,7 @@ pub async fn run(
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let pod_events = watcher(pods, watcher::Config::default().any_semantic())
         .default_backoff()
+        .modify(pod_for_cache)
         .reflect(feeds.pods)
         .inspect(move |ev| {
             if matches!(ev, Ok(WatchEvent::InitDone)) {
@@ -463,6 +467,29 @@ async fn drop_woken_tag(
         .await
         .map_err(registry)?;
     Ok(true)
+}
+
+/// What the pod cache keeps of a pod: its metadata (the annotations a pass reads) and whether
+/// each container runs ([`container_running`]); no spec, no other status, no managedFields. A
+/// cache of every pod in the watched namespaces then costs a fraction of the pods.
+fn pod_for_cache(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    pod.spec = None;
+    pod.status = pod.status.take().map(|status| PodStatus {
+        container_statuses: status.container_statuses.map(|all| {
+            all.into_iter()
+                .map(|c| ContainerStatus {
+                    name: c.name,
+                    state: c.state.map(|s| ContainerState {
+                        running: s.running,
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                })
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
 }
 
 fn container_running(pod: &Pod) -> bool {
