@@ -302,7 +302,8 @@ mod tests {
             s
         };
         // (current, new) -> only entries moved (no write)
-        let table: Vec<(&str, Option<CocoonSetStatus>, CocoonSetStatus, bool)> = vec![
+        type Row = (&'static str, Option<CocoonSetStatus>, CocoonSetStatus, bool);
+        let table: Vec<Row> = vec![
             (
                 "a VM id and IP in an entry",
                 Some(base.clone()),

@@ -234,7 +234,8 @@ fn a_suspending_status_at_this_generation_is_not_rewritten_while_pods_hibernate(
     };
     let s = Some(CocoonSetPhase::Suspending);
     // (current status, generation, desired counts) -> already reported (no write)
-    let table: &[(Option<CocoonSetStatus>, i64, (i32, i32), bool)] = &[
+    type Row = (Option<CocoonSetStatus>, i64, (i32, i32), bool);
+    let table: &[Row] = &[
         (status(s, 3, (2, 1)), 3, (2, 1), true),
         // A new generation (the spec changed while suspending) is reported.
         (status(s, 2, (2, 1)), 3, (2, 1), false),
