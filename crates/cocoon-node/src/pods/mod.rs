@@ -249,8 +249,6 @@ pub struct Handler {
     flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Registry pulls in flight, by destination snapshot (see `shared_pull`).
     pulls: Arc<Mutex<HashMap<String, transfer::SharedPull>>>,
-    /// Image materialisations in flight, by image (see `ensure_run_image`).
-    images: Arc<Mutex<HashMap<String, transfer::SharedImage>>>,
     /// Bumped whenever a stale create resolves (its VM name freed, or indexed for adoption):
     /// pod operations waiting out a retry backoff try again at once.
     names_freed: tokio::sync::watch::Sender<u64>,
@@ -303,7 +301,6 @@ impl Handler {
             shutdown,
             flights: Mutex::new(HashMap::new()),
             pulls: Arc::default(),
-            images: Arc::default(),
             names_freed: tokio::sync::watch::Sender::new(0),
             leases,
         })

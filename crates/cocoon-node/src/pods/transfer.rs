@@ -269,13 +269,6 @@ impl Handler {
     }
 
     /// `ensureRunImage(image, force)` (§6.6): the ref to pass to `vm run`.
-    ///
-    /// A single flight keyed by the image (or `"force " + image`): concurrent callers share
-    /// one materialisation and its outcome, instead of each running it again in turn behind a
-    /// lock (a burst of creates of one image on a node made one registry GET and one runtime
-    /// call each, one after the other). It runs in a task of its own on the handler's
-    /// lifetime, so a caller that is cancelled does not abort it; the entry is dropped when
-    /// it ends, so a later call materialises afresh.
     pub(crate) async fn ensure_run_image(
         &self,
         image: &str,
@@ -284,42 +277,67 @@ impl Handler {
         if image.is_empty() {
             return Ok(String::new());
         }
-        let key = if force {
+        let lock = self.flight(&if force {
             format!("force {image}")
         } else {
             image.to_owned()
+        });
+        let _held = lock.lock().await;
+        let lower = image.to_ascii_lowercase();
+        let pull = || async {
+            self.rt
+                .ensure_image(image, force)
+                .await
+                .map(|()| image.to_owned())
+                .map_err(|e| e.to_string())
         };
-        let flight = {
-            let mut flights = self.images.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(f) = flights.get(&key) {
-                f.clone()
-            } else {
-                let rt = self.rt.clone();
-                let registry = self.registry.clone();
-                let table = self.images.clone();
-                let stop = self.shutdown.clone();
-                let (image, k) = (image.to_owned(), key.clone());
-                // The table lock is held until the entry is in, so the task cannot remove it
-                // before it exists.
-                let task = tokio::spawn(async move {
-                    let res = tokio::select! {
-                        r = materialise_image(&*rt, registry.as_ref(), &image, force) => r,
-                        () = stop.cancelled() => Err("node agent shutting down".to_owned()),
-                    };
-                    table.lock().unwrap_or_else(|p| p.into_inner()).remove(&k);
-                    res
-                });
-                let shared: SharedImage = async move {
-                    task.await
-                        .unwrap_or_else(|e| Err(format!("image task failed: {e}")))
+        let Some(reg) = self
+            .registry
+            .as_ref()
+            .filter(|_| !lower.starts_with("http://") && !lower.starts_with("https://"))
+        else {
+            return pull().await;
+        };
+        let (repo, tag) = parse_ref(image);
+        let kind = match Reference::parse(&tag) {
+            Ok(r) => match reg.get_manifest(&repo, &r).await {
+                Ok(f) => cocoon_registry::Manifest::parse(&f.bytes)
+                    .map(|mf| classify(&mf, f.media_type.as_deref()))
+                    .ok(),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        match kind {
+            Some(Kind::Snapshot { .. }) => Err(format!(
+                "image {image} is a snapshot artifact; use mode=clone instead of mode=run"
+            )),
+            Some(Kind::CloudImage) => {
+                let local = format!("{repo}:{tag}");
+                if !force {
+                    match self.rt.image_present(&local).await {
+                        Ok(()) => return Ok(local),
+                        Err(e) if e.is_image_not_found() => {}
+                        Err(e) => return Err(format!("inspect local image {local}: {e}")),
+                    }
                 }
-                .boxed()
-                .shared();
-                flights.insert(key, shared.clone());
-                shared
+                let ImportHandle { mut sink, done } = self
+                    .rt
+                    .image_import(&local)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let streamed = reg.stream_cloud_image(&repo, &tag, &mut sink).await;
+                if streamed.is_ok() {
+                    let _ = sink.shutdown().await;
+                }
+                drop(sink);
+                let imported = done.await;
+                streamed.map_err(|e| e.to_string())?;
+                imported.map_err(|e| e.to_string())?;
+                Ok(local)
             }
-        };
-        flight.await
+            _ => pull().await,
+        }
     }
 
     /// `ensureSnapshotBaseImage(snap)` (§6.6).
@@ -349,67 +367,6 @@ impl Handler {
 
 /// A pull in flight: the outcome of its task, awaitable by any number of callers.
 pub(crate) type SharedPull = Shared<BoxFuture<'static, Result<(), String>>>;
-
-/// An image materialisation in flight ([`Handler::ensure_run_image`]).
-pub(crate) type SharedImage = Shared<BoxFuture<'static, Result<String, String>>>;
-
-/// The body of `ensureRunImage` (§6.6) for a non-empty image.
-async fn materialise_image(
-    rt: &dyn Runtime,
-    registry: Option<&RegistryClient>,
-    image: &str,
-    force: bool,
-) -> Result<String, String> {
-    let lower = image.to_ascii_lowercase();
-    let pull = || async {
-        rt.ensure_image(image, force)
-            .await
-            .map(|()| image.to_owned())
-            .map_err(|e| e.to_string())
-    };
-    let Some(reg) =
-        registry.filter(|_| !lower.starts_with("http://") && !lower.starts_with("https://"))
-    else {
-        return pull().await;
-    };
-    let (repo, tag) = parse_ref(image);
-    let kind = match Reference::parse(&tag) {
-        Ok(r) => match reg.get_manifest(&repo, &r).await {
-            Ok(f) => cocoon_registry::Manifest::parse(&f.bytes)
-                .map(|mf| classify(&mf, f.media_type.as_deref()))
-                .ok(),
-            Err(_) => None,
-        },
-        Err(_) => None,
-    };
-    match kind {
-        Some(Kind::Snapshot { .. }) => Err(format!(
-            "image {image} is a snapshot artifact; use mode=clone instead of mode=run"
-        )),
-        Some(Kind::CloudImage) => {
-            let local = format!("{repo}:{tag}");
-            if !force {
-                match rt.image_present(&local).await {
-                    Ok(()) => return Ok(local),
-                    Err(e) if e.is_image_not_found() => {}
-                    Err(e) => return Err(format!("inspect local image {local}: {e}")),
-                }
-            }
-            let ImportHandle { mut sink, done } =
-                rt.image_import(&local).await.map_err(|e| e.to_string())?;
-            let streamed = reg.stream_cloud_image(&repo, &tag, &mut sink).await;
-            if streamed.is_ok() {
-                let _ = sink.shutdown().await;
-            }
-            drop(sink);
-            let imported = done.await;
-            streamed.map_err(|e| e.to_string())?;
-            imported.map_err(|e| e.to_string())?;
-            Ok(local)
-        }
-        _ => pull().await,
-    }
-}
 
 /// Pulls `<repo>:<tag>` into the local snapshot `local` through the runtime's import stream
 /// (registry.md §6).
