@@ -40,7 +40,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cocoon_api::contract::finalizers;
+use cocoon_api::contract::{annotations as ann, finalizers};
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, ToolboxSpec};
 use cocoon_node::runtime::sim::{Latencies, SimConfig};
 use cocoon_testenv::{AuditLog, AuditRecord, TestEnv, TestNode};
@@ -474,6 +474,14 @@ fn unsigned(d: SignedDuration) -> Duration {
 struct PodSeen {
     at: Timestamp,
     ready: bool,
+    /// `vm.cocoonstack.io/hibernate` is "true".
+    hibernate: bool,
+    /// `vm.cocoonstack.io/lifecycle-state` (empty when absent).
+    lifecycle: String,
+    /// `vm.cocoonstack.io/id` is set (the agent brought a VM up and wrote its runtime).
+    vm_id: bool,
+    /// `spec.nodeName` is set (the scheduler bound it).
+    bound: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -495,8 +503,17 @@ struct Timeline {
 type Shared = Arc<Mutex<Timeline>>;
 
 fn record_pod(t: &Shared, p: &Pod) {
+    let a = p.annotations();
     let seen = PodSeen {
         at: Timestamp::now(),
+        hibernate: a.get(ann::HIBERNATE).is_some_and(|v| v == ann::TRUE),
+        lifecycle: a.get(ann::LIFECYCLE_STATE).cloned().unwrap_or_default(),
+        vm_id: a.get(ann::VM_ID).is_some_and(|v| !v.is_empty()),
+        bound: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty()),
         ready: p
             .status
             .as_ref()
@@ -581,10 +598,20 @@ async fn start_timeline(client: &Client, ns: &str) -> BenchResult<Shared> {
 
 impl Timeline {
     fn first_pod(&self, pod: &str, since: Timestamp, ready: bool) -> Option<Timestamp> {
+        self.pod_when(pod, since, |p| !ready || p.ready)
+    }
+
+    /// The first event of `pod` at or after `since` that satisfies `f`.
+    fn pod_when(
+        &self,
+        pod: &str,
+        since: Timestamp,
+        f: impl Fn(&PodSeen) -> bool,
+    ) -> Option<Timestamp> {
         self.pods
             .get(pod)?
             .iter()
-            .find(|p| p.at >= since && (!ready || p.ready))
+            .find(|p| p.at >= since && f(p))
             .map(|p| p.at)
     }
 
@@ -663,6 +690,7 @@ type Column = fn(&CreateRound) -> f64;
 struct CreateRound {
     finalizer: f64,
     main_created: f64,
+    main_vm: f64,
     main_ready: f64,
     subs_created: f64,
     subs_ready: f64,
@@ -673,8 +701,13 @@ struct CreateRound {
     cpu_ms: f64,
 }
 
+/// The simulated DHCP lease lands this long after a boot (cocoon-testsupport's default, kept
+/// explicit: it is not one of the runtime's verb latencies).
+const LEASE_DELAY: Duration = Duration::from_millis(50);
+
 fn zero_latency(cfg: &mut SimConfig) {
     cfg.latencies = Latencies::default().scaled(0.0);
+    cfg.lease_delay = LEASE_DELAY;
 }
 
 fn full_spec(pool: &str) -> CocoonSetSpec {
@@ -704,6 +737,8 @@ struct Bench<'a> {
     timeline: Shared,
     audit: AuditLog,
     op: &'a OperatorProcess,
+    /// The test environment's registry access log.
+    registry_log: PathBuf,
 }
 
 impl Bench<'_> {
@@ -749,6 +784,7 @@ impl Bench<'_> {
         let round = CreateRound {
             finalizer: ms(tl.first_set(name, t0, |s| s.finalizer)),
             main_created: ms(pod("0", false)),
+            main_vm: ms(tl.pod_when(&format!("{name}-0"), t0, |p| p.vm_id)),
             main_ready: ms(pod("0", true)),
             subs_created: ms(latest(pod("1", false), pod("2", false))),
             subs_ready: ms(latest(pod("1", true), pod("2", true))),
@@ -767,14 +803,10 @@ impl Bench<'_> {
         Ok(round)
     }
 
-    /// Edits `spec.suspend` of `name`; returns (edit → phase ms, writes, CPU ms).
-    async fn transition(
-        &self,
-        name: &str,
-        suspend: bool,
-        print: bool,
-    ) -> BenchResult<(f64, usize, f64)> {
+    /// Edits `spec.suspend` of `name`; returns its figures with the per-pod breakdown.
+    async fn transition(&self, name: &str, suspend: bool, print: bool) -> BenchResult<Transition> {
         let cpu0 = cpu_of(self.op.pid());
+        let reg0 = registry_requests_by_kind(&self.registry_log);
         let t0 = Timestamp::now();
         let cs = self
             .sets
@@ -798,22 +830,107 @@ impl Bench<'_> {
         let writes = self.op.quiet(&self.audit, &self.ns).await?;
         let cpu = cpu_of(self.op.pid()).saturating_sub(cpu0);
         let mine = writes_between(&writes, t0, Timestamp::now());
+        let mut registry = registry_requests_by_kind(&self.registry_log);
+        for (k, n) in reg0 {
+            if let Some(now) = registry.get_mut(&k) {
+                *now = now.saturating_sub(n);
+            }
+        }
+        registry.retain(|_, n| *n > 0);
+        let steps = if suspend { SUSPEND_STEPS } else { RESUME_STEPS };
+        let tl = self.timeline.lock().map_err(|_| "timeline poisoned")?;
+        let prefix = format!("{name}-");
+        let pods: Vec<String> = tl
+            .pods
+            .keys()
+            .filter(|p| p.starts_with(&prefix))
+            .cloned()
+            .collect();
+        let ms = |t| since_ms(t0, t).unwrap_or(f64::NAN);
+        let mut spans = Vec::new();
+        let mut per_pod = Vec::new();
+        for (_, f) in steps {
+            let seen: Vec<Option<f64>> = pods
+                .iter()
+                .map(|p| since_ms(t0, tl.pod_when(p, t0, f)))
+                .collect();
+            let got: Vec<f64> = seen.iter().flatten().copied().collect();
+            spans.push((pct(&got, 0), pct(&got, 100)));
+            per_pod.push(seen);
+        }
+        drop(tl);
         if print {
+            let what = if suspend { "suspend" } else { "resume" };
             println!(
-                "  operator writes of one {} (audit log, completion time after the edit):",
-                if suspend { "suspend" } else { "resume" }
+                "  operator writes of one {what} (audit log, completion time after the edit):"
             );
             for w in &mine {
                 println!("    {}", describe(w, t0));
             }
+            println!("  pods of one {what}, ms after the edit (watch events):");
+            for (i, p) in pods.iter().enumerate() {
+                let cells: Vec<String> = per_pod
+                    .iter()
+                    .map(|v| v[i].map_or("-".to_owned(), |x| format!("{x:.0}")))
+                    .collect();
+                println!("    {p:<14} {}", cells.join(" / "));
+            }
+            println!(
+                "    (columns: {})",
+                steps
+                    .iter()
+                    .map(|(l, _)| *l)
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            );
+            println!("  registry requests of one {what} (access log): {registry:?}");
         }
-        Ok((
-            since_ms(t0, Some(done)).unwrap_or(f64::NAN),
-            mine.len(),
-            cpu.as_secs_f64() * 1000.0,
-        ))
+        Ok(Transition {
+            ms: ms(Some(done)),
+            writes: mine.len(),
+            cpu_ms: cpu.as_secs_f64() * 1000.0,
+            spans,
+            registry: registry.values().sum(),
+        })
     }
 }
+
+/// One suspend or resume: edit → phase, the operator's writes and CPU, and for each of the
+/// pod steps the (first, last) pod's time, ms after the edit.
+struct Transition {
+    ms: f64,
+    writes: usize,
+    cpu_ms: f64,
+    spans: Vec<(f64, f64)>,
+    registry: usize,
+}
+
+type PodStep = (&'static str, fn(&PodSeen) -> bool);
+
+/// A suspend's pod steps, in order: the operator's patch, then the node agent's hibernate.
+const SUSPEND_STEPS: &[PodStep] = &[
+    ("hibernate flag (operator)", |p| p.hibernate),
+    ("agent: hibernating", |p| {
+        p.hibernate && p.lifecycle == "hibernating"
+    }),
+    ("agent: pushed, VM id cleared", |p| p.hibernate && !p.vm_id),
+    ("agent: hibernated", |p| {
+        p.hibernate && p.lifecycle == "hibernated"
+    }),
+];
+
+/// A resume's pod steps, in order: the operator's patch, then the node agent's wake.
+const RESUME_STEPS: &[PodStep] = &[
+    ("hibernate flag removed (operator)", |p| !p.hibernate),
+    ("agent: creating", |p| {
+        !p.hibernate && p.lifecycle == "creating"
+    }),
+    ("agent: VM up, VM id written", |p| !p.hibernate && p.vm_id),
+    ("agent: Ready condition", |p| !p.hibernate && p.ready),
+    ("agent: ready lifecycle", |p| {
+        !p.hibernate && p.lifecycle == "ready"
+    }),
+];
 
 async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usize>) -> BenchResult {
     let admin = env.client()?;
@@ -881,6 +998,7 @@ async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usiz
                 timeline,
                 audit: env.audit_log(),
                 op: &op,
+                registry_log: env.run_dir().join("logs").join("registry.log"),
             };
             let outcome = scenarios(&bench, &pool, rounds, n_sets).await;
             if outcome.is_err() {
@@ -920,8 +1038,9 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
     println!(
         "CocoonSet lifecycle: `cocoon-operator run` as its own process (release build, \
          COCOONSET_CONCURRENCY={}), {NODES} real in-process node agents (simulated runtime, \
-         every sim latency zero)",
-        concurrency()?
+         every sim latency zero; the simulated DHCP lease still lands {} ms after a boot)",
+        concurrency()?,
+        LEASE_DELAY.as_millis(),
     );
 
     // (1) create → Running, one set at a time.
@@ -934,9 +1053,10 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
         "create -> Running, 1 set (main + 2 sub-agents + 1 toolbox), {rounds} rounds, ms after \
          the POST (p50 / max):"
     );
-    let rows: [(&str, Column); 8] = [
+    let rows: [(&str, Column); 9] = [
         ("finalizer on the set", |r| r.finalizer),
         ("main pod created", |r| r.main_created),
+        ("main VM up (agent wrote its id)", |r| r.main_vm),
         ("main Ready (agent bring-up)", |r| r.main_ready),
         ("sub-agents created", |r| r.subs_created),
         ("sub-agents Ready", |r| r.subs_ready),
@@ -954,13 +1074,16 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
         p50(&col(|r| r.cpu_ms)),
     );
     println!(
-        "  per round (finalizer/main/mainReady/subs/subsReady/tb/tbReady/Running ms, writes):"
+        "  per round (finalizer/main/mainVM/mainReady/subs/subsReady/tb/tbReady/Running ms, \
+         writes):"
     );
     for (i, r) in created.iter().enumerate() {
         println!(
-            "    {i:>2}: {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0}  {}",
+            "    {i:>2}: {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0}  \
+             {}",
             r.finalizer,
             r.main_created,
+            r.main_vm,
             r.main_ready,
             r.subs_created,
             r.subs_ready,
@@ -977,13 +1100,18 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
         sus.push(b.transition("one-0", true, r == 0).await?);
         res.push(b.transition("one-0", false, r == 0).await?);
     }
-    for (label, v) in [("suspend -> Suspended", &sus), ("resume -> Running", &res)] {
-        let t: Vec<f64> = v.iter().map(|x| x.0).collect();
-        let w: Vec<f64> = v.iter().map(|x| x.1 as f64).collect();
-        let c: Vec<f64> = v.iter().map(|x| x.2).collect();
+    for (label, v, steps) in [
+        ("suspend -> Suspended", &sus, SUSPEND_STEPS),
+        ("resume -> Running", &res, RESUME_STEPS),
+    ] {
+        let t: Vec<f64> = v.iter().map(|x| x.ms).collect();
+        let w: Vec<f64> = v.iter().map(|x| x.writes as f64).collect();
+        let c: Vec<f64> = v.iter().map(|x| x.cpu_ms).collect();
+        let reg: Vec<f64> = v.iter().map(|x| x.registry as f64).collect();
         println!(
             "{label:<22} {rounds} rounds: edit -> phase p50 {:>5.0} ms max {:>5.0} ms | operator \
-             writes p50 {:.0} (min {:.0}, max {:.0}) | operator CPU p50 {:.0} ms, mean {:.1} ms",
+             writes p50 {:.0} (min {:.0}, max {:.0}) | operator CPU p50 {:.0} ms, mean {:.1} ms \
+             | registry requests p50 {:.0}",
             p50(&t),
             pct(&t, 100),
             p50(&w),
@@ -991,7 +1119,15 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
             pct(&w, 100),
             p50(&c),
             c.iter().sum::<f64>() / c.len().max(1) as f64,
+            p50(&reg),
         );
+        println!("  breakdown, ms after the edit, p50 over rounds of the first / last pod:");
+        for (i, (step, _)) in steps.iter().enumerate() {
+            let first: Vec<f64> = v.iter().map(|x| x.spans[i].0).collect();
+            let last: Vec<f64> = v.iter().map(|x| x.spans[i].1).collect();
+            println!("    {step:<36} {:>6.0} / {:>6.0}", p50(&first), p50(&last));
+        }
+        println!("    {:<36} {:>6.0}", "phase seen", p50(&t));
     }
 
     // (3) many sets at once.
@@ -1027,11 +1163,76 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
         cpu.as_secs_f64(),
         hwm.max(hwm_ramp),
     );
+    // Where the many-set time goes: the operator (POST → main created), the scheduler
+    // (created → bound), the node agent (bound → VM up → Ready), the operator again (Ready →
+    // Running seen); per set, s after the first POST.
+    {
+        let tl = b.timeline.lock().map_err(|_| "timeline poisoned")?;
+        let s = |t: Option<Timestamp>| t.map_or(f64::NAN, |t| t.duration_since(t0).as_secs_f64());
+        let mut cols: [Vec<f64>; 5] = Default::default();
+        for n in &names {
+            let main = format!("{n}-0");
+            cols[0].push(s(tl.pod_when(&main, t0, |_| true)));
+            cols[1].push(s(tl.pod_when(&main, t0, |p| p.bound)));
+            cols[2].push(s(tl.pod_when(&main, t0, |p| p.vm_id)));
+            cols[3].push(s(tl.pod_when(&main, t0, |p| p.ready)));
+            cols[4].push(s(
+                tl.first_set(n, t0, |x| settled_in(x, CocoonSetPhase::Running, 1))
+            ));
+        }
+        println!("  {n_sets} sets, s after the first POST (p50 / max over the sets):");
+        for (label, v) in [
+            "main pod created (operator)",
+            "main bound (scheduler)",
+            "main VM up (node agent)",
+            "main Ready (node agent)",
+            "Running seen (operator)",
+        ]
+        .iter()
+        .zip(&cols)
+        {
+            println!("    {label:<30} {:>6.2} / {:>6.2}", p50(v), pct(v, 100));
+        }
+    }
     println!(
         "goals (issue #20): create p50 < 1000 ms, {DEFAULT_SETS} sets < 4 s, suspend/resume p50 \
          < 350 ms, <= 8 / <= 12 operator writes"
     );
     Ok(())
+}
+
+/// Requests in the registry's access log so far, by method and kind (`GET manifests`,
+/// `HEAD blobs`, `POST uploads`, …).
+fn registry_requests_by_kind(log: &Path) -> BTreeMap<String, usize> {
+    let mut by = BTreeMap::new();
+    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        if !line.contains(" - - [") {
+            continue;
+        }
+        let Some(req) = line.split('"').nth(1) else {
+            continue;
+        };
+        let mut words = req.split_whitespace();
+        let (Some(method), Some(path)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if !path.starts_with("/v2/") {
+            continue;
+        }
+        let kind = if path.contains("/blobs/uploads") {
+            "uploads"
+        } else if path.contains("/blobs/") {
+            "blobs"
+        } else if path.contains("/manifests/") {
+            "manifests"
+        } else if path.contains("/tags/") {
+            "tags"
+        } else {
+            "other"
+        };
+        *by.entry(format!("{method} {kind}")).or_insert(0) += 1;
+    }
+    by
 }
 
 /// Requests in the registry's access log so far (one line each).

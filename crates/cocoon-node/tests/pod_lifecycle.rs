@@ -440,3 +440,47 @@ async fn concurrent_wakes_end_ready_without_the_drift_check() {
     })
     .await;
 }
+
+/// Bring-up and wake are Ready once the DHCP lease lands, not at the next tick of the probe
+/// warm-up (§11.1) or of the ready-after-IP poll (§6.9): with both an hour long and the lease
+/// landing a second after the boot (after the first, synchronous probe), the pod still gets
+/// Ready, once fresh and once woken. Without the lease watch it stayed not ready for the hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ready_when_the_lease_lands_not_at_the_next_poll() {
+    run_test(|env| async move {
+        let hour = std::time::Duration::from_secs(3600);
+        let client = env.client()?;
+        let ns = create_namespace(&client, "node-lease").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node");
+        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
+        let root = root(&tmp, &node);
+        let mut opts = common::AgentOptions::new(&root);
+        opts.sim.lease_delay = std::time::Duration::from_secs(1);
+        opts.timing.probe.warmup_start = hour;
+        opts.timing.probe.warmup_cap = hour;
+        opts.timing.ready_ip_poll = hour;
+        let _agent = common::start_agent_with(
+            env.client()?,
+            env.registry_addr(),
+            &node,
+            &root,
+            opts,
+            |_| Ok(()),
+        )
+        .await?;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(
+            &PostParams::default(),
+            &vm_pod(&ns, "a", &node, &[(ann::SNAPSHOT_POLICY, "never")]),
+        )
+        .await?;
+        wait_running(&client, &ns, "a").await?;
+        hibernate_pod(&client, &ns, "a", 2).await?;
+        patch_ann(&client, &ns, "a", json!({ann::HIBERNATE: null})).await?;
+        wait_running(&client, &ns, "a").await?;
+        delete_namespace(&client, &ns).await?;
+        Ok::<(), BoxError>(())
+    })
+    .await;
+}

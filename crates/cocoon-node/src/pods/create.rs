@@ -554,6 +554,8 @@ impl Handler {
     pub(crate) async fn ready_after_ip(self: &Arc<Self>, key: &str, vm_id: &str, wake: bool) {
         let deadline = Instant::now() + self.cfg.timing.ready_ip_wait;
         loop {
+            // Taken before the IP is resolved: a lease that lands meanwhile ends the wait.
+            let mut lease = self.leases.wait();
             let still_ours = self.tracked_vm(key).is_some_and(|v| v.id() == vm_id)
                 && self
                     .tracked_pod(key)
@@ -588,7 +590,11 @@ impl Handler {
                 self.notify(key).await;
                 return;
             }
-            tokio::time::sleep(self.cfg.timing.ready_ip_poll).await;
+            // The 200 ms poll of §6.9, cut short by a change of the lease file.
+            tokio::select! {
+                _ = tokio::time::sleep(self.cfg.timing.ready_ip_poll) => {}
+                _ = lease.changed() => {}
+            }
         }
         if let Some(pod) = self.tracked_pod(key) {
             // Persist the resolved IP for consumers of the runtime annotations.

@@ -33,6 +33,7 @@ mod create;
 mod delete;
 pub mod events;
 pub mod intent;
+pub mod lease_watch;
 pub mod probe;
 pub mod reconcile;
 pub mod rules;
@@ -70,7 +71,11 @@ use tracing::{debug, error, warn};
 pub use crate::config::OrphanPolicy;
 use crate::metrics::NodeMetrics;
 use crate::runtime::Runtime;
+use lease_watch::LeaseWatch;
 use probe::{ProbeManager, ProbeSchedule};
+
+/// The probe's message while the VM's IP does not resolve yet (§11.1 step 2).
+pub(crate) const WAITING_FOR_LEASE: &str = "waiting for dhcp lease";
 use state::{Tables, TrackedVm};
 
 /// Errors of pod operations. The text is the contract text of `node.md` §16.
@@ -247,6 +252,8 @@ pub struct Handler {
     /// Bumped whenever a stale create resolves (its VM name freed, or indexed for adoption):
     /// pod operations waiting out a retry backoff try again at once.
     names_freed: tokio::sync::watch::Sender<u64>,
+    /// Changes of the lease file, cutting the waits on a DHCP lease short.
+    pub(crate) leases: Arc<LeaseWatch>,
 }
 
 impl Handler {
@@ -261,11 +268,27 @@ impl Handler {
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let m = metrics.clone();
-        let probes = Arc::new(ProbeManager::new(
-            cfg.timing.probe,
+        let leases = LeaseWatch::new(
+            cfg.leases_path.clone(),
+            lease_watch::CHECK_EVERY,
             shutdown.clone(),
-            Arc::new(move |d: Duration| m.probe_duration.observe(d.as_secs_f64())),
-        ));
+        );
+        let l = leases.clone();
+        let nudge = probe::Nudge {
+            start: Arc::new(move || {
+                let mut w = l.wait();
+                Box::pin(async move { w.changed().await })
+            }),
+            when: |message| message == WAITING_FOR_LEASE,
+        };
+        let probes = Arc::new(
+            ProbeManager::new(
+                cfg.timing.probe,
+                shutdown.clone(),
+                Arc::new(move |d: Duration| m.probe_duration.observe(d.as_secs_f64())),
+            )
+            .with_nudge(nudge),
+        );
         Arc::new(Handler {
             cfg,
             client,
@@ -279,6 +302,7 @@ impl Handler {
             flights: Mutex::new(HashMap::new()),
             pulls: Arc::default(),
             names_freed: tokio::sync::watch::Sender::new(0),
+            leases,
         })
     }
 
@@ -778,7 +802,7 @@ impl Handler {
         }
         let ip = self.resolve_ip(key);
         if ip.is_empty() {
-            return (false, "waiting for dhcp lease".into());
+            return (false, WAITING_FOR_LEASE.into());
         }
         let port = cocoon_api::contract::VmSpec::from_meta(&pod.metadata).probe_port;
         if port > 0 {

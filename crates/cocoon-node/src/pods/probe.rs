@@ -110,6 +110,18 @@ pub type ProbeFn = Arc<dyn Fn() -> BoxFuture<'static, (bool, String)> + Send + S
 /// Called when readiness flips.
 pub type UpdateFn = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// Beyond the spec: an early re-probe of a pod that is not ready, before its warm-up
+/// interval is over. `start` is called before each probe (so nothing that happens during the
+/// probe is missed) and resolves when re-probing is worth it; its wait is kept only when the
+/// probe's message satisfies `when`. The warm-up intervals stay the fallback.
+#[derive(Clone)]
+pub struct Nudge {
+    /// Starts one wait.
+    pub start: Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>,
+    /// Whether a failed probe with this message keeps the wait.
+    pub when: fn(&str) -> bool,
+}
+
 struct Agent {
     epoch: u64,
     stop: CancellationToken,
@@ -123,6 +135,7 @@ pub struct ProbeManager {
     epoch: std::sync::atomic::AtomicU64,
     shutdown: CancellationToken,
     observe: Arc<dyn Fn(Duration) + Send + Sync>,
+    nudge: Option<Nudge>,
 }
 
 impl ProbeManager {
@@ -138,7 +151,30 @@ impl ProbeManager {
             epoch: Default::default(),
             shutdown,
             observe,
+            nudge: None,
         }
+    }
+
+    /// The same manager, re-probing a not-ready pod early on `nudge`.
+    pub fn with_nudge(mut self, nudge: Nudge) -> Self {
+        self.nudge = Some(nudge);
+        self
+    }
+
+    /// A wait for an early probe, taken before a probe whose outcome decides whether it is
+    /// kept ([`ProbeManager::keep_nudge`]).
+    fn nudge_wait(&self) -> Option<BoxFuture<'static, ()>> {
+        self.nudge.as_ref().map(|n| (n.start)())
+    }
+
+    fn keep_nudge(
+        &self,
+        wait: Option<BoxFuture<'static, ()>>,
+        ready: bool,
+        message: &str,
+    ) -> Option<BoxFuture<'static, ()>> {
+        let n = self.nudge.as_ref()?;
+        wait.filter(|_| !ready && (n.when)(message))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Agent>> {
@@ -187,7 +223,9 @@ impl ProbeManager {
         ) {
             old.stop.cancel();
         }
+        let wait = self.nudge_wait();
         let (ok, msg) = self.run_once(&probe).await;
+        let mut early = self.keep_nudge(wait, ok, &msg);
         if !self.record(key, epoch, ok, msg) {
             return;
         }
@@ -197,14 +235,23 @@ impl ProbeManager {
         let key = key.to_owned();
         tokio::spawn(async move {
             loop {
+                let nudged = async {
+                    match early.as_mut() {
+                        Some(w) => w.await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(state.delay) => {}
+                    _ = nudged => {}
                 }
+                let wait = if state.ready { None } else { me.nudge_wait() };
                 let (ok, msg) = tokio::select! {
                     _ = stop.cancelled() => return,
                     r = me.run_once(&probe) => r,
                 };
+                early = me.keep_nudge(wait, ok, &msg);
                 let flipped = state.observe(ok, &me.schedule);
                 // The recorded readiness follows the state machine, not the raw probe: a
                 // ready pod stays ready until the failure threshold is reached.

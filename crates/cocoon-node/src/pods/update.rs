@@ -97,9 +97,9 @@ impl Handler {
         let want = HibernateFlags::from_meta(&pod.metadata).hibernate;
         match (want, vm) {
             (true, Some(vm)) => {
+                // Its status was refreshed once the VM was gone (see `hibernate`).
                 self.hibernate(&key, &pod, &spec, vm).await?;
                 self.metrics.pod_lifecycle(ev::OP_UPDATE, m::RESULT_OK, "");
-                self.notify(&key).await;
             }
             (false, None) => {
                 self.wake(&key, &pod, &spec).await?;
@@ -283,6 +283,11 @@ impl Handler {
             t.untrack_vm(key);
             self.metrics.set_vm_table_size(t.vms_by_pod.len());
         }
+        // The status (not Ready, no IP) goes out before `hibernated`: the operator's pass
+        // woken by `hibernated` then sees the pod's final status, and its `Suspended` needs
+        // no second write for a readiness flip that lands after it. (§8.1 step 5's refresh
+        // still follows the hibernate.)
+        self.notify(key).await;
         self.set_lifecycle(pod, LifecycleState::Hibernated, "")
             .await;
         let msg = if self.registry.is_some() {
@@ -360,9 +365,11 @@ impl Handler {
             spec.effective_backend().as_str(),
             started.elapsed().as_secs_f64(),
         );
-        self.event(pod, false, ev::WOKEN, &woken_message(&label))
-            .await;
+        // §8.3 step 6's order: the runtime annotations, tracking, probe and post-restore step
+        // first, the Event last (it is nothing the operator waits on).
         self.finish_bring_up(key, pod, spec, vm, FollowUp::Restore)
+            .await;
+        self.event(pod, false, ev::WOKEN, &woken_message(&label))
             .await;
         info!(pod = %key, vm = %spec.vm_name, "woken");
         Ok(())

@@ -55,12 +55,62 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
         }
         mark_invalid(&mut status, invalid.reason, message, o.generation(), now);
     }
-    writes.push(Write::Status(status));
+    // (An equal status still goes out as a write: the executor makes no call for it.)
+    let held =
+        o.cs.status.as_ref() != Some(&status) && progress_only(o.cs.status.as_ref(), &status);
+    if event.is_some() || !held {
+        writes.push(Write::Status(status));
+    }
     writes.extend(event);
     let next = progress
         .min_backoff
         .map_or(Next::AwaitChange, Next::RequeueAfter);
     StepPlan::then(writes, next)
+}
+
+/// A departure from §9's patch rule (issue #20): while the set is `Pending` or `Scaling`
+/// at this generation, a new status that keeps the phase, the generation, every ready and
+/// desired count and the conditions' statuses and reasons is not written for what else
+/// moved: a pod's VM id, IP or pod phase in its entry (and the Ready condition's message,
+/// which only repeats the counts). Every readiness change is still written, with fresh
+/// entries, and so is the phase that ends the wait (`Running`): a resume of a set of four
+/// pods made a write for each pod's VM id and another for its readiness.
+pub fn progress_only(current: Option<&CocoonSetStatus>, new: &CocoonSetStatus) -> bool {
+    use cocoon_api::crd::set::CocoonSetPhase::{Pending, Scaling};
+    let Some(cur) = current else {
+        return false;
+    };
+    let waiting = matches!(cur.phase, Some(Pending | Scaling));
+    let conditions = |s: &CocoonSetStatus| {
+        s.conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.observed_generation,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    waiting
+        && cur.phase == new.phase
+        && cur.observed_generation == new.observed_generation
+        && (
+            cur.ready_agents,
+            cur.desired_agents,
+            cur.ready_toolboxes,
+            cur.desired_toolboxes,
+        ) == (
+            new.ready_agents,
+            new.desired_agents,
+            new.ready_toolboxes,
+            new.desired_toolboxes,
+        )
+        && cur.agents.len() == new.agents.len()
+        && cur.toolboxes.len() == new.toolboxes.len()
+        && conditions(cur) == conditions(new)
 }
 
 fn mark_invalid(
@@ -212,5 +262,138 @@ mod tests {
         cs.status = Some(s.clone());
         let again = run(&cs, &progress);
         assert_eq!(again.writes, [Write::Status(s)]);
+    }
+
+    #[test]
+    fn while_pending_or_scaling_only_entry_changes_are_not_written() {
+        use cocoon_api::crd::set::AgentStatus;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let cond = |status: &str, reason: &str, message: &str| Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: Some(2),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        };
+        let entry = |vm_id: &str, ip: &str, phase: &str| AgentStatus {
+            slot: 0,
+            role: "main".into(),
+            pod_name: "demo-0".into(),
+            vm_id: vm_id.into(),
+            ip: ip.into(),
+            phase: phase.into(),
+            ..AgentStatus::default()
+        };
+        let base = CocoonSetStatus {
+            observed_generation: 2,
+            phase: Some(CocoonSetPhase::Scaling),
+            ready_agents: 0,
+            desired_agents: 1,
+            agents: vec![entry("", "", "Running")],
+            conditions: vec![cond("False", "AgentsNotReady", "0/1 agents ready")],
+            ..CocoonSetStatus::default()
+        };
+        let with = |f: &dyn Fn(&mut CocoonSetStatus)| {
+            let mut s = base.clone();
+            f(&mut s);
+            s
+        };
+        // (current, new) -> only entries moved (no write)
+        type Row = (&'static str, Option<CocoonSetStatus>, CocoonSetStatus, bool);
+        let table: Vec<Row> = vec![
+            (
+                "a VM id and IP in an entry",
+                Some(base.clone()),
+                with(&|s| s.agents[0] = entry("vm-1", "10.0.0.2", "Running")),
+                true,
+            ),
+            (
+                "a pod phase in an entry",
+                Some(base.clone()),
+                with(&|s| s.agents[0].phase = "Pending".into()),
+                true,
+            ),
+            (
+                "the same while Pending",
+                Some(with(&|s| s.phase = Some(CocoonSetPhase::Pending))),
+                with(&|s| {
+                    s.phase = Some(CocoonSetPhase::Pending);
+                    s.agents[0].vm_id = "vm-1".into();
+                }),
+                true,
+            ),
+            (
+                "a readiness change",
+                Some(base.clone()),
+                with(&|s| s.ready_agents = 1),
+                false,
+            ),
+            (
+                "a Ready condition flip",
+                Some(base.clone()),
+                with(&|s| s.conditions = vec![cond("True", "AllAgentsReady", "1/1 agents ready")]),
+                false,
+            ),
+            (
+                "a new entry (a pod created)",
+                Some(base.clone()),
+                with(&|s| s.agents.push(entry("", "", "Pending"))),
+                false,
+            ),
+            (
+                "a new generation",
+                Some(base.clone()),
+                with(&|s| s.observed_generation = 3),
+                false,
+            ),
+            (
+                "a phase change (Running ends the wait)",
+                Some(base.clone()),
+                with(&|s| s.phase = Some(CocoonSetPhase::Running)),
+                false,
+            ),
+            (
+                "an entry change while Running",
+                Some(with(&|s| s.phase = Some(CocoonSetPhase::Running))),
+                with(&|s| {
+                    s.phase = Some(CocoonSetPhase::Running);
+                    s.agents[0].vm_id = "vm-1".into();
+                }),
+                false,
+            ),
+            (
+                "an entry change while Suspended",
+                Some(with(&|s| s.phase = Some(CocoonSetPhase::Suspended))),
+                with(&|s| {
+                    s.phase = Some(CocoonSetPhase::Suspended);
+                    s.agents[0].vm_id = "vm-1".into();
+                }),
+                false,
+            ),
+            ("no status yet", None, base.clone(), false),
+        ];
+        for (what, current, new, want) in table {
+            assert_eq!(progress_only(current.as_ref(), &new), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_pass_whose_status_moved_only_in_entries_writes_nothing() {
+        let mut cs = set();
+        let first = status_of(&run(&cs, &Progress::default()));
+        cs.status = Some(first.clone());
+        // The same classification again: the equal status (which the executor skips).
+        let again = run(&cs, &Progress::default());
+        assert_eq!(again.writes, [Write::Status(first.clone())]);
+        // An entry that differs only in its VM id is held while Scaling.
+        let mut stale = first.clone();
+        stale.agents[0].vm_id = "an-old-id".into();
+        cs.status = Some(stale);
+        let held = run(&cs, &Progress::default());
+        assert!(held.writes.is_empty(), "{:?}", held.writes);
+        assert_eq!(held.next, Next::AwaitChange);
     }
 }

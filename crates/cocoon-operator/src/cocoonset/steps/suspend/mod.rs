@@ -202,7 +202,13 @@ fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String
             return writes;
         }
     }
-    writes.push(Write::Phase(Some(CocoonSetPhase::Suspending)));
+    let desired = (
+        o.cs.spec.desired_agents(),
+        i32::try_from(o.cs.spec.toolboxes.len()).unwrap_or(i32::MAX),
+    );
+    if !suspend::suspending_reported(o.cs.status.as_ref(), o.generation(), desired) {
+        writes.push(Write::Phase(Some(CocoonSetPhase::Suspending)));
+    }
     if probe_error.is_some() {
         writes.push(Write::FailProbe { step: GATE });
     }
@@ -397,6 +403,61 @@ mod tests {
         let p = run(&cs, &[stale], &Answers::default(), now());
         assert!(p.reads.is_empty());
         assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+    }
+
+    #[test]
+    fn a_suspending_status_reported_at_this_generation_is_not_written_again_while_pods_hibernate() {
+        let mut cs = set(false, Some(CocoonSetPhase::Suspending));
+        cs.annotations_mut().insert(
+            ann::SUSPENDING_SINCE.into(),
+            SuspendingSince::at(now()).desired()[ann::SUSPENDING_SINCE]
+                .clone()
+                .unwrap_or_default(),
+        );
+        let asked = {
+            let mut p = main(&cs);
+            p.annotations_mut()
+                .insert(ann::HIBERNATE.into(), "true".into());
+            p
+        };
+        let status_writes = |p: &StepPlan| {
+            p.writes
+                .iter()
+                .filter(|w| matches!(w, Write::Phase(_) | Write::Status(_)))
+                .count()
+        };
+        // Reported at an older generation: written.
+        let p = run(
+            &cs,
+            std::slice::from_ref(&asked),
+            &Answers::default(),
+            now(),
+        );
+        assert!(
+            p.writes
+                .contains(&Write::Phase(Some(CocoonSetPhase::Suspending))),
+            "{p:?}"
+        );
+        // Reported at this generation: the pod's progress is no status write.
+        if let Some(s) = cs.status.as_mut() {
+            s.observed_generation = 3;
+            s.desired_agents = 1;
+        }
+        let p = run(
+            &cs,
+            std::slice::from_ref(&asked),
+            &Answers::default(),
+            now(),
+        );
+        assert_eq!(status_writes(&p), 0, "{p:?}");
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
+        // The end of the wait is written.
+        let owned = [hibernated(main(&cs))];
+        let p = run(&cs, &owned, &probed(true, None), now());
+        assert_eq!(
+            p.writes.last(),
+            Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
+        );
     }
 
     #[test]

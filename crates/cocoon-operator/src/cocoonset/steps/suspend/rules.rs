@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use cocoon_api::contract::{ReclaimRecord, SuspendingSince};
-use cocoon_api::crd::set::CocoonSetPhase;
+use cocoon_api::crd::set::{CocoonSetPhase, CocoonSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cocoonset::pods::{self, Classified};
@@ -83,6 +83,25 @@ pub fn suspend_deadline(
     } else {
         Deadline::Running
     }
+}
+
+/// 6C.3, with one departure (issue #20): the status already reports `Suspending` at this
+/// generation, so a pass that finds the gate still incomplete writes no status. What moves
+/// while the pods hibernate (their VM ids, IPs, phases and readiness, and the counts and the
+/// Ready condition's message built from them) is written once, with the `Suspended` (or
+/// `Failed`) that ends the wait, instead of once for each pod's every step: a suspend of a
+/// set of four pods made eight such writes. A status at another generation, in another
+/// phase, or with other desired counts is written as the spec says.
+pub fn suspending_reported(
+    status: Option<&CocoonSetStatus>,
+    generation: i64,
+    desired: (i32, i32),
+) -> bool {
+    status.is_some_and(|s| {
+        s.phase == Some(CocoonSetPhase::Suspending)
+            && s.observed_generation == generation
+            && (s.desired_agents, s.desired_toolboxes) == desired
+    })
 }
 
 /// 6B.1: a release-policy set with no pod outside phase Failed is Suspended at once.

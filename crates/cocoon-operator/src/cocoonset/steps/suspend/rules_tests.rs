@@ -219,3 +219,50 @@ fn release_keeps_failed_pods_and_needs_a_live_one() {
     assert!(suspend::release_has_live_pod(&c));
     assert_eq!(suspend::release_victims(&c), vec!["demo-0".to_string()]);
 }
+
+#[test]
+fn a_suspending_status_at_this_generation_is_not_rewritten_while_pods_hibernate() {
+    use cocoon_api::crd::set::CocoonSetStatus;
+    let status = |phase: Option<CocoonSetPhase>, generation: i64, desired: (i32, i32)| {
+        Some(CocoonSetStatus {
+            phase,
+            observed_generation: generation,
+            desired_agents: desired.0,
+            desired_toolboxes: desired.1,
+            ..CocoonSetStatus::default()
+        })
+    };
+    let s = Some(CocoonSetPhase::Suspending);
+    // (current status, generation, desired counts) -> already reported (no write)
+    type Row = (Option<CocoonSetStatus>, i64, (i32, i32), bool);
+    let table: &[Row] = &[
+        (status(s, 3, (2, 1)), 3, (2, 1), true),
+        // A new generation (the spec changed while suspending) is reported.
+        (status(s, 2, (2, 1)), 3, (2, 1), false),
+        // Other desired counts are reported.
+        (status(s, 3, (1, 1)), 3, (2, 1), false),
+        (status(s, 3, (2, 0)), 3, (2, 1), false),
+        // Entering Suspending from any other phase, or no status at all, is reported.
+        (
+            status(Some(CocoonSetPhase::Running), 3, (2, 1)),
+            3,
+            (2, 1),
+            false,
+        ),
+        (
+            status(Some(CocoonSetPhase::Failed), 3, (2, 1)),
+            3,
+            (2, 1),
+            false,
+        ),
+        (status(None, 3, (2, 1)), 3, (2, 1), false),
+        (None, 3, (2, 1), false),
+    ];
+    for (current, generation, desired, want) in table {
+        assert_eq!(
+            suspend::suspending_reported(current.as_ref(), *generation, *desired),
+            *want,
+            "{current:?} at generation {generation}, desired {desired:?}"
+        );
+    }
+}
