@@ -978,7 +978,7 @@ async fn measure(env: &TestEnv, rounds: usize, n_sets: usize, scale: Option<usiz
     let outcome = match scale {
         Some(n) => {
             let outcome =
-                scale_scenario(env, &admin, &ns, &pool, &timeline, &mut op, &agent_procs, n).await;
+                scale_scenario(env, &ns, &pool, &timeline, &mut op, &agent_procs, n).await;
             if outcome.is_err() {
                 eprintln!("---- operator log ----\n{}", op.log_tail());
                 for agent in &agent_procs {
@@ -1259,7 +1259,6 @@ fn scale_spec(pool: &str) -> CocoonSetSpec {
 /// The scale scenario of `COCOON_BENCH_SCALE` (see the file's docs).
 async fn scale_scenario(
     env: &TestEnv,
-    admin: &Client,
     ns: &str,
     pool: &str,
     timeline: &Shared,
@@ -1267,6 +1266,7 @@ async fn scale_scenario(
     agents: &[AgentProcess],
     n: usize,
 ) -> BenchResult {
+    let admin = &env.client()?;
     let audit = env.audit_log();
     let sets: Api<CocoonSet> = Api::namespaced(admin.clone(), ns);
     cocoon_testenv::wait_until("the operator's /metrics", WAIT, || op.passes()).await?;
@@ -1341,7 +1341,8 @@ async fn scale_scenario(
     let p0 = op.passes().await.unwrap_or(0);
     let cpu_w0 = cpu_of(op.pid());
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let w1 = op.writes(&audit, ns).await?.len();
+    let minute = op.writes(&audit, ns).await?;
+    let w1 = minute.len();
     let r1 = registry_requests(env);
     let p1 = op.passes().await.unwrap_or(0);
     println!(
@@ -1352,6 +1353,10 @@ async fn scale_scenario(
         p1.saturating_sub(p0),
         cpu_of(op.pid()).saturating_sub(cpu_w0).as_secs_f64(),
     );
+    // Which writes, if any: a settled set should make none.
+    for r in minute.iter().skip(w0).take(20) {
+        println!("    {} {} {} -> {}", r.verb, r.resource, r.name, r.code);
+    }
 
     // Restart: the operator killed, then a fresh process resyncs every set.
     op.stop();

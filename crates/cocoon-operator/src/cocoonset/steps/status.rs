@@ -7,6 +7,7 @@
 //! announced once by a Warning Event with the status that first carries it; the set then
 //! waits for a spec change.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cocoon_api::crd::set::CocoonSetStatus;
@@ -14,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::toolboxes::InvalidSpec;
 use super::{Next, Observed, StepPlan, Write};
-use crate::cocoonset::plan;
+use crate::cocoonset::{plan, pods};
 use crate::conditions::{NewCondition, find, set_condition};
 
 /// What steps 11–13 left for step 14.
@@ -56,8 +57,15 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
         mark_invalid(&mut status, invalid.reason, message, o.generation(), now);
     }
     // (An equal status still goes out as a write: the executor makes no call for it.)
-    let held =
-        o.cs.status.as_ref() != Some(&status) && progress_only(o.cs.status.as_ref(), &status);
+    let not_ready: BTreeSet<&str> = o
+        .classified
+        .all_by_name
+        .iter()
+        .filter(|(_, pod)| !pods::is_ready(pod))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let held = o.cs.status.as_ref() != Some(&status)
+        && progress_only(o.cs.status.as_ref(), &status, &not_ready);
     if event.is_some() || !held {
         writes.push(Write::Status(status));
     }
@@ -71,11 +79,16 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
 /// A departure from §9's patch rule (issue #20): while the set is `Pending` or `Scaling`
 /// at this generation, a new status that keeps the phase, the generation, every ready and
 /// desired count and the conditions' statuses and reasons is not written for what else
-/// moved: a pod's VM id, IP or pod phase in its entry (and the Ready condition's message,
-/// which only repeats the counts). Every readiness change is still written, with fresh
-/// entries, and so is the phase that ends the wait (`Running`): a resume of a set of four
-/// pods made a write for each pod's VM id and another for its readiness.
-pub fn progress_only(current: Option<&CocoonSetStatus>, new: &CocoonSetStatus) -> bool {
+/// moved in the entries of pods that are not ready (`not_ready`, by pod name): their VM id,
+/// IP or pod phase (and the Ready condition's message, which only repeats the counts). The
+/// entry of a ready pod is always written as it changes; a not-ready pod's entry goes out
+/// with its readiness change, or with the phase that ends the wait (`Running`): a resume of
+/// a set of four pods made a write for each pod's VM id and another for its readiness.
+pub fn progress_only(
+    current: Option<&CocoonSetStatus>,
+    new: &CocoonSetStatus,
+    not_ready: &BTreeSet<&str>,
+) -> bool {
     use cocoon_api::crd::set::CocoonSetPhase::{Pending, Scaling};
     let Some(cur) = current else {
         return false;
@@ -111,6 +124,12 @@ pub fn progress_only(current: Option<&CocoonSetStatus>, new: &CocoonSetStatus) -
         && cur.agents.len() == new.agents.len()
         && cur.toolboxes.len() == new.toolboxes.len()
         && conditions(cur) == conditions(new)
+        && cur.agents.iter().zip(&new.agents).all(|(a, b)| {
+            a == b || (a.pod_name == b.pod_name && not_ready.contains(b.pod_name.as_str()))
+        })
+        && cur.toolboxes.iter().zip(&new.toolboxes).all(|(a, b)| {
+            a == b || (a.pod_name == b.pod_name && not_ready.contains(b.pod_name.as_str()))
+        })
 }
 
 fn mark_invalid(
@@ -375,9 +394,26 @@ mod tests {
             ),
             ("no status yet", None, base.clone(), false),
         ];
+        let not_ready = BTreeSet::from(["demo-0"]);
         for (what, current, new, want) in table {
-            assert_eq!(progress_only(current.as_ref(), &new), want, "{what}");
+            assert_eq!(
+                progress_only(current.as_ref(), &new, &not_ready),
+                want,
+                "{what}"
+            );
         }
+        // The entry of a ready pod is written as it changes: a user may reach it by its IP.
+        let moved = with(&|s| s.agents[0] = entry("vm-1", "10.0.0.2", "Running"));
+        assert!(
+            !progress_only(Some(&base), &moved, &BTreeSet::new()),
+            "a ready pod's new VM id and IP"
+        );
+        // An entry that now names another pod is no progress of the same pod.
+        let renamed = with(&|s| s.agents[0].pod_name = "demo-9".into());
+        assert!(
+            !progress_only(Some(&base), &renamed, &BTreeSet::from(["demo-0", "demo-9"])),
+            "an entry of another pod"
+        );
     }
 
     #[test]
