@@ -20,6 +20,11 @@ fn main() {
         Ok(v) if !v.trim().is_empty() => v.trim().to_string(),
         _ => git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into()),
     };
+    // A path inside the package, which cargo keeps relative to the package root: a fresh
+    // checkout (its files newer than the last run) reruns this script even when the target
+    // dir is shared with another checkout, whose git files below are recorded by absolute path
+    // and have not moved (a worktree's git paths are absolute).
+    println!("cargo:rerun-if-changed=Cargo.toml");
     // Rebuild when HEAD moves: HEAD itself, the branch it points at, and packed refs. Only
     // existing files: cargo reruns a build script on every build for a missing one.
     let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
