@@ -497,3 +497,30 @@ impl Planned {
         }
     }
 }
+
+/// The writes of a plan as short words, for the table tests of steps 12 and 13.
+#[cfg(test)]
+pub(crate) fn write_kinds(writes: &[Write]) -> Vec<String> {
+    use cocoon_api::contract::annotations as ann;
+    use kube::ResourceExt;
+    writes
+        .iter()
+        .map(|w| match w {
+            Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => "history".into(),
+            Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES) => "stash".into(),
+            Write::DeletePod(n) => format!("delete {n}"),
+            Write::PostPod(p) => format!("post {}", p.name_any()),
+            Write::PostPods { pods, .. } => {
+                let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+                format!("post {}", names.join(","))
+            }
+            Write::Event { reason, .. } => (*reason).into(),
+            Write::Count(_) => "count".into(),
+            Write::Log { .. } => "log".into(),
+            Write::Changed => "changed".into(),
+            Write::Backoff(d) => format!("backoff {}s", d.as_secs()),
+            Write::Fail(m) => format!("fail: {m}"),
+            other => panic!("unexpected write {other:?}"),
+        })
+        .collect()
+}

@@ -168,6 +168,7 @@ mod tests {
     use super::*;
     use crate::cocoonset::plan::Timing;
     use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::steps::write_kinds as kinds;
 
     const NS: &str = "ns";
 
@@ -271,29 +272,6 @@ mod tests {
             a.manifests.insert(vm, plan::TagRead::Absent);
         }
         a
-    }
-
-    fn kinds(writes: &[Write]) -> Vec<String> {
-        writes
-            .iter()
-            .map(|w| match w {
-                Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => {
-                    "history".into()
-                }
-                Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES) => "stash".into(),
-                Write::DeletePod(n) => format!("delete {n}"),
-                Write::PostPods { pods, .. } => {
-                    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
-                    format!("post {}", names.join(","))
-                }
-                Write::Event { reason, .. } => (*reason).into(),
-                Write::Count(_) => "count".into(),
-                Write::Log { .. } => "log".into(),
-                Write::Changed => "changed".into(),
-                Write::Backoff(d) => format!("backoff {}s", d.as_secs()),
-                other => panic!("unexpected write {other:?}"),
-            })
-            .collect()
     }
 
     #[test]

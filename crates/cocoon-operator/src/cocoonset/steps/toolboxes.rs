@@ -248,12 +248,12 @@ pub fn validate(toolboxes: &[ToolboxSpec]) -> Result<(), InvalidSpec> {
 
 #[cfg(test)]
 mod tests {
-    use cocoon_api::contract::annotations as ann;
     use cocoon_api::crd::set::CocoonSetSpec;
 
     use super::*;
     use crate::cocoonset::plan::Timing;
     use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::steps::write_kinds as kinds;
 
     #[test]
     fn each_toolbox_is_triaged_or_created_a_foreign_pod_of_its_name_collides_and_leavers_go() {
@@ -289,27 +289,6 @@ mod tests {
             ]
         );
         assert_eq!(gone, [leaving]);
-    }
-
-    fn kinds(writes: &[Write]) -> Vec<String> {
-        writes
-            .iter()
-            .map(|w| match w {
-                Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => {
-                    "history".into()
-                }
-                Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES) => "stash".into(),
-                Write::DeletePod(n) => format!("delete {n}"),
-                Write::PostPod(p) => format!("post {}", p.name_any()),
-                Write::Event { reason, .. } => (*reason).into(),
-                Write::Count(_) => "count".into(),
-                Write::Log { .. } => "log".into(),
-                Write::Changed => "changed".into(),
-                Write::Backoff(d) => format!("backoff {}s", d.as_secs()),
-                Write::Fail(m) => format!("fail: {m}"),
-                other => panic!("unexpected write {other:?}"),
-            })
-            .collect()
     }
 
     fn toolbox_set(names: &[&str]) -> CocoonSet {
