@@ -190,11 +190,18 @@ impl OperatorProcess {
             .env("METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
             .env("PROBE_ADDR", "127.0.0.1:0")
             .env("LEADER_ELECT", "false")
-            .env("OPERATOR_LOG_LEVEL", "warn")
             .env("COCOONSET_CONCURRENCY", concurrency()?.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("operator.log"))?);
+            .stdin(Stdio::null());
+        // COCOON_BENCH_OPERATOR_LOG=<file>: the operator's debug log (every write it sends)
+        // goes there, to tell what a write was for; the default is warnings only.
+        let (level, log) = match std::env::var_os("COCOON_BENCH_OPERATOR_LOG") {
+            Some(path) => ("warn,cocoon_operator=debug", path.into()),
+            None => ("warn", dir.path().join("operator.log")),
+        };
+        let log = std::fs::File::create(log)?;
+        cmd.env("OPERATOR_LOG_LEVEL", level)
+            .stdout(log.try_clone()?)
+            .stderr(log);
         let started = Timestamp::now();
         let child = cmd.spawn()?;
         Ok(OperatorProcess {
@@ -1095,10 +1102,12 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
     }
 
     // (2) suspend / resume of one of them.
+    // COCOON_BENCH_EVERY_ROUND=1 prints each round's writes, not only the first round's.
+    let every = std::env::var_os("COCOON_BENCH_EVERY_ROUND").is_some_and(|v| v == "1");
     let (mut sus, mut res) = (Vec::new(), Vec::new());
     for r in 0..rounds {
-        sus.push(b.transition("one-0", true, r == 0).await?);
-        res.push(b.transition("one-0", false, r == 0).await?);
+        sus.push(b.transition("one-0", true, every || r == 0).await?);
+        res.push(b.transition("one-0", false, every || r == 0).await?);
     }
     for (label, v, steps) in [
         ("suspend -> Suspended", &sus, SUSPEND_STEPS),

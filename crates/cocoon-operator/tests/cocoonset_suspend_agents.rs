@@ -23,7 +23,8 @@ use cocoon_operator::metrics::{Metrics, PlacementLabels, SetLabels};
 use cocoon_registry::RegistryClient;
 use cocoon_testenv::{Shared, TestNode};
 use cocoon_testsupport::{
-    Agent, AgentOptions, BoxError, Operator, OperatorOptions, all_vms, node_of, registry,
+    Agent, AgentOptions, AuditedIdentity, BoxError, Operator, OperatorOptions, all_vms, node_of,
+    registry,
 };
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::api::events::v1::Event;
@@ -1163,6 +1164,101 @@ async fn pods_deleted_while_suspended_come_back_with_their_state() {
         assert_eq!(c.states(&vms).await?, before, "every VM kept its state");
         c.assert_reclaimed(&vms).await?;
         c.teardown(&[SET]).await
+    })
+    .await;
+}
+
+/// A suspend and a resume patch each pod once (a pass reading a cache that does not show the
+/// controller's own hibernate write yet must not write it again), and the resume reclaims
+/// every woken VM's `:hibernate` tag in one record write when the pods became Ready within
+/// the reclaim hold: three record writes in all (the bookkeeping's two and the reclaim).
+/// Counted from the API server's audit log of the controller's own identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_suspend_and_resume_patch_each_pod_once_and_reclaim_in_one_record_write() {
+    use cocoon_operator::cocoonset::steps::unsuspend::rules::RECLAIM_HOLD;
+    cocoon_testenv::run_test(|env| async move {
+        let c = Cluster::new(env, "css-writes", env.registry_addr(), 1).await?;
+        let Some(audit) = env.audit_log() else {
+            return Err::<(), BoxError>(
+                "the test environment's run directory is unknown (set TESTENV_RUN_DIR)".into(),
+            );
+        };
+        let identity = AuditedIdentity::new(env, &c.client, "css-writes-operator").await?;
+        let _op = Operator::start(
+            &identity.client,
+            &c.ns,
+            &c.registry_addr,
+            options(NO_DEADLINE),
+        );
+        c.create_retain_running(2).await?;
+        let pod_names = ["demo-0", "demo-1", "demo-2", "demo-tb"];
+        let vms = set_vms(&c.ns, 2, true);
+        let mut seen = identity.writes_in(&audit, &c.ns).await?;
+        for suspend in [true, false] {
+            let generation = set_suspend(&c.sets, SET, suspend).await?;
+            if suspend {
+                watch_set(&c.sets, SET, "Suspended", |cs| {
+                    at(cs, CocoonSetPhase::Suspended)
+                })
+                .await?;
+            } else {
+                // The resume is over once the last woken VM left the record.
+                watch_set(&c.sets, SET, "Running, the record gone", |cs| {
+                    settled_running(cs, 3, 1) && annotation(cs, ann::HIBERNATE_RECLAIM).is_none()
+                })
+                .await?;
+                c.assert_reclaimed(&vms).await?;
+            }
+            let total = identity.writes_in(&audit, &c.ns).await?;
+            let writes = audit.writes_of(&identity.user, &c.ns)?;
+            let mine = &writes[seen..total.min(writes.len())];
+            seen = total;
+            let mut patched: Vec<&str> = mine
+                .iter()
+                .filter(|w| w.resource == "pods" && w.verb == "patch")
+                .map(|w| w.name.as_str())
+                .collect();
+            patched.sort();
+            assert_eq!(
+                patched, pod_names,
+                "suspend={suspend}: each pod patched once"
+            );
+            if suspend {
+                continue;
+            }
+            let records = mine
+                .iter()
+                .filter(|w| w.resource == "cocoonsets" && w.verb == "patch")
+                .count();
+            // When the pods became Ready again (whole seconds): within the hold, the reclaim
+            // waits for the last of them and writes the record once.
+            let mut ready_at = Vec::new();
+            for name in pod_names {
+                let p = c.pods.get(name).await?;
+                assert!(lifecycle_at(&p, "ready", generation), "{name} woke");
+                let since = p
+                    .status
+                    .and_then(|s| s.conditions)
+                    .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+                    .and_then(|c| c.last_transition_time)
+                    .map(|t| t.0.as_second());
+                ready_at.push(since.ok_or("a woken pod without a Ready transition time")?);
+            }
+            let spread = ready_at.iter().max().copied().unwrap_or_default()
+                - ready_at.iter().min().copied().unwrap_or_default();
+            if spread + 1 < RECLAIM_HOLD.as_secs() as i64 {
+                assert_eq!(
+                    records, 3,
+                    "the record written on the unsuspend, its list cleared, one reclaim"
+                );
+            } else {
+                assert!(records <= 2 + pod_names.len(), "{records} record writes");
+            }
+        }
+        // The controller tears the set down under its identity: that goes last.
+        let admin = c.client.clone();
+        c.teardown(&[SET]).await?;
+        identity.delete(&admin).await
     })
     .await;
 }

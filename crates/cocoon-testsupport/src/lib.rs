@@ -6,7 +6,10 @@
 //! Nothing here stands in for a real part: these are the production controllers and agents,
 //! wired the way the binaries wire them, with shorter timings where a test asks for them.
 
+mod audited;
 pub mod scripted;
+
+pub use audited::AuditedIdentity;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

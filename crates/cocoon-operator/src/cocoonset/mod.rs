@@ -19,6 +19,9 @@
 //!   classification, triage, create protocol, status, teardown GC).
 
 pub mod expected;
+pub mod fresh;
+#[cfg(test)]
+mod fresh_tests;
 pub mod plan;
 pub mod pods;
 pub mod quantity;
@@ -164,6 +167,10 @@ pub struct Context {
     tracked: Mutex<HashMap<String, SetLabels>>,
     /// The pods this controller created that the cache has not shown yet ([`expected`]).
     expected: Mutex<expected::Expected>,
+    /// The sets and pods as this controller's last writes returned them, while the caches
+    /// do not show those writes yet ([`fresh`]).
+    fresh_sets: Mutex<fresh::Fresh<CocoonSet>>,
+    fresh_pods: Mutex<fresh::Fresh<Pod>>,
 }
 
 impl Context {
@@ -186,6 +193,69 @@ impl Context {
             written_status: Mutex::default(),
             tracked: Mutex::default(),
             expected: Mutex::default(),
+            fresh_sets: Mutex::default(),
+            fresh_pods: Mutex::default(),
+        }
+    }
+
+    /// The set a pass reads: the one this controller last wrote while the cache still shows
+    /// the version that write started from, else the cached one.
+    fn fresh_set(&self, cached: &CocoonSet) -> CocoonSet {
+        let now = std::time::Instant::now();
+        let (Some(uid), Ok(mut f)) = (cached.uid(), self.fresh_sets.lock()) else {
+            return cached.clone();
+        };
+        f.prune(&uid, |_, _| cached.resource_version(), now);
+        f.view(cached, now).unwrap_or_else(|| cached.clone())
+    }
+
+    /// `owned` (from the pod cache) with each pod this controller wrote a moment ago that the
+    /// cache still shows from before that write replaced by the written copy; the set's other
+    /// kept pods leave.
+    fn fresh_pods(&self, cs: &CocoonSet, owned: &mut [Pod]) {
+        let (Some(uid), Ok(mut f)) = (cs.uid(), self.fresh_pods.lock()) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let cached: HashMap<(Option<&str>, String), Option<String>> = owned
+            .iter()
+            .map(|p| {
+                (
+                    (p.metadata.namespace.as_deref(), p.name_any()),
+                    p.resource_version(),
+                )
+            })
+            .collect();
+        f.prune(
+            &uid,
+            |ns, name| cached.get(&(ns, name.to_string())).cloned().flatten(),
+            now,
+        );
+        if f.is_empty() {
+            return;
+        }
+        for p in owned.iter_mut() {
+            if let Some(kept) = f.view(p, now) {
+                *p = kept;
+            }
+        }
+    }
+
+    /// A write of the set returned `written`; the cache showed it at `base`. Nothing is kept
+    /// of a set being deleted: its teardown forgets it, and no later pass needs it.
+    fn wrote_set(&self, base: Option<&str>, written: CocoonSet) {
+        if written.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        if let (Some(base), Some(uid), Ok(mut f)) = (base, written.uid(), self.fresh_sets.lock()) {
+            f.wrote(&uid, base, written, std::time::Instant::now());
+        }
+    }
+
+    /// A write of a pod of the set `set_uid` returned `written`; the cache showed it at `base`.
+    fn wrote_pod(&self, set_uid: Option<&str>, base: Option<&str>, written: Pod) {
+        if let (Some(set), Some(base), Ok(mut f)) = (set_uid, base, self.fresh_pods.lock()) {
+            f.wrote(set, base, written, std::time::Instant::now());
         }
     }
 
@@ -264,7 +334,19 @@ impl Context {
             .is_ok_and(|m| m.contains_key(uid));
         let tracked = self.tracked.lock().is_ok_and(|m| m.contains_key(uid));
         let expected = self.expected.lock().is_ok_and(|e| e.has_set(uid));
-        written || tracked || expected
+        let fresh = self.fresh_sets.lock().is_ok_and(|f| f.has_set(uid))
+            || self.fresh_pods.lock().is_ok_and(|f| f.has_set(uid));
+        written || tracked || expected || fresh
+    }
+
+    /// Nothing written for the set `uid` is kept any more.
+    fn forget_fresh(&self, uid: &str) {
+        if let Ok(mut f) = self.fresh_sets.lock() {
+            f.forget_set(uid);
+        }
+        if let Ok(mut f) = self.fresh_pods.lock() {
+            f.forget_set(uid);
+        }
     }
 
     fn track(&self, cs: &CocoonSet) {
@@ -287,6 +369,7 @@ impl Context {
         if let Ok(mut e) = self.expected.lock() {
             e.forget_set(&key);
         }
+        self.forget_fresh(&key);
         let labels = self.tracked.lock().ok().and_then(|mut m| m.remove(&key));
         let labels = labels.unwrap_or_else(|| SetLabels {
             namespace: cs.namespace().unwrap_or_default(),
@@ -319,6 +402,7 @@ impl Context {
             if let Ok(mut e) = self.expected.lock() {
                 e.forget_set(&uid);
             }
+            self.forget_fresh(&uid);
             self.retries.succeeded(&uid);
             self.metrics.forget_set(&labels);
         }

@@ -91,7 +91,12 @@ pub fn plan(
         } else {
             CocoonSetPhase::Pending
         };
-        writes.push(status(phase));
+        let new = plan::build_status(o.cs, o.classified, Some(phase), status_time);
+        // While Pending, a main (or any pod) coming up moves its entry more often than the
+        // counts move: that is held back as in step 14.
+        if !super::status::held(o, &new) {
+            writes.push(Write::Status(new));
+        }
         return StepPlan::then(writes, Next::RequeueAfter(t.wait_for_main));
     }
     StepPlan::then(writes, Next::Continue)
@@ -177,6 +182,57 @@ mod tests {
                 "from {before:?}"
             );
         }
+    }
+
+    #[test]
+    fn while_pending_a_main_coming_up_writes_its_readiness_not_each_step_of_its_entry() {
+        let pending = |cs: &CocoonSet, main: &Pod| {
+            let mut cs = cs.clone();
+            let c = Classified::from_owned([main]);
+            cs.status = Some(plan::build_status(
+                &cs,
+                &c,
+                Some(CocoonSetPhase::Pending),
+                Timestamp::UNIX_EPOCH,
+            ));
+            cs
+        };
+        let cs = set(None);
+        let main = pods::build_agent_pod(&cs, NS, 0, "", None);
+        let reported = pending(&cs, &main);
+        // The main's VM id arrives while it is not Ready: nothing to write, still waiting.
+        let mut booted = main.clone();
+        booted
+            .annotations_mut()
+            .insert(ann::VM_ID.into(), "vm-1".into());
+        let p = run(&reported, Some(booted.clone()));
+        assert_eq!(
+            p,
+            StepPlan::then(vec![], Next::RequeueAfter(Timing::default().wait_for_main))
+        );
+        // The first Pending (no status yet, or another phase before) is written.
+        assert_eq!(
+            phase_written(&run(&cs, Some(booted.clone()))),
+            Some(CocoonSetPhase::Pending)
+        );
+        let running = set(Some(CocoonSetPhase::Running));
+        assert_eq!(
+            phase_written(&run(&running, Some(booted))),
+            Some(CocoonSetPhase::Pending)
+        );
+        // A recovering set keeps Failed and writes what moved.
+        let mut failed = reported.clone();
+        if let Some(s) = failed.status.as_mut() {
+            s.phase = Some(CocoonSetPhase::Failed);
+        }
+        let mut moved = main;
+        moved
+            .annotations_mut()
+            .insert(ann::VM_ID.into(), "vm-2".into());
+        assert_eq!(
+            phase_written(&run(&failed, Some(moved))),
+            Some(CocoonSetPhase::Failed)
+        );
     }
 
     #[test]

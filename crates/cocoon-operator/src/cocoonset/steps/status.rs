@@ -57,16 +57,7 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
         mark_invalid(&mut status, invalid.reason, message, o.generation(), now);
     }
     // (An equal status still goes out as a write: the executor makes no call for it.)
-    let not_ready: BTreeSet<&str> = o
-        .classified
-        .all_by_name
-        .iter()
-        .filter(|(_, pod)| !pods::is_ready(pod))
-        .map(|(name, _)| name.as_str())
-        .collect();
-    let held = o.cs.status.as_ref() != Some(&status)
-        && progress_only(o.cs.status.as_ref(), &status, &not_ready);
-    if event.is_some() || !held {
+    if event.is_some() || !held(o, &status) {
         writes.push(Write::Status(status));
     }
     writes.extend(event);
@@ -74,6 +65,19 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
         .min_backoff
         .map_or(Next::AwaitChange, Next::RequeueAfter);
     StepPlan::then(writes, next)
+}
+
+/// Whether `status` differs from the set's only in what [`progress_only`] holds back, on the
+/// pass's classification: such a status is not written (steps 11 and 14).
+pub fn held(o: &Observed<'_>, status: &CocoonSetStatus) -> bool {
+    let not_ready: BTreeSet<&str> = o
+        .classified
+        .all_by_name
+        .iter()
+        .filter(|(_, pod)| !pods::is_ready(pod))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    o.cs.status.as_ref() != Some(status) && progress_only(o.cs.status.as_ref(), status, &not_ready)
 }
 
 /// A departure from §9's patch rule (issue #20): while the set is `Pending` or `Scaling`

@@ -345,7 +345,8 @@ impl Walk<'_> {
                 }
                 // The pass goes on from the set as written (step 3 hands over).
                 self.versions.extend(patched.resource_version());
-                self.cs.metadata.finalizers = patched.metadata.finalizers;
+                self.cs.metadata.finalizers = patched.metadata.finalizers.clone();
+                self.ctx.wrote_set(self.set_base.as_deref(), patched);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 && gone_ok => Ok(()),

@@ -14,7 +14,7 @@
 //! create (9.1.4), the first record write before an unsuspend clears any annotation (10.3).
 //! A fresh controller with empty memory therefore resumes from the API objects alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -79,14 +79,28 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
     }
     ctx.count(|s| &s.passes);
     let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
+    // The set and (below) its pods as this controller's own writes left them, where the
+    // caches do not show those writes yet.
+    let set_base = cs.resource_version();
+    let cs = &ctx.fresh_set(cs);
     // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
-    let owned = steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p));
+    let mut owned = steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p));
+    let pod_bases = owned
+        .iter()
+        .filter_map(|p| Some((p.name_any(), p.resource_version()?)))
+        .collect();
+    ctx.fresh_pods(cs, &mut owned);
     let mut walk = Walk::new(ctx, caches, cs.clone(), ns);
+    walk.set_base = set_base;
+    walk.pod_bases = pod_bases;
 
     // Step 2.
     if cs.metadata.deletion_timestamp.is_some() {
         walk.forget_written_status();
         ctx.forget_expected(cs);
+        if let Some(uid) = cs.uid() {
+            ctx.forget_fresh(&uid);
+        }
         let plan = steps::teardown::plan(&walk.observed(&owned));
         return Ok(walk
             .apply_step(plan)
@@ -119,7 +133,8 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
     let next = walk
         .run_step(|o, a| steps::main::plan(o, a, now, st))
         .await?;
-    if let Step::Return(a) = Step::from(next) {
+    // A pass that ends here still comes back for an earlier step's backoff (the reclaim hold).
+    if let Step::Return(a) = Step::from(walk.sooner(next)) {
         return Ok(a);
     }
     // Steps 12 and 13.
@@ -166,6 +181,10 @@ struct Walk<'a> {
     /// The first refusal of the last fed-back [`steps::Read::Probe`] (the call, the error),
     /// for [`steps::Write::FailProbe`].
     probe_error: Option<(String, RegistryError)>,
+    /// The resourceVersions the caches showed the set and (by name) its pods at when the
+    /// pass began: the base of what its writes return ([`super::fresh`]).
+    set_base: Option<String>,
+    pod_bases: HashMap<String, String>,
 }
 
 impl<'a> Walk<'a> {
@@ -187,6 +206,8 @@ impl<'a> Walk<'a> {
             versions: cs_version.into_iter().collect(),
             pending_stamps: BTreeMap::new(),
             probe_error: None,
+            set_base: None,
+            pod_bases: HashMap::new(),
         }
     }
 
@@ -223,7 +244,9 @@ impl<'a> Walk<'a> {
         }
         // Step 10.
         self.run_step(steps::unsuspend::bookkeeping).await?;
-        self.run_step(|o, _| steps::unsuspend::reclaim(o)).await?;
+        let now = Timestamp::now();
+        self.run_step(|o, _| steps::unsuspend::reclaim(o, now))
+            .await?;
         Ok(Step::Continue)
     }
 
@@ -343,6 +366,15 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// `next`, or the pass's smallest backoff when that comes sooner.
+    fn sooner(&self, next: Next) -> Next {
+        match (next, self.min_backoff) {
+            (Next::RequeueAfter(d), Some(b)) => Next::RequeueAfter(d.min(b)),
+            (Next::AwaitChange, Some(b)) => Next::RequeueAfter(b),
+            (next, _) => next,
+        }
+    }
+
     fn note_backoff(&mut self, d: Duration) {
         self.min_backoff = Some(self.min_backoff.map_or(d, |m| m.min(d)));
     }
@@ -392,6 +424,7 @@ impl<'a> Walk<'a> {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         self.versions.extend(patched.resource_version());
+        self.ctx.wrote_set(self.set_base.as_deref(), patched);
         cocoon_api::contract::apply_delta(self.cs.annotations_mut(), &delta);
         Ok(())
     }
@@ -400,8 +433,8 @@ impl<'a> Walk<'a> {
         let Some((body, status)) = self.status_body(status) else {
             return Ok(());
         };
-        let version = send_status(self.ctx, &self.sets, &self.name, &body).await?;
-        self.status_written(status, version);
+        let written = send_status(self.ctx, &self.sets, &self.name, &body).await?;
+        self.status_written(status, written);
         Ok(())
     }
 
@@ -440,9 +473,11 @@ impl<'a> Walk<'a> {
         Some((json!({ "status": body }), status))
     }
 
-    /// Records a status patch that succeeded, in this pass and for the next ones.
-    fn status_written(&mut self, status: CocoonSetStatus, version: Option<String>) {
-        self.versions.extend(version);
+    /// Records a status patch that succeeded (`written`: the set it returned), in this pass
+    /// and for the next ones.
+    fn status_written(&mut self, status: CocoonSetStatus, written: CocoonSet) {
+        self.versions.extend(written.resource_version());
+        self.ctx.wrote_set(self.set_base.as_deref(), written);
         if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
             let seen = plan::versions_seen(m.remove(&uid).map(|(v, _)| v), &self.versions);
             m.insert(uid, (seen, status.clone()));
@@ -474,7 +509,20 @@ impl<'a> Walk<'a> {
         delta: &AnnotationDelta,
     ) -> Result<(), Error> {
         let delta = self.with_stamp(pod, delta);
-        patch_pod(self.ctx, &self.pod_api, pod, &delta).await
+        let written = patch_pod(self.ctx, &self.pod_api, pod, &delta).await?;
+        self.pod_written(pod, written);
+        Ok(())
+    }
+
+    /// Keeps what a pod patch returned for the next passes ([`super::fresh`]).
+    fn pod_written(&self, pod: &str, written: Option<Pod>) {
+        if self.cs.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        if let Some(w) = written {
+            let base = self.pod_bases.get(pod).map(String::as_str);
+            self.ctx.wrote_pod(self.cs.uid().as_deref(), base, w);
+        }
     }
 
     /// Patches several pods at once (at most [`POD_WRITES_AT_ONCE`] in flight), each with
@@ -494,11 +542,24 @@ impl<'a> Walk<'a> {
             .iter()
             .map(|(pod, delta)| patch_pod(ctx, api, pod, delta))
             .collect();
-        let results: Vec<Result<(), Error>> = futures::stream::iter(writes)
+        let results: Vec<Result<Option<Pod>, Error>> = futures::stream::iter(writes)
             .buffer_unordered(POD_WRITES_AT_ONCE)
             .collect()
             .await;
-        results.into_iter().collect()
+        let mut first_error = None;
+        for r in results {
+            match r {
+                Ok(Some(written)) => {
+                    let name = written.name_any();
+                    self.pod_written(&name, Some(written));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// [`Walk::patch_pods`] and a status write at once, for steps where nothing orders the
@@ -599,18 +660,17 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// One status merge patch; returns the resourceVersion it produced.
+/// One status merge patch; returns the set it produced.
 async fn send_status(
     ctx: &Context,
     sets: &Api<CocoonSet>,
     name: &str,
     body: &Value,
-) -> Result<Option<String>, Error> {
+) -> Result<CocoonSet, Error> {
     ctx.write(line!())?;
-    let patched = sets
+    Ok(sets
         .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
-        .await?;
-    Ok(patched.resource_version())
+        .await?)
 }
 
 /// One pod annotation merge patch (nothing when the delta is empty).
@@ -619,12 +679,13 @@ async fn patch_pod(
     api: &Api<Pod>,
     pod: &str,
     delta: &AnnotationDelta,
-) -> Result<(), Error> {
+) -> Result<Option<Pod>, Error> {
     let Some(patch) = annotations_merge_patch(delta) else {
-        return Ok(());
+        return Ok(None);
     };
     ctx.write(line!())?;
-    api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+    Ok(Some(
+        api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?,
+    ))
 }

@@ -13,9 +13,10 @@
 //! the dropped ones leave the record, and a refused delete fails the pass.
 
 use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, annotations as ann, bool_delta};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use self::rules as suspend;
+use self::rules::{self as suspend, Reclaim};
 use super::{Answers, Next, Observed, Read, StepPlan, Write, log};
 use crate::cocoonset::pods;
 
@@ -71,21 +72,19 @@ pub fn bookkeeping(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     StepPlan::then(writes, Next::Continue)
 }
 
-/// 10.6: drop the tags of recorded VMs whose pods have woken. A refused delete keeps the VM
-/// recorded and fails the pass, so scaling and the status wait for the retry.
-pub fn reclaim(o: &Observed<'_>) -> StepPlan {
+/// 10.6: drop the tags of recorded VMs whose pods have woken, together once the set's other
+/// recorded VMs have woken too or the hold has passed ([`suspend::reclaim_decision`]). A
+/// refused delete keeps the VM recorded and fails the pass, so scaling and the status wait
+/// for the retry.
+pub fn reclaim(o: &Observed<'_>, now: Timestamp) -> StepPlan {
     let record = ReclaimRecord::from_meta(&o.cs.metadata);
-    let woken = suspend::reclaimable(&record, o.classified);
-    if woken.is_empty() {
-        return StepPlan::proceed();
+    match suspend::reclaim_decision(&record, o.classified, now) {
+        Reclaim::Nothing => StepPlan::proceed(),
+        Reclaim::Hold(left) => StepPlan::then(vec![Write::Backoff(left)], Next::Continue),
+        Reclaim::Now(vms) => {
+            StepPlan::then(vec![Write::ReclaimTags { vms, step: STEP }], Next::Continue)
+        }
     }
-    StepPlan::then(
-        vec![Write::ReclaimTags {
-            vms: woken,
-            step: STEP,
-        }],
-        Next::Continue,
-    )
 }
 
 #[cfg(test)]
@@ -237,7 +236,11 @@ mod tests {
             classified: &c,
             timing: &t,
         };
-        assert_eq!(reclaim(&o), StepPlan::proceed(), "its pod is missing");
+        assert_eq!(
+            reclaim(&o, Timestamp::UNIX_EPOCH),
+            StepPlan::proceed(),
+            "its pod is missing"
+        );
         let mut woken = agent(&cs, 0, false);
         for (k, v) in [
             (ann::VM_ID, "vm-id"),
@@ -282,7 +285,7 @@ mod tests {
                 classified: &c,
                 ..o
             };
-            assert_eq!(reclaim(&o), want);
+            assert_eq!(reclaim(&o, Timestamp::UNIX_EPOCH), want);
         }
     }
 }
