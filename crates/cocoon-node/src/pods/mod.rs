@@ -32,6 +32,7 @@ pub mod controller;
 mod create;
 mod delete;
 pub mod events;
+mod flights;
 pub mod intent;
 pub mod lease_watch;
 pub mod probe;
@@ -246,7 +247,7 @@ pub struct Handler {
     pub(crate) probes: Arc<ProbeManager>,
     pub(crate) metrics: Arc<NodeMetrics>,
     pub(crate) shutdown: CancellationToken,
-    flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    flights: flights::Flights,
     /// Registry pulls in flight, by destination snapshot (see `shared_pull`).
     pulls: Arc<Mutex<HashMap<String, transfer::SharedPull>>>,
     /// Bumped whenever a stale create resolves (its VM name freed, or indexed for adoption):
@@ -299,7 +300,7 @@ impl Handler {
             probes,
             metrics,
             shutdown,
-            flights: Mutex::new(HashMap::new()),
+            flights: flights::Flights::default(),
             pulls: Arc::default(),
             names_freed: tokio::sync::watch::Sender::new(0),
             leases,
@@ -325,10 +326,9 @@ impl Handler {
     }
 
     /// A per-key lock for single flights: the holder re-checks the local store, so concurrent
-    /// callers end up doing the work once.
-    pub(crate) fn flight(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut f = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        f.entry(key.to_owned()).or_default().clone()
+    /// callers end up doing the work once ([`flights`]).
+    pub(crate) fn flight(&self, key: &str) -> flights::FlightLock {
+        self.flights.get(key)
     }
 
     /// Tells pod operations in a retry backoff that a VM name may have become free.
