@@ -26,6 +26,33 @@ fn root(tmp: &tempfile::TempDir, node: &str) -> PathBuf {
     tmp.path().join(node)
 }
 
+/// One test's namespace and a fresh Node object (without it the pod garbage collector deletes
+/// pods bound to the node), with the agent's root directory under a temporary directory.
+struct OnNode {
+    client: Client,
+    ns: String,
+    node: String,
+    root: PathBuf,
+    _tmp: tempfile::TempDir,
+    _node_obj: cocoon_testenv::TestNode,
+}
+
+async fn on_new_node(env: &cocoon_testenv::Shared, prefix: &str) -> Result<OnNode, BoxError> {
+    let client = env.client()?;
+    let ns = create_namespace(&client, prefix).await?;
+    let tmp = tempfile::tempdir()?;
+    let node = unique_name("node");
+    let node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
+    Ok(OnNode {
+        root: root(&tmp, &node),
+        client,
+        ns,
+        node,
+        _tmp: tmp,
+        _node_obj: node_obj,
+    })
+}
+
 /// Hibernates a running pod at generation 2 and checks the promises of §8.2.
 async fn hibernate(
     client: &Client,
@@ -55,13 +82,15 @@ async fn hibernate(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn run_hibernate_wake_and_delete() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "node-life").await?;
-        let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        // A Node object must exist, or the pod garbage collector deletes pods bound to it.
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, &root(&tmp, &node)).await?;
+        let OnNode {
+            client,
+            ns,
+            node,
+            root,
+            _tmp,
+            _node_obj,
+        } = on_new_node(env, "node-life").await?;
+        let agent = start_agent(env, &node, &root).await?;
         let reg = registry(env.registry_addr());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(
@@ -226,13 +255,15 @@ async fn wake_on_another_node_pulls_from_the_registry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agent_killed_mid_hibernate_resumes_without_losing_state() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "node-crash").await?;
-        let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        // A Node object must exist, or the pod garbage collector deletes pods bound to it.
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-        let dir = root(&tmp, &node);
+        let OnNode {
+            client,
+            ns,
+            node,
+            root,
+            _tmp,
+            _node_obj,
+        } = on_new_node(env, "node-crash").await?;
+        let dir = root;
         let agent = start_agent(env, &node, &dir).await?;
         let reg = registry(env.registry_addr());
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -282,13 +313,15 @@ async fn agent_killed_mid_hibernate_resumes_without_losing_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crashed_vm_restarts_in_place_then_repeated_crash_evicts() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "node-evict").await?;
-        let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        // A Node object must exist, or the pod garbage collector deletes pods bound to it.
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, &root(&tmp, &node)).await?;
+        let OnNode {
+            client,
+            ns,
+            node,
+            root,
+            _tmp,
+            _node_obj,
+        } = on_new_node(env, "node-evict").await?;
+        let agent = start_agent(env, &node, &root).await?;
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(
             &PostParams::default(),
@@ -329,13 +362,15 @@ async fn crashed_vm_restarts_in_place_then_repeated_crash_evicts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fork_from_shares_one_baseline_snapshot() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "node-fork").await?;
-        let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        // A Node object must exist, or the pod garbage collector deletes pods bound to it.
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, &root(&tmp, &node)).await?;
+        let OnNode {
+            client,
+            ns,
+            node,
+            root,
+            _tmp,
+            _node_obj,
+        } = on_new_node(env, "node-fork").await?;
+        let agent = start_agent(env, &node, &root).await?;
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         api.create(
             &PostParams::default(),
@@ -387,12 +422,14 @@ async fn fork_from_shares_one_baseline_snapshot() {
 async fn concurrent_wakes_end_ready_without_the_drift_check() {
     run_test(|env| async move {
         const PODS: usize = 40;
-        let client = env.client()?;
-        let ns = create_namespace(&client, "node-wakes").await?;
-        let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-        let root = root(&tmp, &node);
+        let OnNode {
+            client,
+            ns,
+            node,
+            root,
+            _tmp,
+            _node_obj,
+        } = on_new_node(env, "node-wakes").await?;
         let mut opts = common::AgentOptions::new(&root);
         opts.timing.drift_first = std::time::Duration::from_secs(3600);
         opts.timing.drift_every = std::time::Duration::from_secs(3600);
@@ -449,12 +486,14 @@ async fn concurrent_wakes_end_ready_without_the_drift_check() {
 async fn ready_when_the_lease_lands_not_at_the_next_poll() {
     run_test(|env| async move {
         let hour = std::time::Duration::from_secs(3600);
-        let client = env.client()?;
-        let ns = create_namespace(&client, "node-lease").await?;
-        let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        let _node_obj = cocoon_testenv::TestNode::in_pool(&client, &node, "default").await?;
-        let root = root(&tmp, &node);
+        let OnNode {
+            client,
+            ns,
+            node,
+            root,
+            _tmp,
+            _node_obj,
+        } = on_new_node(env, "node-lease").await?;
         let mut opts = common::AgentOptions::new(&root);
         opts.sim.lease_delay = std::time::Duration::from_secs(1);
         opts.timing.probe.warmup_start = hour;
