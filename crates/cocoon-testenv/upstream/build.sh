@@ -45,5 +45,5 @@ if [ ! -x "$OUT/kubelet" ] || [ ! -x "$OUT/pause" ]; then
   echo "kubelet build took $(( $(date +%s) - start ))s" >&2
 fi
 "$OUT/kube-apiserver" --version >&2
-"$OUT/etcd" --version | head -1 >&2
+"$OUT/etcd" --version | sed -n 1p >&2  # sed reads to the end: no SIGPIPE under pipefail
 echo "$OUT"
