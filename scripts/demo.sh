@@ -16,8 +16,10 @@ for a in "$@"; do
   esac
 done
 
-"$root/scripts/setup.sh"
-echo "==> building cocoon" >&2
+# The first run builds the upstream control plane from Go modules (15-30 min on two cores) and
+# cocoon (5-10 min); both are cached, so a later run starts in well under a minute.
+"$root/scripts/setup.sh" --demo
+echo "==> building cocoon (first run: 5-10 min on two cores; later runs: seconds)" >&2
 cargo build --quiet -p cocoon-testenv -p cocoon-bin -p kubectl-cocoon
 target="${CARGO_TARGET_DIR:-$root/target}/debug"
 
@@ -30,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo "==> starting the local control plane and registry" >&2
+echo "==> starting the local control plane and registry (10-30 s)" >&2
 "$target/cocoon-testenv" up --env-file "$work/env" >"$work/testenv.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 600); do

@@ -5,25 +5,37 @@
 # (extracted, not started), and the upstream Kubernetes control plane, kubelet, krew and helm built
 # from Go modules into a cache outside the repository. containerd is only installed, never
 # started as a service by the tests: cocoon-testenv runs a private one per kubelet.
+#
+#   --demo   only what scripts/demo.sh runs: the control plane (no kubelet, pause, krew, helm)
+#            and the registry, without the Debian packages that only the tests use.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+demo=0
+for a in "$@"; do
+  case "$a" in
+    --demo) demo=1 ;;
+    *) echo "setup.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
 
 log() { printf '==> %s\n' "$*" >&2; }
 
 need_pkgs=()
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
-command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
-command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
 command -v dpkg-deb >/dev/null 2>&1 || need_pkgs+=(dpkg)
-command -v strip >/dev/null 2>&1 || need_pkgs+=(binutils)
-command -v podman >/dev/null 2>&1 || need_pkgs+=(podman)
-command -v runc >/dev/null 2>&1 || need_pkgs+=(runc)
-command -v skopeo >/dev/null 2>&1 || need_pkgs+=(skopeo)
-command -v containerd >/dev/null 2>&1 || need_pkgs+=(containerd)
-command -v gcc >/dev/null 2>&1 || need_pkgs+=(gcc)
-[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
-[ -x /usr/lib/cni/loopback ] || need_pkgs+=(containernetworking-plugins)
 [ -s /etc/ssl/certs/ca-certificates.crt ] || need_pkgs+=(ca-certificates)
+command -v gcc >/dev/null 2>&1 || need_pkgs+=(gcc)   # the Rust build links with cc
+if [ "$demo" = 0 ]; then
+  command -v openssl >/dev/null 2>&1 || need_pkgs+=(openssl)
+  command -v htpasswd >/dev/null 2>&1 || need_pkgs+=(apache2-utils)
+  command -v strip >/dev/null 2>&1 || need_pkgs+=(binutils)
+  command -v podman >/dev/null 2>&1 || need_pkgs+=(podman)
+  command -v runc >/dev/null 2>&1 || need_pkgs+=(runc)
+  command -v skopeo >/dev/null 2>&1 || need_pkgs+=(skopeo)
+  command -v containerd >/dev/null 2>&1 || need_pkgs+=(containerd)
+  [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
+  [ -x /usr/lib/cni/loopback ] || need_pkgs+=(containernetworking-plugins)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -37,7 +49,13 @@ command -v cargo >/dev/null 2>&1 || { echo "setup: a stable Rust toolchain (carg
 log "local OCI registry (Debian docker-registry)"
 "$root/crates/cocoon-testenv/fetch-registry.sh" >/dev/null
 
-log "upstream control plane and kubelet (cached; a cold build takes several minutes)"
+if [ "$demo" = 1 ]; then
+  log "upstream control plane (cached; the first build takes 15-30 min on two cores, later runs a second)"
+  TESTENV_CONTROL_PLANE_ONLY=1 "$root/crates/cocoon-testenv/upstream/build.sh" >/dev/null
+  exit 0
+fi
+
+log "upstream control plane and kubelet (cached; a cold build takes 20-35 min on two cores)"
 "$root/crates/cocoon-testenv/upstream/build.sh" >/dev/null
 
 log "krew (cached)"

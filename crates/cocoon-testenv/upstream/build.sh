@@ -4,7 +4,8 @@
 # Kubernetes version; then, as a second step so an existing cache only adds them, the kubelet
 # (same modules) and a static `pause` (the sandbox binary, from the kubernetes module's own
 # build/pause/linux/pause.c, with gcc) for cocoon-testenv's optional kubelet node. Prints the bin
-# directory on the last line of stdout.
+# directory on the last line of stdout. TESTENV_CONTROL_PLANE_ONLY=1 skips the kubelet and pause
+# (the demo runs neither).
 set -euo pipefail
 cd "$(dirname "$0")"
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
@@ -30,7 +31,7 @@ if [ "$need" = 1 ]; then
   mv "$tmp"/* "$OUT/" && rmdir "$tmp"
   echo "upstream build took $(( $(date +%s) - start ))s" >&2
 fi
-if [ ! -x "$OUT/kubelet" ] || [ ! -x "$OUT/pause" ]; then
+if [ -z "${TESTENV_CONTROL_PLANE_ONLY:-}" ] && { [ ! -x "$OUT/kubelet" ] || [ ! -x "$OUT/pause" ]; }; then
   start=$(date +%s)
   echo "building the upstream kubelet $K8S and pause into $OUT (cold: 5-15 min on two cores)" >&2
   V=k8s.io/component-base/version; C=k8s.io/client-go/pkg/version
