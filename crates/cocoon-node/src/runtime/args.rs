@@ -953,6 +953,7 @@ mod tests {
                 "--windows",
                 "--fc",
                 "--no-direct-io",
+                "--",
                 "win11"
             ])
         );
