@@ -662,7 +662,7 @@ async fn coloured_stderr_is_stripped_from_errors() {
     // wrapper answers it as a success and hands everything else to the replay.
     let replay = Replay::new();
     let wrapper = format!(
-        "#!/bin/sh\nif [ \"$1 $2 $3\" = 'snapshot rm vk-a' ]; then exit 0; fi\nexec '{}' \"$@\"\n",
+        "#!/bin/sh\nif [ \"$*\" = 'snapshot rm -- vk-a' ]; then exit 0; fi\nexec '{}' \"$@\"\n",
         replay.bin().display()
     );
     let bin = install_script(replay.dir.path(), "wrapped", &wrapper);
