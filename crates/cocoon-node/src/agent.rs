@@ -144,6 +144,7 @@ pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
         cocoon_root_dir: cfg.cocoon_root_dir.clone(),
         clone_from_dir_roots: cfg.clone_from_dir_roots.clone(),
         timing: Timing::default(),
+        host_reach: cfg.host_reach.clone(),
     }
 }
 

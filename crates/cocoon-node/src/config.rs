@@ -19,6 +19,10 @@
 //! * `VK_CLONE_FROM_DIR_ROOTS` (not in the spec; tenant isolation): absolute, canonical
 //!   directories separated by `,` or `:` (blank items dropped; a relative or non-canonical
 //!   one is fatal). Unset or empty refuses every `vm.cocoonstack.io/clone-from-dir`.
+//! * `VK_RUN_IMAGE_URL_ALLOW` / `VK_NETWORK_ALLOW` (not in the spec; host reach, see
+//!   [`crate::pods::host_reach`]): URL prefixes an image URL must match by scheme, host,
+//!   port and whole path segments, and the CNI networks a pod may pick (`*`: any). Unset or
+//!   empty: no URL image, only the default network. An unparsable entry is fatal.
 //! * Timing knobs (Lease renew, status refresh, fix-up) are not env vars: they are struct fields
 //!   with the spec's defaults so tests can shorten them.
 
@@ -28,6 +32,7 @@ use std::time::Duration;
 
 use cocoon_api::contract::env::node as env;
 
+use crate::pods::host_reach::{self, HostReach};
 use crate::runtime::BackendChoice;
 
 /// A configuration error; every variant's text is the fatal message the process exits with.
@@ -57,6 +62,8 @@ pub enum ConfigError {
     Runtime(String),
     #[error("parse VK_CLONE_FROM_DIR_ROOTS: root {0:?} must be an absolute, canonical path")]
     CloneFromDirRoot(String),
+    #[error("parse {var}: {reason}")]
+    HostReach { var: &'static str, reason: String },
 }
 
 /// What to do with a VM that no pod claims (`VK_ORPHAN_POLICY`).
@@ -235,6 +242,9 @@ pub struct NodeConfig {
     pub runtime: BackendChoice,
     /// `VK_CLONE_FROM_DIR_ROOTS` (empty: every `clone-from-dir` is refused).
     pub clone_from_dir_roots: Vec<PathBuf>,
+    /// `VK_RUN_IMAGE_URL_ALLOW` and `VK_NETWORK_ALLOW` (empty: no URL image, only the
+    /// default network).
+    pub host_reach: HostReach,
     /// Heartbeat and fix-up timings (not env-configurable).
     pub timings: Timings,
 }
@@ -331,6 +341,7 @@ impl NodeConfig {
 
         let clone_from_dir_roots =
             parse_clone_roots(val(env::CLONE_FROM_DIR_ROOTS).as_deref().unwrap_or(""))?;
+        let host_reach = parse_host_reach(&val)?;
 
         let int_knob = |k: &str, default: u64| match val(k) {
             Some(raw) => raw.trim().parse::<u64>().unwrap_or(0),
@@ -387,6 +398,7 @@ impl NodeConfig {
             macos_vnc_password: val(env::COCOON_MACOS_VNC_PASSWORD),
             runtime,
             clone_from_dir_roots,
+            host_reach,
             timings: Timings::default(),
         })
     }
@@ -411,6 +423,18 @@ pub fn parse_clone_roots(raw: &str) -> Result<Vec<PathBuf>, ConfigError> {
             }
         })
         .collect()
+}
+
+/// Parses `VK_RUN_IMAGE_URL_ALLOW` and `VK_NETWORK_ALLOW` through `val` (blank = unset).
+fn parse_host_reach(val: &impl Fn(&str) -> Option<String>) -> Result<HostReach, ConfigError> {
+    let err = |var: &'static str| move |reason: String| ConfigError::HostReach { var, reason };
+    let raw = |k: &str| val(k).unwrap_or_default();
+    Ok(HostReach {
+        run_image_urls: host_reach::parse_url_allow(&raw(env::RUN_IMAGE_URL_ALLOW))
+            .map_err(err(env::RUN_IMAGE_URL_ALLOW))?,
+        networks: host_reach::parse_network_allow(&raw(env::NETWORK_ALLOW))
+            .map_err(err(env::NETWORK_ALLOW))?,
+    })
 }
 
 /// Validates a log level; returns it lower-cased.
@@ -600,6 +624,40 @@ mod tests {
                 "{raw:?}"
             );
         }
+    }
+
+    #[test]
+    fn host_reach_allowlists() {
+        let c = parse(&[]).expect("defaults");
+        assert_eq!(
+            c.host_reach,
+            HostReach::default(),
+            "no URL, default network only"
+        );
+        let c = parse(&[
+            (
+                "VK_RUN_IMAGE_URL_ALLOW",
+                "https://images.example/cloud/, http://10.0.0.5:8080",
+            ),
+            ("VK_NETWORK_ALLOW", "cocoon-dhcp tenant-a"),
+        ])
+        .expect("config");
+        assert_eq!(c.host_reach.run_image_urls.len(), 2);
+        assert_eq!(
+            c.host_reach.networks,
+            host_reach::NetworkAllow::Names(vec!["cocoon-dhcp".into(), "tenant-a".into()])
+        );
+        let err = parse(&[("VK_RUN_IMAGE_URL_ALLOW", "images.example")]).expect_err("bad url");
+        assert!(
+            err.to_string()
+                .starts_with("parse VK_RUN_IMAGE_URL_ALLOW: \"images.example\" is not a URL"),
+            "{err}"
+        );
+        let err = parse(&[("VK_NETWORK_ALLOW", "-x")]).expect_err("bad net");
+        assert_eq!(
+            err.to_string(),
+            "parse VK_NETWORK_ALLOW: \"-x\" is not a network name"
+        );
     }
 
     #[test]

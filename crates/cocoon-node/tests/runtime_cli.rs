@@ -182,7 +182,7 @@ async fn capability_detection_reads_help_and_gates_optional_flags() {
     assert_eq!(
         fake.argv(3),
         v(&[
-            "vm", "clone", "--output", "json", "--name", "vm-a", "snap-a"
+            "vm", "clone", "--output", "json", "--name", "vm-a", "--", "snap-a"
         ])
     );
 
@@ -299,6 +299,7 @@ async fn clone_builds_the_exact_argv_and_parses_the_record() {
             "200000",
             "--cpu-period-us",
             "100000",
+            "--",
             "snap-a"
         ])
     );
@@ -391,9 +392,10 @@ async fn run_converts_quantities_and_inspects_an_unsettled_record() {
                 "--network",
                 "cocoon-dhcp",
                 "--windows",
+                "--",
                 "ubuntu:24.04"
             ]),
-            v(&["vm", "inspect", "abc"]),
+            v(&["vm", "inspect", "--", "abc"]),
         ]
     );
 
@@ -406,7 +408,10 @@ async fn run_converts_quantities_and_inspects_an_unsettled_record() {
     .await
     .expect("run");
     assert_eq!(fake.calls(), 3);
-    assert_eq!(fake.argv(3), v(&["vm", "run", "--output", "json", "img"]));
+    assert_eq!(
+        fake.argv(3),
+        v(&["vm", "run", "--output", "json", "--", "img"])
+    );
 }
 
 #[tokio::test]
@@ -420,7 +425,7 @@ async fn inspect_tells_vm_not_found_from_transient_errors() {
         err.to_string(),
         "cocoon vm inspect vm-x: exit status 1 (stderr: Error: VM not found: vm-x)"
     );
-    assert_eq!(fake.argv(1), v(&["vm", "inspect", "vm-x"]));
+    assert_eq!(fake.argv(1), v(&["vm", "inspect", "--", "vm-x"]));
 
     fake.answer(
         "vm_inspect",
@@ -476,12 +481,12 @@ async fn simple_verbs_use_their_exact_argv() {
     assert_eq!(
         fake.all_argv(),
         vec![
-            v(&["vm", "rm", "--force", "id1"]),
-            v(&["vm", "start", "id1"]),
-            v(&["vm", "logs", "--tail", "20", "id1"]),
-            v(&["vm", "net", "--nics", "0", "id1"]),
-            v(&["image", "pull", "--force", "ghcr.io/x/y:1"]),
-            v(&["image", "inspect", "sha256:abc"]),
+            v(&["vm", "rm", "--force", "--", "id1"]),
+            v(&["vm", "start", "--", "id1"]),
+            v(&["vm", "logs", "--tail", "20", "--", "id1"]),
+            v(&["vm", "net", "--nics", "0", "--", "id1"]),
+            v(&["image", "pull", "--force", "--", "ghcr.io/x/y:1"]),
+            v(&["image", "inspect", "--", "sha256:abc"]),
         ]
     );
 
@@ -584,11 +589,11 @@ async fn snapshot_save_heals_collisions_per_spec() {
     assert_eq!(
         fake.all_argv(),
         vec![
-            v(&["snapshot", "save", "--name", "vk-a", "vmid"]),
-            v(&["snapshot", "rm", "9f86d081"]),
-            v(&["snapshot", "rm", "9f86d081"]),
-            v(&["snapshot", "rm", "9f86d081"]),
-            v(&["snapshot", "save", "--name", "vk-a", "vmid"]),
+            v(&["snapshot", "save", "--name", "vk-a", "--", "vmid"]),
+            v(&["snapshot", "rm", "--", "9f86d081"]),
+            v(&["snapshot", "rm", "--", "9f86d081"]),
+            v(&["snapshot", "rm", "--", "9f86d081"]),
+            v(&["snapshot", "save", "--name", "vk-a", "--", "vmid"]),
         ]
     );
 
@@ -602,7 +607,7 @@ async fn snapshot_save_heals_collisions_per_spec() {
         .await
         .expect_err("rm fails");
     assert!(err.to_string().contains("permission denied"), "{err}");
-    assert_eq!(fake.argv(2), v(&["snapshot", "rm", "vk-a"]));
+    assert_eq!(fake.argv(2), v(&["snapshot", "rm", "--", "vk-a"]));
     assert_eq!(fake.calls(), 2);
 }
 
@@ -650,10 +655,10 @@ async fn snapshot_rm_inspect_and_list() {
     assert_eq!(
         fake.all_argv(),
         vec![
-            v(&["snapshot", "rm", "vk-a"]),
-            v(&["snapshot", "rm", "vk-a"]),
-            v(&["snapshot", "inspect", "vk-b"]),
-            v(&["snapshot", "inspect", "vk-b"]),
+            v(&["snapshot", "rm", "--", "vk-a"]),
+            v(&["snapshot", "rm", "--", "vk-a"]),
+            v(&["snapshot", "inspect", "--", "vk-b"]),
+            v(&["snapshot", "inspect", "--", "vk-b"]),
             v(&["snapshot", "list", "-o", "json"]),
         ]
     );
@@ -672,7 +677,7 @@ async fn import_and_export_stream_through_the_pipes() {
     assert_eq!(
         fake.all_argv(),
         vec![
-            v(&["snapshot", "rm", "vk-a-hibernate-import"]),
+            v(&["snapshot", "rm", "--", "vk-a-hibernate-import"]),
             v(&["snapshot", "import", "--name", "vk-a-hibernate-import"]),
         ]
     );
@@ -691,7 +696,7 @@ async fn import_and_export_stream_through_the_pipes() {
     assert_eq!(h.read_to_end().await.expect("read"), b"TARBYTES");
     assert_eq!(
         fake.argv(fake.calls()),
-        v(&["snapshot", "export", "vk-a", "-o", "-"])
+        v(&["snapshot", "export", "-o", "-", "--", "vk-a"])
     );
 
     fake.answer(
@@ -712,7 +717,7 @@ async fn import_and_export_stream_through_the_pipes() {
     h.write_all(b"QFI\xfbqcow2").await.expect("done");
     assert_eq!(
         fake.argv(fake.calls()),
-        v(&["image", "import", "win11:24h2"])
+        v(&["image", "import", "--", "win11:24h2"])
     );
     assert_eq!(fake.stdin(fake.calls()), b"QFI\xfbqcow2");
 }
@@ -836,7 +841,7 @@ async fn reconcile_stale_create_parses_the_outcome() {
     );
     assert_eq!(
         fake.argv(1),
-        v(&["vm", "reconcile-stale-create", "x", "-o", "json"])
+        v(&["vm", "reconcile-stale-create", "-o", "json", "--", "x"])
     );
     fake.answer(
         "vm_reconcile-stale-create",
@@ -925,7 +930,7 @@ async fn logs_without_tail_support_are_tailed_by_the_agent() {
         String::from_utf8_lossy(&got),
         "line 498\nline 499\nline 500\n"
     );
-    assert_eq!(fake.argv(1), v(&["vm", "logs", "id1"]));
+    assert_eq!(fake.argv(1), v(&["vm", "logs", "--", "id1"]));
     // No tail requested: the whole log.
     let got = rt.logs("id1", None).await.expect("logs");
     assert_eq!(got.len(), log.len());
@@ -961,4 +966,84 @@ async fn exec_flags_the_cli_lacks_are_refused_before_running() {
         .await
         .expect("exec");
     assert_eq!(fake.argv(1), v(&["vm", "exec", "id1", "--", "true"]));
+}
+
+/// Issue 26 item 9: a name, id or ref that could read as a `cocoon` flag (or breaks the name
+/// rules) is refused before any process starts, and every positional follows `--`.
+#[tokio::test]
+async fn names_that_read_as_flags_are_refused_before_exec() {
+    let fake = Fake::new();
+    let rt = fake.runtime();
+    let refused = |r: Result<(), RuntimeError>, what: &str| match r {
+        Err(RuntimeError::InvalidArgument(m)) => {
+            assert!(m.contains("refused before running cocoon"), "{what}: {m}");
+        }
+        other => panic!("{what}: want InvalidArgument, got {other:?}"),
+    };
+    refused(rt.remove("--all").await, "vm rm");
+    refused(rt.start("-h").await, "vm start");
+    refused(rt.inspect("--help").await.map(drop), "vm inspect");
+    refused(rt.logs("-f", Some(1)).await.map(drop), "vm logs");
+    refused(rt.net_resize("--nics=9", 1).await, "vm net");
+    refused(
+        rt.snapshot_save("--force", "vmid").await,
+        "snapshot save name",
+    );
+    refused(rt.snapshot_save("vk-a", "-x").await, "snapshot save vm");
+    refused(rt.snapshot_remove_if_exists("-rf").await, "snapshot rm");
+    refused(
+        rt.snapshot_inspect("--output=x").await.map(drop),
+        "snapshot inspect",
+    );
+    refused(rt.snapshot_import("-n").await.map(drop), "snapshot import");
+    refused(rt.snapshot_export("-o").await.map(drop), "snapshot export");
+    refused(rt.ensure_image("--force", false).await, "image pull");
+    refused(rt.ensure_image("img with space", false).await, "image pull");
+    refused(rt.image_present("-q").await, "image inspect");
+    refused(rt.image_import("--x").await.map(drop), "image import");
+    refused(
+        rt.clone_vm(CloneRequest::from_snapshot("--from-dir=/etc", "vm-a"))
+            .await
+            .map(drop),
+        "clone source",
+    );
+    refused(
+        rt.clone_vm(CloneRequest::from_snapshot("snap-a", "-vm"))
+            .await
+            .map(drop),
+        "clone name",
+    );
+    let mut req = CloneRequest::from_snapshot("snap-a", "vm-a");
+    req.network = "--bridge=cni0".into();
+    refused(rt.clone_vm(req).await.map(drop), "clone network");
+    refused(
+        rt.run(RunRequest {
+            image: "--windows".into(),
+            name: "vm-a".into(),
+            ..RunRequest::default()
+        })
+        .await
+        .map(drop),
+        "run image",
+    );
+    refused(
+        rt.reconcile_stale_create("--all").await.map(drop),
+        "reconcile-stale-create",
+    );
+    let err = exec_capture(&rt, "-i", &["true"], None).await.result;
+    refused(err, "vm exec");
+    assert_eq!(fake.calls(), 0, "nothing ran: {:?}", fake.all_argv());
+
+    // Accepted values still run, each positional after `--`.
+    rt.remove("vk-a").await.expect("rm");
+    rt.ensure_image("https://cloud.example/img.qcow2", false)
+        .await
+        .expect("pull");
+    assert_eq!(
+        fake.all_argv(),
+        vec![
+            v(&["vm", "rm", "--force", "--", "vk-a"]),
+            v(&["image", "pull", "--", "https://cloud.example/img.qcow2"]),
+        ]
+    );
 }

@@ -80,7 +80,8 @@ fn fixture_text(name: &str) -> String {
 }
 
 /// The replay stand-in: one `case` arm per recorded invocation (ids and names as in the
-/// captures). A flag the release lacks fails in its flag parser whatever the other
+/// captures). The agent puts `--` before positionals (issue 26); the captures were made
+/// without it, which cobra parses to the same arguments, so the arms match the `--` form. A flag the release lacks fails in its flag parser whatever the other
 /// arguments, and a verb it lacks (also `<verb> --help`) prints the `vm` help with status 0,
 /// so those arms match any arguments.
 const REPLAY: &str = r#"#!/bin/sh
@@ -95,10 +96,10 @@ case "$*" in
   "vm --help"|"vm exec --help"|"vm logs --help"|"vm net --help") play vm_help ;;
   "vm clone --help") play vm_clone_help ;;
   "vm list -o json") play vm_list ;;
-  "vm inspect @ID@"|"vm inspect @NAME@") play vm_inspect ;;
-  "vm inspect nosuchvm") play vm_inspect_missing ;;
-  "vm rm --force nosuchvm") play vm_rm_missing ;;
-  "vm start nosuchvm") play vm_start_missing ;;
+  "vm inspect -- @ID@"|"vm inspect -- @NAME@") play vm_inspect ;;
+  "vm inspect -- nosuchvm") play vm_inspect_missing ;;
+  "vm rm --force -- nosuchvm") play vm_rm_missing ;;
+  "vm start -- nosuchvm") play vm_start_missing ;;
   "vm exec -i "*) play vm_exec_i ;;
   "vm exec "*) play vm_exec ;;
   "vm logs --tail "*) play vm_logs ;;
@@ -110,15 +111,15 @@ case "$*" in
     # The real command keeps watching until it is killed.
     exec sleep 3600 ;;
   "snapshot list -o json") play snap_list ;;
-  "snapshot inspect vk-a") play snap_inspect ;;
+  "snapshot inspect -- vk-a") play snap_inspect ;;
   "snapshot inspect "*) play snap_inspect_missing ;;
-  "snapshot rm nosuch") play snap_rm_missing ;;
+  "snapshot rm -- nosuch") play snap_rm_missing ;;
   "snapshot save --name "*" nosuchvm") play snap_save_novm ;;
   "snapshot save --name vk-a "*) play snap_save_dup ;;
   "snapshot import --name vk-a") cat > /dev/null; play snap_import_dup ;;
-  "snapshot export @NAME@ -o -") cat "$fix/snapshot-export.tar"; exit 0 ;;
-  "image inspect tinyimg") play image_inspect ;;
-  "image inspect ubuntu:24.04") play image_inspect_missing ;;
+  "snapshot export -o - -- @NAME@") cat "$fix/snapshot-export.tar"; exit 0 ;;
+  "image inspect -- tinyimg") play image_inspect ;;
+  "image inspect -- ubuntu:24.04") play image_inspect_missing ;;
   *) echo "cocoon-replay: no v0.3.8 recording for: cocoon $*" >&2; exit 97 ;;
 esac
 "#;
@@ -529,7 +530,7 @@ async fn detection_on_the_replay_finds_what_v038_has() {
     assert!(err.is_snapshot_not_found(), "{err:?}");
     assert_eq!(
         replay.calls()[2],
-        "vm clone --output json --name vm-c --on-demand nosuchsnap"
+        "vm clone --output json --name vm-c --on-demand -- nosuchsnap"
     );
 }
 
@@ -570,8 +571,8 @@ async fn undetected_capabilities_still_never_read_cli_refusals_as_results() {
         [
             format!("vm exec {VM_ID} -- sh -c exit 3"),
             format!("vm exec -i {VM_ID} -- cat"),
-            format!("vm logs --tail 10 {VM_ID}"),
-            format!("vm net --nics 2 {VM_ID}"),
+            format!("vm logs --tail 10 -- {VM_ID}"),
+            format!("vm net --nics 2 -- {VM_ID}"),
         ]
     );
 }
@@ -661,7 +662,7 @@ async fn coloured_stderr_is_stripped_from_errors() {
     // wrapper answers it as a success and hands everything else to the replay.
     let replay = Replay::new();
     let wrapper = format!(
-        "#!/bin/sh\nif [ \"$1 $2 $3\" = 'snapshot rm vk-a' ]; then exit 0; fi\nexec '{}' \"$@\"\n",
+        "#!/bin/sh\nif [ \"$*\" = 'snapshot rm -- vk-a' ]; then exit 0; fi\nexec '{}' \"$@\"\n",
         replay.bin().display()
     );
     let bin = install_script(replay.dir.path(), "wrapped", &wrapper);
@@ -811,6 +812,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
                 cocoon_root_dir: root.clone(),
                 timing: common::fast_timing(),
                 clone_from_dir_roots: Vec::new(),
+                host_reach: Default::default(),
             },
             client: client.clone(),
             runtime,
@@ -845,7 +847,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
         assert_eq!(tracked.id(), VM_ID);
         assert_eq!(tracked.record.state, "stopped (stale)");
         assert!(
-            replay.calls().contains(&format!("vm inspect {VM_ID}")),
+            replay.calls().contains(&format!("vm inspect -- {VM_ID}")),
             "{:?}",
             replay.calls()
         );

@@ -134,6 +134,7 @@ async fn start_agent(
             cocoon_root_dir: root.to_owned(),
             clone_from_dir_roots: Vec::new(),
             timing: AgentTiming::default(),
+            host_reach: Default::default(),
         },
         client,
         runtime: runtime.clone(),

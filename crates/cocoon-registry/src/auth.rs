@@ -588,6 +588,40 @@ impl TokenResponse {
     }
 }
 
+/// Whether a bearer challenge's token realm may receive the registry's credentials (Basic
+/// user/password or an identity token).
+///
+/// The realm comes from the registry's `WWW-Authenticate` answer, so a compromised or
+/// impersonated registry (or anyone on the path of a plain-HTTP one) could point it anywhere.
+/// Credentials go only to the registry's own host (compared case-insensitively; the port may
+/// differ, a token service beside the registry is common) over the registry's own scheme, or
+/// over `https` when the registry is plain `http`. Anything else (another host, an https →
+/// http downgrade, a scheme that is neither) asks for an anonymous token instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RealmCredentials {
+    /// Send the credentials.
+    Send,
+    /// The realm is on another host than the registry.
+    OtherHost,
+    /// The registry is reached over https but the realm over http.
+    Downgrade,
+}
+
+impl RealmCredentials {
+    /// Decides for the registry at `origin` and the token realm `realm`.
+    pub fn decide(origin: &url::Url, realm: &url::Url) -> RealmCredentials {
+        let host = |u: &url::Url| u.host_str().map(str::to_ascii_lowercase);
+        if host(origin).is_none() || host(origin) != host(realm) {
+            return RealmCredentials::OtherHost;
+        }
+        match (origin.scheme(), realm.scheme()) {
+            (o, r) if o == r => RealmCredentials::Send,
+            ("http", "https") => RealmCredentials::Send,
+            _ => RealmCredentials::Downgrade,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -899,5 +933,70 @@ mod tests {
         .await
         .expect("the helper and its child are killed");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn realm_credentials_go_only_to_the_registry_host_and_scheme() {
+        let u = |s: &str| url::Url::parse(s).expect("url");
+        let rows = [
+            // (registry origin, realm, decision)
+            (
+                "https://reg.example",
+                "https://reg.example/token",
+                RealmCredentials::Send,
+            ),
+            (
+                "https://reg.example",
+                "https://REG.example:8443/token",
+                RealmCredentials::Send,
+            ),
+            (
+                "http://127.0.0.1:5000",
+                "http://127.0.0.1:5001/token",
+                RealmCredentials::Send,
+            ),
+            (
+                "http://reg.example",
+                "https://reg.example/token",
+                RealmCredentials::Send,
+            ),
+            (
+                "https://reg.example",
+                "http://reg.example/token",
+                RealmCredentials::Downgrade,
+            ),
+            (
+                "https://reg.example",
+                "https://auth.example/token",
+                RealmCredentials::OtherHost,
+            ),
+            (
+                "https://reg.example",
+                "https://reg.example.evil/token",
+                RealmCredentials::OtherHost,
+            ),
+            (
+                "http://127.0.0.1:5000",
+                "http://localhost:5001/token",
+                RealmCredentials::OtherHost,
+            ),
+            (
+                "http://127.0.0.1:5000",
+                "http://169.254.169.254/token",
+                RealmCredentials::OtherHost,
+            ),
+            (
+                "https://reg.example",
+                "https://user@reg.example.evil/t",
+                RealmCredentials::OtherHost,
+            ),
+        ];
+        for (origin, realm, want) in rows {
+            assert_eq!(
+                RealmCredentials::decide(&u(origin), &u(realm)),
+                want,
+                "{origin} -> {realm}"
+            );
+        }
     }
 }

@@ -23,7 +23,9 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 use url::Url;
 
-use crate::auth::{Challenge, CredentialSource, Credentials, TokenResponse, parse_challenge};
+use crate::auth::{
+    Challenge, CredentialSource, Credentials, RealmCredentials, TokenResponse, parse_challenge,
+};
 use crate::config::RegistryConfig;
 use crate::error::{Error, Result, error_from_status};
 use crate::reference::Scheme;
@@ -49,6 +51,31 @@ fn token_cache_for(expires_in: Option<u64>) -> Duration {
         .clamp(DEFAULT_TOKEN_SECS, MAX_TOKEN_SECS);
     // Renew a little early so an in-flight request does not carry a dying token.
     Duration::from_secs(secs).saturating_sub(Duration::from_secs(10))
+}
+
+/// Most bearer tokens cached at once. Scopes name repositories, which tenants choose (image
+/// refs), so the cache is bounded: expired tokens are dropped on every insert, and a full
+/// cache drops the tokens that expire first.
+pub(crate) const MAX_CACHED_TOKENS: usize = 256;
+
+/// Makes room for one more token in `tokens` at `now`: drops every expired entry, then the
+/// soonest-expiring ones until fewer than `max` remain.
+fn prune_tokens<K: Clone + Eq + std::hash::Hash, V>(
+    tokens: &mut HashMap<K, (V, Instant)>,
+    now: Instant,
+    max: usize,
+) {
+    tokens.retain(|_, (_, exp)| *exp > now);
+    while !tokens.is_empty() && tokens.len() >= max {
+        let Some(first) = tokens
+            .iter()
+            .min_by_key(|(_, (_, exp))| *exp)
+            .map(|(k, _)| k.clone())
+        else {
+            break;
+        };
+        tokens.remove(&first);
+    }
 }
 
 /// The token scope of a call (`repository:<name>:<actions>` or `registry:catalog:*`).
@@ -295,7 +322,8 @@ impl Http {
     }
 
     fn same_host(&self, url: &Url) -> bool {
-        url.host_str() == self.origin.host_str()
+        url.scheme() == self.origin.scheme()
+            && url.host_str() == self.origin.host_str()
             && url.port_or_known_default() == self.origin.port_or_known_default()
     }
 
@@ -497,12 +525,11 @@ impl Http {
                     return Ok(false);
                 }
                 let key = scope.cloned().unwrap_or_else(|| Scope(scopes.join(" ")));
-                let exp = Instant::now() + token_cache_for(ttl);
-                self.cache
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .tokens
-                    .insert(key, (v, exp));
+                let now = Instant::now();
+                let exp = now + token_cache_for(ttl);
+                let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                prune_tokens(&mut cache.tokens, now, MAX_CACHED_TOKENS);
+                cache.tokens.insert(key, (v, exp));
                 Ok(true)
             }
         }
@@ -528,6 +555,20 @@ impl Http {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(Error::protocol(format!("bad token realm {realm:?}")));
         }
+        let decision = RealmCredentials::decide(&self.origin, &url);
+        let creds = if decision == RealmCredentials::Send {
+            creds
+        } else {
+            if !matches!(creds, Credentials::Anonymous) {
+                tracing::warn!(
+                    realm = %redact(&url),
+                    registry = %self.origin,
+                    ?decision,
+                    "token realm is not the registry's own host and scheme; asking for an anonymous token"
+                );
+            }
+            &Credentials::Anonymous
+        };
         let req = match creds {
             Credentials::IdentityToken { token } => {
                 // OAuth2 refresh-token grant, as Docker does with an identity token.
@@ -789,6 +830,31 @@ pub(crate) fn file_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_cache_drops_expired_then_soonest_expiring() {
+        let now = Instant::now();
+        let at = |secs: u64| now + Duration::from_secs(secs);
+        let mut tokens: HashMap<String, ((), Instant)> = HashMap::new();
+        tokens.insert("gone".into(), ((), now - Duration::from_secs(1)));
+        tokens.insert("a".into(), ((), at(30)));
+        tokens.insert("b".into(), ((), at(10)));
+        tokens.insert("c".into(), ((), at(20)));
+        // Room for one more under a bound of 3: the expired entry and the soonest (b) go.
+        prune_tokens(&mut tokens, now, 3);
+        let mut left: Vec<&str> = tokens.keys().map(String::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["a", "c"]);
+        // A tenant cycling through scopes never grows the cache past the bound.
+        for n in 0..1000 {
+            prune_tokens(&mut tokens, now, MAX_CACHED_TOKENS);
+            tokens.insert(format!("repository:t{n}:pull"), ((), at(60 + n)));
+            assert!(tokens.len() <= MAX_CACHED_TOKENS);
+        }
+        // The newest (latest-expiring) tokens are the ones kept.
+        assert!(tokens.contains_key("repository:t999:pull"));
+        assert!(!tokens.contains_key("repository:t0:pull"));
+    }
 
     #[test]
     fn token_lifetimes_are_bounded() {

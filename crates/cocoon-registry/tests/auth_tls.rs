@@ -75,17 +75,19 @@ impl Issuer {
     }
 }
 
-/// Serves `GET /token?service=..&scope=..` over HTTP/1.1, one request per connection.
+/// Serves `GET /token?service=..&scope=..` over HTTP/1.1, one request per connection;
+/// `fetches` counts the tokens issued (to `alice` only), `requests` every request.
 async fn serve_tokens(
     listener: tokio::net::TcpListener,
     issuer: Arc<Issuer>,
     fetches: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
 ) {
     loop {
         let Ok((mut sock, _)) = listener.accept().await else {
             return;
         };
-        let (issuer, fetches) = (issuer.clone(), fetches.clone());
+        let (issuer, fetches, requests) = (issuer.clone(), fetches.clone(), requests.clone());
         tokio::spawn(async move {
             let mut req = Vec::new();
             let mut buf = [0u8; 4096];
@@ -95,6 +97,7 @@ async fn serve_tokens(
                     Ok(n) => req.extend_from_slice(&buf[..n]),
                 }
             }
+            requests.fetch_add(1, Ordering::SeqCst);
             let text = String::from_utf8_lossy(&req).to_string();
             let target = text.split_whitespace().nth(1).unwrap_or("");
             let url = url::Url::parse(&format!("http://x{target}")).expect("url");
@@ -193,6 +196,110 @@ async fn start_registry(dir: &Path, extra: &str) -> TokenRegistry {
     );
 }
 
+/// The token issuer (its signing key, the registry's trusted root) serving on loopback; the
+/// registry is told to send clients to `http://<realm_host>:<port>/token`.
+struct TokenService {
+    root: std::path::PathBuf,
+    realm: String,
+    fetches: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl TokenService {
+    async fn start(dir: &Path, realm_host: &str) -> TokenService {
+        // The issuer's key and self-signed certificate (the registry's trusted root).
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["cocoon-token-issuer".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let root = dir.join("root.pem");
+        std::fs::write(&root, cert.pem()).expect("write");
+        let issuer = Arc::new(Issuer {
+            key: EcdsaKeyPair::from_pkcs8(
+                &ECDSA_P256_SHA256_FIXED_SIGNING,
+                &key.serialize_der(),
+                &SystemRandom::new(),
+            )
+            .expect("pkcs8"),
+            cert_der: cert.der().to_vec(),
+            rng: SystemRandom::new(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let realm = format!("http://{realm_host}:{port}/token");
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let server = tokio::spawn(serve_tokens(
+            listener,
+            issuer,
+            fetches.clone(),
+            requests.clone(),
+        ));
+        TokenService {
+            root,
+            realm,
+            fetches,
+            requests,
+            server,
+        }
+    }
+
+    /// The registry's `auth:` section.
+    fn auth_config(&self) -> String {
+        format!(
+            "auth:\n  token:\n    realm: {}\n    service: {SERVICE}\n    issuer: {ISSUER}\n    rootcertbundle: {}\n",
+            self.realm,
+            self.root.display()
+        )
+    }
+}
+
+impl Drop for TokenService {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// A private CA and a server certificate for `127.0.0.1`/`localhost` under `dir`: the CA's
+/// PEM path and the registry's `tls:` lines (under `http:`).
+fn tls_material(dir: &Path) -> (std::path::PathBuf, String) {
+    let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = ca_params.self_signed(&ca_key).expect("ca");
+    let server_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let server =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .expect("params")
+            .signed_by(
+                &server_key,
+                &rcgen::Issuer::from_params(&ca_params, &ca_key),
+            )
+            .expect("server cert");
+    let (ca_pem, cert_pem, key_pem) = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(&ca_pem, ca.pem()).expect("write");
+    std::fs::write(&cert_pem, server.pem()).expect("write");
+    std::fs::write(&key_pem, server_key.serialize_pem()).expect("write");
+    let tls = format!(
+        "  tls:\n    certificate: {}\n    key: {}\n",
+        cert_pem.display(),
+        key_pem.display()
+    );
+    (ca_pem, tls)
+}
+
 fn client(addr: &str, creds: Credentials) -> RegistryClient {
     let mut cfg = RegistryConfig::for_registry(addr).expect("cfg");
     cfg.credentials = CredentialSource::Static(creds);
@@ -202,35 +309,9 @@ fn client(addr: &str, creds: Credentials) -> RegistryClient {
 #[tokio::test]
 async fn bearer_token_flow_pushes_pulls_and_deletes_and_refuses_bad_credentials() {
     let work = TempDir::new("cocoon-reg-token");
-    // The issuer's key and self-signed certificate (the registry's trusted root).
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
-    let cert = rcgen::CertificateParams::new(vec!["cocoon-token-issuer".to_string()])
-        .expect("params")
-        .self_signed(&key)
-        .expect("cert");
-    let root = work.path().join("root.pem");
-    std::fs::write(&root, cert.pem()).expect("write");
-    let issuer = Arc::new(Issuer {
-        key: EcdsaKeyPair::from_pkcs8(
-            &ECDSA_P256_SHA256_FIXED_SIGNING,
-            &key.serialize_der(),
-            &SystemRandom::new(),
-        )
-        .expect("pkcs8"),
-        cert_der: cert.der().to_vec(),
-        rng: SystemRandom::new(),
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let realm = format!("http://{}/token", listener.local_addr().expect("addr"));
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let server = tokio::spawn(serve_tokens(listener, issuer, fetches.clone()));
-    let auth = format!(
-        "auth:\n  token:\n    realm: {realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n    rootcertbundle: {}\n",
-        root.display()
-    );
-    let reg = start_registry(work.path(), &auth).await;
+    let tokens = TokenService::start(work.path(), "127.0.0.1").await;
+    let fetches = tokens.fetches.clone();
+    let reg = start_registry(work.path(), &tokens.auth_config()).await;
 
     // Refused credentials and no credentials are auth errors, not "absent".
     for creds in [Credentials::basic(USER, "wrong"), Credentials::Anonymous] {
@@ -290,43 +371,13 @@ async fn bearer_token_flow_pushes_pulls_and_deletes_and_refuses_bad_credentials(
             .expect("catalog with a registry:catalog:* token")
             .contains(&"vk-tok".to_string())
     );
-    server.abort();
     drop(reg);
 }
 
 #[tokio::test]
 async fn https_registry_with_a_private_ca() {
     let work = TempDir::new("cocoon-reg-tls");
-    let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = ca_params.self_signed(&ca_key).expect("ca");
-    let server_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
-    let server =
-        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .expect("params")
-            .signed_by(
-                &server_key,
-                &rcgen::Issuer::from_params(&ca_params, &ca_key),
-            )
-            .expect("server cert");
-    let (ca_pem, cert_pem, key_pem) = (
-        work.path().join("ca.pem"),
-        work.path().join("cert.pem"),
-        work.path().join("key.pem"),
-    );
-    std::fs::write(&ca_pem, ca.pem()).expect("write");
-    std::fs::write(&cert_pem, server.pem()).expect("write");
-    std::fs::write(&key_pem, server_key.serialize_pem()).expect("write");
-    let tls = format!(
-        "  tls:\n    certificate: {}\n    key: {}\n",
-        cert_pem.display(),
-        key_pem.display()
-    );
+    let (ca_pem, tls) = tls_material(work.path());
     let reg = start_registry(work.path(), &tls).await;
     // Loopback defaults to plain HTTP; an explicit https:// asks for TLS.
     let base = format!("https://{}", reg.addr);
@@ -366,5 +417,56 @@ async fn https_registry_with_a_private_ca() {
             f.name
         );
     }
+    drop(reg);
+}
+
+/// Issue 26 item 9: a token realm on another host than the registry, or reached over http
+/// from an https registry, gets no credentials: the client asks it for an anonymous token
+/// (which this issuer refuses), so the registered user's password never leaves for it.
+#[tokio::test]
+async fn a_realm_elsewhere_or_downgraded_gets_no_credentials() {
+    // Another host: the registry listens on 127.0.0.1, its realm names `localhost`.
+    let work = TempDir::new("cocoon-reg-realm-host");
+    let tokens = TokenService::start(work.path(), "localhost").await;
+    let reg = start_registry(work.path(), &tokens.auth_config()).await;
+    let err = client(&reg.addr, Credentials::basic(USER, PASSWORD))
+        .has_manifest("vk-realm", "hibernate")
+        .await
+        .expect_err("no token without credentials");
+    assert_eq!(err.class(), ErrorClass::Unauthorized, "{err}");
+    assert!(
+        tokens.requests.load(Ordering::SeqCst) > 0,
+        "the realm was asked"
+    );
+    assert_eq!(
+        tokens.fetches.load(Ordering::SeqCst),
+        0,
+        "the realm on another host never saw the credentials"
+    );
+    drop(reg);
+
+    // A downgrade: the registry is https, its realm (same host) plain http.
+    let work = TempDir::new("cocoon-reg-realm-downgrade");
+    let tokens = TokenService::start(work.path(), "127.0.0.1").await;
+    let (ca_pem, tls) = tls_material(work.path());
+    let reg = start_registry(work.path(), &format!("{tls}{}", tokens.auth_config())).await;
+    let mut cfg = RegistryConfig::for_registry(&format!("https://{}", reg.addr)).expect("cfg");
+    cfg.ca_file = Some(ca_pem);
+    cfg.credentials = CredentialSource::Static(Credentials::basic(USER, PASSWORD));
+    let err = RegistryClient::new(cfg)
+        .expect("client")
+        .has_manifest("vk-realm", "hibernate")
+        .await
+        .expect_err("no token without credentials");
+    assert_eq!(err.class(), ErrorClass::Unauthorized, "{err}");
+    assert!(
+        tokens.requests.load(Ordering::SeqCst) > 0,
+        "the realm was asked"
+    );
+    assert_eq!(
+        tokens.fetches.load(Ordering::SeqCst),
+        0,
+        "the plain-http realm never saw the credentials"
+    );
     drop(reg);
 }

@@ -314,6 +314,7 @@ impl Agent {
                 cocoon_root_dir: root.to_owned(),
                 clone_from_dir_roots: Vec::new(),
                 timing: opts.timing,
+                host_reach: Default::default(),
             },
             client: client.clone(),
             runtime: runtime.clone(),

@@ -26,7 +26,8 @@ pub const REDACTED: &str = "[REDACTED]";
 /// Lines of operator log per pod.
 const LOG_TAIL: i64 = 2000;
 
-/// Keys whose string values are secrets (compared lower-case, without `-`/`_`).
+/// Keys whose string values are secrets (compared lower-case, without `-`/`_`), plus names
+/// ending in `_PASS`/`-PASS`/`Pass` and `_KEY_ID`/`KeyId` (`DB_PASS`, `AWS_ACCESS_KEY_ID`).
 fn is_secret_key(key: &str) -> bool {
     let k: String = key
         .chars()
@@ -37,22 +38,29 @@ fn is_secret_key(key: &str) -> bool {
     if k.ends_with("name") || k.ends_with("ref") || k.ends_with("file") || k.ends_with("path") {
         return false;
     }
-    [
-        "token",
-        "password",
-        "passwd",
-        "secret",
-        "credential",
-        "apikey",
-        "privatekey",
-    ]
-    .iter()
-    .any(|s| k.contains(s))
+    let lower = key.to_ascii_lowercase();
+    let pass_suffix = lower == "pass"
+        || lower.ends_with("_pass")
+        || lower.ends_with("-pass")
+        || key.ends_with("Pass");
+    pass_suffix
+        || k.ends_with("keyid")
+        || [
+            "token",
+            "password",
+            "passwd",
+            "secret",
+            "credential",
+            "apikey",
+            "privatekey",
+        ]
+        .iter()
+        .any(|s| k.contains(s))
 }
 
 /// Redacts secrets in an object: string values under secret-looking keys, `env` entries
-/// (`{name, value}`) with a secret-looking name, and kubectl's last-applied annotation (a copy
-/// of everything, secrets included).
+/// (`{name, value}`) with a secret-looking name, kubectl's last-applied annotation (a copy
+/// of everything, secrets included), and whatever [`redact_text`] finds in other strings.
 pub fn redact(v: &mut Value) {
     match v {
         Value::Object(map) => {
@@ -74,35 +82,180 @@ pub fn redact(v: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(redact),
+        // Free text (Event notes, env values, annotations) gets the log rules.
+        Value::String(text) => {
+            let clean = redact_text(text);
+            if clean != *text {
+                *text = clean;
+            }
+        }
         _ => {}
     }
 }
 
-/// Redacts bearer tokens and `token=`/`password=` values in log text.
+/// Redacts secrets in log text, line by line:
+/// * the credential after an `Authorization` scheme: `Bearer <x>`, `Basic <x>` (also inside
+///   JSON strings, `"Authorization":"Basic <x>"`);
+/// * the value of a secret-looking key ([`is_secret_key`]) written `key=value`, `key: value`
+///   (YAML, headers) or `"key": "value"` (JSON), quoted or not;
+/// * URL userinfo: `https://user:pass@host` → `https://[REDACTED]@host`.
 pub fn redact_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
-        let mut words: Vec<String> = Vec::new();
-        let mut hide_next = false;
-        for w in line.split(' ') {
-            if hide_next && !w.trim().is_empty() {
-                let end = if w.ends_with('\n') { "\n" } else { "" };
-                words.push(format!("{REDACTED}{end}"));
-                hide_next = false;
-                continue;
-            }
-            hide_next = w.eq_ignore_ascii_case("bearer");
-            match w.split_once('=') {
-                Some((k, _)) if is_secret_key(k.trim_matches('"')) => {
-                    let end = if w.ends_with('\n') { "\n" } else { "" };
-                    words.push(format!("{k}={REDACTED}{end}"));
-                }
-                _ => words.push(w.to_string()),
-            }
-        }
-        out.push_str(&words.join(" "));
+        let line = redact_userinfo(line);
+        let line = redact_auth_schemes(&line);
+        out.push_str(&redact_key_values(&line));
     }
     out
+}
+
+/// Ends a bare (unquoted) value or credential.
+fn ends_bare(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '}' | ']' | ')' | '&' | '>')
+}
+
+/// `scheme://userinfo@host` → `scheme://[REDACTED]@host`.
+fn redact_userinfo(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let auth_end = tail
+            .find(|c: char| ends_bare(c) || matches!(c, '/' | '?' | '#'))
+            .unwrap_or(tail.len());
+        let authority = &tail[..auth_end];
+        match authority.rfind('@') {
+            Some(at) if at > 0 => {
+                out.push_str(REDACTED);
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[auth_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Hides the credential after `Bearer` (any word) and `Basic` (a base64 word of 8 or more
+/// characters, so prose such as "basic auth" stays).
+fn redact_auth_schemes(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    let bytes = line.as_bytes();
+    while i < line.len() {
+        let word_start = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+        let scheme = [("bearer", false), ("basic", true)]
+            .into_iter()
+            .find(|(w, _)| {
+                word_start
+                    && line
+                        .get(i..i + w.len())
+                        .is_some_and(|s| s.eq_ignore_ascii_case(w))
+                    && line[i + w.len()..].starts_with([' ', '\t'])
+            });
+        if let Some((w, basic)) = scheme {
+            let after = i + w.len();
+            let gap = line[after..]
+                .find(|c: char| c != ' ' && c != '\t')
+                .map_or(line.len(), |g| after + g);
+            let end = line[gap..].find(ends_bare).map_or(line.len(), |e| gap + e);
+            let cred = &line[gap..end];
+            let b64 =
+                |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_');
+            let hide = if basic {
+                cred.len() >= 8 && cred.chars().all(b64)
+            } else {
+                !cred.is_empty() && cred != REDACTED
+            };
+            out.push_str(&line[i..gap]);
+            out.push_str(if hide { REDACTED } else { cred });
+            i = end;
+            continue;
+        }
+        let c = line[i..].chars().next().unwrap_or(' ');
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
+/// Hides the value of every secret-looking key: `k=v`, `k: v`, `"k": "v"`, `'k': 'v'`.
+fn redact_key_values(line: &str) -> String {
+    let key_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let c = line[i..].chars().next().unwrap_or(' ');
+        let boundary = i == 0 || !line[..i].ends_with(key_char);
+        if !(boundary && key_char(c)) {
+            out.push(c);
+            i += c.len_utf8();
+            continue;
+        }
+        let key_end = line[i..]
+            .find(|c: char| !key_char(c))
+            .map_or(line.len(), |e| i + e);
+        let key = &line[i..key_end];
+        out.push_str(key);
+        i = key_end;
+        if !is_secret_key(key) {
+            continue;
+        }
+        // Optional closing quote of a quoted key, spaces, then `=` or `:`.
+        let mut j = i;
+        if line[j..].starts_with(['"', '\'']) {
+            j += 1;
+        }
+        let spaced = |from: usize| {
+            line[from..]
+                .find(|c: char| c != ' ' && c != '\t')
+                .map_or(line.len(), |g| from + g)
+        };
+        j = spaced(j);
+        let Some(sep) = line[j..].chars().next().filter(|c| matches!(c, '=' | ':')) else {
+            continue;
+        };
+        // `key: value` needs the space YAML needs; `key:value` is a URL scheme or a time.
+        if sep == ':' && !line[j + 1..].starts_with([' ', '\t', '"', '\'']) {
+            continue;
+        }
+        let v = spaced(j + 1);
+        let (open, body_start) = match line[v..].chars().next() {
+            Some(q @ ('"' | '\'')) => (Some(q), v + 1),
+            Some('{' | '[') | None => continue,
+            Some(_) => (None, v),
+        };
+        let body_end = match open {
+            Some(q) => quoted_end(line, body_start, q),
+            None => line[body_start..]
+                .find(ends_bare)
+                .map_or(line.len(), |e| body_start + e),
+        };
+        if body_end == body_start || &line[body_start..body_end] == REDACTED {
+            continue;
+        }
+        out.push_str(&line[i..body_start]);
+        out.push_str(REDACTED);
+        i = body_end;
+    }
+    out
+}
+
+/// The index of the closing quote `q` (not escaped by `\\`) at or after `from`, or the
+/// line's end without a newline.
+fn quoted_end(line: &str, from: usize, q: char) -> usize {
+    let mut escaped = false;
+    for (k, c) in line[from..].char_indices() {
+        match c {
+            '\\' if !escaped => escaped = true,
+            c if c == q && !escaped => return from + k,
+            '\n' => return from + k,
+            _ => escaped = false,
+        }
+    }
+    line.len()
 }
 
 /// The files of a bundle and the notes about what could not be read.
@@ -364,6 +517,90 @@ mod tests {
                 .is_none()
         );
         assert_eq!(v["metadata"]["annotations"]["keep"], "x");
+    }
+
+    #[test]
+    fn redactor_table() {
+        // (input line, expected output)
+        let rows: &[(&str, &str)] = &[
+            (
+                "Authorization: Basic dXNlcjpodW50ZXIy",
+                "Authorization: Basic [REDACTED]",
+            ),
+            (
+                r#"{"headers":{"Authorization":"Basic dXNlcjpodW50ZXIy"}}"#,
+                r#"{"headers":{"Authorization":"Basic [REDACTED]"}}"#,
+            ),
+            (
+                "authorization: bearer abc.def",
+                "authorization: bearer [REDACTED]",
+            ),
+            (
+                "basic auth failed for user bob",
+                "basic auth failed for user bob",
+            ),
+            (
+                r#"{"token": "s3cr3t", "user": "bob"}"#,
+                r#"{"token": "[REDACTED]", "user": "bob"}"#,
+            ),
+            (
+                r#"{"token":"s3cr3t","n":1}"#,
+                r#"{"token":"[REDACTED]","n":1}"#,
+            ),
+            (
+                r#"{"password":"p\"w","n":1}"#,
+                r#"{"password":"[REDACTED]","n":1}"#,
+            ),
+            ("password: hunter2", "password: [REDACTED]"),
+            ("  token: 'abc'", "  token: '[REDACTED]'"),
+            (
+                "registry_password=hunter2 user=bob",
+                "registry_password=[REDACTED] user=bob",
+            ),
+            ("DB_PASS=hunter2", "DB_PASS=[REDACTED]"),
+            (
+                "export AWS_ACCESS_KEY_ID=AKIAEXAMPLE",
+                "export AWS_ACCESS_KEY_ID=[REDACTED]",
+            ),
+            (r#"accessKeyId: "AKIA""#, r#"accessKeyId: "[REDACTED]""#),
+            ("BYPASS=1 COMPASS=n", "BYPASS=1 COMPASS=n"),
+            (
+                "pull https://bob:hunter2@reg.example:5000/v2/x failed",
+                "pull https://[REDACTED]@reg.example:5000/v2/x failed",
+            ),
+            (
+                "git clone https://ghp_tok@github.com/o/r",
+                "git clone https://[REDACTED]@github.com/o/r",
+            ),
+            (
+                "see https://reg.example/v2/@x",
+                "see https://reg.example/v2/@x",
+            ),
+            (
+                "tokenFile=/var/run/token secretName: db",
+                "tokenFile=/var/run/token secretName: db",
+            ),
+            ("at 12:30:45 token:abc", "at 12:30:45 token:abc"),
+            ("token: {nested: 1}", "token: {nested: 1}"),
+            ("plain line", "plain line"),
+        ];
+        for (input, want) in rows {
+            assert_eq!(redact_text(input), *want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn object_strings_get_the_text_rules() {
+        let mut v = json!({"env": [
+            {"name": "OCI_REGISTRY", "value": "https://bob:hunter2@reg:5000"},
+            {"name": "SMTP_PASS", "value": "x"},
+            {"name": "AWS_ACCESS_KEY_ID", "value": "AKIA"}
+        ], "note": "login with Authorization: Basic dXNlcjpodW50ZXIy"});
+        redact(&mut v);
+        assert_eq!(v["env"][0]["value"], "https://[REDACTED]@reg:5000");
+        assert_eq!(v["env"][1]["value"], REDACTED);
+        assert_eq!(v["env"][2]["value"], REDACTED);
+        assert_eq!(v["note"], "login with Authorization: Basic [REDACTED]");
     }
 
     #[test]

@@ -129,6 +129,14 @@ pub mod node {
     /// isolation): absolute paths separated by `,` or `:`. Unset or empty refuses every
     /// `clone-from-dir`.
     pub const CLONE_FROM_DIR_ROOTS: &str = "VK_CLONE_FROM_DIR_ROOTS";
+    /// URL prefixes a `mode=run` image URL may start with (not in the spec; host reach):
+    /// `http(s)://host[:port][/path]` separated by `,` or whitespace, matched by scheme, host,
+    /// port and whole path segments. Unset or empty refuses every URL image.
+    pub const RUN_IMAGE_URL_ALLOW: &str = "VK_RUN_IMAGE_URL_ALLOW";
+    /// CNI networks `cocoonset.cocoonstack.io/network` may name (not in the spec; host
+    /// reach), separated by `,` or whitespace; `*` allows any. Unset or empty allows only the
+    /// default network (no annotation).
+    pub const NETWORK_ALLOW: &str = "VK_NETWORK_ALLOW";
 
     /// Default of [`NODE_NAME`].
     pub const DEFAULT_NODE_NAME: &str = "cocoon-pool";

@@ -70,6 +70,13 @@ impl Handler {
                 )
                 .await;
         }
+        // Host reach: URL images and CNI networks only from the node's allowlists.
+        if let Err(refusal) = self.host_reach_check(&spec) {
+            let msg = refusal.to_string();
+            return self
+                .fail_create(&pod, false, ev::TENANT_ISOLATION_REFUSED, &msg)
+                .await;
+        }
 
         if !spec.managed {
             return self.create_unmanaged(&key, &pod, &spec).await;

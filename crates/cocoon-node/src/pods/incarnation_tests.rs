@@ -59,6 +59,7 @@ async fn writes_for_a_deleted_pod_never_reach_its_successor() {
                 cocoon_root_dir: root.path().to_owned(),
                 clone_from_dir_roots: Vec::new(),
                 timing: Timing::default(),
+                host_reach: Default::default(),
             },
             client.clone(),
             Arc::new(rt),

@@ -33,6 +33,7 @@ mod create;
 mod delete;
 pub mod events;
 mod flights;
+pub mod host_reach;
 pub mod intent;
 pub mod lease_watch;
 pub mod probe;
@@ -187,6 +188,9 @@ pub struct PodConfig {
     pub clone_from_dir_roots: Vec<PathBuf>,
     /// Timing knobs.
     pub timing: Timing,
+    /// `VK_RUN_IMAGE_URL_ALLOW` / `VK_NETWORK_ALLOW` (default: no URL image, only the
+    /// default network; see [`host_reach`]).
+    pub host_reach: host_reach::HostReach,
 }
 
 /// `<namespace>/<name>`.

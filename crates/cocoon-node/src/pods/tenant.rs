@@ -163,6 +163,20 @@ pub enum Refusal {
         key = ann::VM_NAME
     )]
     NameChanged { tracked: String, vm: String },
+    /// A URL image outside `VK_RUN_IMAGE_URL_ALLOW` ([`super::host_reach`]).
+    #[error(
+        "annotation {key}: URL {url:?} is not allowed on this node ({var}: {why})",
+        key = ann::IMAGE,
+        var = env::RUN_IMAGE_URL_ALLOW
+    )]
+    ImageUrlNotAllowed { url: String, why: String },
+    /// A CNI network outside `VK_NETWORK_ALLOW` ([`super::host_reach`]).
+    #[error(
+        "annotation {key}: CNI network {network:?} is not allowed on this node ({var})",
+        key = ann::NETWORK,
+        var = env::NETWORK_ALLOW
+    )]
+    NetworkNotAllowed { network: String },
 }
 
 /// Checks the pod's own VM name for a CreatePod (hashed form only) and the holder rule.

@@ -350,7 +350,9 @@ impl Handler {
         };
         let lower = s.image.to_ascii_lowercase();
         if lower.starts_with("http://") || lower.starts_with("https://") {
-            return Ok(());
+            // `vm clone --pull` fetches a URL base image on the host: the allowlist applies.
+            return super::host_reach::url_verdict(&self.cfg.host_reach.run_image_urls, &s.image)
+                .map_err(|why| format!("snapshot base image {}: {why}", s.image));
         }
         if !s.image_digest.is_empty() && self.rt.image_present(&s.image_digest).await.is_ok() {
             return Ok(());

@@ -21,6 +21,30 @@ use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, Result, failed, pod_key, uid};
 
+/// What the inspect after a failed `vm rm` says about the hibernating VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterFailedRemove {
+    /// The VM still exists: its disk and memory are intact, so `:hibernate` is the stale
+    /// duplicate the compensation deletes.
+    StillThere,
+    /// The VM is gone (the remove took effect before failing): `:hibernate` is now the only
+    /// copy of its state, so the hibernate stands.
+    Gone,
+    /// Unknown (the inspect failed otherwise): keep `:hibernate` and fail the hibernate.
+    Unknown,
+}
+
+/// Decides the compensation of a failed `vm rm` from an inspect of the VM.
+pub(crate) fn after_failed_remove<T>(
+    inspect: &std::result::Result<T, crate::runtime::RuntimeError>,
+) -> AfterFailedRemove {
+    match inspect {
+        Ok(_) => AfterFailedRemove::StillThere,
+        Err(e) if e.is_vm_not_found() => AfterFailedRemove::Gone,
+        Err(_) => AfterFailedRemove::Unknown,
+    }
+}
+
 impl Handler {
     /// UpdatePod (§8.1).
     pub async fn update_pod(self: &Arc<Self>, pod: Pod) -> Result<()> {
@@ -256,22 +280,33 @@ impl Handler {
         if let Err(e) = self.rt.remove(&id).await
             && !e.is_vm_not_found()
         {
-            self.count_phase("remove", m::RESULT_FAILED);
-            if let Some(reg) = &self.registry
-                && let Err(de) = reg.delete_tag_if_present(&name, tags::HIBERNATE).await
-            {
-                warn!(vm = %name, error = %de, "compensating tag delete failed");
+            // The compensation deletes `:hibernate` only while the VM provably still exists:
+            // a remove that took effect and then failed leaves the tag as the only copy.
+            let after = after_failed_remove(&self.rt.inspect(&id).await);
+            if after == AfterFailedRemove::Gone {
+                warn!(vm = %name, id = %id, error = %e, "vm rm failed but the VM is gone; the hibernate stands");
+            } else {
+                self.count_phase("remove", m::RESULT_FAILED);
+                if after == AfterFailedRemove::StillThere {
+                    if let Some(reg) = &self.registry
+                        && let Err(de) = reg.delete_tag_if_present(&name, tags::HIBERNATE).await
+                    {
+                        warn!(vm = %name, error = %de, "compensating tag delete failed");
+                    }
+                } else {
+                    warn!(vm = %name, id = %id, "vm rm failed and the VM could not be inspected; keeping :hibernate, which may be its only copy");
+                }
+                self.nic_rollback(nic_dropped, &id);
+                self.write_runtime(pod, &vm, 0).await;
+                return self
+                    .hibernate_fail(
+                        key,
+                        pod,
+                        ev::HIBERNATE_REMOVE_FAILED,
+                        format!("remove vm {id}: {e}"),
+                    )
+                    .await;
             }
-            self.nic_rollback(nic_dropped, &id);
-            self.write_runtime(pod, &vm, 0).await;
-            return self
-                .hibernate_fail(
-                    key,
-                    pod,
-                    ev::HIBERNATE_REMOVE_FAILED,
-                    format!("remove vm {id}: {e}"),
-                )
-                .await;
         }
         self.count_phase("remove", m::RESULT_OK);
         if !cleared && let Err(e) = self.clear_runtime(pod).await {
@@ -335,6 +370,20 @@ impl Handler {
         if spec.vm_name.is_empty() {
             return Ok(());
         }
+        // Host reach: the annotations may have changed while the pod slept.
+        if let Err(refusal) = self.host_reach_check(spec) {
+            let msg = refusal.to_string();
+            let already = self
+                .tables()
+                .intents
+                .get(key)
+                .is_some_and(|i| i.lifecycle.is_failed() && i.lifecycle.message == msg);
+            if !already {
+                self.fail_op(pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &msg)
+                    .await;
+            }
+            return Ok(());
+        }
         self.set_lifecycle(pod, LifecycleState::Creating, "").await;
         if let Err(e) = self.clear_runtime(pod).await {
             warn!(pod = %key, error = %e, "clearing runtime annotations at wake failed");
@@ -373,5 +422,29 @@ impl Handler {
             .await;
         info!(pod = %key, vm = %spec.vm_name, "woken");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::RuntimeError;
+
+    #[test]
+    fn a_failed_remove_deletes_the_tag_only_while_the_vm_exists() {
+        let rows: [(std::result::Result<(), RuntimeError>, AfterFailedRemove); 3] = [
+            (Ok(()), AfterFailedRemove::StillThere),
+            (
+                Err(RuntimeError::VmNotFound("vm x: VM not found".into())),
+                AfterFailedRemove::Gone,
+            ),
+            (
+                Err(RuntimeError::Other("connection reset".into())),
+                AfterFailedRemove::Unknown,
+            ),
+        ];
+        for (inspect, want) in rows {
+            assert_eq!(after_failed_remove(&inspect), want, "{inspect:?}");
+        }
     }
 }

@@ -2,12 +2,100 @@
 //! and the Kubernetes-quantity → bytes conversion `vm run` needs.
 //!
 //! Nothing here runs a process, so every rule of the spec's argument tables is a table test.
+//!
+//! # Argument safety (issue 26)
+//!
+//! Every VM name or id, snapshot name, image ref, network name and directory is checked
+//! before it reaches an argv ([`check_arg`]), and positionals follow a `--` (the CLI's cobra
+//! parser then takes them as arguments even when they look like flags), so no value a pod
+//! carries can become an option of `cocoon`:
+//! * VM names and ids: the runtime's VM-name rule `^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`
+//!   (runtime ids are 26-character base32 and fit it);
+//! * snapshot names: the chosen rule of `contract.md` §2.4 ([`is_valid_snapshot_name`]);
+//! * image refs (names, digests, `http(s)://` URLs) and network names: non-empty, no leading
+//!   `-`, no whitespace or control character;
+//! * `--from-dir`: absolute, no control character.
+//!
+//! `vm exec <id> -- <argv...>` keeps its form (its `--` separates the guest command); the id
+//! is checked.
 
 use std::collections::BTreeMap;
 
 use super::error::{Result, RuntimeError};
 use super::types::{CloneRequest, CloneSource, CpuPolicy, RunRequest};
 use cocoon_api::contract::Backend;
+use cocoon_api::naming::{is_valid_snapshot_name, is_valid_vm_name};
+
+/// What a value passed to `cocoon` is, for [`check_arg`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgKind {
+    /// A VM name or runtime id.
+    Vm,
+    /// A host snapshot name (or id).
+    Snapshot,
+    /// An image ref, digest or `http(s)://` URL.
+    Image,
+    /// A CNI network (conflist) name.
+    Network,
+    /// A `--from-dir` directory.
+    Dir,
+}
+
+impl ArgKind {
+    fn what(self) -> &'static str {
+        match self {
+            ArgKind::Vm => "VM name",
+            ArgKind::Snapshot => "snapshot name",
+            ArgKind::Image => "image ref",
+            ArgKind::Network => "network name",
+            ArgKind::Dir => "directory",
+        }
+    }
+}
+
+/// A token that cannot be read as a flag or split: non-empty, no leading `-`, no whitespace
+/// or control character.
+fn plain_token(v: &str) -> bool {
+    !v.is_empty() && !v.starts_with('-') && !v.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Checks `value` before it reaches an argv; `label` names the invocation in the error.
+pub fn check_arg(label: &str, kind: ArgKind, value: &str) -> Result<()> {
+    let ok = match kind {
+        ArgKind::Vm => is_valid_vm_name(value),
+        ArgKind::Snapshot => is_valid_snapshot_name(value),
+        ArgKind::Image | ArgKind::Network => plain_token(value),
+        ArgKind::Dir => value.starts_with('/') && !value.chars().any(char::is_control),
+    };
+    if ok {
+        return Ok(());
+    }
+    let rule = match kind {
+        ArgKind::Vm => "must match ^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$",
+        ArgKind::Snapshot => "must match ^[a-zA-Z0-9][a-zA-Z0-9._:/@-]{0,62}$",
+        ArgKind::Image | ArgKind::Network => {
+            "must be non-empty, not start with '-' and hold no whitespace or control character"
+        }
+        ArgKind::Dir => "must be absolute and hold no control character",
+    };
+    Err(RuntimeError::InvalidArgument(format!(
+        "{label}: invalid {} {value:?}: {rule}; refused before running cocoon",
+        kind.what()
+    )))
+}
+
+/// `<verb...> <flags...> -- <positional>` after checking the positional.
+fn with_positional(
+    mut argv: Vec<String>,
+    label: &str,
+    kind: ArgKind,
+    value: &str,
+) -> Result<Vec<String>> {
+    check_arg(label, kind, value)?;
+    argv.push(s("--"));
+    argv.push(value.to_owned());
+    Ok(argv)
+}
 
 /// Optional features of the installed `cocoon` (§3.1 capability detection).
 ///
@@ -245,16 +333,19 @@ pub fn restore_mode_flag(mode: &str, caps: &Capabilities) -> RestoreModeFlag {
 
 /// `vm clone --output json [--name TO] [--network N] [--no-direct-io] [--pull]
 /// [--restore-mode M] [--nics N] [--cpu-weight W] [--cpu-quota-us Q] [--cpu-period-us P]
-/// (SNAPSHOT | --from-dir DIR)`, flags in exactly this order.
+/// (-- SNAPSHOT | --from-dir DIR)`, flags in exactly this order.
 pub fn clone_args(req: &CloneRequest, caps: &Capabilities) -> Result<BuiltArgs> {
     let mut out = BuiltArgs {
         argv: vec![s("vm"), s("clone"), s("--output"), s("json")],
         warnings: Vec::new(),
     };
+    let label = format!("cocoon vm clone {}", req.to);
     if !req.to.is_empty() {
+        check_arg(&label, ArgKind::Vm, &req.to)?;
         push_flag(&mut out.argv, "--name", &req.to);
     }
     if !req.network.is_empty() {
+        check_arg(&label, ArgKind::Network, &req.network)?;
         push_flag(&mut out.argv, "--network", &req.network);
     }
     if req.no_direct_io {
@@ -291,7 +382,7 @@ pub fn clone_args(req: &CloneRequest, caps: &Capabilities) -> Result<BuiltArgs> 
                     req.to
                 )));
             }
-            out.argv.push(name.clone());
+            out.argv = with_positional(out.argv, &label, ArgKind::Snapshot, name)?;
         }
         CloneSource::Dir(dir) => {
             if !caps.from_dir {
@@ -300,7 +391,9 @@ pub fn clone_args(req: &CloneRequest, caps: &Capabilities) -> Result<BuiltArgs> 
                     req.to
                 )));
             }
-            push_flag(&mut out.argv, "--from-dir", dir.display());
+            let dir = dir.display().to_string();
+            check_arg(&label, ArgKind::Dir, &dir)?;
+            push_flag(&mut out.argv, "--from-dir", dir);
         }
     }
     Ok(out)
@@ -308,7 +401,7 @@ pub fn clone_args(req: &CloneRequest, caps: &Capabilities) -> Result<BuiltArgs> 
 
 /// `vm run --output json [--name NAME] [--cpu N] [--cpu-weight W] [--cpu-quota-us Q]
 /// [--cpu-period-us P] [--memory BYTES] [--storage BYTES] [--network N] [--windows] [--fc]
-/// [--no-direct-io] IMAGE`.
+/// [--no-direct-io] -- IMAGE`.
 pub fn run_args(req: &RunRequest, caps: &Capabilities) -> Result<BuiltArgs> {
     if req.image.is_empty() {
         return Err(RuntimeError::Other(format!(
@@ -320,7 +413,9 @@ pub fn run_args(req: &RunRequest, caps: &Capabilities) -> Result<BuiltArgs> {
         argv: vec![s("vm"), s("run"), s("--output"), s("json")],
         warnings: Vec::new(),
     };
+    let label = format!("cocoon vm run {}", req.name);
     if !req.name.is_empty() {
+        check_arg(&label, ArgKind::Vm, &req.name)?;
         push_flag(&mut out.argv, "--name", &req.name);
     }
     if req.cpu > 0 {
@@ -336,6 +431,7 @@ pub fn run_args(req: &RunRequest, caps: &Capabilities) -> Result<BuiltArgs> {
         push_flag(&mut out.argv, "--storage", storage);
     }
     if !req.network.is_empty() {
+        check_arg(&label, ArgKind::Network, &req.network)?;
         push_flag(&mut out.argv, "--network", &req.network);
     }
     if req.is_windows() {
@@ -347,7 +443,7 @@ pub fn run_args(req: &RunRequest, caps: &Capabilities) -> Result<BuiltArgs> {
     if req.no_direct_io {
         out.argv.push(s("--no-direct-io"));
     }
-    out.argv.push(req.image.clone());
+    out.argv = with_positional(out.argv, &label, ArgKind::Image, &req.image)?;
     Ok(out)
 }
 
@@ -362,6 +458,7 @@ pub fn exec_args(
     if id.is_empty() {
         return Err(RuntimeError::Other(s("cocoon vm exec: empty VM id")));
     }
+    check_arg("cocoon vm exec", ArgKind::Vm, id)?;
     if argv.is_empty() {
         return Err(RuntimeError::Other(format!(
             "cocoon vm exec {id}: empty command"
@@ -381,9 +478,14 @@ pub fn exec_args(
     Ok(out)
 }
 
-/// `vm inspect <id>`.
-pub fn inspect_args(id: &str) -> Vec<String> {
-    vec![s("vm"), s("inspect"), id.to_owned()]
+/// `vm inspect -- <id>`.
+pub fn inspect_args(id: &str) -> Result<Vec<String>> {
+    with_positional(
+        vec![s("vm"), s("inspect")],
+        "cocoon vm inspect",
+        ArgKind::Vm,
+        id,
+    )
 }
 
 /// `vm list -o json`.
@@ -391,56 +493,55 @@ pub fn list_args() -> Vec<String> {
     vec![s("vm"), s("list"), s("-o"), s("json")]
 }
 
-/// `vm rm --force <id>`.
-pub fn remove_args(id: &str) -> Vec<String> {
-    vec![s("vm"), s("rm"), s("--force"), id.to_owned()]
+/// `vm rm --force -- <id>`.
+pub fn remove_args(id: &str) -> Result<Vec<String>> {
+    let argv = vec![s("vm"), s("rm"), s("--force")];
+    with_positional(argv, "cocoon vm rm", ArgKind::Vm, id)
 }
 
-/// `vm start <id>`.
-pub fn start_args(id: &str) -> Vec<String> {
-    vec![s("vm"), s("start"), id.to_owned()]
+/// `vm start -- <id>`.
+pub fn start_args(id: &str) -> Result<Vec<String>> {
+    with_positional(
+        vec![s("vm"), s("start")],
+        "cocoon vm start",
+        ArgKind::Vm,
+        id,
+    )
 }
 
-/// `vm logs [--tail N] <id>`.
-pub fn logs_args(id: &str, tail: Option<u64>) -> Vec<String> {
+/// `vm logs [--tail N] -- <id>`.
+pub fn logs_args(id: &str, tail: Option<u64>) -> Result<Vec<String>> {
     let mut out = vec![s("vm"), s("logs")];
     if let Some(n) = tail {
         push_flag(&mut out, "--tail", n);
     }
-    out.push(id.to_owned());
-    out
+    with_positional(out, "cocoon vm logs", ArgKind::Vm, id)
 }
 
-/// `vm net --nics <N> <id>`.
-pub fn net_resize_args(id: &str, nics: u32) -> Vec<String> {
-    vec![
-        s("vm"),
-        s("net"),
-        s("--nics"),
-        nics.to_string(),
-        id.to_owned(),
-    ]
+/// `vm net --nics <N> -- <id>`.
+pub fn net_resize_args(id: &str, nics: u32) -> Result<Vec<String>> {
+    let argv = vec![s("vm"), s("net"), s("--nics"), nics.to_string()];
+    with_positional(argv, "cocoon vm net", ArgKind::Vm, id)
 }
 
-/// `snapshot save --name <name> <vmID>`.
-pub fn snapshot_save_args(name: &str, vm_id: &str) -> Vec<String> {
-    vec![
-        s("snapshot"),
-        s("save"),
-        s("--name"),
-        name.to_owned(),
-        vm_id.to_owned(),
-    ]
+/// `snapshot save --name <name> -- <vmID>`.
+pub fn snapshot_save_args(name: &str, vm_id: &str) -> Result<Vec<String>> {
+    let label = "cocoon snapshot save";
+    check_arg(label, ArgKind::Snapshot, name)?;
+    let argv = vec![s("snapshot"), s("save"), s("--name"), name.to_owned()];
+    with_positional(argv, label, ArgKind::Vm, vm_id)
 }
 
-/// `snapshot rm <name>`.
-pub fn snapshot_rm_args(name: &str) -> Vec<String> {
-    vec![s("snapshot"), s("rm"), name.to_owned()]
+/// `snapshot rm -- <name>`.
+pub fn snapshot_rm_args(name: &str) -> Result<Vec<String>> {
+    let argv = vec![s("snapshot"), s("rm")];
+    with_positional(argv, "cocoon snapshot rm", ArgKind::Snapshot, name)
 }
 
-/// `snapshot inspect <name>`.
-pub fn snapshot_inspect_args(name: &str) -> Vec<String> {
-    vec![s("snapshot"), s("inspect"), name.to_owned()]
+/// `snapshot inspect -- <name>`.
+pub fn snapshot_inspect_args(name: &str) -> Result<Vec<String>> {
+    let argv = vec![s("snapshot"), s("inspect")];
+    with_positional(argv, "cocoon snapshot inspect", ArgKind::Snapshot, name)
 }
 
 /// `snapshot list -o json`.
@@ -449,33 +550,41 @@ pub fn snapshot_list_args() -> Vec<String> {
 }
 
 /// `snapshot import --name <name>` (tar on stdin).
-pub fn snapshot_import_args(name: &str) -> Vec<String> {
-    vec![s("snapshot"), s("import"), s("--name"), name.to_owned()]
+pub fn snapshot_import_args(name: &str) -> Result<Vec<String>> {
+    check_arg("cocoon snapshot import", ArgKind::Snapshot, name)?;
+    Ok(vec![
+        s("snapshot"),
+        s("import"),
+        s("--name"),
+        name.to_owned(),
+    ])
 }
 
-/// `snapshot export <name> -o -` (tar on stdout).
-pub fn snapshot_export_args(name: &str) -> Vec<String> {
-    vec![s("snapshot"), s("export"), name.to_owned(), s("-o"), s("-")]
+/// `snapshot export -o - -- <name>` (tar on stdout).
+pub fn snapshot_export_args(name: &str) -> Result<Vec<String>> {
+    let argv = vec![s("snapshot"), s("export"), s("-o"), s("-")];
+    with_positional(argv, "cocoon snapshot export", ArgKind::Snapshot, name)
 }
 
-/// `image pull [--force] <ref>`.
-pub fn image_pull_args(image: &str, force: bool) -> Vec<String> {
+/// `image pull [--force] -- <ref>`.
+pub fn image_pull_args(image: &str, force: bool) -> Result<Vec<String>> {
     let mut out = vec![s("image"), s("pull")];
     if force {
         out.push(s("--force"));
     }
-    out.push(image.to_owned());
-    out
+    with_positional(out, "cocoon image pull", ArgKind::Image, image)
 }
 
-/// `image inspect <name-or-digest>`.
-pub fn image_inspect_args(name: &str) -> Vec<String> {
-    vec![s("image"), s("inspect"), name.to_owned()]
+/// `image inspect -- <name-or-digest>`.
+pub fn image_inspect_args(name: &str) -> Result<Vec<String>> {
+    let argv = vec![s("image"), s("inspect")];
+    with_positional(argv, "cocoon image inspect", ArgKind::Image, name)
 }
 
-/// `image import <name>` (qcow2 or tar on stdin).
-pub fn image_import_args(name: &str) -> Vec<String> {
-    vec![s("image"), s("import"), name.to_owned()]
+/// `image import -- <name>` (qcow2 or tar on stdin).
+pub fn image_import_args(name: &str) -> Result<Vec<String>> {
+    let argv = vec![s("image"), s("import")];
+    with_positional(argv, "cocoon image import", ArgKind::Image, name)
 }
 
 /// `vm status --event --format json`.
@@ -483,15 +592,10 @@ pub fn watch_args() -> Vec<String> {
     vec![s("vm"), s("status"), s("--event"), s("--format"), s("json")]
 }
 
-/// `vm reconcile-stale-create <id> -o json`.
-pub fn reconcile_stale_create_args(id: &str) -> Vec<String> {
-    vec![
-        s("vm"),
-        s("reconcile-stale-create"),
-        id.to_owned(),
-        s("-o"),
-        s("json"),
-    ]
+/// `vm reconcile-stale-create -o json -- <id>`.
+pub fn reconcile_stale_create_args(id: &str) -> Result<Vec<String>> {
+    let argv = vec![s("vm"), s("reconcile-stale-create"), s("-o"), s("json")];
+    with_positional(argv, "cocoon vm reconcile-stale-create", ArgKind::Vm, id)
 }
 
 /// `vm clone --help` (capability detection).
@@ -603,7 +707,7 @@ mod tests {
         assert_eq!(
             got.argv,
             argv(&[
-                "vm", "clone", "--output", "json", "--name", "vm-a", "snap-a"
+                "vm", "clone", "--output", "json", "--name", "vm-a", "--", "snap-a"
             ])
         );
         assert!(got.warnings.is_empty());
@@ -651,6 +755,7 @@ mod tests {
                 "200000",
                 "--cpu-period-us",
                 "100000",
+                "--",
                 "snap-a"
             ])
         );
@@ -685,6 +790,7 @@ mod tests {
                 "2",
                 "--cpu-weight",
                 "79",
+                "--",
                 "snap-a"
             ])
         );
@@ -729,6 +835,7 @@ mod tests {
                 "vm-a",
                 "--cpu-weight",
                 "5",
+                "--",
                 "snap-a"
             ])
         );
@@ -762,7 +869,7 @@ mod tests {
         assert_eq!(
             got.argv,
             argv(&[
-                "vm", "clone", "--output", "json", "--name", "vm-a", "snap-a"
+                "vm", "clone", "--output", "json", "--name", "vm-a", "--", "snap-a"
             ])
         );
         assert_eq!(got.warnings.len(), 2);
@@ -798,6 +905,7 @@ mod tests {
                 "21474836480",
                 "--network",
                 "cocoon-dhcp",
+                "--",
                 "ubuntu:24.04"
             ])
         );
@@ -845,6 +953,7 @@ mod tests {
                 "--windows",
                 "--fc",
                 "--no-direct-io",
+                "--",
                 "win11"
             ])
         );
@@ -876,52 +985,131 @@ mod tests {
 
     #[test]
     fn simple_invocations() {
+        let ok = |r: Result<Vec<String>>| r.expect("valid arguments");
         let cases: Vec<(Vec<String>, &[&str])> = vec![
-            (inspect_args("i"), &["vm", "inspect", "i"]),
+            (ok(inspect_args("i")), &["vm", "inspect", "--", "i"]),
             (list_args(), &["vm", "list", "-o", "json"]),
-            (remove_args("i"), &["vm", "rm", "--force", "i"]),
-            (start_args("i"), &["vm", "start", "i"]),
+            (ok(remove_args("i")), &["vm", "rm", "--force", "--", "i"]),
+            (ok(start_args("i")), &["vm", "start", "--", "i"]),
             (
-                logs_args("i", Some(50)),
-                &["vm", "logs", "--tail", "50", "i"],
+                ok(logs_args("i", Some(50))),
+                &["vm", "logs", "--tail", "50", "--", "i"],
             ),
-            (logs_args("i", None), &["vm", "logs", "i"]),
-            (net_resize_args("i", 0), &["vm", "net", "--nics", "0", "i"]),
+            (ok(logs_args("i", None)), &["vm", "logs", "--", "i"]),
             (
-                snapshot_save_args("n", "i"),
-                &["snapshot", "save", "--name", "n", "i"],
+                ok(net_resize_args("i", 0)),
+                &["vm", "net", "--nics", "0", "--", "i"],
             ),
-            (snapshot_rm_args("n"), &["snapshot", "rm", "n"]),
-            (snapshot_inspect_args("n"), &["snapshot", "inspect", "n"]),
+            (
+                ok(snapshot_save_args("n", "i")),
+                &["snapshot", "save", "--name", "n", "--", "i"],
+            ),
+            (ok(snapshot_rm_args("n")), &["snapshot", "rm", "--", "n"]),
+            (
+                ok(snapshot_inspect_args("n")),
+                &["snapshot", "inspect", "--", "n"],
+            ),
             (snapshot_list_args(), &["snapshot", "list", "-o", "json"]),
             (
-                snapshot_import_args("n"),
+                ok(snapshot_import_args("n")),
                 &["snapshot", "import", "--name", "n"],
             ),
             (
-                snapshot_export_args("n"),
-                &["snapshot", "export", "n", "-o", "-"],
+                ok(snapshot_export_args("n")),
+                &["snapshot", "export", "-o", "-", "--", "n"],
             ),
             (
-                image_pull_args("r", true),
-                &["image", "pull", "--force", "r"],
+                ok(image_pull_args("r", true)),
+                &["image", "pull", "--force", "--", "r"],
             ),
-            (image_pull_args("r", false), &["image", "pull", "r"]),
-            (image_inspect_args("r"), &["image", "inspect", "r"]),
-            (image_import_args("r"), &["image", "import", "r"]),
+            (
+                ok(image_pull_args("r", false)),
+                &["image", "pull", "--", "r"],
+            ),
+            (
+                ok(image_inspect_args("r")),
+                &["image", "inspect", "--", "r"],
+            ),
+            (ok(image_import_args("r")), &["image", "import", "--", "r"]),
             (
                 watch_args(),
                 &["vm", "status", "--event", "--format", "json"],
             ),
             (
-                reconcile_stale_create_args("i"),
-                &["vm", "reconcile-stale-create", "i", "-o", "json"],
+                ok(reconcile_stale_create_args("i")),
+                &["vm", "reconcile-stale-create", "-o", "json", "--", "i"],
             ),
             (verb_help_args("exec"), &["vm", "exec", "--help"]),
         ];
         for (got, want) in cases {
             assert_eq!(got, argv(want));
         }
+    }
+
+    #[test]
+    fn values_that_could_read_as_flags_never_reach_argv() {
+        let long = "a".repeat(64);
+        // (kind, value, accepted)
+        let rows: &[(ArgKind, &str, bool)] = &[
+            (ArgKind::Vm, "vk-a-demo-0-1a2b3c", true),
+            (ArgKind::Vm, "TMZ7IBM3A3KJGYMV6K3ZZMS2EZ", true),
+            (ArgKind::Vm, "--force", false),
+            (ArgKind::Vm, "-rf", false),
+            (ArgKind::Vm, "", false),
+            (ArgKind::Vm, "a b", false),
+            (ArgKind::Vm, "a/b", false),
+            (ArgKind::Vm, long.as_str(), false),
+            (ArgKind::Snapshot, "ubuntu:24.04", true),
+            (ArgKind::Snapshot, "fork-vk-a", true),
+            (ArgKind::Snapshot, "-o", false),
+            (ArgKind::Snapshot, "x\ny", false),
+            (ArgKind::Image, "ghcr.io/o/img:1", true),
+            (ArgKind::Image, "https://cloud.example/img.qcow2", true),
+            (ArgKind::Image, "sha256:1b7af784", true),
+            (ArgKind::Image, "--force", false),
+            (ArgKind::Image, "img --pull", false),
+            (ArgKind::Image, "img\t", false),
+            (ArgKind::Image, "img\u{7f}", false),
+            (ArgKind::Network, "cocoon-dhcp", true),
+            (ArgKind::Network, "--bridge=cni0", false),
+            (ArgKind::Dir, "/srv/snaps/x", true),
+            (ArgKind::Dir, "-x", false),
+            (ArgKind::Dir, "/srv/\0x", false),
+        ];
+        for (kind, value, accepted) in rows {
+            let got = check_arg("cocoon test", *kind, value);
+            assert_eq!(got.is_ok(), *accepted, "{kind:?} {value:?}: {got:?}");
+            if let Err(e) = got {
+                assert!(matches!(e, RuntimeError::InvalidArgument(_)), "{e:?}");
+                assert!(
+                    e.to_string().contains("refused before running cocoon"),
+                    "{e}"
+                );
+            }
+        }
+        // Every builder refuses, none builds an argv.
+        assert!(remove_args("--all").is_err());
+        assert!(inspect_args("-h").is_err());
+        assert!(snapshot_rm_args("--help").is_err());
+        assert!(snapshot_save_args("-x", "vm").is_err());
+        assert!(snapshot_save_args("n", "--force").is_err());
+        assert!(snapshot_import_args("-n").is_err());
+        assert!(image_pull_args("--force", false).is_err());
+        assert!(exec_args("-i", &argv(&["true"]), &BTreeMap::new(), false).is_err());
+        let mut req = clone_req();
+        req.from = CloneSource::Snapshot("--from-dir=/etc".into());
+        assert!(clone_args(&req, &Capabilities::ALL).is_err());
+        let mut req = clone_req();
+        req.network = "--bridge=cni0".into();
+        assert!(clone_args(&req, &Capabilities::ALL).is_err());
+        let mut req = clone_req();
+        req.to = "-x".into();
+        assert!(clone_args(&req, &Capabilities::ALL).is_err());
+        let req = RunRequest {
+            image: "--windows".into(),
+            ..RunRequest::default()
+        };
+        assert!(run_args(&req, &Capabilities::ALL).is_err());
     }
 
     #[test]
@@ -1106,6 +1294,7 @@ mod tests {
                 "--on-demand",
                 "--nics",
                 "1",
+                "--",
                 "snap-a"
             ])
         );

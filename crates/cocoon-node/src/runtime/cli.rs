@@ -1,6 +1,10 @@
 //! The real backend: runs `VK_COCOON_BIN` directly (no sudo) with the exact argv of §3.2,
 //! parses its JSON, classifies its errors by phrase and streams snapshots through its pipes.
 //!
+//! Every name, id, ref and directory is validated before it reaches an argv, and positionals
+//! follow `--` (see [`args`](super::args)): a value that fails is refused with
+//! [`RuntimeError::InvalidArgument`] and no process starts.
+//!
 //! Every child is started with `kill_on_drop`, so dropping a call (or a stream's completion)
 //! kills the `cocoon` process, which is how cancellation reaches it.
 //!
@@ -323,7 +327,7 @@ impl CliRuntime {
     /// `vm logs <id>` on a release without `--tail`: the whole log streams through a
     /// [`TailKeeper`], so memory stays bounded by [`MAX_LOG_TAIL_BYTES`].
     async fn logs_tailed_here(&self, label: &str, id: &str, tail: u64) -> Result<Vec<u8>> {
-        let mut child = self.spawn(label, self.command(&args::logs_args(id, None)))?;
+        let mut child = self.spawn(label, self.command(&args::logs_args(id, None)?))?;
         let mut stdout = child
             .stdout
             .take()
@@ -400,14 +404,14 @@ impl CliRuntime {
 impl RawSnapshotVerbs for CliRuntime {
     async fn raw_save(&self, name: &str, vm_id: &str) -> Result<()> {
         let label = format!("cocoon snapshot save {name}");
-        self.run_combined(&label, &args::snapshot_save_args(name, vm_id))
+        self.run_combined(&label, &args::snapshot_save_args(name, vm_id)?)
             .await
             .map(drop)
     }
 
     async fn raw_rm(&self, name: &str) -> Result<()> {
         let label = format!("cocoon snapshot rm {name}");
-        self.run_combined(&label, &args::snapshot_rm_args(name))
+        self.run_combined(&label, &args::snapshot_rm_args(name)?)
             .await
             .map(drop)
     }
@@ -700,7 +704,7 @@ impl Runtime for CliRuntime {
 
     async fn inspect(&self, vm: &str) -> Result<VmRecord> {
         let label = format!("cocoon vm inspect {vm}");
-        let out = self.run_stdout(&label, &args::inspect_args(vm)).await?;
+        let out = self.run_stdout(&label, &args::inspect_args(vm)?).await?;
         parse::parse_vm(&label, &out)
     }
 
@@ -711,13 +715,13 @@ impl Runtime for CliRuntime {
     }
 
     async fn remove(&self, id: &str) -> Result<()> {
-        self.run_combined(&format!("cocoon vm rm {id}"), &args::remove_args(id))
+        self.run_combined(&format!("cocoon vm rm {id}"), &args::remove_args(id)?)
             .await
             .map(drop)
     }
 
     async fn start(&self, id: &str) -> Result<()> {
-        self.run_stdout(&format!("cocoon vm start {id}"), &args::start_args(id))
+        self.run_stdout(&format!("cocoon vm start {id}"), &args::start_args(id)?)
             .await
             .map(drop)
     }
@@ -804,7 +808,7 @@ impl Runtime for CliRuntime {
         }
         match tail {
             Some(n) if !self.caps.logs_tail => self.logs_tailed_here(&label, id, n).await,
-            _ => self.run_stdout(&label, &args::logs_args(id, tail)).await,
+            _ => self.run_stdout(&label, &args::logs_args(id, tail)?).await,
         }
     }
 
@@ -821,7 +825,7 @@ impl Runtime for CliRuntime {
                 "the NIC count cannot be changed",
             ));
         }
-        self.run_stdout(&label, &args::net_resize_args(id, nics))
+        self.run_stdout(&label, &args::net_resize_args(id, nics)?)
             .await
             .map(drop)
     }
@@ -840,7 +844,7 @@ impl Runtime for CliRuntime {
     async fn snapshot_inspect(&self, name: &str) -> Result<SnapshotRecord> {
         let label = format!("cocoon snapshot inspect {name}");
         let out = self
-            .run_stdout(&label, &args::snapshot_inspect_args(name))
+            .run_stdout(&label, &args::snapshot_inspect_args(name)?)
             .await?;
         parse::parse_snapshot(&label, &out)
     }
@@ -852,16 +856,14 @@ impl Runtime for CliRuntime {
     }
 
     async fn snapshot_import(&self, name: &str) -> Result<ImportHandle> {
+        let argv = args::snapshot_import_args(name)?;
         self.snapshot_remove_if_exists(name).await?;
-        self.spawn_import(
-            format!("cocoon snapshot import {name}"),
-            &args::snapshot_import_args(name),
-        )
+        self.spawn_import(format!("cocoon snapshot import {name}"), &argv)
     }
 
     async fn snapshot_export(&self, name: &str) -> Result<ExportHandle> {
         let label = format!("cocoon snapshot export {name}");
-        let mut child = self.spawn(&label, self.command(&args::snapshot_export_args(name)))?;
+        let mut child = self.spawn(&label, self.command(&args::snapshot_export_args(name)?))?;
         let stdout = child
             .stdout
             .take()
@@ -892,7 +894,7 @@ impl Runtime for CliRuntime {
     async fn ensure_image(&self, image: &str, force: bool) -> Result<()> {
         self.run_combined(
             &format!("cocoon image pull {image}"),
-            &args::image_pull_args(image, force),
+            &args::image_pull_args(image, force)?,
         )
         .await
         .map(drop)
@@ -901,7 +903,7 @@ impl Runtime for CliRuntime {
     async fn image_present(&self, name_or_digest: &str) -> Result<()> {
         let label = format!("cocoon image inspect {name_or_digest}");
         let output = self
-            .run_combined(&label, &args::image_inspect_args(name_or_digest))
+            .run_combined(&label, &args::image_inspect_args(name_or_digest)?)
             .await?;
         // Some releases print the miss and still exit 0.
         match classify(output) {
@@ -915,7 +917,7 @@ impl Runtime for CliRuntime {
     async fn image_import(&self, name: &str) -> Result<ImportHandle> {
         self.spawn_import(
             format!("cocoon image import {name}"),
-            &args::image_import_args(name),
+            &args::image_import_args(name)?,
         )
     }
 
@@ -947,7 +949,7 @@ impl Runtime for CliRuntime {
         }
         let label = format!("cocoon vm reconcile-stale-create {id}");
         let out = self
-            .run_stdout(&label, &args::reconcile_stale_create_args(id))
+            .run_stdout(&label, &args::reconcile_stale_create_args(id)?)
             .await?;
         parse::parse_stale_create(&label, &out)
     }

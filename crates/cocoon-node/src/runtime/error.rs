@@ -52,6 +52,10 @@ pub enum RuntimeError {
     /// Anything else: spawn/transport failures, undecodable output, other CLI errors.
     #[error("{0}")]
     Other(String),
+    /// A name, ref or path that must not reach the `cocoon` argv (it could read as a flag or
+    /// break the argument rules); refused before anything runs.
+    #[error("{0}")]
+    InvalidArgument(String),
 }
 
 impl RuntimeError {

@@ -16,6 +16,7 @@ use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::agent::{AgentParts, run_agent};
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::NodeRegistration;
+use cocoon_node::pods::host_reach::HostReach;
 use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
 use cocoon_node::runtime::Runtime;
 use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
@@ -88,6 +89,8 @@ pub struct AgentOptions {
     pub token: Option<CancellationToken>,
     /// `VK_CLONE_FROM_DIR_ROOTS` (none: every `clone-from-dir` is refused).
     pub clone_from_dir_roots: Vec<PathBuf>,
+    /// `VK_RUN_IMAGE_URL_ALLOW` / `VK_NETWORK_ALLOW` (default: no URL image, default network).
+    pub host_reach: HostReach,
 }
 
 impl AgentOptions {
@@ -103,6 +106,7 @@ impl AgentOptions {
             ready_within: WAIT,
             token: None,
             clone_from_dir_roots: Vec::new(),
+            host_reach: HostReach::default(),
         }
     }
 }
@@ -196,6 +200,7 @@ pub async fn start_agent_with(
             cocoon_root_dir: root.to_owned(),
             clone_from_dir_roots: opts.clone_from_dir_roots,
             timing: opts.timing,
+            host_reach: opts.host_reach,
         },
         client,
         runtime,

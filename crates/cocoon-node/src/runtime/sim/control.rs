@@ -267,6 +267,9 @@ pub struct FailRule {
     /// The error text. It goes through the §3.4 classifier, so `VM not found` becomes
     /// `VmNotFound`, `is in use by an active` becomes `InUse`, and so on.
     pub message: String,
+    /// Fail only after the verb took effect (a `vm rm` that removed the VM and still
+    /// exited non-zero). Honoured by `remove`; other verbs ignore such rules.
+    pub after_effect: bool,
 }
 
 impl FailRule {
@@ -278,7 +281,14 @@ impl FailRule {
             target: None,
             times: None,
             message: message.into(),
+            after_effect: false,
         }
+    }
+
+    /// The failure comes after the verb took effect (see [`FailRule::after_effect`]).
+    pub fn after_effect(mut self) -> Self {
+        self.after_effect = true;
+        self
     }
 
     /// Only the next `n` matching calls fail.
@@ -374,10 +384,23 @@ impl Control {
             .is_none_or(|t| targets.iter().any(|x| x == t))
     }
 
-    /// Consumes one matching failure, if any, and returns its message.
+    /// Consumes one matching failure (of those before the effect), if any, and returns its
+    /// message.
     pub fn take_failure(&mut self, verb: Verb, targets: &[String]) -> Option<String> {
+        self.take_rule(verb, targets, false)
+    }
+
+    /// Consumes one matching after-the-effect failure, if any, and returns its message.
+    pub fn take_failure_after(&mut self, verb: Verb, targets: &[String]) -> Option<String> {
+        self.take_rule(verb, targets, true)
+    }
+
+    fn take_rule(&mut self, verb: Verb, targets: &[String], after: bool) -> Option<String> {
         let idx = self.fail_rules.iter().position(|r| {
-            r.verb == verb && r.times != Some(0) && Self::matches(&r.target, targets)
+            r.verb == verb
+                && r.after_effect == after
+                && r.times != Some(0)
+                && Self::matches(&r.target, targets)
         })?;
         let rule = &mut self.fail_rules[idx];
         let message = rule.message.clone();
@@ -431,6 +454,20 @@ mod tests {
 
     fn t(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn after_effect_rules_fire_only_after_the_effect() {
+        let mut c = Control::default();
+        let t = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        c.fail_rules
+            .push(FailRule::new(Verb::Remove, "late").times(1).after_effect());
+        assert_eq!(c.take_failure(Verb::Remove, &t(&["vm-a"])), None);
+        assert_eq!(
+            c.take_failure_after(Verb::Remove, &t(&["vm-a"])).as_deref(),
+            Some("late")
+        );
+        assert_eq!(c.take_failure_after(Verb::Remove, &t(&["vm-a"])), None);
     }
 
     #[test]

@@ -573,10 +573,11 @@ pub(super) async fn list(inner: &Arc<Inner>) -> Result<Vec<VmRecord>> {
 }
 
 pub(super) async fn remove(inner: &Arc<Inner>, id: &str) -> Result<()> {
+    let targets = inner.vm_targets(id);
     inner
         .enter(
             Verb::Remove,
-            inner.vm_targets(id),
+            targets.clone(),
             serde_json::json!({ "vm": id }),
         )
         .await?;
@@ -588,7 +589,13 @@ pub(super) async fn remove(inner: &Arc<Inner>, id: &str) -> Result<()> {
     inner.delete_vm(&resolved).map_err(|e| match e {
         RuntimeError::VmNotFound(_) => vm_not_found(id),
         e => e,
-    })
+    })?;
+    // A failure injected after the effect: the VM is gone, the call still fails.
+    let late = inner.ctl().take_failure_after(Verb::Remove, &targets);
+    match late {
+        Some(message) => Err(classify(message)),
+        None => Ok(()),
+    }
 }
 
 pub(super) async fn start(inner: &Arc<Inner>, id: &str) -> Result<()> {
