@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use cocoon_e2e::{run_ok, stdout, workspace_root, workspace_version};
 use cocoon_testenv::{Shared, unique_name};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -249,6 +252,8 @@ fn values_show_in_the_render() {
             "leaderElection.leaseDuration=30s,leaderElection.renewDeadline=20s,leaderElection.retryPeriod=4s",
             "--set",
             "timeouts.suspend=5m,logging.format=json,resources.limits.memory=1Gi",
+            "--set",
+            "nodeAdmission.serviceAccountNamespace=hosts",
         ],
     );
     let d = deployment(&objs, "ops", "blue-cocoon-operator");
@@ -294,6 +299,10 @@ fn values_show_in_the_render() {
         "rbac.authorization.k8s.io/v1/Role/ops/blue-cocoon-operator-leader-election",
         "rbac.authorization.k8s.io/v1/RoleBinding/ops/blue-cocoon-operator-leader-election",
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-node",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-node-pods",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-node-pods",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-node-self",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-node-self",
     ] {
         assert!(
             objs.contains_key(key),
@@ -307,7 +316,28 @@ fn values_show_in_the_render() {
         crb["subjects"][0],
         serde_json::json!({"kind": "ServiceAccount", "name": "blue-cocoon-operator", "namespace": "ops"})
     );
-    assert_eq!(objs.len(), 8, "{:?}", objs.keys());
+    // The node policies bind their own (prefixed) names and hold the ServiceAccounts of the
+    // configured namespace.
+    for which in ["pods", "self"] {
+        let binding = &objs[&format!(
+            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-node-{which}"
+        )];
+        assert_eq!(
+            binding["spec"]["policyName"],
+            format!("blue-cocoon-node-{which}")
+        );
+        let policy = &objs[&format!(
+            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-node-{which}"
+        )];
+        let cond = policy["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            cond.contains("'system:serviceaccount:hosts:'"),
+            "{which}: {cond}"
+        );
+    }
+    assert_eq!(objs.len(), 12, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.
@@ -317,12 +347,12 @@ fn values_show_in_the_render() {
             "--namespace",
             "from-release",
             "--set",
-            "namespace.name=,namespace.create=false,nodeRole.create=false",
+            "namespace.name=,namespace.create=false,nodeRole.create=false,nodeAdmission.create=false",
         ],
     );
     assert!(objs.contains_key("apps/v1/Deployment/from-release/cocoon-operator"));
     assert!(objs.keys().all(|k| !k.starts_with("v1/Namespace/")));
-    assert!(objs.keys().all(|k| !k.ends_with("/cocoon-node")));
+    assert!(objs.keys().all(|k| !k.contains("/cocoon-node")));
 }
 
 #[test]
@@ -438,6 +468,13 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
         let roles: Api<ClusterRole> = Api::all(client.clone());
         roles.get(&operator).await?;
         roles.get(&node_role).await?;
+        let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+        let policy_bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+        let node_policies = [format!("{node_role}-pods"), format!("{node_role}-self")];
+        for name in &node_policies {
+            policies.get(name).await?;
+            policy_bindings.get(name).await?;
+        }
         let binding = Api::<ClusterRoleBinding>::all(client.clone())
             .get(&operator)
             .await?;
@@ -472,6 +509,13 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
             assert!(
                 roles.get_opt(name).await?.is_none(),
                 "ClusterRole {name} left behind"
+            );
+        }
+        for name in &node_policies {
+            assert!(
+                policies.get_opt(name).await?.is_none()
+                    && policy_bindings.get_opt(name).await?.is_none(),
+                "admission policy {name} left behind"
             );
         }
         assert!(

@@ -294,6 +294,10 @@ async fn delete_run_objects(env: &Shared, suffix: &str) -> Result<(), BoxError> 
         &format!("clusterrolebinding/cocoon-operator-{suffix}"),
         &format!("clusterrole/cocoon-operator-{suffix}"),
         &format!("clusterrole/cocoon-node-{suffix}"),
+        &format!("validatingadmissionpolicybinding/cocoon-node-pods-{suffix}"),
+        &format!("validatingadmissionpolicy/cocoon-node-pods-{suffix}"),
+        &format!("validatingadmissionpolicybinding/cocoon-node-self-{suffix}"),
+        &format!("validatingadmissionpolicy/cocoon-node-self-{suffix}"),
     ]));
     let client = env.client()?;
     cocoon_testenv::delete_namespace(&client, suffix).await?;

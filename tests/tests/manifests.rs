@@ -28,6 +28,10 @@ async fn kustomization_applies_on_the_real_api_server() {
             "clusterrolebinding.rbac.authorization.k8s.io/cocoon-operator",
             "deployment.apps/cocoon-operator",
             "clusterrole.rbac.authorization.k8s.io/cocoon-node",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-node-pods",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-node-pods",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-node-self",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-node-self",
         ] {
             assert!(stdout.contains(object), "{object} missing from:\n{stdout}");
         }

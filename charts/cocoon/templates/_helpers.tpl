@@ -13,6 +13,12 @@
 {{- printf "%scocoon-node" .Values.namePrefix -}}
 {{- end -}}
 
+{{/* A node admission policy (and its binding): (list . "pods") → <prefix>cocoon-node-pods. */}}
+{{- define "cocoon.nodePolicyName" -}}
+{{- $ctx := index . 0 -}}
+{{- printf "%scocoon-node-%s" $ctx.Values.namePrefix (index . 1) -}}
+{{- end -}}
+
 {{/* Helm's labels, on every object the chart templates (not on the pods: a chart upgrade
 alone must not roll them). */}}
 {{- define "cocoon.helmLabels" -}}

@@ -7,7 +7,10 @@
 //! simulated runtime. The API server audits every request of that ServiceAccount; the test then
 //! proves that nothing the operator called was forbidden and that every verb its roles grant was
 //! called — the one exception being `cocoonsets/finalizers`, which is checked by admission (not
-//! called) and is proven needed by a ServiceAccount without it being refused.
+//! called) and is proven needed by a ServiceAccount without it being refused. The node agents
+//! run the same way in ServiceAccount mode (one ServiceAccount per node in `cocoon-nodes`,
+//! bound to the `cocoon-node` role, held to its node by the shipped admission policies): none
+//! of their requests is refused and every verb of the role is called.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -32,7 +35,10 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
 const OPERATOR_SA: &str = "system:serviceaccount:cocoon-system:cocoon-operator";
-const NODE_SA: &str = "system:serviceaccount:cocoon-system:cocoon-node";
+/// Node agents in ServiceAccount mode: one ServiceAccount per node, named like the Node, in
+/// this namespace (manifests/node/rbac.yaml; manifests/node/admission.yaml holds each to its
+/// node).
+const NODE_SA_NAMESPACE: &str = "cocoon-nodes";
 const POOL_LABEL: &str = "cocoonstack.io/pool";
 const GROUP: &str = "cocoonset.cocoonstack.io";
 
@@ -221,7 +227,6 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         };
         // Only this run's requests count (an environment can outlive one test run).
         let before_operator = audit.records_of(OPERATOR_SA)?.len();
-        let before_node = audit.records_of(NODE_SA)?.len();
         let admin = env.client()?;
         let tmp = tempfile::tempdir()?;
         apply_manifests(env, tmp.path())?;
@@ -241,64 +246,59 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
             Err(e) => return Err(e.into()),
         }
 
-        // The node agent's ClusterRole, bound to a ServiceAccount of cocoon-system (the shipped
-        // manifests leave the binding to the installer: a host may use a user instead).
-        run_kubectl(
-            env,
-            &[
-                "-n",
-                "cocoon-system",
-                "create",
-                "serviceaccount",
-                "cocoon-node",
-            ],
-        )
-        .or_else(|e| {
+        // The node agent's ClusterRole, bound per node to a ServiceAccount named like the Node in
+        // cocoon-nodes (the shipped manifests leave the bindings to the installer; a host may
+        // use its kubelet identity instead, see node_identity.rs).
+        run_kubectl(env, &["create", "namespace", NODE_SA_NAMESPACE]).or_else(|e| {
             if e.to_string().contains("already exists") {
                 Ok(String::new())
             } else {
                 Err(e)
             }
         })?;
-        run_kubectl(
-            env,
-            &[
-                "create",
-                "clusterrolebinding",
-                "cocoon-node",
-                "--clusterrole",
-                "cocoon-node",
-                "--serviceaccount",
-                "cocoon-system:cocoon-node",
-            ],
-        )
-        .or_else(|e| {
-            if e.to_string().contains("already exists") {
-                Ok(String::new())
-            } else {
-                Err(e)
-            }
-        })?;
-        let node_kubeconfig = service_account_kubeconfig(env, "cocoon-node", tmp.path())?;
 
         // Two real node agents (the binary, simulated runtime) register their own Nodes.
         let ns = cocoon_testenv::create_namespace(&admin, "rbac").await?;
         let pool = unique_name("pool");
         let mut node_names = Vec::new();
+        let mut node_users = Vec::new();
+        let mut node_kubeconfigs = Vec::new();
         let mut agents = Vec::new();
         for _ in 0..2 {
             let name = unique_name("rbac-node");
+            run_kubectl(
+                env,
+                &["-n", NODE_SA_NAMESPACE, "create", "serviceaccount", &name],
+            )?;
+            run_kubectl(
+                env,
+                &[
+                    "create",
+                    "clusterrolebinding",
+                    &format!("cocoon-node-{name}"),
+                    "--clusterrole",
+                    "cocoon-node",
+                    "--serviceaccount",
+                    &format!("{NODE_SA_NAMESPACE}:{name}"),
+                ],
+            )?;
+            let kubeconfig =
+                env.service_account_kubeconfig(NODE_SA_NAMESPACE, &name, "2h", tmp.path())?;
             let root = tmp.path().join(&name);
             std::fs::create_dir_all(&root)?;
-            agents.push(spawn_node_agent(
-                env,
-                &node_kubeconfig,
-                &name,
-                &pool,
-                &root,
-            )?);
+            agents.push(spawn_node_agent(env, &kubeconfig, &name, &pool, &root)?);
+            node_users.push(format!("system:serviceaccount:{NODE_SA_NAMESPACE}:{name}"));
+            node_kubeconfigs.push(kubeconfig);
             node_names.push(name);
         }
+        // Every call of every node agent (each has its own identity, new in this run).
+        let node_calls = || -> Result<BTreeSet<Call>, BoxError> {
+            let mut all = BTreeSet::new();
+            for user in &node_users {
+                all.extend(calls_since(&audit, user, 0)?);
+            }
+            Ok(all)
+        };
         let nodes: Api<Node> = Api::all(admin.clone());
         for name in &node_names {
             cocoon_testenv::wait_until(&format!("node {name} Ready"), WAIT, || async {
@@ -373,10 +373,10 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
             env,
             &[
                 "-n",
-                "cocoon-system",
+                NODE_SA_NAMESPACE,
                 "create",
                 "token",
-                "cocoon-node",
+                &node_names[0],
                 "--duration",
                 "10m",
             ],
@@ -506,7 +506,7 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
             ("".to_string(), "pods".to_string(), "get".to_string()),
         ];
         cocoon_testenv::wait_until("the node agents' periodic calls", WAIT, || async {
-            let calls = calls_since(&audit, NODE_SA, before_node).ok()?;
+            let calls = node_calls().ok()?;
             periodic.iter().all(|c| calls.contains(c)).then_some(())
         })
         .await?;
@@ -535,7 +535,7 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         )?;
         agents[0] = spawn_node_agent(
             env,
-            &node_kubeconfig,
+            &node_kubeconfigs[0],
             &node_names[0],
             &pool,
             &tmp.path().join(&node_names[0]),
@@ -573,7 +573,7 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
             "update".to_string(),
         );
         exactly_what_is_called(OPERATOR_SA, &called, &grants, &[admission_only]);
-        let called = calls_since(&audit, NODE_SA, before_node)?;
+        let called = node_calls()?;
         let grants = granted(
             &cluster_roles
                 .get("cocoon-node")
@@ -581,7 +581,7 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
                 .rules
                 .unwrap_or_default(),
         );
-        exactly_what_is_called(NODE_SA, &called, &grants, &[]);
+        exactly_what_is_called("the node agents", &called, &grants, &[]);
 
         // cocoonsets/finalizers: the operator's pods carry blockOwnerDeletion, which the
         // OwnerReferencesPermissionEnforcement admission plugin allows only to a user who may
@@ -604,6 +604,18 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         )?;
         for name in &node_names {
             let _ = nodes.delete(name, &DeleteParams::default()).await;
+            let _ = run_kubectl(
+                env,
+                &[
+                    "delete",
+                    "clusterrolebinding",
+                    &format!("cocoon-node-{name}"),
+                ],
+            );
+            let _ = run_kubectl(
+                env,
+                &["-n", NODE_SA_NAMESPACE, "delete", "serviceaccount", name],
+            );
         }
         Ok(())
     })

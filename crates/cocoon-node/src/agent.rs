@@ -109,12 +109,30 @@ pub async fn run_agent(
     handler.spawn(handler.clone().run_vm_sampler());
     let heartbeat = match &parts.registration {
         Some(reg) => {
-            crate::node::register_or_update(&parts.client, reg).await?;
-            Some(NodeHeartbeat::start(
-                parts.client.clone(),
-                reg.clone(),
-                &token,
-            ))
+            // A node identity is held to NodeRestriction: register only what it allows.
+            let held = crate::node::identity::detect(&parts.client, &reg.node_name)
+                .await
+                .map_err(crate::node::NodeError::from)?;
+            let reg = reg
+                .clone()
+                .node_restricted(held == crate::node::identity::Held::AsNode);
+            let node = crate::node::register_or_update(&parts.client, &reg).await?;
+            if reg.node_restricted {
+                let labels = node.metadata.labels.unwrap_or_default();
+                let missing: Vec<_> = NodeRegistration::admin_labels()
+                    .into_iter()
+                    .filter(|k| !labels.contains_key(*k))
+                    .collect();
+                if !missing.is_empty() {
+                    warn!(
+                        node = %reg.node_name,
+                        labels = ?missing,
+                        "a node identity may not set these labels (NodeRestriction): an \
+                         administrator sets them (kubectl label node)"
+                    );
+                }
+            }
+            Some(NodeHeartbeat::start(parts.client.clone(), reg, &token))
         }
         None => None,
     };

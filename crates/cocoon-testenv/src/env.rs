@@ -27,13 +27,15 @@ const AUDIT_POLICY_FILE: &str = "audit-policy.yaml";
 /// See [`AUDIT_POLICY_FILE`]; read it with [`crate::AuditLog`].
 pub const AUDIT_LOG_FILE: &str = "audit.log";
 /// Metadata-level records of every request made by a service account of `cocoon-system`
-/// (where the shipped manifests put the operator); nothing else is recorded.
+/// (where the shipped manifests put the operator) or of `cocoon-nodes` (node agents in
+/// ServiceAccount mode), and by node identities (`system:nodes`: node agents and kubelets);
+/// nothing else is recorded.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
-  userGroups: [\"system:serviceaccounts:cocoon-system\"]
+  userGroups: [\"system:serviceaccounts:cocoon-system\", \"system:serviceaccounts:cocoon-nodes\", \"system:nodes\"]
 - level: None
 ";
 /// The API server's kubelet client identity (`--kubelet-client-certificate`).
@@ -233,7 +235,8 @@ impl TestEnv {
                 registry_bin,
                 &registry_dir,
                 &logs,
-                opts.registry_auth.clone()
+                opts.registry_auth.clone(),
+                true,
             ),
         )?;
         self.registry_addr = registry.addr().to_string();
@@ -365,8 +368,10 @@ impl TestEnv {
                         // Pods in brand-new namespaces would otherwise wait for sa/default.
                         "--disable-admission-plugins=ServiceAccount".into(),
                         // As hardened clusters run: setting blockOwnerDeletion on an owner
-                        // reference needs `update` on the owner's finalizers subresource.
-                        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
+                        // reference needs `update` on the owner's finalizers subresource; and,
+                        // as kubeadm clusters run, a node identity (system:node:<name>) may
+                        // write only its own Node, Lease and pods (NodeRestriction).
+                        "--enable-admission-plugins=NodeRestriction,OwnerReferencesPermissionEnforcement".into(),
                         // Requests of service accounts in cocoon-system (the shipped RBAC under
                         // test) are audited, so a test can compare what they call with what
                         // their roles grant.

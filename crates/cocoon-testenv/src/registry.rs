@@ -47,17 +47,30 @@ impl Registry {
     pub async fn start(dir: impl Into<PathBuf>, auth: Option<RegistryAuth>) -> Result<Registry> {
         let dir = dir.into();
         let logs = dir.join("logs");
-        Self::start_in(&paths::default_registry_bin(), &dir, &logs, auth).await
+        Self::start_in(&paths::default_registry_bin(), &dir, &logs, auth, true).await
     }
 
     /// Starts a registry in a fresh temporary directory that is removed on shutdown
     /// (kept when `TESTENV_KEEP` is set).
     pub async fn start_temp(auth: Option<RegistryAuth>) -> Result<Registry> {
+        Self::start_temp_with(auth, true).await
+    }
+
+    /// [`Registry::start_temp`] of a registry that refuses every `DELETE` (405 `UNSUPPORTED`,
+    /// `storage.delete.enabled: false`): it stands in for a credential with pull and push but
+    /// no delete, which this registry cannot express per user (any htpasswd user may delete).
+    pub async fn start_temp_without_delete(auth: Option<RegistryAuth>) -> Result<Registry> {
+        Self::start_temp_with(auth, false).await
+    }
+
+    async fn start_temp_with(auth: Option<RegistryAuth>, delete: bool) -> Result<Registry> {
         let dir = crate::rundir::make_run_dir("cocoon-registry")?;
         if std::env::var_os("TESTENV_KEEP").is_some() {
             crate::rundir::mark_keep(&dir);
         }
-        let mut reg = Self::start(&dir, auth).await;
+        let logs = dir.join("logs");
+        let mut reg =
+            Self::start_in(&paths::default_registry_bin(), &dir, &logs, auth, delete).await;
         match &mut reg {
             Ok(r) => r.owns_dir = true,
             Err(_) => crate::rundir::remove_run_dir(&dir),
@@ -65,12 +78,14 @@ impl Registry {
         reg
     }
 
-    /// Starts `bin` with data in `dir` and its log at `log_dir/registry.log`.
+    /// Starts `bin` with data in `dir` and its log at `log_dir/registry.log`; `delete: false`
+    /// refuses every `DELETE`.
     pub(crate) async fn start_in(
         bin: &Path,
         dir: &Path,
         log_dir: &Path,
         auth: Option<RegistryAuth>,
+        delete: bool,
     ) -> Result<Registry> {
         paths::check_registry_bin(bin)?;
         for d in [dir, log_dir] {
@@ -87,7 +102,7 @@ impl Registry {
             let port = free_ports(1)?[0];
             let addr = format!("127.0.0.1:{port}");
             let config = dir.join("config.yml");
-            let yaml = config_yaml(&dir.join("data"), &addr, htpasswd.as_deref())?;
+            let yaml = config_yaml(&dir.join("data"), &addr, htpasswd.as_deref(), delete)?;
             std::fs::write(&config, yaml)
                 .map_err(|e| Error::io(format!("writing {}", config.display()), e))?;
             let args: Vec<OsString> = vec!["serve".into(), config.into_os_string()];
@@ -257,7 +272,7 @@ fn write_htpasswd(dir: &Path, auth: &RegistryAuth) -> Result<PathBuf> {
 
 /// The registry config: loopback only, deletes enabled, no upload purging, no blob
 /// descriptor cache (it goes stale after deletes).
-fn config_yaml(data: &Path, addr: &str, htpasswd: Option<&Path>) -> Result<String> {
+fn config_yaml(data: &Path, addr: &str, htpasswd: Option<&Path>, delete: bool) -> Result<String> {
     let q = |p: &Path| {
         serde_json::to_string(&p.to_string_lossy()).map_err(|e| Error::Invalid {
             what: "path".into(),
@@ -273,7 +288,7 @@ storage:
   filesystem:
     rootdirectory: {data}
   delete:
-    enabled: true
+    enabled: {delete}
   maintenance:
     uploadpurging:
       enabled: false

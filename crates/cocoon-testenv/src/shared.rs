@@ -229,6 +229,46 @@ impl Shared {
         }
     }
 
+    /// A kubeconfig `<node>.kubeconfig` in `dir` for this cluster that authenticates as the
+    /// kubelet identity of `node`: user `system:node:<node>` in group `system:nodes`, a
+    /// client certificate issued from the env's CA (so the Node authorizer and NodeRestriction
+    /// hold it to that node). Needs the PKI (`TESTENV_RUN_DIR` for an external env).
+    pub fn node_kubeconfig(&self, node: &str, dir: &Path) -> Result<PathBuf> {
+        let pki = self.pki_dir().ok_or_else(|| Error::Invalid {
+            what: "node kubeconfig".into(),
+            detail: "the env's PKI is unknown (set TESTENV_RUN_DIR)".into(),
+        })?;
+        let (cert, key) = crate::pki::issue_node_client(&pki, node, dir, node)?;
+        let path = dir.join(format!("{node}.kubeconfig"));
+        let server = self.config.cluster_url.to_string();
+        let yaml = format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: testenv
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: node
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+contexts:
+- name: node
+  context: {{cluster: testenv, user: node}}
+current-context: node
+",
+            server = server.trim_end_matches('/'),
+            ca = crate::kubeconfig::quote(&pki.join("ca.crt"))?,
+            cert = crate::kubeconfig::quote(&cert)?,
+            key = crate::kubeconfig::quote(&key)?,
+        );
+        std::fs::write(&path, yaml)
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        Ok(path)
+    }
+
     /// A copy of the admin kubeconfig in `dir` that authenticates as ServiceAccount
     /// `namespace/sa` with a fresh token valid for `duration` (kubectl's syntax, e.g. `2h`).
     pub fn service_account_kubeconfig(

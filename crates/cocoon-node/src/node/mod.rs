@@ -19,6 +19,7 @@
 //! re-registers without disturbing bound pods.
 
 pub mod capacity;
+pub mod identity;
 pub mod object;
 
 use std::time::Duration;
@@ -53,6 +54,8 @@ pub enum NodeError {
     },
     #[error("{op} node {node}: still conflicting after {CONFLICT_RETRIES} attempts")]
     Conflict { op: &'static str, node: String },
+    #[error(transparent)]
+    Identity(#[from] identity::IdentityError),
 }
 
 fn kube_err(op: &'static str, node: &str) -> impl FnOnce(kube::Error) -> NodeError + use<> {

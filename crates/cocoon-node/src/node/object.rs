@@ -31,6 +31,11 @@ pub struct NodeRegistration {
     pub kubelet_port: u16,
     pub resources: Resources,
     pub timings: Timings,
+    /// The API server holds this agent to its own Node as it holds a kubelet (identity
+    /// `system:node:<name>`, NodeRestriction admission): it may not set `kubernetes.io` labels
+    /// outside the kubelet's own set, nor change taints after create. Those are left to the
+    /// administrator (see [`NodeRegistration::admin_labels`]).
+    pub node_restricted: bool,
 }
 
 impl NodeRegistration {
@@ -44,7 +49,22 @@ impl NodeRegistration {
             kubelet_port,
             resources,
             timings: cfg.timings.clone(),
+            node_restricted: false,
         }
+    }
+
+    /// The same registration for an agent the API server holds to NodeRestriction.
+    pub fn node_restricted(self, on: bool) -> Self {
+        NodeRegistration {
+            node_restricted: on,
+            ..self
+        }
+    }
+
+    /// The contract labels (§3.2) NodeRestriction refuses from a node itself (`kubernetes.io`
+    /// labels outside the kubelet's set): an administrator sets them on a node-restricted agent.
+    pub fn admin_labels() -> [&'static str; 2] {
+        [labels::NODE_ROLE_COCOON_VM, labels::KUBERNETES_ROLE]
     }
 
     /// The labels this agent owns (contract §3.2).
@@ -64,6 +84,11 @@ impl NodeRegistration {
         ]);
         if let Some(class) = &self.snapshot_cpu_class {
             l.insert(labels::SNAPSHOT_CPU_CLASS.to_string(), class.clone());
+        }
+        if self.node_restricted {
+            for k in Self::admin_labels() {
+                l.remove(k);
+            }
         }
         l
     }
@@ -87,12 +112,18 @@ impl NodeRegistration {
     }
 
     /// Applies labels, the provider taint (only if no taint with its key exists) and the
-    /// providerID onto `node`'s metadata/spec. Returns whether anything changed.
+    /// providerID onto `node`'s metadata/spec. Returns whether anything changed. A
+    /// node-restricted agent leaves an existing Node's taints alone (NodeRestriction refuses
+    /// any taint change after create).
     pub fn apply_meta(&self, node: &mut Node) -> bool {
+        self.apply_meta_with(node, !self.node_restricted)
+    }
+
+    fn apply_meta_with(&self, node: &mut Node, taint: bool) -> bool {
         let mut changed = self.apply_labels(node.metadata.labels.get_or_insert_default());
         let spec = node.spec.get_or_insert_default();
         let node_taints = spec.taints.get_or_insert_default();
-        if !placement::has_provider_taint(node_taints) {
+        if taint && !placement::has_provider_taint(node_taints) {
             node_taints.push(placement::node_provider_taint());
             changed = true;
         }
@@ -116,7 +147,7 @@ impl NodeRegistration {
             spec: Some(NodeSpec::default()),
             status: None,
         };
-        self.apply_meta(&mut node);
+        self.apply_meta_with(&mut node, true);
         node
     }
 
@@ -249,7 +280,42 @@ mod tests {
             kubelet_port: 10250,
             resources: Resources::default(),
             timings: Timings::default(),
+            node_restricted: false,
         }
+    }
+
+    #[test]
+    fn node_restricted_leaves_admin_labels_and_existing_taints_alone() {
+        let r = reg().node_restricted(true);
+        // Create: the taint goes on (NodeRestriction allows taints at create), the labels
+        // NodeRestriction refuses from a node do not.
+        let n = r.new_node();
+        let l = n.metadata.labels.clone().expect("labels");
+        assert!(!l.contains_key("node-role.kubernetes.io/cocoon-vm"));
+        assert!(!l.contains_key("kubernetes.io/role"));
+        assert_eq!(l["kubernetes.io/hostname"], "vk1");
+        assert_eq!(l["cocoonstack.io/pool"], "gpu");
+        assert_eq!(provider_taint_count(&n), 1);
+        // Update: admin-set labels stay; a removed taint is not put back (no change at all).
+        let mut n = n;
+        n.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("node-role.kubernetes.io/cocoon-vm".into(), String::new());
+        n.spec.as_mut().expect("spec").taints = None;
+        assert!(!r.apply_meta(&mut n));
+        assert_eq!(provider_taint_count(&n), 0);
+        assert!(
+            n.metadata
+                .labels
+                .expect("labels")
+                .contains_key("node-role.kubernetes.io/cocoon-vm")
+        );
+        // An unrestricted agent puts the taint back.
+        let mut m = reg().new_node();
+        m.spec.as_mut().expect("spec").taints = None;
+        assert!(reg().apply_meta(&mut m));
+        assert_eq!(provider_taint_count(&m), 1);
     }
 
     #[test]
