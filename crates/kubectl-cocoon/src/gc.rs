@@ -326,7 +326,7 @@ fn print_rows(rows: &[(Orphan, &str)]) {
             vec![
                 crate::table::Cell::plain(&o.repository),
                 crate::table::Cell::plain(&o.tag),
-                crate::table::Cell::plain(action),
+                crate::table::Cell::plain(*action),
             ]
         })
         .collect();

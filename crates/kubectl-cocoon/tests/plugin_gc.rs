@@ -3,6 +3,8 @@
 //! (base images survive `--include-latest --yes`, used or not), and a tag whose VM becomes
 //! live between the walk and the delete is kept.
 
+// Shared with plugin_cli.rs; this file uses part of it.
+#[allow(dead_code)]
 mod cli_support;
 
 use std::process::Stdio;
