@@ -57,7 +57,7 @@ async fn base_images_survive_include_latest() {
             push(&reg, &dead, tag).await?;
         }
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
-        let spec = CocoonSetSpec::with_image(&format!("{}/ubuntu:latest", registry.addr()));
+        let spec = CocoonSetSpec::with_image(format!("{}/ubuntu:latest", registry.addr()));
         sets.create(&PostParams::default(), &CocoonSet::new("uses-ubuntu", spec))
             .await?;
 
