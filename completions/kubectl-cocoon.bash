@@ -1230,7 +1230,7 @@ _kubectl__cocoon() {
             return 0
             ;;
         kubectl__subcmd__cocoon__subcmd__registry__subcmd__gc)
-            opts="-y -o -n -s -h --registry --include-latest --yes --output --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
+            opts="-y -i -o -n -s -h --registry --include-latest --yes --interactive --output --kubeconfig --context --cluster --user --namespace --server --token --as --as-group --as-uid --certificate-authority --client-certificate --client-key --insecure-skip-tls-verify --tls-server-name --request-timeout --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1249,6 +1249,14 @@ _kubectl__cocoon() {
                     return 0
                     ;;
                 -y)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                --interactive)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
+                -i)
                     COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;

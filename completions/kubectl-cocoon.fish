@@ -461,12 +461,14 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and not __fish_seen_subcommand_from gc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l registry -d 'Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l include-latest -d 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy); --include-latest=true|false' -r -f -a "true\t''
 false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s y -l yes -d 'Delete (without it, only list what would be deleted); -y=true, --yes=false' -r -f -a "true\t''
+false\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s i -l interactive -d 'Show what would be deleted, then ask (on stderr, answered on stdin) before deleting; -i=true, --interactive=false' -r -f -a "true\t''
 false\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s o -l output -d 'Output format: json, yaml or jsonpath=TEMPLATE' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
@@ -489,7 +491,7 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from gc" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from help" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from help" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand registry; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -s o -l output -d 'Output format: json, yaml or jsonpath=TEMPLATE' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand version" -l client -d 'Print only the plugin\'s version and revision; do not contact the cluster (--client=true|false)' -r -f -a "true\t''
@@ -550,4 +552,4 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and 
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "version" -d 'Print the plugin and operator versions'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and __fish_seen_subcommand_from registry" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and __fish_seen_subcommand_from registry" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'

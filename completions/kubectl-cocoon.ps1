@@ -484,7 +484,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -493,6 +493,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--include-latest', '--include-latest', [CompletionResultType]::ParameterName, 'Also collect unreferenced :latest tags (kept after teardown by snapshotPolicy); --include-latest=true|false')
             [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted); -y=true, --yes=false')
             [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Delete (without it, only list what would be deleted); -y=true, --yes=false')
+            [CompletionResult]::new('-i', '-i', [CompletionResultType]::ParameterName, 'Show what would be deleted, then ask (on stderr, answered on stdin) before deleting; -i=true, --interactive=false')
+            [CompletionResult]::new('--interactive', '--interactive', [CompletionResultType]::ParameterName, 'Show what would be deleted, then ask (on stderr, answered on stdin) before deleting; -i=true, --interactive=false')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format: json, yaml or jsonpath=TEMPLATE')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
@@ -519,7 +521,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;registry;help' {
-            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -636,7 +638,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;help;registry' {
-            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
             break
         }
         'kubectl-cocoon;help;registry;gc' {

@@ -96,6 +96,12 @@ struct RunArgs {
     /// How often the Lease is read and renewed (default 2s).
     #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", value_name = "DURATION")]
     leader_elect_retry_period: Option<String>,
+    /// Let the registry GC treat the legacy unhashed VM names (`vk-<ns>-<pod>`) of a set's or
+    /// CocoonHibernation's own pods as theirs (only `true`; default off). Only while legacy
+    /// VMs of an earlier operator exist and no namespace name is a dash-extension of another:
+    /// the legacy form is ambiguous between namespaces.
+    #[arg(long, env = "OPERATOR_ACCEPT_LEGACY_VM_NAMES", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    accept_legacy_vm_names: Option<String>,
     /// Reconcile only the resources of this namespace (default: every namespace).
     #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
     watch_namespace: Option<String>,
@@ -155,6 +161,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         lease_duration: args.leader_elect_lease_duration,
         renew_deadline: args.leader_elect_renew_deadline,
         retry_period: args.leader_elect_retry_period,
+        legacy_vm_names: args.accept_legacy_vm_names,
     }
     .resolve()?;
     let registry = cocoon_operator::registry::connect(&config.oci_registry)
@@ -195,7 +202,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             registry.clone(),
             config.hibernation_timing,
         )
-        .with_leadership(leadership.clone()),
+        .with_leadership(leadership.clone())
+        .with_legacy_vm_names(config.legacy_vm_names),
     );
     let sets = Arc::new(
         cocoonset::Context::new(
@@ -208,7 +216,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 ..cocoonset::plan::Timing::default()
             },
         )
-        .with_leadership(leadership.clone()),
+        .with_leadership(leadership.clone())
+        .with_legacy_vm_names(config.legacy_vm_names),
     );
     // /readyz answers ok only once both controllers' caches have synced.
     let (hib_ready, set_ready) = (

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::hibernation::decide::Timing;
 use crate::leader::ElectionTiming;
+use crate::ownership::LegacyNames;
 
 /// A configuration value was present but unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +63,8 @@ pub struct RawConfig {
     pub renew_deadline: Option<String>,
     /// `--leader-elect-retry-period` / `LEADER_ELECT_RETRY_PERIOD`.
     pub retry_period: Option<String>,
+    /// `--accept-legacy-vm-names` / `OPERATOR_ACCEPT_LEGACY_VM_NAMES`: only `true` turns it on.
+    pub legacy_vm_names: Option<String>,
 }
 
 /// The operator's effective configuration.
@@ -78,6 +81,9 @@ pub struct OperatorConfig {
     pub suspend_timeout: Duration,
     /// Lease duration, renew deadline and retry period (15s, 10s, 2s by default).
     pub election: ElectionTiming,
+    /// Whether the registry GC's ownership gate accepts legacy unhashed VM names of an
+    /// object's own pods (off by default; [`crate::ownership`] states the risk).
+    pub legacy_vm_names: LegacyNames,
 }
 
 /// The spec's suspend deadline: `Suspending` → `Failed` after this long.
@@ -260,6 +266,12 @@ impl RawConfig {
                     retry: duration(RETRY_PERIOD, &self.retry_period, d.retry)?,
                 })?
             },
+            // A boolean of the contract: true only for the exact string `true`.
+            legacy_vm_names: if set(&self.legacy_vm_names) == Some("true") {
+                LegacyNames::Accept
+            } else {
+                LegacyNames::Refuse
+            },
         })
     }
 }
@@ -285,6 +297,18 @@ mod tests {
         assert_eq!(c.hibernation_timing, Timing::default());
         assert_eq!(c.suspend_timeout, Duration::from_secs(180));
         assert_eq!(c.election, ElectionTiming::default());
+        assert_eq!(c.legacy_vm_names, LegacyNames::Refuse);
+        for (text, want) in [
+            ("true", LegacyNames::Accept),
+            ("TRUE", LegacyNames::Refuse),
+            ("1", LegacyNames::Refuse),
+        ] {
+            let c = RawConfig {
+                legacy_vm_names: Some(text.into()),
+                ..raw()
+            };
+            assert_eq!(c.resolve().map(|c| c.legacy_vm_names), Ok(want), "{text}");
+        }
     }
 
     #[test]

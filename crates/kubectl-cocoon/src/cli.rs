@@ -361,8 +361,8 @@ pub enum Command {
 
 #[derive(Subcommand, Debug)]
 pub enum RegistryCommand {
-    /// Delete :hibernate tags (and :latest with --include-latest) that no live CocoonSet,
-    /// CocoonHibernation or pod references. Dry run unless --yes.
+    /// Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no
+    /// live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes.
     #[command(after_help = help::REGISTRY_GC)]
     Gc {
         /// Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY.
@@ -376,6 +376,11 @@ pub enum RegistryCommand {
         #[arg(short = 'y', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
               require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
         yes: bool,
+        /// Show what would be deleted, then ask (on stderr, answered on stdin) before
+        /// deleting; -i=true, --interactive=false.
+        #[arg(short = 'i', long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
+              require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+        interactive: bool,
         /// Output format: json, yaml or jsonpath=TEMPLATE.
         #[arg(short = 'o', long, value_name = "FORMAT", value_parser = formats(VERSION_FORMATS))]
         output: Option<OutputFormat>,

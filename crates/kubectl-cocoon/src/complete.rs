@@ -149,7 +149,8 @@ fn flag_values(flag: &str, sub: Option<&str>) -> Option<Vec<&'static str>> {
         "--dry-run" => vec!["none", "client", "server"],
         // Every on/off flag takes `=true|false`.
         "--wait" | "--yes" | "-y" | "--follow" | "-f" | "--all-namespaces" | "-A"
-        | "--no-headers" | "--watch" | "-w" | "--cancel" | "--client" | "--include-latest" => {
+        | "--no-headers" | "--watch" | "-w" | "--cancel" | "--client" | "--include-latest"
+        | "--interactive" | "-i" => {
             vec!["true", "false"]
         }
         "--until" | "--for" => phases(sub),

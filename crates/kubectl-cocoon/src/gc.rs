@@ -1,13 +1,35 @@
 //! `registry gc`: find `:hibernate` (and, on request, `:latest`) tags whose VM no live object
-//! accounts for, and delete them by digest. Dry run unless `--yes`.
+//! accounts for, and delete them by digest. Dry run unless `--yes` (or `--interactive` and a
+//! `y`).
 //!
-//! Live references (never collected): every pod's `vm.cocoonstack.io/name`; every CocoonSet's
-//! status entries, `delete-vm-names` stash, reclaim record, and the VM names its spec implies
-//! (slots 0..replicas, toolboxes); every CocoonHibernation's `status.vmName` and its pod's VM.
-//! `:latest` tags are left alone unless `--include-latest`: the operator keeps them after
-//! teardown on purpose (snapshotPolicy `always`/`main-only`).
+//! # What is a candidate
+//!
+//! Only repositories **named like a VM**: one path component under the registry base of the
+//! hashed form of `contract.md` §2.2, `vk-<…>-<6 lowercase hex>`, a valid VM name and OCI
+//! component ([`vm_shaped`]). Everything else under the base — base images such as
+//! `<base>/ubuntu` or `<base>/library/ubuntu` — is never touched, whatever its tags. The legacy
+//! unhashed form (`vk-<ns>-<pod>`) is not a candidate either: it cannot be told from an image
+//! that happens to start with `vk-`, so legacy VMs' tags are left for an administrator.
+//!
+//! # What is live (never collected)
+//!
+//! Every pod's `vm.cocoonstack.io/name`; every CocoonSet's status entries, `delete-vm-names`
+//! stash, reclaim record, and the VM names its spec implies (slots 0..replicas, toolboxes);
+//! every CocoonHibernation's `status.vmName` and its pod's VM; and every repository an image
+//! reference of a set (`spec.agent.image`, `spec.toolboxes[].image`) or a pod
+//! (`cocoonset.cocoonstack.io/image`, container images) names, compared by its last path
+//! component. `:latest` tags are left alone unless `--include-latest`: the operator keeps them
+//! after teardown on purpose (snapshotPolicy `always`/`main-only`).
+//!
+//! # Races
+//!
+//! The objects are read once for the walk, and **again right before each DELETE**: a tag whose
+//! VM became live meanwhile (its pod appeared, a set now names it — a VM that hibernated during
+//! a long walk) is kept and reported as `kept`. Only the window between that re-read and the
+//! DELETE itself remains.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
 
 use cocoon_api::contract::{
     AnnotationCodec, DeleteVmNames, ReclaimRecord, annotations as ann, tags,
@@ -26,13 +48,56 @@ pub struct Orphan {
     pub tag: String,
 }
 
-/// Every VM name a live object references.
-pub fn live_vms(
-    sets: &[CocoonSet],
-    pods: &[Pod],
-    hibernations: &[CocoonHibernation],
-) -> BTreeSet<String> {
+/// What the live objects hold on to: VM names, and the repositories of the images they use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Live {
+    pub vms: BTreeSet<String>,
+    /// The last path component of every image reference's repository.
+    pub image_repos: BTreeSet<String>,
+}
+
+impl Live {
+    /// Whether repository `repo` (a logical name under the base) must be kept.
+    pub fn keeps(&self, repo: &str) -> bool {
+        let last = last_component(repo);
+        self.vms.contains(last) || self.image_repos.contains(last)
+    }
+}
+
+fn last_component(repo: &str) -> &str {
+    repo.rsplit('/').next().unwrap_or(repo)
+}
+
+/// Is `repo` named like a VM (the hashed form of `contract.md` §2.2, one path component)?
+pub fn vm_shaped(repo: &str) -> bool {
+    let hex = naming::VM_HASH_HEX_LEN;
+    !repo.contains('/')
+        && repo.starts_with(naming::VM_NAME_PREFIX)
+        && naming::is_valid_vm_name(repo)
+        && naming::is_valid_oci_component(repo)
+        && repo.len() > naming::VM_NAME_PREFIX.len() + hex + 1
+        && repo
+            .get(repo.len() - hex - 1..)
+            .and_then(|s| s.strip_prefix('-'))
+            .is_some_and(|h| {
+                h.bytes()
+                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+            })
+}
+
+/// The repository of an image reference, by its last path component: `host:5000/a/ubuntu:24.04`
+/// and `a/ubuntu@sha256:…` give `ubuntu`. Empty for an empty reference.
+pub fn image_repo(image: &str) -> &str {
+    let image = image.trim();
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = last_component(no_digest);
+    last.split(':').next().unwrap_or(last)
+}
+
+/// Every VM name a live object references, and every image repository.
+pub fn live_refs(sets: &[CocoonSet], pods: &[Pod], hibernations: &[CocoonHibernation]) -> Live {
     let mut live = BTreeSet::new();
+    let mut images = BTreeSet::new();
     let mut pod_vm: BTreeMap<(String, String), String> = BTreeMap::new();
     for p in pods {
         if let Some(vm) = p.annotations().get(ann::VM_NAME).filter(|v| !v.is_empty()) {
@@ -40,6 +105,17 @@ pub fn live_vms(
             pod_vm.insert(
                 (p.namespace().unwrap_or_default(), p.name_any()),
                 vm.clone(),
+            );
+        }
+        if let Some(image) = p.annotations().get(ann::IMAGE) {
+            images.insert(image_repo(image).to_string());
+        }
+        if let Some(spec) = &p.spec {
+            images.extend(
+                spec.containers
+                    .iter()
+                    .filter_map(|c| c.image.as_deref())
+                    .map(|i| image_repo(i).to_string()),
             );
         }
     }
@@ -58,11 +134,13 @@ pub fn live_vms(
                 &naming::pod_name_for_agent(&name, slot),
             ));
         }
+        images.insert(image_repo(&s.spec.agent.image).to_string());
         for t in &s.spec.toolboxes {
             live.insert(naming::vm_name_for_pod(
                 &ns,
                 &naming::pod_name_for_toolbox(&name, &t.name),
             ));
+            images.insert(image_repo(&t.image).to_string());
         }
     }
     for h in hibernations {
@@ -78,20 +156,19 @@ pub fn live_vms(
         }
     }
     live.remove("");
-    live
+    images.remove("");
+    Live {
+        vms: live,
+        image_repos: images,
+    }
 }
 
-/// The tags to collect, given each repository's tags.
-pub fn orphans(
-    repos: &[(String, Vec<String>)],
-    live: &BTreeSet<String>,
-    include_latest: bool,
-) -> Vec<Orphan> {
+/// The tags to collect, given each repository's tags: only VM-shaped repositories that no
+/// live object holds on to, and only `:hibernate` (and `:latest` when asked).
+pub fn orphans(repos: &[(String, Vec<String>)], live: &Live, include_latest: bool) -> Vec<Orphan> {
     let mut out = Vec::new();
     for (repo, repo_tags) in repos {
-        // The repository is named after the VM (the last path component under the base).
-        let vm = repo.rsplit('/').next().unwrap_or(repo);
-        if live.contains(vm) {
+        if !vm_shaped(repo) || live.keeps(repo) {
             continue;
         }
         for t in repo_tags {
@@ -107,24 +184,11 @@ pub fn orphans(
     out
 }
 
-/// Runs `registry gc`.
-pub async fn run(
-    client: &kube::Client,
-    registry: Option<&str>,
-    include_latest: bool,
-    yes: bool,
-    output: Option<&crate::cli::OutputFormat>,
-) -> Result<(), crate::error::CliError> {
+/// Reads every CocoonSet, pod and CocoonHibernation of the cluster (uncached) and what they
+/// hold on to.
+async fn read_live(client: &kube::Client) -> Result<Live, crate::error::CliError> {
     use crate::error::CliError;
     use kube::api::{Api, ListParams};
-    let base = registry
-        .filter(|r| !r.trim().is_empty())
-        .ok_or_else(|| CliError::Usage("registry gc needs --registry or OCI_REGISTRY".into()))?;
-    let cfg = cocoon_registry::RegistryConfig::for_registry(base)
-        .map(crate::user_agent::registry_config)
-        .map_err(|e| CliError::Usage(format!("--registry {base:?}: {e}")))?;
-    let reg =
-        cocoon_registry::RegistryClient::new(cfg).map_err(|e| CliError::Api(e.to_string()))?;
     let lp = ListParams::default();
     let sets = Api::<CocoonSet>::all(client.clone())
         .list(&lp)
@@ -141,13 +205,47 @@ pub async fn run(
         .await
         .map_err(|e| CliError::from_kube("list pods (all namespaces)", e))?
         .items;
-    let live = live_vms(&sets, &pods, &hibernations);
+    Ok(live_refs(&sets, &pods, &hibernations))
+}
+
+/// Asks on stderr whether to delete `n` tags; true for an answer starting with `y`.
+fn confirm(n: usize) -> bool {
+    eprint!("delete {n} tag(s)? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).is_ok()
+        && line.trim_start().to_ascii_lowercase().starts_with('y')
+}
+
+/// Runs `registry gc`. `interactive`: show the list, then ask before deleting.
+pub async fn run(
+    client: &kube::Client,
+    registry: Option<&str>,
+    include_latest: bool,
+    yes: bool,
+    interactive: bool,
+    output: Option<&crate::cli::OutputFormat>,
+) -> Result<(), crate::error::CliError> {
+    use crate::error::CliError;
+    let base = registry
+        .filter(|r| !r.trim().is_empty())
+        .ok_or_else(|| CliError::Usage("registry gc needs --registry or OCI_REGISTRY".into()))?;
+    let cfg = cocoon_registry::RegistryConfig::for_registry(base)
+        .map(crate::user_agent::registry_config)
+        .map_err(|e| CliError::Usage(format!("--registry {base:?}: {e}")))?;
+    let reg =
+        cocoon_registry::RegistryClient::new(cfg).map_err(|e| CliError::Api(e.to_string()))?;
+    let live = read_live(client).await?;
     let mut repos = Vec::new();
     for repo in reg
         .catalog()
         .await
         .map_err(|e| CliError::Api(format!("registry catalog: {e}")))?
     {
+        // Only VM-shaped repositories are ever candidates: no tag listing for the others.
+        if !vm_shaped(&repo) || live.keeps(&repo) {
+            continue;
+        }
         let t = reg
             .list_tags(&repo)
             .await
@@ -155,9 +253,20 @@ pub async fn run(
         repos.push((repo, t));
     }
     let found = orphans(&repos, &live, include_latest);
-    let mut deleted = Vec::new();
-    if yes {
+    // The question goes to stderr with the list it asks about: stdout keeps only the result.
+    let delete = yes
+        || (interactive && !found.is_empty() && {
+            eprint!("{}", render(&found, "would delete"));
+            confirm(found.len())
+        });
+    let (mut deleted, mut kept) = (Vec::new(), Vec::new());
+    if delete {
         for o in &found {
+            // The walk may have taken long: read the objects again right before each DELETE.
+            if read_live(client).await?.keeps(&o.repository) {
+                kept.push(o.clone());
+                continue;
+            }
             reg.delete_tag_if_present(&o.repository, &o.tag)
                 .await
                 .map_err(|e| CliError::Api(format!("delete {}:{}: {e}", o.repository, o.tag)))?;
@@ -166,7 +275,7 @@ pub async fn run(
     }
     if let Some(fmt) = output {
         return crate::output::print_object(
-            &serde_json::json!({"dryRun": !yes, "orphans": found, "deleted": deleted}),
+            &serde_json::json!({"dryRun": !delete, "orphans": found, "deleted": deleted, "kept": kept}),
             fmt,
         );
     }
@@ -174,7 +283,29 @@ pub async fn run(
         println!("No orphaned tags.");
         return Ok(());
     }
-    let action = if yes { "deleted" } else { "would delete" };
+    if delete {
+        let rows: Vec<(Orphan, &str)> = found
+            .iter()
+            .map(|o| {
+                let action = if kept.contains(o) {
+                    "kept (live again)"
+                } else {
+                    "deleted"
+                };
+                (o.clone(), action)
+            })
+            .collect();
+        print_rows(&rows);
+    } else if interactive {
+        eprintln!("nothing deleted");
+    } else {
+        print!("{}", render(&found, "would delete"));
+        eprintln!("dry run: pass --yes to delete {} tag(s)", found.len());
+    }
+    Ok(())
+}
+
+fn render(found: &[Orphan], action: &str) -> String {
     let rows: Vec<Vec<crate::table::Cell>> = found
         .iter()
         .map(|o| {
@@ -185,14 +316,25 @@ pub async fn run(
             ]
         })
         .collect();
+    crate::table::render(&["repository", "tag", "action"], &rows, false)
+}
+
+fn print_rows(rows: &[(Orphan, &str)]) {
+    let rows: Vec<Vec<crate::table::Cell>> = rows
+        .iter()
+        .map(|(o, action)| {
+            vec![
+                crate::table::Cell::plain(&o.repository),
+                crate::table::Cell::plain(&o.tag),
+                crate::table::Cell::plain(*action),
+            ]
+        })
+        .collect();
     print!(
         "{}",
         crate::table::render(&["repository", "tag", "action"], &rows, false)
     );
-    if !yes {
-        eprintln!("dry run: pass --yes to delete {} tag(s)", found.len());
-    }
-    Ok(())
+    let _ = std::io::stdout().flush();
 }
 
 #[cfg(test)]
@@ -200,57 +342,116 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn repo(name: &str, t: &[&str]) -> (String, Vec<String>) {
+        (name.to_string(), t.iter().map(|t| t.to_string()).collect())
+    }
+
     #[test]
-    fn only_unreferenced_hibernate_tags_by_default() {
+    fn only_unreferenced_hibernate_tags_of_vm_repositories_by_default() {
+        let stash = naming::vm_name_for_pod("ns", "stash-0");
+        let reclaim = naming::vm_name_for_pod("ns", "reclaim-0");
+        let status = naming::vm_name_for_pod("ns", "demo-5");
+        let pod_vm = naming::vm_name_for_pod("other", "p");
+        let ch_vm = naming::vm_name_for_pod("other", "ch");
         let set: CocoonSet = serde_json::from_value(json!({
             "metadata": {"name": "demo", "namespace": "ns",
-                "annotations": {"cocoonset.cocoonstack.io/delete-vm-names": "vk-stash",
-                                "cocoonset.cocoonstack.io/hibernate-reclaim": "{\"generation\":2,\"vms\":[\"vk-reclaim\"]}"}},
-            "spec": {"agent": {"image": "i", "replicas": 1}, "toolboxes": [{"name": "tb"}]},
-            "status": {"agents": [{"slot": 5, "role": "sub-agent", "vmName": "vk-status"}]}
+                "annotations": {"cocoonset.cocoonstack.io/delete-vm-names": stash,
+                                "cocoonset.cocoonstack.io/hibernate-reclaim": format!("{{\"generation\":2,\"vms\":[\"{reclaim}\"]}}")}},
+            "spec": {"agent": {"image": "registry.example:5000/base/ubuntu:24.04", "replicas": 1},
+                     "toolboxes": [{"name": "tb", "image": "tools@sha256:abc"}]},
+            "status": {"agents": [{"slot": 5, "role": "sub-agent", "vmName": status}]}
         })).expect("set");
-        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "other", "annotations": {"vm.cocoonstack.io/name": "vk-pod"}}})).expect("pod");
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "other",
+            "annotations": {"vm.cocoonstack.io/name": pod_vm, "cocoonset.cocoonstack.io/image": "host/debian:12"}}})).expect("pod");
         let ch: CocoonHibernation = serde_json::from_value(json!({
             "metadata": {"name": "x", "namespace": "other"}, "spec": {"podRef": {"name": "gone"}, "desire": "Hibernate"},
-            "status": {"vmName": "vk-ch"}})).expect("ch");
-        let live = live_vms(&[set], &[pod], &[ch]);
+            "status": {"vmName": ch_vm}})).expect("ch");
+        let live = live_refs(&[set], &[pod], &[ch]);
         for vm in [
-            "vk-stash",
-            "vk-reclaim",
-            "vk-status",
-            "vk-pod",
-            "vk-ch",
+            &stash,
+            &reclaim,
+            &status,
+            &pod_vm,
+            &ch_vm,
             &naming::vm_name_for_pod("ns", "demo-0"),
             &naming::vm_name_for_pod("ns", "demo-1"),
             &naming::vm_name_for_pod("ns", "demo-tb"),
         ] {
-            assert!(live.contains(vm), "{vm} is live");
+            assert!(live.keeps(vm), "{vm} is live");
         }
+        for image in ["ubuntu", "tools", "debian"] {
+            assert!(live.image_repos.contains(image), "{image} is in use");
+        }
+        let dead = naming::vm_name_for_pod("ns", "gone-0");
         let repos = vec![
-            (
-                "prefix/vk-pod".to_string(),
-                vec!["hibernate".to_string(), "latest".to_string()],
-            ),
-            (
-                "prefix/vk-dead".to_string(),
-                vec![
-                    "hibernate".to_string(),
-                    "latest".to_string(),
-                    "v1".to_string(),
-                ],
-            ),
+            repo(&pod_vm, &["hibernate", "latest"]),
+            repo(&dead, &["hibernate", "latest", "v1"]),
+            // Base images: never candidates, used or not.
+            repo("ubuntu", &["latest", "hibernate"]),
+            repo("base/ubuntu", &["latest"]),
+            repo("unused-image", &["latest", "hibernate"]),
+            repo("vk-not-a-vm", &["latest"]),
         ];
         assert_eq!(
             orphans(&repos, &live, false),
             vec![Orphan {
-                repository: "prefix/vk-dead".into(),
+                repository: dead.clone(),
                 tag: "hibernate".into()
             }]
         );
         assert_eq!(
-            orphans(&repos, &live, true).len(),
-            2,
-            "latest too when asked; never other tags"
+            orphans(&repos, &live, true),
+            vec![
+                Orphan {
+                    repository: dead.clone(),
+                    tag: "hibernate".into()
+                },
+                Orphan {
+                    repository: dead,
+                    tag: "latest".into()
+                }
+            ],
+            "latest too when asked; never other tags, never other repositories"
         );
+    }
+
+    #[test]
+    fn vm_shaped_is_the_hashed_vm_name_form_only() {
+        let cases = [
+            ("vk-ns-demo-0-505043", true),
+            (
+                naming::vm_name_for_pod(
+                    "a-very-long-namespace-name-for-a-team",
+                    "a-long-set-name-0",
+                )
+                .leak(),
+                true,
+            ),
+            ("vk-ns-demo-0", false),
+            ("vk-ns-demo-0-50504g", false),
+            ("vk-ns-demo-0-ABCDEF", false),
+            ("prefix/vk-ns-demo-0-505043", false),
+            ("ubuntu", false),
+            ("vk--505043", false),
+            ("vk-505043", false),
+            ("", false),
+        ];
+        for (repo, want) in cases {
+            assert_eq!(vm_shaped(repo), want, "{repo}");
+        }
+    }
+
+    #[test]
+    fn image_references_name_their_repository() {
+        for (image, want) in [
+            ("ubuntu", "ubuntu"),
+            ("ubuntu:24.04", "ubuntu"),
+            ("host:5000/base/ubuntu:24.04", "ubuntu"),
+            ("host:5000/base/ubuntu@sha256:abc", "ubuntu"),
+            ("host:5000/ubuntu", "ubuntu"),
+            ("", ""),
+        ] {
+            assert_eq!(image_repo(image), want, "{image}");
+        }
     }
 }

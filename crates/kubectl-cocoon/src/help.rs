@@ -172,8 +172,13 @@ pub const REGISTRY_GC: &str = concat!(
     "  kubectl cocoon registry gc --registry registry.example:5000\n\n",
     "  # Delete it, :latest tags included\n",
     "  kubectl cocoon registry gc --include-latest --yes\n\n",
+    "  # Review the list, then answer y to delete it\n",
+    "  kubectl cocoon registry gc -i\n\n",
     "  # In CI: a JSON report of the orphans\n",
     "  kubectl cocoon registry gc -o json\n\n",
+    "Only repositories named like VMs (vk-<namespace>-<pod>-<6 hex>) are candidates; images\n",
+    "that any CocoonSet or pod uses are never touched. The objects are read again right\n",
+    "before each delete, so a tag whose VM became live meanwhile is kept.\n\n",
     "Waits for: nothing.\n\n",
     read_exit_codes!()
 );

@@ -218,6 +218,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                             registry,
                             include_latest,
                             yes,
+                            interactive,
                             output,
                         },
                 } => {
@@ -226,6 +227,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                         registry.as_deref(),
                         include_latest,
                         yes,
+                        interactive,
                         output.as_ref(),
                     )
                     .await

@@ -45,6 +45,13 @@ pub mod operator {
     pub const HIBERNATE_TIMED_OUT: &str = "HibernateTimedOut";
     /// Warning (CocoonHibernation): the woken container was not running within the deadline.
     pub const WAKE_TIMED_OUT: &str = "WakeTimedOut";
+    /// Warning (CocoonSet and CocoonHibernation; not in the spec's table, chosen here): a VM
+    /// name read from a user-writable annotation or field (`delete-vm-names`, the
+    /// `hibernate-reclaim` record, a pod's `vm.cocoonstack.io/name`, `status.vmName`) is not
+    /// one the operator recomputes from the object's own pods, so no registry probe, delete
+    /// or reclaim runs on it. Message: [`super::foreign_vm_name_message`]. Emitted once per
+    /// object, source and name.
+    pub const FOREIGN_VM_NAME_IGNORED: &str = "ForeignVMNameIgnored";
 }
 
 /// §10.3: node agent reasons, on the pod.
@@ -187,6 +194,13 @@ pub fn rebuilding_message(pod_name: &str, attempt: u32, budget: u32, reason: &st
 /// `RecoveredFromFailure`: `main pod <ns>/<name> is Ready again`.
 pub fn recovered_message(ns: &str, name: &str) -> String {
     format!("main pod {ns}/{name} is Ready again")
+}
+
+/// `ForeignVMNameIgnored` message: `<source>: VM <vm> is not a VM of <owner>; ignored (no
+/// registry call)`, where `<source>` is the annotation or field the name was read from and
+/// `<owner>` names the object (`CocoonSet ns/name`, `CocoonHibernation ns/name`).
+pub fn foreign_vm_name_message(source: &str, vm: &str, owner: &str) -> String {
+    format!("{source}: VM {vm:?} is not a VM of {owner}; ignored (no registry call)")
 }
 
 /// CocoonHibernation `Hibernated`: `snapshot <vm> pushed to the registry`.

@@ -53,6 +53,7 @@ use tracing::{debug, warn};
 use self::plan::Timing;
 use crate::controller;
 use crate::metrics::{Metrics, SetLabels};
+use crate::ownership::LegacyNames;
 use crate::registry::{RegistryError, TagRegistry};
 use crate::watch_retry;
 
@@ -171,6 +172,11 @@ pub struct Context {
     /// do not show those writes yet ([`fresh`]).
     fresh_sets: Mutex<fresh::Fresh<CocoonSet>>,
     fresh_pods: Mutex<fresh::Fresh<Pod>>,
+    /// Whether the ownership gate accepts legacy unhashed VM names ([`crate::ownership`]).
+    legacy_vm_names: LegacyNames,
+    /// Per set (by UID): the (source, VM name) pairs the gate refused and that were
+    /// reported, so each is reported once.
+    foreign_reported: Mutex<HashMap<String, BTreeSet<(&'static str, String)>>>,
 }
 
 impl Context {
@@ -195,7 +201,25 @@ impl Context {
             expected: Mutex::default(),
             fresh_sets: Mutex::default(),
             fresh_pods: Mutex::default(),
+            legacy_vm_names: LegacyNames::default(),
+            foreign_reported: Mutex::default(),
         }
+    }
+
+    /// Whether the ownership gate accepts the legacy unhashed VM names of a set's own pods
+    /// (off by default; see [`crate::ownership`] for the risk).
+    pub fn with_legacy_vm_names(mut self, legacy: LegacyNames) -> Self {
+        self.legacy_vm_names = legacy;
+        self
+    }
+
+    /// True the first time the set `uid` reports `vm` from `source` as not its own.
+    fn first_foreign_report(&self, uid: &str, source: &'static str, vm: &str) -> bool {
+        self.foreign_reported.lock().is_ok_and(|mut m| {
+            m.entry(uid.to_string())
+                .or_default()
+                .insert((source, vm.to_string()))
+        })
     }
 
     /// The set a pass reads: the one this controller last wrote while the cache still shows
@@ -370,6 +394,9 @@ impl Context {
             e.forget_set(&key);
         }
         self.forget_fresh(&key);
+        if let Ok(mut m) = self.foreign_reported.lock() {
+            m.remove(&key);
+        }
         let labels = self.tracked.lock().ok().and_then(|mut m| m.remove(&key));
         let labels = labels.unwrap_or_else(|| SetLabels {
             namespace: cs.namespace().unwrap_or_default(),
@@ -407,6 +434,9 @@ impl Context {
             self.metrics.forget_set(&labels);
         }
         if let Ok(mut m) = self.written_status.lock() {
+            m.retain(|uid, _| present.contains(uid));
+        }
+        if let Ok(mut m) = self.foreign_reported.lock() {
             m.retain(|uid, _| present.contains(uid));
         }
     }

@@ -70,6 +70,10 @@ pub struct PodFacts {
     /// removed while the tag may already be its only copy: a wake that reverses a hibernate
     /// mid-save must not count that VM as woken and drop the tag.
     pub vm_live: bool,
+    /// `vm_name` is not the VM of `(CR namespace, spec.podRef.name)`: the ownership gate
+    /// ([`crate::ownership::hibernation_owns`], asked by the shell) refused it, so the pass
+    /// makes no registry call and touches no pod.
+    pub foreign_vm: bool,
 }
 
 impl PodFacts {
@@ -88,6 +92,7 @@ impl PodFacts {
             generation_stamp: cocoon_api::contract::GenerationStamp::from_annotations(annotations)
                 .0,
             vm_live: container_running && !id.is_empty() && !hibernating,
+            foreign_vm: false,
         }
     }
 
@@ -179,6 +184,9 @@ pub struct Plan {
     pub status: Option<CocoonHibernationStatus>,
     /// Probe and delete `<vm>:hibernate` after the status write; a failure is the pass's error.
     pub drop_tag: Option<String>,
+    /// `ForeignVMNameIgnored`: the pod names a VM that is not its own (emitted when the
+    /// status first reports it, so once).
+    pub foreign: Option<EventPlan>,
     pub finish: Finish,
 }
 
@@ -191,6 +199,7 @@ impl Plan {
             announce: None,
             status: None,
             drop_tag: None,
+            foreign: None,
             finish: Finish::Done,
         }
     }
@@ -202,7 +211,7 @@ pub fn probe_needed(cr: &CocoonHibernation, pod: &PodView) -> Option<String> {
     let PodView::Present(facts) = pod else {
         return None;
     };
-    if facts.vm_name.is_empty() || cr.metadata.deletion_timestamp.is_some() {
+    if facts.vm_name.is_empty() || facts.foreign_vm || cr.metadata.deletion_timestamp.is_some() {
         return None;
     }
     let on_hibernate_path = match cr.spec.desire {
@@ -247,6 +256,25 @@ pub fn plan_pass(obs: &Observed<'_>, timing: &Timing, has_finalizer: bool) -> Pl
             ));
             plan.status = st.finish();
             plan.finish = Finish::Requeue(timing.requeue);
+            return plan;
+        }
+        PodView::Present(f) if f.foreign_vm => {
+            // A decoy: the pod names another pod's VM. Nothing is probed, dropped or
+            // annotated; the CR reports it.
+            let message = events::foreign_vm_name_message(
+                ann::VM_NAME,
+                &f.vm_name,
+                &format!("pod {ns}/{pod_name}"),
+            );
+            st.mark_failed(message.clone());
+            plan.status = st.finish();
+            if plan.status.is_some() {
+                plan.foreign = Some(EventPlan {
+                    warning: true,
+                    reason: reasons::FOREIGN_VM_NAME_IGNORED,
+                    message,
+                });
+            }
             return plan;
         }
         PodView::Present(f) => f,

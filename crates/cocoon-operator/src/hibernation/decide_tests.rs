@@ -79,6 +79,7 @@ fn pod(
         },
         generation_stamp: stamp,
         vm_live: live,
+        foreign_vm: false,
     })
 }
 
@@ -734,5 +735,50 @@ fn vm_live_needs_a_running_container_an_id_and_no_hibernate_in_flight() {
     for (what, id, state, running, want) in cases {
         let facts = PodFacts::from_pod(&annotations(id, state), running);
         assert_eq!(facts.vm_live, want, "{what}");
+    }
+}
+
+/// Issue 26 item 3: a decoy pod naming another namespace's VM. The shell's ownership gate
+/// marks the facts; the rules then probe nothing, drop nothing, leave the pod alone and fail
+/// the CR once with `ForeignVMNameIgnored`.
+#[test]
+fn a_pod_naming_a_foreign_vm_is_refused_once_without_registry_work() {
+    let foreign = |live: bool| match pod(true, Some(LifecycleState::Hibernated), GEN, GEN, live) {
+        PodView::Present(mut f) => {
+            f.vm_name = "vk-victim-demo-0-abcdef".into();
+            f.foreign_vm = true;
+            PodView::Present(f)
+        }
+        PodView::Missing => unreachable!(),
+    };
+    for (desire, phase, live) in [
+        (Desire::Hibernate, None, false),
+        (Desire::Wake, Some(HibernationPhase::Hibernated), true),
+        (Desire::Wake, Some(HibernationPhase::Active), true),
+    ] {
+        let c = cr(desire, phase, Some(0));
+        assert_eq!(
+            probe_needed(&c, &foreign(live)),
+            None,
+            "{desire:?}: no probe"
+        );
+        let p = pass(&c, foreign(live), Probe::NotAsked, 10);
+        assert_eq!(p.drop_tag, None, "{desire:?}: no tag drop");
+        assert_eq!(p.set_hibernate, None, "{desire:?}: the pod is left alone");
+        assert_eq!(phase_of(&p), Some(HibernationPhase::Failed));
+        let msg = ready_of(&p).message;
+        assert!(
+            msg.starts_with("vm.cocoonstack.io/name: VM \"vk-victim-demo-0-abcdef\" is not a VM of pod ns/demo-0"),
+            "{msg}"
+        );
+        let ev = p.foreign.clone().expect("a Warning");
+        assert!(ev.warning && ev.reason == "ForeignVMNameIgnored" && ev.message == msg);
+        // The status the pass wrote brings a pass that reports nothing new.
+        let mut settled = c.clone();
+        settled.status = p.status.clone();
+        let again = pass(&settled, foreign(live), Probe::NotAsked, 20);
+        assert_eq!(again.status, None, "{desire:?}: nothing to write");
+        assert_eq!(again.foreign, None, "{desire:?}: reported once");
+        assert_eq!(again.drop_tag, None);
     }
 }

@@ -33,6 +33,7 @@ use self::decide::{
 use self::pod_index::PodIndex;
 use crate::controller::{self as shared, has_finalizer};
 use crate::metrics::{Metrics, ResultLabel};
+use crate::ownership::LegacyNames;
 use crate::registry::{RegistryError, TagRegistry};
 use crate::vm_lock::Stripes;
 
@@ -99,6 +100,8 @@ pub struct Context {
     feeds: Mutex<Option<Feeds>>,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
+    /// Whether the ownership gate accepts legacy unhashed VM names ([`crate::ownership`]).
+    legacy_vm_names: LegacyNames,
 }
 
 /// The writing halves of the caches, fed by [`run`]'s watches.
@@ -134,7 +137,26 @@ impl Context {
                 pods: pod_writer,
             })),
             leadership: crate::leader::Leadership::always(),
+            legacy_vm_names: LegacyNames::default(),
         }
+    }
+
+    /// Whether the ownership gate accepts the legacy unhashed VM name of a CR's pod (off by
+    /// default; see [`crate::ownership`] for the risk).
+    pub fn with_legacy_vm_names(mut self, legacy: LegacyNames) -> Self {
+        self.legacy_vm_names = legacy;
+        self
+    }
+
+    /// The ownership gate of `cr`: `vm` is the VM of `(its namespace, spec.podRef.name)`.
+    /// Every registry call of this controller asks it first.
+    fn owns(&self, cr: &CocoonHibernation, vm: &str) -> bool {
+        crate::ownership::hibernation_owns(
+            &cr.namespace().unwrap_or_default(),
+            &cr.spec.pod_ref.name,
+            vm,
+            self.legacy_vm_names,
+        )
     }
 
     /// Reconcile only while `leadership` is held (leader election on).
@@ -332,7 +354,11 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
     };
     let view = match &pod {
         None => PodView::Missing,
-        Some(p) => PodView::Present(PodFacts::from_pod(p.annotations(), container_running(p))),
+        Some(p) => {
+            let mut facts = PodFacts::from_pod(p.annotations(), container_running(p));
+            facts.foreign_vm = !facts.vm_name.is_empty() && !ctx.owns(cr, &facts.vm_name);
+            PodView::Present(facts)
+        }
     };
     // The stripe of the VM is held for the rest of the pass, registry calls included.
     let _guard = match &view {
@@ -374,6 +400,10 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
     if let Some(ev) = &plan.retry_event {
         ctx.publish(cr, ev).await;
     }
+    if let Some(ev) = &plan.foreign {
+        warn!(namespace = %ns, name = %name, message = %ev.message, "the pod names a VM that is not its own: no registry call");
+        ctx.publish(cr, ev).await;
+    }
     if let Some(set) = plan.set_hibernate {
         let value = if set {
             json!("true")
@@ -411,7 +441,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
             .await?;
     }
     if let Some(vm) = &plan.drop_tag
-        && !drop_woken_tag(ctx, &pods, &cr.spec.pod_ref.name, vm).await?
+        && !drop_woken_tag(ctx, cr, &pods, &cr.spec.pod_ref.name, vm).await?
     {
         return Ok(Action::requeue(ctx.timing.requeue));
     }
@@ -437,10 +467,15 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
 /// read is a GET, not the cache: the cache may not have seen the node's latest write yet.
 async fn drop_woken_tag(
     ctx: &Context,
+    cr: &CocoonHibernation,
     pods: &Api<Pod>,
     pod_name: &str,
     vm: &str,
 ) -> Result<bool, Error> {
+    if !ctx.owns(cr, vm) {
+        // The plan never drops a foreign name; the gate is the backstop.
+        return Ok(true);
+    }
     let registry = |source: RegistryError| Error::Registry {
         step: format!("delete {vm}:{}", tags::HIBERNATE),
         source,
@@ -528,7 +563,25 @@ async fn delete(
             .filter(|o| o.namespace() == cr.namespace())
             .map(|o| o.as_ref().clone())
             .collect();
-        if decide::another_holder(cr, &others) {
+        if !ctx.owns(cr, &vm) {
+            // status.vmName is not the VM of this CR's pod (written by another operator, or
+            // the podRef changed since): reported, never deleted.
+            let ev = EventPlan {
+                warning: true,
+                reason: cocoon_api::contract::events::operator::FOREIGN_VM_NAME_IGNORED,
+                message: cocoon_api::contract::events::foreign_vm_name_message(
+                    "status.vmName",
+                    &vm,
+                    &format!(
+                        "pod {}/{}",
+                        cr.namespace().unwrap_or_default(),
+                        cr.spec.pod_ref.name
+                    ),
+                ),
+            };
+            warn!(vm = %vm, name = %cr.name_any(), "status.vmName is not the VM of this CR's pod; its tag is left alone");
+            ctx.publish(cr, &ev).await;
+        } else if decide::another_holder(cr, &others) {
             info!(vm = %vm, name = %cr.name_any(), "another CocoonHibernation still tracks this VM; keeping its :hibernate tag");
         } else {
             ctx.write("registry tag delete")?;

@@ -7,7 +7,8 @@
 //! write, fetch a read (the manifest reads of one round at once); a post that creates a
 //! pod leaves it expected until the cache shows it ([`crate::cocoonset::expected`]).
 
-use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, oci, tags};
+use cocoon_api::contract::events as ev;
+use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, annotations as ann, oci, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::CocoonSetPhase;
 use k8s_openapi::api::core::v1::Pod;
@@ -24,6 +25,7 @@ use crate::cocoonset::steps::{
     Answers, Applied, Counter, Created, Next, Probed, Read, StepPlan, Write,
 };
 use crate::metrics::{PhaseLabel, PlacementLabels};
+use crate::ownership::SetVms;
 
 impl Walk<'_> {
     /// Applies `plan`'s writes in order; returns what comes next and what the writes
@@ -57,6 +59,10 @@ impl Walk<'_> {
             Write::PatchPod { name, delta } => self.patch_pod_annotations(&name, &delta).await?,
             Write::GcTags(items) => self.gc_tags(&items).await?,
             Write::DropTag { vm, tag, step } => {
+                // Names computed from the set's own pods; the gate is the backstop.
+                if !self.own_vm(ann::VM_NAME, &vm).await {
+                    return Ok(Vec::new());
+                }
                 self.ctx.registry_write()?;
                 self.ctx.count(|s| &s.registry_calls);
                 self.ctx
@@ -197,15 +203,23 @@ impl Walk<'_> {
         let (manifests, others): (Vec<Read>, Vec<Read>) = reads
             .into_iter()
             .partition(|r| matches!(r, Read::Manifest { .. }));
+        let mut own = Vec::new();
+        for read in manifests {
+            if let Read::Manifest { vm, step } = read {
+                if self.own_vm(ann::VM_NAME, &vm).await {
+                    own.push((vm, step));
+                } else {
+                    // Not this set's: read as absent, with no registry call.
+                    answers.manifests.insert(vm, TagRead::Absent);
+                }
+            }
+        }
         let ctx = self.ctx;
-        let calls: Vec<_> = manifests
+        let calls: Vec<_> = own
             .into_iter()
-            .filter_map(|r| match r {
-                Read::Manifest { vm, step } => Some(async move {
-                    let tag = read_manifest(ctx, &vm, step).await;
-                    (vm, tag)
-                }),
-                _ => None,
+            .map(|(vm, step)| async move {
+                let tag = read_manifest(ctx, &vm, step).await;
+                (vm, tag)
             })
             .collect();
         let results = crate::watch_retry::at_most(REGISTRY_CALLS_AT_ONCE, calls).await;
@@ -233,6 +247,18 @@ impl Walk<'_> {
     async fn fetch(&mut self, read: Read, answers: &mut Answers) -> Result<(), Error> {
         match read {
             Read::Probe { vms, tag, fail } => {
+                // A pod's VM name that is not this set's is never probed: it reads as
+                // missing (its pod never completes a suspend).
+                let mut probed = Probed::default();
+                let mut own = Vec::new();
+                for vm in vms {
+                    if self.own_vm(ann::VM_NAME, &vm).await {
+                        own.push(vm);
+                    } else {
+                        probed.exists.insert(vm, false);
+                    }
+                }
+                let vms = own;
                 let ctx = self.ctx;
                 let registry = &self.ctx.registry;
                 let calls: Vec<_> = vms
@@ -243,7 +269,6 @@ impl Walk<'_> {
                     })
                     .collect();
                 let results = crate::watch_retry::at_most(REGISTRY_CALLS_AT_ONCE, calls).await;
-                let mut probed = Probed::default();
                 self.probe_error = None;
                 for (vm, r) in vms.into_iter().zip(results) {
                     match r {
@@ -266,7 +291,11 @@ impl Walk<'_> {
                 answers.probed = Some(probed);
             }
             Read::Manifest { vm, step } => {
-                let tag = read_manifest(self.ctx, &vm, step).await?;
+                let tag = if self.own_vm(ann::VM_NAME, &vm).await {
+                    read_manifest(self.ctx, &vm, step).await?
+                } else {
+                    TagRead::Absent
+                };
                 answers.manifests.insert(vm, tag);
             }
             Read::CachedHibernations => {
@@ -289,8 +318,20 @@ impl Walk<'_> {
 
     /// Deletes the `:hibernate` tags of `vms` (at most [`REGISTRY_CALLS_AT_ONCE`] at once);
     /// the deleted ones leave the record, then the refusals fail the pass.
+    /// A recorded name that is not this set's is reported, never deleted, and leaves the
+    /// record (nothing is owed for it).
     async fn reclaim_tags(&mut self, vms: &[String], step: &'static str) -> Result<(), Error> {
         self.ctx.registry_write()?;
+        let mut own = Vec::new();
+        let mut foreign = Vec::new();
+        for vm in vms {
+            if self.own_vm(ann::HIBERNATE_RECLAIM, vm).await {
+                own.push(vm.clone());
+            } else {
+                foreign.push(vm.clone());
+            }
+        }
+        let vms = own;
         let ctx = self.ctx;
         let registry = &self.ctx.registry;
         let deletes: Vec<_> = vms
@@ -302,6 +343,9 @@ impl Walk<'_> {
             .collect();
         let results = crate::watch_retry::at_most(REGISTRY_CALLS_AT_ONCE, deletes).await;
         let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
+        for vm in &foreign {
+            record.remove_vm(vm);
+        }
         let mut failures = Vec::new();
         for (vm, r) in vms.iter().zip(results) {
             match r {
@@ -356,9 +400,19 @@ impl Walk<'_> {
 
     /// Every VM is tried, and the failures are returned together: one unreachable repository
     /// does not hold back the others' cleanup on the retry.
+    /// A stashed or recorded name that is not this set's is reported and skipped.
     async fn gc_tags(&mut self, items: &[GcItem]) -> Result<(), Error> {
+        let record = ReclaimRecord::from_meta(&self.cs.metadata);
         let mut failures = Vec::new();
         for item in items {
+            let source = if record.contains_vm(&item.vm) {
+                ann::HIBERNATE_RECLAIM
+            } else {
+                ann::DELETE_VM_NAMES
+            };
+            if !self.own_vm(source, &item.vm).await {
+                continue;
+            }
             self.ctx.registry_write()?;
             self.ctx.count(|s| &s.registry_calls);
             if let Err(e) = self
@@ -378,6 +432,36 @@ impl Walk<'_> {
             }
         }
         Error::registry_all("teardown GC", failures)
+    }
+}
+
+impl Walk<'_> {
+    /// The ownership gate ([`crate::ownership`]) of this set: its namespace and name, its
+    /// spec's and status's toolboxes, its pods.
+    fn vm_gate(&self) -> SetVms {
+        SetVms::for_set(
+            &self.cs,
+            self.classified.all_by_name.keys().map(String::as_str),
+            self.ctx.legacy_vm_names,
+        )
+    }
+
+    /// Whether `vm` (read from `source`) is one of this set's VMs. Every registry call of
+    /// the CocoonSet controller asks first; a name that is not is reported with a Warning
+    /// Event `ForeignVMNameIgnored` once per set, source and name, and no call is made.
+    async fn own_vm(&self, source: &'static str, vm: &str) -> bool {
+        let gate = self.vm_gate();
+        if gate.owns(vm) {
+            return true;
+        }
+        let uid = self.cs.uid().unwrap_or_default();
+        if self.ctx.first_foreign_report(&uid, source, vm) {
+            warn!(namespace = %self.ns, name = %self.name, vm, source, "a VM name that is not one of this set's VMs: no registry call");
+            let message = ev::foreign_vm_name_message(source, vm, &gate.owner());
+            self.event(true, ev::operator::FOREIGN_VM_NAME_IGNORED, message)
+                .await;
+        }
+        false
     }
 }
 

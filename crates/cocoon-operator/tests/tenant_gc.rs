@@ -1,0 +1,286 @@
+//! Issue 26 item 3 on the real control plane and the real registry: the operator's registry
+//! GC acts only on VM names it recomputes from the object's own pods. Each test runs the
+//! attack from a tenant namespace against a victim namespace's `:hibernate` tag, with the
+//! controllers scoped to the tenant's namespace, and shows the tag survive and the
+//! `ForeignVMNameIgnored` Warning on the tenant's object. The node side of the set test is the
+//! scripted stand-in of `cocoon_testsupport::scripted` (it runs and deletes the pods).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cocoon_api::crd::hibernation::{
+    CocoonHibernation, CocoonHibernationSpec, Desire, HibernationPhase, PodRef,
+};
+use cocoon_api::crd::set::CocoonSet;
+use cocoon_api::naming::{vm_name_for_agent, vm_name_for_pod};
+use cocoon_operator::metrics::Metrics;
+use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_operator::{cocoonset, hibernation};
+use cocoon_testsupport::BoxError;
+use cocoon_testsupport::scripted::{
+    Script, WAIT, node_actor, nodes, push_tag, recorder, registry_client, spawn_hibernation,
+    spawn_sets, spec, wait_set,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+const FOREIGN: &str = "ForeignVMNameIgnored";
+
+/// The Warning messages with `reason` regarding object `name` in `ns`.
+async fn warnings(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter(|e| e.type_.as_deref() == Some("Warning"))
+                .filter_map(|e| e.note)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits for a Warning `reason` on `name` whose message contains `needle`.
+async fn wait_warning(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    needle: &str,
+) -> Result<Vec<String>, cocoon_testenv::Error> {
+    cocoon_testenv::wait_until(
+        &format!("{reason} on {name} naming {needle}"),
+        WAIT,
+        || async {
+            let seen = warnings(client, ns, name, reason).await;
+            seen.iter().any(|m| m.contains(needle)).then_some(seen)
+        },
+    )
+    .await
+}
+
+fn oci(addr: &str) -> Arc<dyn TagRegistry> {
+    Arc::new(OciTagRegistry::new(registry_client(addr)))
+}
+
+/// A tenant annotates its own set with a victim's VM name (the stash and the reclaim record)
+/// and deletes the set: teardown GC collects the set's own tag and leaves the victim's.
+#[tokio::test]
+async fn set_teardown_leaves_a_foreign_vm_named_in_its_annotations() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let tenant = cocoon_testenv::create_namespace(&client, "gc-tenant").await?;
+        let victim = cocoon_testenv::create_namespace(&client, "gc-victim").await?;
+        let reg = registry_client(env.registry_addr());
+        let victim_vm = vm_name_for_agent(&victim, "demo", 0);
+        let victim_sub = vm_name_for_agent(&victim, "demo", 1);
+        push_tag(&reg, &victim_vm, "hibernate", "img:1").await?;
+        push_tag(&reg, &victim_sub, "hibernate", "img:1").await?;
+        let own_vm = vm_name_for_agent(&tenant, "demo", 0);
+        push_tag(&reg, &own_vm, "hibernate", "img:1").await?;
+
+        let pool = cocoon_testenv::unique_name("pool");
+        let _nodes = nodes(&client, &pool, 1).await?;
+        let _actor = node_actor(&client, &tenant, Script::default());
+        let ctx = Arc::new(cocoonset::Context::new(
+            client.clone(),
+            recorder(&client),
+            Arc::new(Metrics::new()),
+            oci(env.registry_addr()),
+            cocoonset::plan::Timing {
+                wait_for_main: Duration::from_millis(500),
+                requeue_after_write: Duration::from_millis(200),
+                ..cocoonset::plan::Timing::default()
+            },
+        ));
+        let (_stop, _task) = spawn_sets(ctx, &tenant);
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &tenant);
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("demo", spec(&pool, 0)),
+        )
+        .await?;
+        wait_set(&sets, "demo", "the main runs", |cs| {
+            cs.status.as_ref().is_some_and(|s| s.ready_agents == 1)
+        })
+        .await?;
+
+        // The attack: the victim's VMs written into the tenant's own set.
+        let record = json!({"generation": 1, "vms": [victim_sub]}).to_string();
+        let patch = json!({"metadata": {"annotations": {
+            "cocoonset.cocoonstack.io/delete-vm-names": victim_vm,
+            "cocoonset.cocoonstack.io/hibernate-reclaim": record,
+        }}});
+        sets.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        sets.delete("demo", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("the set is torn down", WAIT, || async {
+            sets.get_opt("demo").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+
+        assert!(
+            !reg.has_manifest(&own_vm, "hibernate").await?,
+            "the set's own tag is collected"
+        );
+        assert!(
+            reg.has_manifest(&victim_vm, "hibernate").await?,
+            "the victim's tag named in delete-vm-names survives"
+        );
+        assert!(
+            reg.has_manifest(&victim_sub, "hibernate").await?,
+            "the victim's tag named in the reclaim record survives"
+        );
+        let seen = wait_warning(
+            &client,
+            &tenant,
+            "demo",
+            FOREIGN,
+            "cocoonset.cocoonstack.io/delete-vm-names",
+        )
+        .await?;
+        assert!(
+            seen.iter().any(|m| m.contains(&victim_vm)),
+            "the Warning names the VM: {seen:?}"
+        );
+        let seen = wait_warning(
+            &client,
+            &tenant,
+            "demo",
+            FOREIGN,
+            "cocoonset.cocoonstack.io/hibernate-reclaim",
+        )
+        .await?;
+        assert!(seen.iter().any(|m| m.contains(&victim_sub)), "{seen:?}");
+        assert_eq!(
+            seen.iter().filter(|m| m.contains(&victim_vm)).count(),
+            1,
+            "reported once: {seen:?}"
+        );
+        for ns in [&tenant, &victim] {
+            cocoon_testenv::delete_namespace(&client, ns).await?;
+        }
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+async fn create_pod(pods: &Api<Pod>, name: &str, vm: &str) -> Result<(), kube::Error> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {
+            "vm.cocoonstack.io/name": vm,
+            "cocoonset.cocoonstack.io/generation": "1",
+            "vm.cocoonstack.io/id": "vm-decoy",
+            "vm.cocoonstack.io/lifecycle-state": "ready",
+            "vm.cocoonstack.io/lifecycle-observed-generation": "1",
+        }},
+        "spec": {"containers": [{"name": "agent", "image": "cocoon/placeholder"}],
+                 "restartPolicy": "Never"}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod).await?;
+    // Running, as a decoy on an ordinary node would be: the wake path's VMLive.
+    let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+        "name": "agent", "ready": true, "restartCount": 0, "image": "cocoon/placeholder",
+        "imageID": "", "state": {"running": {"startedAt": "2026-11-29T10:00:00Z"}}
+    }]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+/// A decoy pod in namespace A carrying namespace B's VM name, and a CocoonHibernation on it:
+/// waking the CR (the woken VM "runs") and deleting it (with `status.vmName` naming B's VM)
+/// leave B's tag.
+#[tokio::test]
+async fn a_decoy_pod_and_hibernation_leave_another_namespaces_tag() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let tenant = cocoon_testenv::create_namespace(&client, "gc-decoy").await?;
+        let victim = cocoon_testenv::create_namespace(&client, "gc-prey").await?;
+        let reg = registry_client(env.registry_addr());
+        let victim_vm = vm_name_for_pod(&victim, "demo-0");
+        push_tag(&reg, &victim_vm, "hibernate", "img:1").await?;
+
+        let ctx = Arc::new(hibernation::Context::new(
+            client.clone(),
+            recorder(&client),
+            Arc::new(Metrics::new()),
+            oci(env.registry_addr()),
+            hibernation::decide::Timing {
+                requeue: Duration::from_millis(500),
+                ..hibernation::decide::Timing::default()
+            },
+        ));
+        let (_stop, _task) = spawn_hibernation(ctx, &tenant);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &tenant);
+        let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &tenant);
+        create_pod(&pods, "decoy", &victim_vm).await?;
+        let cr = CocoonHibernation::new(
+            "decoy",
+            CocoonHibernationSpec {
+                pod_ref: PodRef {
+                    name: "decoy".into(),
+                },
+                desire: Desire::Wake,
+            },
+        );
+        crs.create(&PostParams::default(), &cr).await?;
+
+        // Without the gate the pass reports Active and drops the "woken" VM's tag.
+        let failed = cocoon_testenv::wait_until("the CR reports the decoy", WAIT, || async {
+            let cr = crs.get_opt("decoy").await.ok().flatten()?;
+            (cr.status.as_ref()?.phase == Some(HibernationPhase::Failed)).then_some(cr)
+        })
+        .await?;
+        let status = failed.status.clone().unwrap_or_default();
+        assert_eq!(status.vm_name, "", "the foreign name is never recorded");
+        let seen = wait_warning(&client, &tenant, "decoy", FOREIGN, &victim_vm).await?;
+        assert!(
+            seen[0].starts_with("vm.cocoonstack.io/name: "),
+            "names the annotation: {seen:?}"
+        );
+        assert!(
+            reg.has_manifest(&victim_vm, "hibernate").await?,
+            "wake left it"
+        );
+        let pod = pods.get("decoy").await?;
+        assert!(
+            !pod.annotations()
+                .contains_key("vm.cocoonstack.io/hibernate"),
+            "the decoy pod is left alone"
+        );
+
+        // A status.vmName naming B's VM (an older operator wrote it, or the podRef moved):
+        // deleting the CR reports it and leaves the tag.
+        crs.patch_status(
+            "decoy",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"vmName": victim_vm}})),
+        )
+        .await?;
+        crs.delete("decoy", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("the CR is gone", WAIT, || async {
+            crs.get_opt("decoy").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        assert!(
+            reg.has_manifest(&victim_vm, "hibernate").await?,
+            "deletion left it"
+        );
+        let seen = wait_warning(&client, &tenant, "decoy", FOREIGN, "status.vmName").await?;
+        assert!(seen.iter().any(|m| m.contains(&victim_vm)), "{seen:?}");
+        for ns in [&tenant, &victim] {
+            cocoon_testenv::delete_namespace(&client, ns).await?;
+        }
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
