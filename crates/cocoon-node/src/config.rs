@@ -19,6 +19,11 @@
 //! * `VK_CLONE_FROM_DIR_ROOTS` (not in the spec; tenant isolation): absolute, canonical
 //!   directories separated by `,` or `:` (blank items dropped; a relative or non-canonical
 //!   one is fatal). Unset or empty refuses every `vm.cocoonstack.io/clone-from-dir`.
+//! * `VK_ACCEPT_LEGACY_VM_NAMES` (not in the spec; mixed fleets): only the exact value `true`
+//!   accepts the legacy unhashed VM name `vk-<ns>-<pod>` for new pods (see `pods::tenant` for
+//!   the risk); default off.
+//! * `VK_CLONE_BASE_KEEP` (not in the spec): unused clone-base snapshots kept per node, a
+//!   non-negative integer, default 4; an unparsable value is fatal.
 //! * Timing knobs (Lease renew, status refresh, fix-up) are not env vars: they are struct fields
 //!   with the spec's defaults so tests can shorten them.
 
@@ -57,6 +62,8 @@ pub enum ConfigError {
     Runtime(String),
     #[error("parse VK_CLONE_FROM_DIR_ROOTS: root {0:?} must be an absolute, canonical path")]
     CloneFromDirRoot(String),
+    #[error("parse VK_CLONE_BASE_KEEP: must be a non-negative integer, got {0:?}")]
+    CloneBaseKeep(String),
 }
 
 /// What to do with a VM that no pod claims (`VK_ORPHAN_POLICY`).
@@ -235,6 +242,10 @@ pub struct NodeConfig {
     pub runtime: BackendChoice,
     /// `VK_CLONE_FROM_DIR_ROOTS` (empty: every `clone-from-dir` is refused).
     pub clone_from_dir_roots: Vec<PathBuf>,
+    /// `VK_ACCEPT_LEGACY_VM_NAMES` (default off).
+    pub accept_legacy_vm_names: bool,
+    /// `VK_CLONE_BASE_KEEP` (default 4).
+    pub clone_base_keep: usize,
     /// Heartbeat and fix-up timings (not env-configurable).
     pub timings: Timings,
 }
@@ -332,6 +343,14 @@ impl NodeConfig {
         let clone_from_dir_roots =
             parse_clone_roots(val(env::CLONE_FROM_DIR_ROOTS).as_deref().unwrap_or(""))?;
 
+        let clone_base_keep = match val(env::CLONE_BASE_KEEP) {
+            Some(raw) => raw
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| ConfigError::CloneBaseKeep(raw.clone()))?,
+            None => env::DEFAULT_CLONE_BASE_KEEP,
+        };
+
         let int_knob = |k: &str, default: u64| match val(k) {
             Some(raw) => raw.trim().parse::<u64>().unwrap_or(0),
             None => default,
@@ -387,6 +406,9 @@ impl NodeConfig {
             macos_vnc_password: val(env::COCOON_MACOS_VNC_PASSWORD),
             runtime,
             clone_from_dir_roots,
+            accept_legacy_vm_names: val(env::ACCEPT_LEGACY_VM_NAMES)
+                .is_some_and(|v| v.trim() == "true"),
+            clone_base_keep,
             timings: Timings::default(),
         })
     }
@@ -562,6 +584,31 @@ mod tests {
         assert!(
             c.clone_from_dir_roots.is_empty(),
             "no clone root by default"
+        );
+        assert!(
+            !c.accept_legacy_vm_names,
+            "legacy VM names refused by default"
+        );
+        assert_eq!(c.clone_base_keep, 4);
+    }
+
+    #[test]
+    fn tenant_knobs() {
+        for (raw, want) in [
+            ("true", true),
+            (" true ", true),
+            ("1", false),
+            ("TRUE", false),
+        ] {
+            let c = parse(&[("VK_ACCEPT_LEGACY_VM_NAMES", raw)]).expect(raw);
+            assert_eq!(c.accept_legacy_vm_names, want, "{raw:?}");
+        }
+        let c = parse(&[("VK_CLONE_BASE_KEEP", "0")]).expect("0");
+        assert_eq!(c.clone_base_keep, 0);
+        let err = parse(&[("VK_CLONE_BASE_KEEP", "-1")]).expect_err("-1");
+        assert_eq!(
+            err.to_string(),
+            "parse VK_CLONE_BASE_KEEP: must be a non-negative integer, got \"-1\""
         );
     }
 

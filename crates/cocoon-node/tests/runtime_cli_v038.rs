@@ -811,6 +811,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
                 cocoon_root_dir: root.clone(),
                 timing: common::fast_timing(),
                 clone_from_dir_roots: Vec::new(),
+                tenant: Default::default(),
             },
             client: client.clone(),
             runtime,

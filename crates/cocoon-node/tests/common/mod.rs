@@ -16,7 +16,7 @@ use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::agent::{AgentParts, run_agent};
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::NodeRegistration;
-use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
+use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, TenantConfig, Timing};
 use cocoon_node::runtime::Runtime;
 use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
 use cocoon_registry::{RegistryClient, RegistryConfig};
@@ -88,6 +88,8 @@ pub struct AgentOptions {
     pub token: Option<CancellationToken>,
     /// `VK_CLONE_FROM_DIR_ROOTS` (none: every `clone-from-dir` is refused).
     pub clone_from_dir_roots: Vec<PathBuf>,
+    /// `VK_ACCEPT_LEGACY_VM_NAMES`, `VK_CLONE_BASE_KEEP` (defaults: off, 4).
+    pub tenant: TenantConfig,
 }
 
 impl AgentOptions {
@@ -103,6 +105,7 @@ impl AgentOptions {
             ready_within: WAIT,
             token: None,
             clone_from_dir_roots: Vec::new(),
+            tenant: TenantConfig::default(),
         }
     }
 }
@@ -195,6 +198,7 @@ pub async fn start_agent_with(
             restore_mode: "ondemand".into(),
             cocoon_root_dir: root.to_owned(),
             clone_from_dir_roots: opts.clone_from_dir_roots,
+            tenant: opts.tenant,
             timing: opts.timing,
         },
         client,
