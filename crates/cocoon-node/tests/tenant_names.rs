@@ -166,7 +166,13 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
 
         // The runtime contract (and the simulator) resolves a snapshot reference by exact
         // id, name or id prefix of ≥ 3 characters: A's warm copy answers to these too.
-        let snap_id = hib_info.snapshot_id.clone();
+        let index: serde_json::Value = serde_json::from_slice(&std::fs::read(
+            tmp.path().join("snapshot/db/snapshots.json"),
+        )?)?;
+        let snap_id = index["snapshots"][&vm_hib]["id"]
+            .as_str()
+            .ok_or("A's local snapshot id")?
+            .to_owned();
         let prefix = &snap_id[..6];
         agent.sim.clear_calls();
 
@@ -239,7 +245,7 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
             reg.snapshot_info(&vm_hib, "hibernate")
                 .await?
                 .map(|i| i.snapshot_id),
-            Some(snap_id.clone()),
+            Some(hib_info.snapshot_id.clone()),
             "A's tag untouched"
         );
 
