@@ -26,7 +26,11 @@
 //! * Tenant isolation ([`tenant`], not in the spec): a pod may only use its own VM (the
 //!   contract's hashed name for its namespace and name, never one another live pod holds),
 //!   fork from a VM of its own namespace, and clone from a directory under
-//!   `VK_CLONE_FROM_DIR_ROOTS`. Refusals are failOp with reason `TenantIsolationRefused`.
+//!   `VK_CLONE_FROM_DIR_ROOTS`; images never name a VM's snapshots, clone bases live in their
+//!   own host name space, and a pod's VM name, `managed` and pre-assigned id are fixed at
+//!   admission. Refusals are failOp with reason `TenantIsolationRefused`. Every lookup by
+//!   name, snapshot pull and push goes through the trust gate in `owned` (exact names, owner
+//!   annotations); unused clone bases are collected (`clone_gc`, `VK_CLONE_BASE_KEEP`).
 
 mod clone_gc;
 pub mod controller;

@@ -178,7 +178,7 @@ pub enum Refusal {
     CloneDirEscapes { dir: String, resolved: String },
     /// An unmanaged pod pre-assigns the runtime id of a VM this node manages.
     #[error(
-        "annotation {key}: {id:?} is the id of a VM this node manages; an unmanaged pod cannot claim it",
+        "annotation {key}: {id:?} is the id of a VM this node manages (or resolves to one by id, name or id prefix); an unmanaged pod cannot claim it",
         key = ann::VM_ID
     )]
     ManagedIdClaimed { id: String },
@@ -947,7 +947,7 @@ mod tests {
         };
         assert_eq!(
             check_create(&alias).map_err(|e| e.to_string()),
-            Err("annotation vm.cocoonstack.io/id: \"vm-123\" is the id of a VM this node manages; an unmanaged pod cannot claim it".to_owned())
+            Err("annotation vm.cocoonstack.io/id: \"vm-123\" is the id of a VM this node manages (or resolves to one by id, name or id prefix); an unmanaged pod cannot claim it".to_owned())
         );
     }
 
