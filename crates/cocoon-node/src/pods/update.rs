@@ -36,8 +36,7 @@ impl Handler {
         // annotation now names another VM would hibernate into, or wake from, that VM's
         // snapshots; a flip to managed would run runtime verbs against the VM an unmanaged
         // pod's id names; a flip to unmanaged would leak its VM on delete. The admitted copy
-        // is kept instead.
-        // By key, like the tracked VM: whichever incarnation is tracked fixed these.
+        // is kept instead (by key, like the tracked VM: the tracked incarnation fixed these).
         let admitted = self.tables().admitted.get(&key).cloned();
         if let Some(admitted) = admitted {
             let incoming = VmSpec::from_meta(&pod.metadata);
