@@ -24,6 +24,14 @@
 //!   [`snapshot_name_bounded`], the clone-base rule: unchanged up to 63 characters, otherwise
 //!   the first 50 characters + `-` + the first 12 hex of `sha256(full name)` (63 characters).
 //!   VM names up to 46 characters therefore produce exactly the Go components' snapshot names.
+//! * **Clone-base names (§2.4, deviation for tenant isolation).** A clone base is always
+//!   `<repo>:<tag>` — the tag is kept even when it is `latest` or empty (read as `latest`) —
+//!   and its over-long form is the first 50 characters + `:` + the first 12 hex of
+//!   `sha256(full name)` (63 characters, deterministic). So every clone-base name contains a
+//!   `:`, while VM names and every name derived from them (`<vm>`, `fork-<vm>`,
+//!   `<vm>-hibernate-import`, bounded with `-`) never do: an image reference can never name a
+//!   VM's snapshot on the host ([`is_clone_base_name`]). The spec's `<repo>` alone for
+//!   `latest` is not used; a node upgraded from it pulls `<repo>:latest` once more.
 //! * **Snapshot-name character rule (§2.4).** [`is_valid_snapshot_name`]: 1–63 characters,
 //!   `^[a-zA-Z0-9][a-zA-Z0-9._:/@-]{0,62}$` (`:`/`/`/`@` so image references can name clone
 //!   bases). The simulated runtime must enforce the same function.
@@ -223,14 +231,34 @@ pub fn hibernate_import_snapshot_name(vm: &str) -> String {
     snapshot_name_bounded(&format!("{vm}{HIBERNATE_IMPORT_SUFFIX}"))
 }
 
-/// Clone base snapshot of an image: `<repo>` when the tag is empty or `latest`, else
-/// `<repo>:<tag>`; bounded.
+/// Separator of a clone-base name: every clone-base name contains it, no VM-derived name can.
+pub const CLONE_BASE_TAG_SEPARATOR: char = ':';
+
+/// Clone base snapshot of an image: always `<repo>:<tag>` (an empty tag reads `latest`), so
+/// that it lies in a name space no VM snapshot can occupy (module docs); over 63 characters
+/// the first 50 characters + `:` + the first 12 hex of sha256(full name).
 pub fn clone_base_snapshot_name(repo: &str, tag: &str) -> String {
-    if tag.is_empty() || tag == crate::contract::tags::LATEST {
-        snapshot_name_bounded(repo)
+    let tag = if tag.is_empty() {
+        crate::contract::tags::LATEST
     } else {
-        snapshot_name_bounded(&format!("{repo}:{tag}"))
+        tag
+    };
+    let full = format!("{repo}{CLONE_BASE_TAG_SEPARATOR}{tag}");
+    if full.len() <= MAX_NAME_LEN {
+        return full;
     }
+    let hash = sha256_hex(&full);
+    format!(
+        "{}{CLONE_BASE_TAG_SEPARATOR}{}",
+        truncate_utf8(&full, SNAPSHOT_KEEP_LEN),
+        &hash[..SNAPSHOT_HASH_HEX_LEN]
+    )
+}
+
+/// Is `name` in the clone-base name space (it contains [`CLONE_BASE_TAG_SEPARATOR`])? VM
+/// snapshots (`<vm>`, `fork-<vm>`, `<vm>-hibernate-import`, bounded or not) never are.
+pub fn is_clone_base_name(name: &str) -> bool {
+    name.contains(CLONE_BASE_TAG_SEPARATOR)
 }
 
 /// `ExtractAgentSlot(ns, cs, vm)`: the agent slot `n >= 0` whose VM name is exactly `vm`, or
@@ -695,11 +723,11 @@ mod tests {
         );
         assert_eq!(
             clone_base_snapshot_name("ghcr.io/x/ubuntu", ""),
-            "ghcr.io/x/ubuntu"
+            "ghcr.io/x/ubuntu:latest"
         );
         assert_eq!(
             clone_base_snapshot_name("ghcr.io/x/ubuntu", "latest"),
-            "ghcr.io/x/ubuntu"
+            "ghcr.io/x/ubuntu:latest"
         );
         assert_eq!(
             clone_base_snapshot_name("ghcr.io/x/ubuntu", "24.04"),
@@ -730,6 +758,21 @@ mod tests {
         let base = clone_base_snapshot_name(&repo, "v1");
         assert_eq!(base.len(), 63);
         assert!(is_valid_snapshot_name(&base));
+        assert_eq!(base, clone_base_snapshot_name(&repo, "v1"), "deterministic");
+        assert_eq!(&base[50..51], ":");
+        // A repository named like a VM's snapshot (even over-long) stays a clone-base name.
+        let fork_long = fork_snapshot_name(&long_vm);
+        for (repo, tag) in [
+            (vm, ""),
+            (vm, "latest"),
+            (fork_long.as_str(), "latest"),
+            (&format!("fork-{vm}")[..], "x"),
+            (&format!("{long_vm}-hibernate-import")[..], "latest"),
+        ] {
+            let name = clone_base_snapshot_name(repo, tag);
+            assert!(is_clone_base_name(&name), "{name}");
+            assert_ne!(name, repo);
+        }
 
         // Every derived name of every VM name is a valid, bounded snapshot name.
         let mut rng = Rng(99);

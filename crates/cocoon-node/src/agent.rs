@@ -161,6 +161,10 @@ pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
         restore_mode: cfg.restore_mode.as_str().to_owned(),
         cocoon_root_dir: cfg.cocoon_root_dir.clone(),
         clone_from_dir_roots: cfg.clone_from_dir_roots.clone(),
+        tenant: crate::pods::TenantConfig {
+            accept_legacy_vm_names: cfg.accept_legacy_vm_names,
+            clone_base_keep: cfg.clone_base_keep,
+        },
         timing: Timing::default(),
         host_reach: cfg.host_reach.clone(),
     }

@@ -23,6 +23,11 @@
 //!   [`crate::pods::host_reach`]): URL prefixes an image URL must match by scheme, host,
 //!   port and whole path segments, and the CNI networks a pod may pick (`*`: any). Unset or
 //!   empty: no URL image, only the default network. An unparsable entry is fatal.
+//! * `VK_ACCEPT_LEGACY_VM_NAMES` (not in the spec; mixed fleets): only the exact value `true`
+//!   accepts the legacy unhashed VM name `vk-<ns>-<pod>` for new pods (see `pods::tenant` for
+//!   the risk); default off.
+//! * `VK_CLONE_BASE_KEEP` (not in the spec): unused clone-base snapshots kept per node, a
+//!   non-negative integer, default 4; an unparsable value is fatal.
 //! * Timing knobs (Lease renew, status refresh, fix-up) are not env vars: they are struct fields
 //!   with the spec's defaults so tests can shorten them.
 
@@ -64,6 +69,8 @@ pub enum ConfigError {
     CloneFromDirRoot(String),
     #[error("parse {var}: {reason}")]
     HostReach { var: &'static str, reason: String },
+    #[error("parse VK_CLONE_BASE_KEEP: must be a non-negative integer, got {0:?}")]
+    CloneBaseKeep(String),
 }
 
 /// What to do with a VM that no pod claims (`VK_ORPHAN_POLICY`).
@@ -245,6 +252,10 @@ pub struct NodeConfig {
     /// `VK_RUN_IMAGE_URL_ALLOW` and `VK_NETWORK_ALLOW` (empty: no URL image, only the
     /// default network).
     pub host_reach: HostReach,
+    /// `VK_ACCEPT_LEGACY_VM_NAMES` (default off).
+    pub accept_legacy_vm_names: bool,
+    /// `VK_CLONE_BASE_KEEP` (default 4).
+    pub clone_base_keep: usize,
     /// Heartbeat and fix-up timings (not env-configurable).
     pub timings: Timings,
 }
@@ -343,6 +354,14 @@ impl NodeConfig {
             parse_clone_roots(val(env::CLONE_FROM_DIR_ROOTS).as_deref().unwrap_or(""))?;
         let host_reach = parse_host_reach(&val)?;
 
+        let clone_base_keep = match val(env::CLONE_BASE_KEEP) {
+            Some(raw) => raw
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| ConfigError::CloneBaseKeep(raw.clone()))?,
+            None => env::DEFAULT_CLONE_BASE_KEEP,
+        };
+
         let int_knob = |k: &str, default: u64| match val(k) {
             Some(raw) => raw.trim().parse::<u64>().unwrap_or(0),
             None => default,
@@ -399,6 +418,9 @@ impl NodeConfig {
             runtime,
             clone_from_dir_roots,
             host_reach,
+            accept_legacy_vm_names: val(env::ACCEPT_LEGACY_VM_NAMES)
+                .is_some_and(|v| v.trim() == "true"),
+            clone_base_keep,
             timings: Timings::default(),
         })
     }
@@ -586,6 +608,31 @@ mod tests {
         assert!(
             c.clone_from_dir_roots.is_empty(),
             "no clone root by default"
+        );
+        assert!(
+            !c.accept_legacy_vm_names,
+            "legacy VM names refused by default"
+        );
+        assert_eq!(c.clone_base_keep, 4);
+    }
+
+    #[test]
+    fn tenant_knobs() {
+        for (raw, want) in [
+            ("true", true),
+            (" true ", true),
+            ("1", false),
+            ("TRUE", false),
+        ] {
+            let c = parse(&[("VK_ACCEPT_LEGACY_VM_NAMES", raw)]).expect(raw);
+            assert_eq!(c.accept_legacy_vm_names, want, "{raw:?}");
+        }
+        let c = parse(&[("VK_CLONE_BASE_KEEP", "0")]).expect("0");
+        assert_eq!(c.clone_base_keep, 0);
+        let err = parse(&[("VK_CLONE_BASE_KEEP", "-1")]).expect_err("-1");
+        assert_eq!(
+            err.to_string(),
+            "parse VK_CLONE_BASE_KEEP: must be a non-negative integer, got \"-1\""
         );
     }
 

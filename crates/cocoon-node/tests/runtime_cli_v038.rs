@@ -813,6 +813,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
                 timing: common::fast_timing(),
                 clone_from_dir_roots: Vec::new(),
                 host_reach: Default::default(),
+                tenant: Default::default(),
             },
             client: client.clone(),
             runtime,

@@ -133,6 +133,7 @@ async fn start_agent(
             restore_mode: "ondemand".into(),
             cocoon_root_dir: root.to_owned(),
             clone_from_dir_roots: Vec::new(),
+            tenant: Default::default(),
             timing: AgentTiming::default(),
             host_reach: Default::default(),
         },

@@ -313,6 +313,7 @@ impl Agent {
                 restore_mode: "ondemand".into(),
                 cocoon_root_dir: root.to_owned(),
                 clone_from_dir_roots: Vec::new(),
+                tenant: Default::default(),
                 timing: opts.timing,
                 host_reach: Default::default(),
             },

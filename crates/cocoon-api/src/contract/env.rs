@@ -137,6 +137,18 @@ pub mod node {
     /// reach), separated by `,` or whitespace; `*` allows any. Unset or empty allows only the
     /// default network (no annotation).
     pub const NETWORK_ALLOW: &str = "VK_NETWORK_ALLOW";
+    /// Accept the legacy unhashed VM name `vk-<ns>-<pod>` for new pods (not in the spec;
+    /// mixed fleets driven by the Go operator v0.3.3). Only the exact value `true` enables it;
+    /// default off. The legacy form is ambiguous between namespaces (`a-b`/`x` vs `a`/`b-x`):
+    /// safe only on single-tenant clusters or where no namespace name is a dash-extension of
+    /// another.
+    pub const ACCEPT_LEGACY_VM_NAMES: &str = "VK_ACCEPT_LEGACY_VM_NAMES";
+    /// Clone-base snapshots no tracked pod uses that are kept on the node (not in the spec;
+    /// bounds the disk that cycling image tags takes). A non-negative integer; default
+    /// [`DEFAULT_CLONE_BASE_KEEP`].
+    pub const CLONE_BASE_KEEP: &str = "VK_CLONE_BASE_KEEP";
+    /// Default of [`CLONE_BASE_KEEP`].
+    pub const DEFAULT_CLONE_BASE_KEEP: usize = 4;
 
     /// Default of [`NODE_NAME`].
     pub const DEFAULT_NODE_NAME: &str = "cocoon-pool";

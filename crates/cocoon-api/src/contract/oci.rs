@@ -15,6 +15,14 @@ pub const ANNOTATION_REVISION: &str = "org.opencontainers.image.revision";
 pub const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 /// Manifest annotation (beyond): the node that pushed, for peer restore.
 pub const ANNOTATION_FROM_NODE: &str = "cocoonstack.snapshot.from-node";
+/// Manifest annotation (beyond; tenant isolation): the namespace of the pod whose VM this
+/// snapshot artifact holds. Written on every snapshot this project pushes (`:hibernate`,
+/// `:latest`); a pull for a restore or wake accepts an artifact carrying it only for that
+/// namespace.
+pub const ANNOTATION_OWNER_NAMESPACE: &str = "cocoonstack.snapshot.owner-namespace";
+/// Manifest annotation (beyond; tenant isolation): the name of the pod whose VM this snapshot
+/// artifact holds (with [`ANNOTATION_OWNER_NAMESPACE`]).
+pub const ANNOTATION_OWNER_POD: &str = "cocoonstack.snapshot.owner-pod";
 /// Layer annotation (beyond): index of a chunk in a v2 chunked file.
 pub const ANNOTATION_CHUNK_INDEX: &str = "cocoonstack.chunk.index";
 /// Layer annotation (beyond): number of chunks of a v2 chunked file.

@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
+use super::owned::Owner;
 use super::rules::{self, BringUp, NicInfo, PodResources, Verdict};
 use super::state::TrackedVm;
 use super::tenant;
@@ -59,8 +60,24 @@ impl Handler {
         }
         self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
 
+        // An unmanaged pod's pre-assigned id must not resolve to any VM the runtime knows
+        // (exact id, name or id prefix): its record is synthetic and never touched there.
+        let pre_id = VmRuntime::from_meta(&pod.metadata).id;
+        let id_known = if spec.managed {
+            false
+        } else {
+            match self.runtime_knows_vm(&pre_id).await {
+                Ok(known) => known,
+                Err(e) => {
+                    let e = format!("look up pre-assigned VM id {pre_id:?}: {e}");
+                    return self
+                        .fail_create(&pod, false, ev::CREATE_BRING_UP_FAILED, &e)
+                        .await;
+                }
+            }
+        };
         // Tenant isolation before any runtime, registry or by-name-index use of the names.
-        if let Err(refusal) = self.tenant_check(&pod, &spec).await {
+        if let Err(refusal) = self.tenant_check(&pod, &spec, id_known).await {
             return self
                 .fail_create(
                     &pod,
@@ -77,6 +94,9 @@ impl Handler {
                 .fail_create(&pod, false, ev::TENANT_ISOLATION_REFUSED, &msg)
                 .await;
         }
+        // Only now is the pod a holder of its VM name, with its name, `managed` and
+        // pre-assigned id fixed (see `tenant::Admitted`).
+        self.tables().admit(&key, &pod);
 
         if !spec.managed {
             return self.create_unmanaged(&key, &pod, &spec).await;
@@ -211,20 +231,31 @@ impl Handler {
 
     /// The tenant-isolation decision of a CreatePod ([`tenant::check_create`]) over this
     /// agent's tracked pods and the configured clone roots.
-    async fn tenant_check(&self, pod: &Pod, spec: &VmSpec) -> Result<(), tenant::Refusal> {
+    /// `id_known`: an unmanaged pod's pre-assigned id resolves to a VM the runtime knows.
+    async fn tenant_check(
+        &self,
+        pod: &Pod,
+        spec: &VmSpec,
+        id_known: bool,
+    ) -> Result<(), tenant::Refusal> {
         let key = pod_key(pod);
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let raw_dir = annotation(pod, ann::CLONE_FROM_DIR);
+        // The spec's own validation of `clone-from-dir` (§6.2 step 3: relative, not canonical,
+        // mode=run, fork-from) speaks first: such a value never reaches the runtime, and its
+        // message must not be hidden behind the root check.
+        let raw_dir = annotation(pod, ann::CLONE_FROM_DIR)
+            .filter(|_| rules::clone_from_dir(annotation(pod, ann::CLONE_FROM_DIR), spec).is_ok());
         let pre_id = VmRuntime::from_meta(&pod.metadata).id;
         let (vm_holders, fork_holders, id_taken) = {
             let t = self.tables();
             let id_taken = !spec.managed
                 && !pre_id.is_empty()
-                && t.vms_by_pod
-                    .values()
-                    .chain(t.vms_by_name.values())
-                    .any(|v| !v.synthetic && v.id() == pre_id);
+                && (id_known
+                    || t.vms_by_pod
+                        .values()
+                        .chain(t.vms_by_name.values())
+                        .any(|v| !v.synthetic && v.id() == pre_id));
             (
                 t.holders_of(&spec.vm_name, Some(&key)),
                 t.holders_of(&spec.fork_from, Some(&key)),
@@ -261,6 +292,8 @@ impl Handler {
             resolved_roots: &resolved_roots,
             managed: spec.managed,
             claimed_managed_id: id_taken.then_some(pre_id.as_str()),
+            image: &spec.image,
+            accept_legacy: self.cfg.tenant.accept_legacy_vm_names,
         });
         if let Err(e) = &verdict {
             warn!(
@@ -290,6 +323,7 @@ impl Handler {
             // Keep the intent: `failed` must stay sticky across the retry's `creating`.
             t.untrack_vm(&key);
             t.pods.remove(&key);
+            t.admitted.remove(&key);
             t.derived_restore.remove(&key);
         }
         Err(failed(err))
@@ -303,7 +337,10 @@ impl Handler {
         explicit: bool,
         clone_dir: Option<&str>,
     ) -> Result<bool, String> {
-        let evidence = match self.hibernate_evidence(&spec.vm_name).await {
+        let evidence = match self
+            .hibernate_evidence(&spec.vm_name, &Owner::of(pod))
+            .await
+        {
             Ok(e) => e,
             Err(e) => {
                 self.metrics.hibernate_evidence("unavailable");
@@ -364,8 +401,9 @@ impl Handler {
         let res = PodResources::of(pod);
         let policy = res.cpu_policy();
         let path = rules::bring_up_path(spec, restoring, clone_dir)?;
+        let owner = Owner::of(pod);
         if path == BringUp::Restore {
-            let src = self.resolve_wake_source(vm).await?;
+            let src = self.resolve_wake_source(vm, &owner).await?;
             return self.clone_from_hibernate(spec, src, policy).await;
         }
         // A fresh bring-up starts a new lineage: never hand a dead incarnation's fork baseline
@@ -423,7 +461,8 @@ impl Handler {
             BringUp::Clone => {
                 let (repo, tag) = rules::parse_ref(&spec.image);
                 let local = rules::local_snapshot_name(&repo, &tag);
-                let snap = match self.ensure_snapshot(&repo, &tag, &local).await {
+                let (snap, imported) = match self.ensure_snapshot(&repo, &tag, &local, &owner).await
+                {
                     Ok(s) => {
                         self.metrics.snapshot_pull(m::RESULT_OK);
                         s
@@ -441,10 +480,16 @@ impl Handler {
                 let mut req =
                     self.clone_request(CloneSource::Snapshot(local.clone()), spec, policy);
                 req.pull = snap.as_ref().is_some_and(|s| !s.image.is_empty());
-                self.rt
+                let cloned = self
+                    .rt
                     .clone_vm(req)
                     .await
-                    .map_err(|e| format!("clone vm {vm} from {local}: {e}"))
+                    .map_err(|e| format!("clone vm {vm} from {local}: {e}"));
+                if imported {
+                    // A new clone base landed: older unused ones beyond the limit go.
+                    self.collect_clone_bases().await;
+                }
+                cloned
             }
         }
     }

@@ -15,6 +15,7 @@ use cocoon_api::naming::{
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
+use super::owned::Owner;
 use super::{Handler, Result, failed, pod_key, status, tenant};
 
 impl Handler {
@@ -32,7 +33,14 @@ impl Handler {
         }
         let spec = VmSpec::from_meta(&pod.metadata);
         let vm = self.tracked_vm(&key);
-        if !spec.managed {
+        // `managed` as the pod was admitted (tenant isolation): a managed pod flipped to
+        // unmanaged before its delete still has its VM removed, and an unmanaged pod flipped
+        // to managed never has its synthetic record acted on.
+        let managed = self
+            .tables()
+            .admitted_as(&key, &super::uid(pod))
+            .map_or(spec.managed, |a| a.managed);
+        if !managed || vm.as_ref().is_some_and(|v| v.synthetic) {
             self.finish_delete(&key, pod).await;
             return Ok(());
         }
@@ -51,7 +59,14 @@ impl Handler {
             let holders = self.tables().holders_of(&vm_name, Some(&key));
             let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
             let name = pod.metadata.name.as_deref().unwrap_or_default();
-            let may_drop = tenant::delete_may_drop_snapshots(tracked, ns, name, &vm_name, &holders);
+            let may_drop = tenant::delete_may_drop_snapshots(
+                tracked,
+                ns,
+                name,
+                &vm_name,
+                &holders,
+                self.cfg.tenant.accept_legacy_vm_names,
+            );
             if !keep && !vm_name.is_empty() {
                 if may_drop {
                     self.drop_local_snapshots(&vm_name).await;
@@ -85,7 +100,7 @@ impl Handler {
                         .observe(start.elapsed().as_secs_f64());
                     self.metrics.snapshot_save(m::RESULT_OK);
                     match self
-                        .push_from(&name, &name, tags::LATEST, &spec.image)
+                        .push_owned(&name, &name, tags::LATEST, &spec.image, &Owner::of(pod))
                         .await
                     {
                         Ok(()) => self.metrics.snapshot_push(m::RESULT_OK),

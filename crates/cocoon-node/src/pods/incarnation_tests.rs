@@ -58,6 +58,7 @@ async fn writes_for_a_deleted_pod_never_reach_its_successor() {
                 restore_mode: "ondemand".into(),
                 cocoon_root_dir: root.path().to_owned(),
                 clone_from_dir_roots: Vec::new(),
+                tenant: Default::default(),
                 timing: Timing::default(),
                 host_reach: Default::default(),
             },

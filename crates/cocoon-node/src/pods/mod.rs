@@ -26,8 +26,13 @@
 //! * Tenant isolation ([`tenant`], not in the spec): a pod may only use its own VM (the
 //!   contract's hashed name for its namespace and name, never one another live pod holds),
 //!   fork from a VM of its own namespace, and clone from a directory under
-//!   `VK_CLONE_FROM_DIR_ROOTS`. Refusals are failOp with reason `TenantIsolationRefused`.
+//!   `VK_CLONE_FROM_DIR_ROOTS`; images never name a VM's snapshots, clone bases live in their
+//!   own host name space, and a pod's VM name, `managed` and pre-assigned id are fixed at
+//!   admission. Refusals are failOp with reason `TenantIsolationRefused`. Every lookup by
+//!   name, snapshot pull and push goes through the trust gate in `owned` (exact names, owner
+//!   annotations); unused clone bases are collected (`clone_gc`, `VK_CLONE_BASE_KEEP`).
 
+mod clone_gc;
 pub mod controller;
 mod create;
 mod delete;
@@ -36,6 +41,7 @@ mod flights;
 pub mod host_reach;
 pub mod intent;
 pub mod lease_watch;
+mod owned;
 pub mod probe;
 pub mod reconcile;
 pub mod rules;
@@ -186,11 +192,33 @@ pub struct PodConfig {
     /// `VK_CLONE_FROM_DIR_ROOTS`: the only directories `clone-from-dir` may name (empty:
     /// every `clone-from-dir` is refused; see [`tenant`]).
     pub clone_from_dir_roots: Vec<PathBuf>,
+    /// Tenant-isolation knobs beyond the spec (legacy names, clone-base collection).
+    pub tenant: TenantConfig,
     /// Timing knobs.
     pub timing: Timing,
     /// `VK_RUN_IMAGE_URL_ALLOW` / `VK_NETWORK_ALLOW` (default: no URL image, only the
     /// default network; see [`host_reach`]).
     pub host_reach: host_reach::HostReach,
+}
+
+/// Tenant-isolation knobs of the node agent (not in the spec).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantConfig {
+    /// `VK_ACCEPT_LEGACY_VM_NAMES`: accept the legacy unhashed VM name `vk-<ns>-<pod>` for
+    /// new pods (mixed fleets with the Go operator; see [`tenant`] for the risk). Default off.
+    pub accept_legacy_vm_names: bool,
+    /// `VK_CLONE_BASE_KEEP`: clone-base snapshots no tracked pod uses that stay on the node
+    /// (the newest ones); older unused ones are removed (see `clone_gc`). Default 4.
+    pub clone_base_keep: usize,
+}
+
+impl Default for TenantConfig {
+    fn default() -> Self {
+        TenantConfig {
+            accept_legacy_vm_names: false,
+            clone_base_keep: cocoon_api::contract::env::node::DEFAULT_CLONE_BASE_KEEP,
+        }
+    }
 }
 
 /// `<namespace>/<name>`.

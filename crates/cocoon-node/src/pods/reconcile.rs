@@ -104,6 +104,7 @@ impl Handler {
         let by_id: HashMap<&str, &VmRecord> = vms.iter().map(|v| (v.id.as_str(), v)).collect();
         let by_name: HashMap<&str, &VmRecord> = vms.iter().map(|v| (v.name(), v)).collect();
         let mut matched: HashSet<String> = HashSet::new();
+        let legacy = self.cfg.tenant.accept_legacy_vm_names;
         let mut adopted = Vec::new();
         let mut without_vm = Vec::new();
         for pod in pods.items.into_iter().filter(|p| !terminal(p)) {
@@ -116,8 +117,12 @@ impl Handler {
                     .get(spec.vm_name.as_str())
                     .filter(|_| !spec.vm_name.is_empty() && spec.managed)
                     .copied()
-            } else {
+            } else if spec.managed {
                 by_id.get(vm_id.as_str()).copied()
+            } else {
+                // An unmanaged pod's VM is never a runtime VM (CreatePod refuses an id that
+                // resolves to one); it is re-created synthetic by CreatePod.
+                None
             };
             // Tenant isolation: only the pod's own VM is adopted (see `tenant`).
             let (ns, name) = (
@@ -131,7 +136,7 @@ impl Handler {
                     } else {
                         tenant::Found::ById(vm.name())
                     };
-                    if tenant::reconcile_may_track(ns, name, &spec.vm_name, how) {
+                    if tenant::reconcile_may_track(ns, name, &spec.vm_name, how, legacy) {
                         Some(vm)
                     } else {
                         warn!(pod = %key, vm = %vm.name(), id = %vm.id, "not adopting a VM that is not this pod's (tenant isolation); CreatePod decides");
@@ -141,11 +146,13 @@ impl Handler {
                 None => None,
             };
             let hib = hib
+                && spec.managed
                 && (tenant::reconcile_may_track(
                     ns,
                     name,
                     &spec.vm_name,
                     tenant::Found::HibernatedWithoutVm,
+                    legacy,
                 ) || {
                     warn!(pod = %key, vm = %spec.vm_name, "not tracking a hibernated pod whose VM name is not its own (tenant isolation); CreatePod decides");
                     false
@@ -153,7 +160,11 @@ impl Handler {
             match found {
                 Some(vm) if !matched.contains(&vm.id) => {
                     matched.insert(vm.id.clone());
-                    self.tables().pods.insert(key.clone(), pod.clone());
+                    {
+                        let mut t = self.tables();
+                        t.pods.insert(key.clone(), pod.clone());
+                        t.admit(&key, &pod);
+                    }
                     self.seed_intent(&pod);
                     let tv = TrackedVm::new(vm.clone());
                     self.track_vm(&key, tv.clone());
@@ -170,7 +181,11 @@ impl Handler {
                             warn!(pod = %key, error = %e, "clearing stale runtime annotations failed");
                         }
                     }
-                    self.tables().pods.insert(key.clone(), pod.clone());
+                    {
+                        let mut t = self.tables();
+                        t.pods.insert(key.clone(), pod.clone());
+                        t.admit(&key, &pod);
+                    }
                     self.seed_intent(&pod);
                     without_vm.push(key);
                 }
@@ -201,6 +216,7 @@ impl Handler {
             self.notify(key).await;
         }
         self.dispatch_owed(&adopted, &without_vm).await;
+        self.collect_clone_bases().await;
         info!(
             "startup reconcile: {} pods adopted, {} orphan VMs",
             adopted.len(),
@@ -369,7 +385,10 @@ impl Handler {
     /// An agent killed after Remove and before `hibernated`: confirm the snapshot and finish.
     async fn finish_hibernate(&self, key: &str, pod: &Pod) {
         let vm = VmSpec::from_meta(&pod.metadata).vm_name;
-        match self.hibernate_evidence(&vm).await {
+        match self
+            .hibernate_evidence(&vm, &super::owned::Owner::of(pod))
+            .await
+        {
             Ok(rules::Evidence::Found { .. }) => {
                 self.set_lifecycle(pod, LifecycleState::Hibernated, "")
                     .await;

@@ -23,7 +23,8 @@ pub fn parse_ref(image: &str) -> (String, String) {
     }
 }
 
-/// The local snapshot a `mode=clone` pod clones from (`contract.md` §2.4).
+/// The local snapshot a `mode=clone` pod clones from (`contract.md` §2.4): always
+/// `<repo>:<tag>`, so it never equals a VM snapshot's name (see `tenant`).
 pub fn local_snapshot_name(repo: &str, tag: &str) -> String {
     clone_base_snapshot_name(repo, tag)
 }
@@ -530,7 +531,7 @@ mod tests {
                 "{input}"
             );
         }
-        assert_eq!(local_snapshot_name("ubuntu", "latest"), "ubuntu");
+        assert_eq!(local_snapshot_name("ubuntu", "latest"), "ubuntu:latest");
         assert_eq!(local_snapshot_name("ubuntu", "24.04"), "ubuntu:24.04");
     }
 

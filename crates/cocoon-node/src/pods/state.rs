@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use cocoon_api::contract::{AnnotationCodec, VmSpec};
 
 use super::intent::Intent;
-use super::tenant::Holder;
+use super::tenant::{Admitted, Holder};
 use crate::runtime::VmRecord;
 
 /// A tracked VM: the runtime record plus the cached IP (§11.2).
@@ -78,6 +78,10 @@ pub struct Tables {
     /// Pod keys an eviction (§10) is deleting: DeletePod leaves them to it, so that the
     /// eviction's `Failed` status is the last word and not DeletePod's `Succeeded`.
     pub evicting: HashSet<String>,
+    /// What each tracked pod was admitted as (tenant isolation): set once it passed the
+    /// CreatePod check or the startup reconcile's, fixed from then on. Only admitted pods
+    /// are holders.
+    pub admitted: HashMap<String, Admitted>,
 }
 
 impl Tables {
@@ -104,10 +108,36 @@ impl Tables {
     pub fn forget(&mut self, key: &str) {
         self.untrack_vm(key);
         self.pods.remove(key);
+        self.admitted.remove(key);
         self.intents.remove(key);
         self.start_times.remove(key);
         self.ready_pending.remove(key);
         self.derived_restore.remove(key);
+    }
+
+    /// Admits the tracked pod `pod` (tenant isolation): fixes its VM name, `managed` and an
+    /// unmanaged pod's pre-assigned id ([`Admitted`]).
+    pub fn admit(&mut self, key: &str, pod: &Pod) {
+        let spec = VmSpec::from_meta(&pod.metadata);
+        let pre_id = if spec.managed {
+            String::new()
+        } else {
+            cocoon_api::contract::VmRuntime::from_meta(&pod.metadata).id
+        };
+        self.admitted.insert(
+            key.to_owned(),
+            Admitted {
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                vm_name: spec.vm_name,
+                managed: spec.managed,
+                pre_id,
+            },
+        );
+    }
+
+    /// What the pod under `key` was admitted as, for this incarnation (`uid`).
+    pub fn admitted_as(&self, key: &str, uid: &str) -> Option<&Admitted> {
+        self.admitted.get(key).filter(|a| a.uid == uid)
     }
 
     /// UID of the tracked pod under `key`.
@@ -115,25 +145,27 @@ impl Tables {
         self.pods.get(key).and_then(|p| p.metadata.uid.as_deref())
     }
 
-    /// The tracked pods (other than `except_key`) that hold VM name `vm`: by their
-    /// `vm.cocoonstack.io/name` annotation (hibernated and unmanaged pods included) or by the
-    /// VM tracked for them (tenant isolation, see `tenant`).
+    /// The admitted pods (other than `except_key`) that hold VM name `vm`: by the VM name
+    /// they were admitted with (hibernated and unmanaged pods included) or by the VM tracked
+    /// for them (tenant isolation, see `tenant`). A pod still being checked holds nothing.
     pub fn holders_of(&self, vm: &str, except_key: Option<&str>) -> Vec<Holder> {
         if vm.is_empty() {
             return Vec::new();
         }
         let mut out: Vec<Holder> = self
-            .pods
+            .admitted
             .iter()
             .filter(|(k, _)| Some(k.as_str()) != except_key)
-            .filter(|(k, p)| {
-                VmSpec::from_meta(&p.metadata).vm_name == vm
-                    || self.vms_by_pod.get(*k).is_some_and(|v| v.name() == vm)
+            .filter(|(k, a)| {
+                a.vm_name == vm || self.vms_by_pod.get(*k).is_some_and(|v| v.name() == vm)
             })
-            .map(|(_, p)| Holder {
-                namespace: p.metadata.namespace.clone().unwrap_or_default(),
-                name: p.metadata.name.clone().unwrap_or_default(),
-                uid: p.metadata.uid.clone().unwrap_or_default(),
+            .map(|(k, a)| {
+                let (ns, name) = k.split_once('/').unwrap_or(("", k));
+                Holder {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                    uid: a.uid.clone(),
+                }
             })
             .collect();
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));

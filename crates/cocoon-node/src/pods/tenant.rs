@@ -17,10 +17,34 @@
 //!   reconcile adopting, **by its runtime id**, a VM the pod annotates and whose runtime name
 //!   is the pod's VM name — and the pod then stays tracked, so its later hibernate and wake
 //!   need no new proof. A CreatePod (fresh boot, adopt by name, explicit or derived restore)
-//!   for a legacy name is refused: new pods always get hashed names from the operator.
+//!   for a legacy name is refused: new pods always get hashed names from this project's
+//!   operator. **Mixed fleets:** `VK_ACCEPT_LEGACY_VM_NAMES=true` (default off) accepts the
+//!   legacy form for new pods too (create, adopt, restore, startup tracking by name), so the
+//!   Go operator v0.3.3 can drive this agent during a migration. Risk: `vk-a-b-x` is then
+//!   both `a`/`b-x` and `a-b`/`x`; only safe on single-tenant clusters or where no namespace
+//!   name is a dash-extension of another (the holder rule below still protects VMs held here).
 //! * **Never a VM another live pod holds.** Whatever the name proof, a VM name that another
-//!   pod tracked by this agent holds (another namespace or name, or another UID; tracked with
-//!   a VM, hibernated without one, or unmanaged) is refused.
+//!   admitted pod holds (another namespace or name, or another UID; tracked with a VM,
+//!   hibernated without one, or unmanaged) is refused. A pod is a holder only once it passed
+//!   this check ([`Admitted`]): a pod being refused never blocks nor enables anything.
+//! * **Fixed at admission** ([`Admitted`], [`check_update`]). The VM name, `managed` and an
+//!   unmanaged pod's pre-assigned `vm.cocoonstack.io/id` are fixed when the agent first
+//!   tracks the pod; an update that changes them is refused. No runtime verb runs against an
+//!   unmanaged pod's synthetic record, and an unmanaged pod is deleted as unmanaged.
+//! * **Images** ([`check_image_ref`]). `cocoonset.cocoonstack.io/image` must not name a VM's
+//!   registry repository (last path component `vk-…`) nor a `:hibernate` tag. A clone base is
+//!   looked up on the host only by its exact name `<repo>:<tag>`, which always contains a `:`
+//!   (`cocoon_api::naming::clone_base_snapshot_name`); VM snapshots (`<vm>`, `fork-<vm>`,
+//!   `<vm>-hibernate-import`) never do, so an image can never resolve to a VM's snapshot.
+//! * **Exact names.** The runtime resolves a reference by exact id, name or id prefix of ≥ 3
+//!   characters; every lookup by name this agent makes checks that the record it got back
+//!   carries exactly the requested name (`Handler::snapshot_exact`, `Handler::vm_exact`).
+//! * **Snapshot owners** ([`check_artifact_owner`]). Every snapshot artifact this agent
+//!   pushes records `cocoonstack.snapshot.owner-namespace` / `owner-pod`; a restore, wake or
+//!   clone-base pull uses an artifact that carries them only for that namespace (and, for the
+//!   pod's own VM, that pod). Artifacts without them (pushed by the Go components) are
+//!   accepted where the name checks already prove ownership: the pod's own `VMNameForPod`
+//!   repository, or a clone base that names no VM repository.
 //! * **Fork source** (`vm.cocoonstack.io/fork-from`). When a pod tracked by this agent holds
 //!   the source, that holder decides: a holder in the same namespace allows it (the operator's
 //!   sub-agents fork from their own main, which is bound to the same node), a holder in any
@@ -42,9 +66,10 @@
 //!
 //! # Known limit
 //!
-//! The contract's hash suffix has 24 bits. A tenant in a namespace that extends another's
-//! (`team-x` vs `team`) could search for a pod name whose *shortened* (over 63 characters) VM
-//! name collides with a victim's; the holder rule still protects VMs held on this node.
+//! The contract's hash suffix has 24 bits. A tenant whose namespace shares the first 26
+//! characters with another's could search for a pod name whose *shortened* (over 63
+//! characters) VM name collides with a victim's; the holder rule still protects VMs held on
+//! this node, and the owner annotations protect the registry artifacts this project pushed.
 
 use std::path::{Path, PathBuf};
 
@@ -153,10 +178,45 @@ pub enum Refusal {
     CloneDirEscapes { dir: String, resolved: String },
     /// An unmanaged pod pre-assigns the runtime id of a VM this node manages.
     #[error(
-        "annotation {key}: {id:?} is the id of a VM this node manages; an unmanaged pod cannot claim it",
+        "annotation {key}: {id:?} is the id of a VM this node manages (or resolves to one by id, name or id prefix); an unmanaged pod cannot claim it",
         key = ann::VM_ID
     )]
     ManagedIdClaimed { id: String },
+    /// The image reference names a VM's registry repository.
+    #[error(
+        "annotation {key}: image {image:?} names a VM's snapshot repository (vk-…); images cannot name VM snapshots",
+        key = ann::IMAGE
+    )]
+    ImageNamesVm { image: String },
+    /// The image reference names a `:hibernate` tag.
+    #[error(
+        "annotation {key}: image {image:?} names a hibernate tag; images cannot name hibernation snapshots",
+        key = ann::IMAGE
+    )]
+    ImageHibernateTag { image: String },
+    /// `vm.cocoonstack.io/managed` changed after the pod was tracked.
+    #[error(
+        "annotation {key}: changed from {tracked} to {managed} after the pod was tracked; managed is fixed at create",
+        key = ann::MANAGED
+    )]
+    ManagedChanged { tracked: bool, managed: bool },
+    /// An unmanaged pod's pre-assigned id changed after the pod was tracked.
+    #[error(
+        "annotation {key}: changed from {tracked:?} to {id:?}; an unmanaged pod's VM id is fixed at create",
+        key = ann::VM_ID
+    )]
+    IdChanged { tracked: String, id: String },
+    /// A snapshot artifact records another owner.
+    #[error(
+        "snapshot {reference} belongs to {owner} (manifest annotation {key}), not to pod {ns}/{pod}",
+        key = cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE
+    )]
+    ForeignSnapshot {
+        reference: String,
+        owner: String,
+        ns: String,
+        pod: String,
+    },
     /// The pod's VM name differs from the one this agent tracks it with.
     #[error(
         "annotation {key}: changed from {tracked:?} to {vm:?}; the VM name of a pod never changes",
@@ -179,12 +239,20 @@ pub enum Refusal {
     NetworkNotAllowed { network: String },
 }
 
-/// Checks the pod's own VM name for a CreatePod (hashed form only) and the holder rule.
-/// `holders` are the tracked pods holding `vm`, this incarnation excluded.
-pub fn check_own_vm(ns: &str, pod: &str, vm: &str, holders: &[Holder]) -> Result<(), Refusal> {
+/// Checks the pod's own VM name for a CreatePod (hashed form; the legacy form only with
+/// `accept_legacy`, `VK_ACCEPT_LEGACY_VM_NAMES`) and the holder rule. `holders` are the
+/// admitted pods holding `vm`, this incarnation excluded.
+pub fn check_own_vm(
+    ns: &str,
+    pod: &str,
+    vm: &str,
+    holders: &[Holder],
+    accept_legacy: bool,
+) -> Result<(), Refusal> {
     let expected = vm_name_for_pod(ns, pod);
     match own_name_form(ns, pod, vm) {
         Some(NameForm::Hashed) => {}
+        Some(NameForm::Legacy) if accept_legacy => {}
         Some(NameForm::Legacy) => {
             return Err(Refusal::LegacyUnproven {
                 vm: vm.to_owned(),
@@ -290,13 +358,18 @@ pub struct CreateCheck<'a> {
     /// Managed pod (fork and clone sources apply only to managed pods).
     pub managed: bool,
     /// For an unmanaged pod: its pre-assigned `vm.cocoonstack.io/id` when that is the id of a
-    /// VM this node manages (tracked or indexed by name), else `None`.
+    /// VM this node manages (tracked or indexed by name) or resolves to any VM the runtime
+    /// knows (exact id, name, id prefix), else `None`.
     pub claimed_managed_id: Option<&'a str>,
+    /// `cocoonset.cocoonstack.io/image`.
+    pub image: &'a str,
+    /// `VK_ACCEPT_LEGACY_VM_NAMES`.
+    pub accept_legacy: bool,
 }
 
 /// The CreatePod decision: own VM first, then the fork source and the clone directory.
 pub fn check_create(c: &CreateCheck<'_>) -> Result<(), Refusal> {
-    check_own_vm(c.namespace, c.pod, c.vm, c.vm_holders)?;
+    check_own_vm(c.namespace, c.pod, c.vm, c.vm_holders, c.accept_legacy)?;
     if !c.managed {
         // An unmanaged pod's VM is external; it must not alias a VM of this node (the event
         // watcher maps runtime events to pods by id).
@@ -305,10 +378,158 @@ pub fn check_create(c: &CreateCheck<'_>) -> Result<(), Refusal> {
             None => Ok(()),
         };
     }
+    check_image_ref(c.image)?;
     if !c.fork_from.is_empty() {
         check_fork_source(c.namespace, c.fork_from, c.fork_holders)?;
     }
     check_clone_dir(c.clone_dir, c.roots, c.resolved_dir, c.resolved_roots)
+}
+
+/// The repository and tag an image reference names, read both ways a consumer may read it:
+/// split at the first `:` (the contract's `parse_ref`, which the registry pull uses) and
+/// Docker-style (the tag after the last `/`, a digest dropped). Yields (last path component
+/// of the repository, tag) pairs.
+fn image_readings(image: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let (repo, tag) = match image.split_once(':') {
+        Some((r, t)) if !r.is_empty() => (r, t),
+        _ => (image, ""),
+    };
+    out.push((last_component(repo).to_owned(), tag.to_owned()));
+    let no_digest = image.split_once('@').map_or(image, |(r, _)| r);
+    let last = last_component(no_digest);
+    let (name, tag) = last.split_once(':').unwrap_or((last, ""));
+    out.push((name.to_owned(), tag.to_owned()));
+    out
+}
+
+fn last_component(repo: &str) -> &str {
+    repo.rsplit('/').next().unwrap_or(repo)
+}
+
+/// Checks a pod's image reference (`cocoonset.cocoonstack.io/image`): it must not name a VM's
+/// registry repository or a VM-derived snapshot (last path component of the VM-name form
+/// `vk-…` or `fork-vk-…`) nor a `:hibernate` tag, whatever the mode. `http(s)://` cloud-image URLs are not registry references.
+pub fn check_image_ref(image: &str) -> Result<(), Refusal> {
+    let image = image.trim();
+    let lower = image.to_ascii_lowercase();
+    if image.is_empty() || lower.starts_with("http://") || lower.starts_with("https://") {
+        return Ok(());
+    }
+    for (name, tag) in image_readings(&lower) {
+        let vm_form = name
+            .strip_prefix(cocoon_api::naming::FORK_PREFIX)
+            .unwrap_or(&name);
+        if vm_form.starts_with(VM_NAME_PREFIX) {
+            return Err(Refusal::ImageNamesVm {
+                image: image.to_owned(),
+            });
+        }
+        if tag == cocoon_api::contract::tags::HIBERNATE
+            || tag.ends_with(&format!(":{}", cocoon_api::contract::tags::HIBERNATE))
+        {
+            return Err(Refusal::ImageHibernateTag {
+                image: image.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What a pulled snapshot artifact is used for (the owner rule differs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArtifactUse {
+    /// The pod's own `:hibernate` (restore, wake) or evidence of it: namespace and pod.
+    OwnVm,
+    /// A clone base: namespace only (a base another namespace's VM left is not shared).
+    CloneBase,
+}
+
+/// May pod `<ns>/<pod>` use a snapshot artifact with these manifest annotations? An artifact
+/// carrying [`ANNOTATION_OWNER_NAMESPACE`](cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE)
+/// must name `ns` (and, for [`ArtifactUse::OwnVm`], its owner pod must be `pod`). An artifact
+/// without it (pushed by the Go components, or a plain base image) is accepted: for the
+/// pod's own VM the name checks already proved ownership (the repository is the pod's own
+/// `VMNameForPod`), and a clone base never names a VM repository ([`check_image_ref`]).
+pub fn check_artifact_owner(
+    what: ArtifactUse,
+    reference: &str,
+    annotations: &std::collections::BTreeMap<String, String>,
+    ns: &str,
+    pod: &str,
+) -> Result<(), Refusal> {
+    use cocoon_api::contract::oci::{ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_POD};
+    let Some(owner_ns) = annotations.get(ANNOTATION_OWNER_NAMESPACE) else {
+        return Ok(());
+    };
+    let owner_pod = annotations
+        .get(ANNOTATION_OWNER_POD)
+        .map(String::as_str)
+        .unwrap_or_default();
+    let pod_differs = what == ArtifactUse::OwnVm && !owner_pod.is_empty() && owner_pod != pod;
+    if owner_ns != ns || pod_differs {
+        return Err(Refusal::ForeignSnapshot {
+            reference: reference.to_owned(),
+            owner: format!("{owner_ns}/{owner_pod}"),
+            ns: ns.to_owned(),
+            pod: pod.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The manifest annotations that record `<ns>/<pod>` as the owner of a pushed snapshot.
+pub fn owner_annotations(ns: &str, pod: &str) -> std::collections::BTreeMap<String, String> {
+    use cocoon_api::contract::oci::{ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_POD};
+    [
+        (ANNOTATION_OWNER_NAMESPACE.to_owned(), ns.to_owned()),
+        (ANNOTATION_OWNER_POD.to_owned(), pod.to_owned()),
+    ]
+    .into()
+}
+
+/// What a pod was admitted as, fixed when this agent first tracks it (after the CreatePod
+/// check, or by the startup reconcile): later updates never change it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// The pod UID.
+    pub uid: String,
+    /// `vm.cocoonstack.io/name`.
+    pub vm_name: String,
+    /// `vm.cocoonstack.io/managed`.
+    pub managed: bool,
+    /// An unmanaged pod's pre-assigned `vm.cocoonstack.io/id` (empty for a managed pod, whose
+    /// id this agent writes).
+    pub pre_id: String,
+}
+
+/// Checks an update of an admitted pod: the VM name, `managed` and an unmanaged pod's
+/// pre-assigned id never change.
+pub fn check_update(
+    admitted: &Admitted,
+    vm_name: &str,
+    managed: bool,
+    id: &str,
+) -> Result<(), Refusal> {
+    if admitted.vm_name != vm_name {
+        return Err(Refusal::NameChanged {
+            tracked: admitted.vm_name.clone(),
+            vm: vm_name.to_owned(),
+        });
+    }
+    if admitted.managed != managed {
+        return Err(Refusal::ManagedChanged {
+            tracked: admitted.managed,
+            managed,
+        });
+    }
+    if !admitted.managed && admitted.pre_id != id {
+        return Err(Refusal::IdChanged {
+            tracked: admitted.pre_id.clone(),
+            id: id.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// How the startup reconcile found a pod's VM.
@@ -325,11 +546,19 @@ pub enum Found<'a> {
 /// May the startup reconcile track pod `<ns>/<pod>` with VM name `vm`? Adopting by id needs
 /// the record to carry the pod's VM name, which may then be the legacy form (the id this
 /// agent wrote ties it to the pod); by name or without a VM the hashed form is required.
-pub fn reconcile_may_track(ns: &str, pod: &str, vm: &str, found: Found<'_>) -> bool {
+pub fn reconcile_may_track(
+    ns: &str,
+    pod: &str,
+    vm: &str,
+    found: Found<'_>,
+    accept_legacy: bool,
+) -> bool {
     match (own_name_form(ns, pod, vm), found) {
         (None, _) => false,
         (Some(_), Found::ById(record_name)) => record_name == vm,
-        (Some(form), Found::ByName | Found::HibernatedWithoutVm) => form == NameForm::Hashed,
+        (Some(form), Found::ByName | Found::HibernatedWithoutVm) => {
+            form == NameForm::Hashed || accept_legacy
+        }
     }
 }
 
@@ -342,8 +571,9 @@ pub fn delete_may_drop_snapshots(
     pod: &str,
     vm: &str,
     holders: &[Holder],
+    accept_legacy: bool,
 ) -> bool {
-    tracked || check_own_vm(ns, pod, vm, holders).is_ok()
+    tracked || check_own_vm(ns, pod, vm, holders, accept_legacy).is_ok()
 }
 
 #[cfg(test)]
@@ -439,7 +669,7 @@ mod tests {
             ),
         ];
         for (row, ns, pod, vm, holders, want) in cases {
-            let got = check_own_vm(ns, pod, &vm, &holders);
+            let got = check_own_vm(ns, pod, &vm, &holders, false);
             match want {
                 None => assert_eq!(got, Ok(()), "{row}"),
                 Some(prefix) => {
@@ -682,8 +912,18 @@ mod tests {
             resolved_roots: &roots,
             managed: true,
             claimed_managed_id: None,
+            image: "ubuntu:24.04",
+            accept_legacy: false,
         };
         assert_eq!(check_create(&base), Ok(()));
+        let thief = CreateCheck {
+            image: &a_main,
+            ..base
+        };
+        assert!(matches!(
+            check_create(&thief),
+            Err(Refusal::ImageNamesVm { .. })
+        ));
         let fork = CreateCheck {
             fork_from: &a_main,
             ..base
@@ -721,7 +961,192 @@ mod tests {
         };
         assert_eq!(
             check_create(&alias).map_err(|e| e.to_string()),
-            Err("annotation vm.cocoonstack.io/id: \"vm-123\" is the id of a VM this node manages; an unmanaged pod cannot claim it".to_owned())
+            Err("annotation vm.cocoonstack.io/id: \"vm-123\" is the id of a VM this node manages (or resolves to one by id, name or id prefix); an unmanaged pod cannot claim it".to_owned())
+        );
+    }
+
+    #[test]
+    fn legacy_names_need_the_opt_in() {
+        for (ns, pod) in [("a", "b-x"), ("a-b", "x")] {
+            assert!(matches!(
+                check_own_vm(ns, pod, "vk-a-b-x", &[], false),
+                Err(Refusal::LegacyUnproven { .. })
+            ));
+            assert_eq!(check_own_vm(ns, pod, "vk-a-b-x", &[], true), Ok(()));
+            // The holder rule still applies with the opt-in.
+            assert!(matches!(
+                check_own_vm(ns, pod, "vk-a-b-x", &[holder("a", "b-x")], true),
+                Err(Refusal::HeldByOther { .. })
+            ));
+            // A name that is neither form stays refused.
+            assert!(matches!(
+                check_own_vm(ns, pod, "vk-zz", &[], true),
+                Err(Refusal::NotOwnVm { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn image_ref_rows() {
+        let victim = vm_name_for_pod("a", "main");
+        let key = "annotation cocoonset.cocoonstack.io/image:";
+        for (image, refused) in [
+            ("ubuntu:24.04", false),
+            ("ubuntu", false),
+            ("ghcr.io/org/agent-base:v3", false),
+            ("host:5000/team/base:1", false),
+            ("https://cloud.example/vk-img.qcow2", false),
+            ("", false),
+            (victim.as_str(), true),
+            (&format!("{victim}:latest")[..], true),
+            (&format!("{victim}:hibernate")[..], true),
+            (&format!("team/{victim}:latest")[..], true),
+            (&format!("host:5000/{victim}")[..], true),
+            (&format!("fork-{victim}")[..], true),
+            ("fork-base", false),
+            ("vk-legacy-name", true),
+            ("VK-A-MAIN:latest", true),
+            ("base:hibernate", true),
+            ("host:5000/base:hibernate", true),
+            ("base@sha256:0000", false),
+        ] {
+            let got = check_image_ref(image);
+            assert_eq!(got.is_err(), refused, "{image}: {got:?}");
+            if let Err(e) = got {
+                assert!(e.to_string().starts_with(key), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn artifact_owner_rows() {
+        let with = |ns: &str, pod: &str| owner_annotations(ns, pod);
+        let none = std::collections::BTreeMap::new();
+        let ns_only: std::collections::BTreeMap<String, String> = [(
+            cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE.to_owned(),
+            "a".to_owned(),
+        )]
+        .into();
+        for (row, what, annotations, ns, pod, ok) in [
+            (
+                "own VM, own annotations",
+                ArtifactUse::OwnVm,
+                with("a", "p"),
+                "a",
+                "p",
+                true,
+            ),
+            (
+                "own VM, no annotations (Go)",
+                ArtifactUse::OwnVm,
+                none.clone(),
+                "a",
+                "p",
+                true,
+            ),
+            (
+                "own VM, another namespace",
+                ArtifactUse::OwnVm,
+                with("b", "p"),
+                "a",
+                "p",
+                false,
+            ),
+            (
+                "own VM, another pod",
+                ArtifactUse::OwnVm,
+                with("a", "q"),
+                "a",
+                "p",
+                false,
+            ),
+            (
+                "own VM, namespace only",
+                ArtifactUse::OwnVm,
+                ns_only.clone(),
+                "a",
+                "p",
+                true,
+            ),
+            (
+                "clone base of the namespace",
+                ArtifactUse::CloneBase,
+                with("a", "q"),
+                "a",
+                "p",
+                true,
+            ),
+            (
+                "clone base of another namespace",
+                ArtifactUse::CloneBase,
+                with("b", "q"),
+                "a",
+                "p",
+                false,
+            ),
+            (
+                "plain base image",
+                ArtifactUse::CloneBase,
+                none.clone(),
+                "a",
+                "p",
+                true,
+            ),
+        ] {
+            let got = check_artifact_owner(what, "r:t", &annotations, ns, pod);
+            assert_eq!(got.is_ok(), ok, "{row}: {got:?}");
+        }
+        assert_eq!(
+            check_artifact_owner(ArtifactUse::OwnVm, "vk-x:hibernate", &with("b", "q"), "a", "p")
+                .map_err(|e| e.to_string()),
+            Err("snapshot vk-x:hibernate belongs to b/q (manifest annotation cocoonstack.snapshot.owner-namespace), not to pod a/p".to_owned())
+        );
+    }
+
+    #[test]
+    fn admitted_fields_never_change() {
+        let own = vm_name_for_pod("a", "p");
+        let managed = Admitted {
+            uid: "u".into(),
+            vm_name: own.clone(),
+            managed: true,
+            pre_id: String::new(),
+        };
+        let unmanaged = Admitted {
+            managed: false,
+            pre_id: "ext-1".into(),
+            ..managed.clone()
+        };
+        assert_eq!(
+            check_update(&managed, &own, true, "any-id-we-wrote"),
+            Ok(())
+        );
+        assert_eq!(check_update(&unmanaged, &own, false, "ext-1"), Ok(()));
+        assert!(matches!(
+            check_update(&unmanaged, &own, true, "ext-1"),
+            Err(Refusal::ManagedChanged {
+                tracked: false,
+                managed: true
+            })
+        ));
+        assert!(matches!(
+            check_update(&managed, &own, false, ""),
+            Err(Refusal::ManagedChanged {
+                tracked: true,
+                managed: false
+            })
+        ));
+        assert_eq!(
+            check_update(&unmanaged, &own, false, "VICTIMID").map_err(|e| e.to_string()),
+            Err("annotation vm.cocoonstack.io/id: changed from \"ext-1\" to \"VICTIMID\"; an unmanaged pod's VM id is fixed at create".to_owned())
+        );
+        assert!(matches!(
+            check_update(&managed, "vk-b-q-123456", true, ""),
+            Err(Refusal::NameChanged { .. })
+        ));
+        assert_eq!(
+            check_update(&unmanaged, &own, true, "ext-1").map_err(|e| e.to_string()),
+            Err("annotation cocoonset.cocoonstack.io/managed: changed from false to true after the pod was tracked; managed is fixed at create".to_owned())
         );
     }
 
@@ -794,7 +1219,19 @@ mod tests {
                 false,
             ),
         ] {
-            assert_eq!(reconcile_may_track(ns, pod, vm, found), want, "{row}");
+            assert_eq!(
+                reconcile_may_track(ns, pod, vm, found, false),
+                want,
+                "{row}"
+            );
+            if own_name_form(ns, pod, vm) == Some(NameForm::Legacy) {
+                // The mixed-fleet opt-in accepts the legacy form by name too.
+                assert!(
+                    reconcile_may_track(ns, pod, vm, found, true)
+                        || matches!(found, Found::ById(_)),
+                    "{row}"
+                );
+            }
         }
     }
 
@@ -821,7 +1258,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                delete_may_drop_snapshots(tracked, "a", "p", vm, &holders),
+                delete_may_drop_snapshots(tracked, "a", "p", vm, &holders, false),
                 want,
                 "{row}"
             );

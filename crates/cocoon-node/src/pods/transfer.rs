@@ -17,7 +17,9 @@ use futures::future::{BoxFuture, Shared};
 use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
+use super::owned::{GateError, Owner};
 use super::rules::{Evidence, parse_ref};
+use super::tenant::ArtifactUse;
 use super::{Handler, PodError, Result, failed};
 use crate::metrics::NodeMetrics;
 use crate::runtime::{ImportHandle, Runtime, SnapshotRecord};
@@ -76,13 +78,15 @@ impl Handler {
         pull.await
     }
 
-    /// Pushes the local snapshot `name` to `<repo>:<tag>`, recording `base_image`.
+    /// Pushes the local snapshot `name` to `<repo>:<tag>`, recording `base_image` and the
+    /// `extra` manifest annotations (callers go through [`Handler::push_owned`]).
     pub(crate) async fn push_from(
         &self,
         name: &str,
         repo: &str,
         tag: &str,
         base_image: &str,
+        extra: std::collections::BTreeMap<String, String>,
     ) -> Result<(), String> {
         let Some(reg) = &self.registry else {
             return Err("no registry configured".into());
@@ -93,9 +97,9 @@ impl Handler {
             .snapshot_export(name)
             .await
             .map_err(|e| e.to_string())?;
-        let pushed = reg
-            .push_snapshot_tar(repo, export.stream, &PushOptions::new(tag, base_image))
-            .await;
+        let mut opts = PushOptions::new(tag, base_image);
+        opts.annotations.extra = extra;
+        let pushed = reg.push_snapshot_tar(repo, export.stream, &opts).await;
         let exported = export.done.await;
         self.metrics
             .snapshot_push_duration
@@ -104,28 +108,42 @@ impl Handler {
         exported.map_err(|e| e.to_string())
     }
 
-    /// `hibernateEvidence(vm)` (§6.3).
-    pub(crate) async fn hibernate_evidence(&self, vm: &str) -> Result<Evidence, String> {
+    /// `hibernateEvidence(vm)` (§6.3), for the pod `owner` (an artifact recording another
+    /// owner is refused, see [`super::tenant::check_artifact_owner`]).
+    pub(crate) async fn hibernate_evidence(
+        &self,
+        vm: &str,
+        owner: &Owner,
+    ) -> Result<Evidence, String> {
         match &self.registry {
-            None => match self.rt.snapshot_inspect(vm).await {
+            None => match self.snapshot_exact(vm).await {
                 Ok(_) => Ok(Evidence::Found {
                     recorded_image: String::new(),
                 }),
                 Err(e) if e.is_snapshot_not_found() => Ok(Evidence::None),
                 Err(e) => Err(format!("inspect local snapshot {vm}: {e}")),
             },
-            Some(reg) => match reg.manifest_annotations(vm, tags::HIBERNATE).await {
-                Ok(a) => Ok(Evidence::Found {
-                    recorded_image: a
-                        .get(cocoon_api::contract::oci::ANNOTATION_BASE_IMAGE)
-                        .cloned()
-                        .unwrap_or_default(),
-                }),
-                Err(e) if e.is_not_found() => Ok(Evidence::None),
-                Err(e) => Err(format!(
-                    "hibernate evidence for {vm}: get hibernate manifest: {e} (refusing fresh boot)"
-                )),
-            },
+            Some(_) => {
+                match self
+                    .owned_artifact(ArtifactUse::OwnVm, vm, tags::HIBERNATE, owner)
+                    .await
+                {
+                    Ok(Some(a)) => Ok(Evidence::Found {
+                        recorded_image: a
+                            .annotations
+                            .get(cocoon_api::contract::oci::ANNOTATION_BASE_IMAGE)
+                            .cloned()
+                            .unwrap_or_default(),
+                    }),
+                    Ok(None) => Ok(Evidence::None),
+                    Err(GateError::Refused(r)) => Err(format!(
+                        "hibernate evidence for {vm}: {r} (refusing fresh boot)"
+                    )),
+                    Err(GateError::Failed(e)) => Err(format!(
+                        "hibernate evidence for {vm}: get hibernate manifest: {e} (refusing fresh boot)"
+                    )),
+                }
+            }
         }
     }
 
@@ -143,9 +161,23 @@ impl Handler {
         }
     }
 
-    /// `resolveWakeSource(vm)` (§8.3).
-    pub(crate) async fn resolve_wake_source(&self, vm: &str) -> Result<WakeSource, String> {
-        match self.rt.snapshot_inspect(vm).await {
+    /// `resolveWakeSource(vm)` (§8.3) for the pod `owner`: the registry's `:hibernate` is
+    /// used (and trusted to verify the local copy) only when it is the owner's.
+    pub(crate) async fn resolve_wake_source(
+        &self,
+        vm: &str,
+        owner: &Owner,
+    ) -> Result<WakeSource, String> {
+        let artifact = match self
+            .owned_artifact(ArtifactUse::OwnVm, vm, tags::HIBERNATE, owner)
+            .await
+        {
+            Ok(a) => a,
+            Err(GateError::Refused(r)) => return Err(format!("wake {vm}: {r}")),
+            // The verification below reports registry trouble in the spec's words.
+            Err(GateError::Failed(_)) => None,
+        };
+        match self.snapshot_exact(vm).await {
             Ok(local) => {
                 let verdict = match &self.registry {
                     None => Ok(true),
@@ -187,7 +219,11 @@ impl Handler {
             ));
         }
         let import = hibernate_import_snapshot_name(vm);
-        let res = self.shared_pull(vm, tags::HIBERNATE, &import).await;
+        // The digest whose owner was checked, so the bytes pulled are those.
+        let reference = artifact
+            .as_ref()
+            .map_or(tags::HIBERNATE, |a| a.digest.as_str());
+        let res = self.shared_pull(vm, reference, &import).await;
         self.metrics.snapshot_pull(if res.is_ok() {
             m::RESULT_OK
         } else {
@@ -195,8 +231,7 @@ impl Handler {
         });
         res.map_err(|e| format!("pull hibernation snapshot {vm}: {e}"))?;
         let snapshot = self
-            .rt
-            .snapshot_inspect(&import)
+            .snapshot_exact(&import)
             .await
             .map_err(|e| format!("inspect imported snapshot {import}: {e}"))?;
         Ok(WakeSource {
@@ -206,35 +241,41 @@ impl Handler {
         })
     }
 
-    /// `ensureSnapshot(repo, tag, local)` (§6.4). `None` = no snapshot (the clone then fails
-    /// inside the runtime).
+    /// `ensureSnapshot(repo, tag, local)` (§6.4) for a clone base of pod `owner`; `local` is
+    /// looked up by its exact name only. `None` = no snapshot (the clone then fails inside the
+    /// runtime). The second value is true when this call imported it.
     pub(crate) async fn ensure_snapshot(
         &self,
         repo: &str,
         tag: &str,
         local: &str,
-    ) -> Result<Option<SnapshotRecord>, String> {
+        owner: &Owner,
+    ) -> Result<(Option<SnapshotRecord>, bool), String> {
         if repo.is_empty() {
-            return Ok(None);
+            return Ok((None, false));
         }
-        if let Ok(s) = self.rt.snapshot_inspect(local).await {
-            return Ok(Some(s));
+        if let Ok(s) = self.snapshot_exact(local).await {
+            return Ok((Some(s), false));
         }
         if self.registry.is_none() {
-            return Ok(None);
+            return Ok((None, false));
         }
         let lock = self.flight(&format!("snapshot {local}"));
         let _held = lock.lock().await;
-        if let Ok(s) = self.rt.snapshot_inspect(local).await {
-            return Ok(Some(s));
+        if let Ok(s) = self.snapshot_exact(local).await {
+            return Ok((Some(s), false));
         }
-        // The lock orders the re-check; the transfer itself is shared, so a holder that is
-        // cancelled leaves it running for the next one.
-        self.shared_pull(repo, tag, local).await?;
-        self.rt
-            .snapshot_inspect(local)
+        let artifact = self
+            .owned_artifact(ArtifactUse::CloneBase, repo, tag, owner)
             .await
-            .map(Some)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no snapshot artifact {repo}:{tag} in the registry"))?;
+        // The lock orders the re-check; the transfer itself is shared, so a holder that is
+        // cancelled leaves it running for the next one. The digest is the one checked.
+        self.shared_pull(repo, &artifact.digest, local).await?;
+        self.snapshot_exact(local)
+            .await
+            .map(|s| (Some(s), true))
             .map_err(|e| format!("inspect imported snapshot {local}: {e}"))
     }
 
@@ -243,7 +284,7 @@ impl Handler {
         let name = fork_snapshot_name(src);
         let lock = self.flight(&format!("fork {name}"));
         let _held = lock.lock().await;
-        if self.rt.snapshot_inspect(&name).await.is_ok() {
+        if self.snapshot_exact(&name).await.is_ok() {
             return Ok(name);
         }
         let indexed = self
@@ -254,8 +295,7 @@ impl Handler {
         let id = match indexed {
             Some(id) => id,
             None => {
-                self.rt
-                    .inspect(src)
+                self.vm_exact(src)
                     .await
                     .map_err(|e| format!("inspect fork source vm {src}: {e}"))?
                     .id

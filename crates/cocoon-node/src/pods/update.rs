@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use cocoon_api::contract::events::{node as ev, woken_message};
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{
-    AnnotationCodec, GenerationStamp, HibernateFlags, LifecycleState, Os, VmSpec, tags,
+    AnnotationCodec, GenerationStamp, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec, tags,
 };
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
 use super::create::{FollowUp, ch_windows};
+use super::owned::Owner;
 use super::rules::PodResources;
 use super::state::TrackedVm;
 use super::tenant;
@@ -54,38 +55,31 @@ impl Handler {
                 "resumed operation still in flight for {key}"
             )));
         }
-        // Tenant isolation: the VM name is written once (contract §2.2). A pod whose annotation
-        // now names another VM would hibernate into, or wake from, that VM's snapshots; the
-        // tracked copy (which passed the rules when it was tracked) is kept instead.
-        let incoming_vm = VmSpec::from_meta(&pod.metadata).vm_name;
-        let tracked_vm_name = {
-            let t = self.tables();
-            t.vms_by_pod
-                .get(&key)
-                .map(|v| v.name().to_owned())
-                .filter(|n| !n.is_empty())
-                .or_else(|| {
-                    t.pods
-                        .get(&key)
-                        .map(|p| VmSpec::from_meta(&p.metadata).vm_name)
-                })
-        };
-        if let Some(tracked) = tracked_vm_name.filter(|n| *n != incoming_vm) {
-            let refusal = tenant::Refusal::NameChanged {
-                tracked,
-                vm: incoming_vm,
+        // Tenant isolation: the VM name (written once, contract §2.2), `managed` and an
+        // unmanaged pod's pre-assigned id are fixed when the pod was admitted. A pod whose
+        // annotation now names another VM would hibernate into, or wake from, that VM's
+        // snapshots; a flip to managed would run runtime verbs against the VM an unmanaged
+        // pod's id names; a flip to unmanaged would leak its VM on delete. The admitted copy
+        // is kept instead (by key, like the tracked VM: the tracked incarnation fixed these).
+        let admitted = self.tables().admitted.get(&key).cloned();
+        if let Some(admitted) = admitted {
+            let incoming = VmSpec::from_meta(&pod.metadata);
+            let id = VmRuntime::from_meta(&pod.metadata).id;
+            if let Err(refusal) =
+                tenant::check_update(&admitted, &incoming.vm_name, incoming.managed, &id)
+            {
+                let refusal = refusal.to_string();
+                let already = self
+                    .tables()
+                    .intents
+                    .get(&key)
+                    .is_some_and(|i| i.lifecycle.is_failed() && i.lifecycle.message == refusal);
+                if !already {
+                    self.fail_op(&pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &refusal)
+                        .await;
+                }
+                return Ok(());
             }
-            .to_string();
-            let already = self
-                .tables()
-                .intents
-                .get(&key)
-                .is_some_and(|i| i.lifecycle.is_failed() && i.lifecycle.message == refusal);
-            if !already {
-                self.fail_op(&pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &refusal)
-                    .await;
-            }
-            return Ok(());
         }
         // Store the incoming object with this agent's own intent re-applied: the controller's
         // copy may carry a stale lifecycle-state.
@@ -186,6 +180,13 @@ impl Handler {
         vm: TrackedVm,
     ) -> Result<()> {
         let name = spec.vm_name.clone();
+        if vm.synthetic {
+            // An unmanaged pod's record is synthetic: no runtime verb ever runs against it.
+            let e = format!("vm {name} is unmanaged; it cannot be hibernated");
+            return self
+                .hibernate_fail(key, pod, ev::TENANT_ISOLATION_REFUSED, e)
+                .await;
+        }
         if spec.effective_os() == Os::Macos {
             let e = format!("macOS guest {name} does not support hibernate");
             return self
@@ -258,7 +259,7 @@ impl Handler {
         self.metrics.snapshot_save(m::RESULT_OK);
         if self.registry.is_some() {
             if let Err(e) = self
-                .push_from(&name, &name, tags::HIBERNATE, &spec.image)
+                .push_owned(&name, &name, tags::HIBERNATE, &spec.image, &Owner::of(pod))
                 .await
             {
                 self.metrics.snapshot_push(m::RESULT_FAILED);
@@ -388,7 +389,10 @@ impl Handler {
         if let Err(e) = self.clear_runtime(pod).await {
             warn!(pod = %key, error = %e, "clearing runtime annotations at wake failed");
         }
-        let src = match self.resolve_wake_source(&spec.vm_name).await {
+        let src = match self
+            .resolve_wake_source(&spec.vm_name, &Owner::of(pod))
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 self.metrics.wake(m::RESULT_FAILED);

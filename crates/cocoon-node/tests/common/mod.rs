@@ -18,6 +18,7 @@ use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::NodeRegistration;
 use cocoon_node::pods::host_reach::HostReach;
 use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
+use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, TenantConfig, Timing};
 use cocoon_node::runtime::Runtime;
 use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
 use cocoon_registry::{RegistryClient, RegistryConfig};
@@ -91,6 +92,8 @@ pub struct AgentOptions {
     pub clone_from_dir_roots: Vec<PathBuf>,
     /// `VK_RUN_IMAGE_URL_ALLOW` / `VK_NETWORK_ALLOW` (default: no URL image, default network).
     pub host_reach: HostReach,
+    /// `VK_ACCEPT_LEGACY_VM_NAMES`, `VK_CLONE_BASE_KEEP` (defaults: off, 4).
+    pub tenant: TenantConfig,
 }
 
 impl AgentOptions {
@@ -107,6 +110,7 @@ impl AgentOptions {
             token: None,
             clone_from_dir_roots: Vec::new(),
             host_reach: HostReach::default(),
+            tenant: TenantConfig::default(),
         }
     }
 }
@@ -199,6 +203,7 @@ pub async fn start_agent_with(
             restore_mode: "ondemand".into(),
             cocoon_root_dir: root.to_owned(),
             clone_from_dir_roots: opts.clone_from_dir_roots,
+            tenant: opts.tenant,
             timing: opts.timing,
             host_reach: opts.host_reach,
         },

@@ -313,17 +313,20 @@ impl State {
         self.resolve_vm(r).map(|v| v.record.id.clone())
     }
 
-    /// Resolves a committed snapshot: name, then exact id, then a unique id prefix (≥ 3).
+    /// Resolves a committed snapshot as `runtime.md` §4/§7.2 say, in the same order as VMs:
+    /// exact id, then name, then a unique id prefix (≥ 3). So a name that is another
+    /// snapshot's id, or an id prefix, reaches that snapshot: callers that mean a name must
+    /// check the record's name (the node agent does).
     pub fn resolve_snapshot(&self, r: &str) -> Option<&SimSnapshot> {
         if r.is_empty() {
             return None;
         }
-        if let Some(s) = self.snapshots.get(r).filter(|s| !s.pending) {
-            return Some(s);
-        }
         let committed = || self.snapshots.values().filter(|s| !s.pending);
         let mut exact = committed().filter(|s| s.record.id == r);
         if let (Some(s), None) = (exact.next(), exact.next()) {
+            return Some(s);
+        }
+        if let Some(s) = self.snapshots.get(r).filter(|s| !s.pending) {
             return Some(s);
         }
         if r.len() < 3 {
@@ -415,6 +418,48 @@ mod tests {
         assert_eq!(id(""), None);
         st.vms.remove("def333");
         assert_eq!(st.resolve_vm_id("abc"), None, "ambiguous prefix");
+    }
+
+    #[test]
+    fn snapshot_references_resolve_by_id_name_and_unique_prefix() {
+        let mut st = State::default();
+        for (id, name) in [("ABC111", "one"), ("ABC222", "two"), ("DEF333", "ABC")] {
+            st.snapshots.insert(
+                name.into(),
+                SimSnapshot {
+                    record: SnapshotRecord {
+                        id: id.into(),
+                        name: name.into(),
+                        ..SnapshotRecord::default()
+                    },
+                    pending: false,
+                    data_dir: PathBuf::new(),
+                },
+            );
+        }
+        let name = |st: &State, r: &str| st.resolve_snapshot(r).map(|s| s.record.name.clone());
+        assert_eq!(name(&st, "ABC111").as_deref(), Some("one"), "exact id");
+        assert_eq!(name(&st, "two").as_deref(), Some("two"), "name");
+        assert_eq!(
+            name(&st, "ABC").as_deref(),
+            Some("ABC"),
+            "a name wins over an id prefix"
+        );
+        assert_eq!(name(&st, "DEF").as_deref(), Some("ABC"), "unique id prefix");
+        assert_eq!(
+            name(&st, "ABC2").as_deref(),
+            Some("two"),
+            "unique id prefix"
+        );
+        assert_eq!(name(&st, "DE"), None, "prefix shorter than 3");
+        assert_eq!(name(&st, ""), None);
+        // An exact id wins over a name.
+        st.snapshots.get_mut("two").expect("two").record.id = "one".into();
+        assert_eq!(
+            name(&st, "one").as_deref(),
+            Some("two"),
+            "exact id before name"
+        );
     }
 
     #[test]
