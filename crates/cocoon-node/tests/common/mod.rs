@@ -17,7 +17,6 @@ use cocoon_node::agent::{AgentParts, run_agent};
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::NodeRegistration;
 use cocoon_node::pods::host_reach::HostReach;
-use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, Timing};
 use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, TenantConfig, Timing};
 use cocoon_node::runtime::Runtime;
 use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
