@@ -337,6 +337,9 @@ impl CliRuntime {
             .ok_or_else(|| RuntimeError::Other(format!("{label}: no stdout pipe")))?;
         let err = drain(child.stderr.take());
         let mut keeper = TailKeeper::new(lines, max_bytes);
+        // The start of the output too, to tell the CLI's group help (a release without the
+        // verb) from a log, whatever the tail kept.
+        let mut head = Peeked::default();
         let mut buf = vec![0u8; 64 << 10];
         loop {
             let n = stdout
@@ -346,6 +349,9 @@ impl CliRuntime {
             if n == 0 {
                 break;
             }
+            let room = EXEC_PEEK.saturating_sub(head.head.len()).min(n);
+            head.head.extend_from_slice(&buf[..room]);
+            head.total += n;
             keeper.push(&buf[..n]);
         }
         let status = child
@@ -360,11 +366,13 @@ impl CliRuntime {
                 trimmed(&stderr)
             )));
         }
-        let out = keeper.finish();
-        match group_help_instead_of_result(label, &out) {
-            Some(e) => Err(e),
-            None => Ok(out),
+        if let Some(e) = head
+            .whole()
+            .and_then(|whole| group_help_instead_of_result(label, whole))
+        {
+            return Err(e);
         }
+        Ok(keeper.finish())
     }
 
     /// Spawns a child whose stdin is the returned sink (`snapshot import`, `image import`).
