@@ -41,7 +41,7 @@ use cocoon_testenv::{
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -70,8 +70,14 @@ impl BoundedAgent {
     async fn stream(
         &self,
         path: &str,
-    ) -> Result<(u16, String, tokio_rustls::client::TlsStream<tokio::net::TcpStream>), String>
-    {
+    ) -> Result<
+        (
+            u16,
+            String,
+            tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+        ),
+        String,
+    > {
         kubelet::stream_get(
             self.kubelet.local_addr(),
             self.kubelet.certificate_der(),
@@ -376,13 +382,17 @@ impl OpenExec {
                 .filter(|c| c.args["argv"] == serde_json::json!(["cat"]))
                 .count()
         };
-        let reached = wait_until(&format!("exec {nth} (cat) in the runtime"), WAIT, || async {
-            (cats() >= nth).then_some(())
-        })
+        let reached = wait_until(
+            &format!("exec {nth} (cat) in the runtime"),
+            WAIT,
+            || async { (cats() >= nth).then_some(()) },
+        )
         .await;
         if let Err(e) = reached {
             let out = child.wait_with_output().await?;
-            return Err(format!("exec {nth} into {pod} did not reach the runtime: {e} {out:?}").into());
+            return Err(
+                format!("exec {nth} into {pod} did not reach the runtime: {e} {out:?}").into(),
+            );
         }
         Ok(OpenExec { child, stdin })
     }
@@ -425,7 +435,10 @@ async fn exec_sessions_beyond_the_limits_are_refused() {
         let b1 = OpenExec::start(env, &agent, &ns, "b", 3).await?;
         let out = kubectl_output(env, &["exec", "-n", &ns, "b", "--", "echo", "x"]).await?;
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!out.status.success(), "a fourth exec on the node ran: {out:?}");
+        assert!(
+            !out.status.success(),
+            "a fourth exec on the node ran: {out:?}"
+        );
         assert!(
             stderr.contains("on this node") && stderr.contains("VK_EXEC_SESSIONS_PER_NODE"),
             "{stderr}"
@@ -573,10 +586,14 @@ async fn connections_awaiting_authentication_are_bounded_and_time_out() {
             "a stalled handshake was dropped after {took:?}, before the timeout"
         );
         // ... and then requests are served again.
-        wait_until("a request served after the stalled handshakes were dropped", WAIT, || async {
-            let (status, _) = agent.get("/healthz").await.ok()?;
-            (status == 200).then_some(())
-        })
+        wait_until(
+            "a request served after the stalled handshakes were dropped",
+            WAIT,
+            || async {
+                let (status, _) = agent.get("/healthz").await.ok()?;
+                (status == 200).then_some(())
+            },
+        )
         .await?;
         drop(follower);
 

@@ -956,7 +956,10 @@ async fn log_captures_are_bounded_in_bytes() {
         let rt = CliRuntime::with_capabilities(fake.config(), caps);
         let got = rt.logs_capped("id1", Some(200), 4096).await.expect("logs");
         assert!(got.len() <= 4096, "tail={logs_tail}: {} bytes", got.len());
-        assert!(got.ends_with(b"after\nend\n"), "tail={logs_tail}: newest kept");
+        assert!(
+            got.ends_with(b"after\nend\n"),
+            "tail={logs_tail}: newest kept"
+        );
         // Only the newest lines fit: the huge line's start is gone.
         let got = rt.logs_capped("id1", None, 8).await.expect("logs");
         assert_eq!(got, b"end\n", "tail={logs_tail}");

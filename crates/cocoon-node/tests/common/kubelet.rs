@@ -297,10 +297,7 @@ pub async fn stream_get(
     let mut raw = Vec::new();
     let mut buf = vec![0u8; 16 << 10];
     loop {
-        let n = tls
-            .read(&mut buf)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
+        let n = tls.read(&mut buf).await.map_err(|e| format!("read: {e}"))?;
         if n == 0 {
             return Err(format!(
                 "connection closed before the response head: {:?}",
