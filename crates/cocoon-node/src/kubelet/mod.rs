@@ -11,13 +11,23 @@
 //! Routes (kubelet paths as the API server proxy uses them):
 //! * `GET /containerLogs/{ns}/{pod}/{container}?tailLines=N` (default tail 200);
 //!   `follow=true` keeps the response open and streams the lines the log gains
-//!   ([`follow_from`]), until the VM is gone, the client hangs up or the server stops
+//!   ([`follow_from`]), until the VM is gone, the client hangs up, the stream is idle for the
+//!   streaming idle timeout or the server stops. One reader per pod serves all its followers
+//!   (`follow.rs`)
 //! * `GET|POST /exec/{ns}/{pod}/{container}?command=..&stdin=1&stdout=1&stderr=1`: the
 //!   remote-command protocol over SPDY/3.1 ([`exec`])
 //! * `/attach/...`, `/portForward/...` → 501 with the message below
 //! * `GET /stats/summary` (kubelet stats API v1alpha1 JSON subset)
 //! * `GET /metrics/resource` (Prometheus text)
 //! * `GET /healthz` → `ok`
+//!
+//! Bounds ([`limits`], issue 26 item 8): a logs answer carries at most
+//! `VK_LOG_MAX_BYTES` (lines cut at `VK_LOG_MAX_LINE_BYTES`), and the runtime's capture never
+//! holds more; followers and exec sessions beyond their per-pod / per-node limits get HTTP 429
+//! naming the limit; at most `VK_KUBELET_PREAUTH_CONNECTIONS` connections wait for
+//! authentication (more are closed at accept) and a TLS handshake may take
+//! `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT`; exec sessions and followed logs moving no data for
+//! `VK_STREAMING_CONNECTION_IDLE_TIMEOUT` (4 h, the kubelet's default) are closed.
 //!
 //! Every route is behind [`auth`]: client certificate (verified against the client CA) or
 //! bearer token (TokenReview), then a SubjectAccessReview on `nodes/<subresource>`, as the
