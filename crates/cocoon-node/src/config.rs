@@ -21,7 +21,7 @@
 //!   one is fatal). Unset or empty refuses every `vm.cocoonstack.io/clone-from-dir`.
 //! * Kubelet API bounds (not in the spec; issue 26 item 8), [`parse_kubelet_limits`]:
 //!   `VK_LOG_MAX_BYTES` (4 MiB), `VK_LOG_MAX_LINE_BYTES` (16 KiB), `VK_LOG_FOLLOWERS_PER_POD`
-//!   (4), `VK_LOG_FOLLOWERS_PER_NODE` (64), `VK_EXEC_SESSIONS_PER_POD` (8),
+//!   (4), `VK_LOG_FOLLOWERS_PER_NODE` (64), `VK_LOG_READS_PER_NODE` (16), `VK_EXEC_SESSIONS_PER_POD` (8),
 //!   `VK_EXEC_SESSIONS_PER_NODE` (64), `VK_KUBELET_PREAUTH_CONNECTIONS` (128),
 //!   `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT` (10s), `VK_STREAMING_CONNECTION_IDLE_TIMEOUT` (4h;
 //!   0 disables, as the kubelet's flag). A count that is not a positive integer, or a bad
@@ -252,7 +252,8 @@ pub struct NodeConfig {
     /// Heartbeat and fix-up timings (not env-configurable).
     pub timings: Timings,
     /// Bounds on kubelet API work (`VK_LOG_MAX_BYTES`, `VK_LOG_MAX_LINE_BYTES`,
-    /// `VK_LOG_FOLLOWERS_PER_POD`/`_NODE`, `VK_EXEC_SESSIONS_PER_POD`/`_NODE`,
+    /// `VK_LOG_FOLLOWERS_PER_POD`/`_NODE`, `VK_LOG_READS_PER_NODE`,
+    /// `VK_EXEC_SESSIONS_PER_POD`/`_NODE`,
     /// `VK_KUBELET_PREAUTH_CONNECTIONS`, `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT`,
     /// `VK_STREAMING_CONNECTION_IDLE_TIMEOUT`); see [`parse_kubelet_limits`].
     pub kubelet_limits: KubeletLimits,
@@ -452,6 +453,7 @@ pub fn parse_kubelet_limits(
         log_max_line_bytes: count(env::LOG_MAX_LINE_BYTES, d.log_max_line_bytes)?,
         log_followers_per_pod: count(env::LOG_FOLLOWERS_PER_POD, d.log_followers_per_pod)?,
         log_followers_per_node: count(env::LOG_FOLLOWERS_PER_NODE, d.log_followers_per_node)?,
+        log_reads_per_node: count(env::LOG_READS_PER_NODE, d.log_reads_per_node)?,
         exec_sessions_per_pod: count(env::EXEC_SESSIONS_PER_POD, d.exec_sessions_per_pod)?,
         exec_sessions_per_node: count(env::EXEC_SESSIONS_PER_NODE, d.exec_sessions_per_node)?,
         preauth_connections: count(env::KUBELET_PREAUTH_CONNECTIONS, d.preauth_connections)?,
@@ -837,6 +839,7 @@ mod tests {
         assert_eq!(c.kubelet_limits.log_max_line_bytes, 16 << 10);
         assert_eq!(c.kubelet_limits.log_followers_per_pod, 4);
         assert_eq!(c.kubelet_limits.log_followers_per_node, 64);
+        assert_eq!(c.kubelet_limits.log_reads_per_node, 16);
         assert_eq!(c.kubelet_limits.exec_sessions_per_pod, 8);
         assert_eq!(c.kubelet_limits.exec_sessions_per_node, 64);
         assert_eq!(c.kubelet_limits.preauth_connections, 128);

@@ -8,6 +8,7 @@
 //!   `VK_LOG_MAX_LINE_BYTES`) gets at most the cap back.
 //! * Followers beyond `VK_LOG_FOLLOWERS_PER_POD` / `_PER_NODE` are refused while the first N
 //!   stream, and N followers of one pod cost one runtime read per poll, not N.
+//! * One-shot log reads beyond `VK_LOG_READS_PER_NODE` at once are refused.
 //! * Exec sessions beyond `VK_EXEC_SESSIONS_PER_POD` / `_PER_NODE` are refused with the limit
 //!   named while N run.
 //! * An idle exec session and an idle followed log are closed after
@@ -597,6 +598,58 @@ async fn connections_awaiting_authentication_are_bounded_and_time_out() {
         .await?;
         drop(follower);
 
+        agent.stop().await;
+        cleanup_node(env, &node).await?;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn log_reads_beyond_the_node_limit_are_refused() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "bounds-reads").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("bounds-reads");
+        let limits = KubeletLimits {
+            log_reads_per_node: 2,
+            ..KubeletLimits::default()
+        };
+        let agent = Arc::new(start(env, &node, &tmp.path().join(&node), limits).await?);
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        create_ready(&api, &ns, "a", &node).await?;
+        let path = log_path(&ns, "a", "tailLines=5");
+
+        // Two reads held in the runtime use up the node's log reads; a third is refused.
+        agent.sim.block(Verb::Logs, None);
+        let held: Vec<_> = (0..2)
+            .map(|_| {
+                let (agent, path) = (agent.clone(), path.clone());
+                tokio::spawn(async move { agent.get(&path).await })
+            })
+            .collect();
+        assert!(
+            agent.sim.wait_blocked(Verb::Logs, 2, WAIT).await,
+            "two log reads reached the runtime"
+        );
+        let (status, body) = agent.get(&path).await?;
+        assert_eq!(status, 429, "{body}");
+        assert!(
+            body.contains("too many concurrent log reads on this node")
+                && body.contains("VK_LOG_READS_PER_NODE"),
+            "{body}"
+        );
+        agent.sim.unblock(Verb::Logs);
+        for h in held {
+            let (status, body) = h.await??;
+            assert_eq!(status, 200, "{body}");
+        }
+        let (status, _) = agent.get(&path).await?;
+        assert_eq!(status, 200, "the reads were given back");
+
+        let agent = Arc::try_unwrap(agent).map_err(|_| "agent still shared")?;
         agent.stop().await;
         cleanup_node(env, &node).await?;
         delete_namespace(&client, &ns).await?;

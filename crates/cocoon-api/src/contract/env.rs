@@ -183,6 +183,8 @@ pub mod node {
     pub const LOG_FOLLOWERS_PER_POD: &str = "VK_LOG_FOLLOWERS_PER_POD";
     /// Concurrent `logs -f` followers on the node.
     pub const LOG_FOLLOWERS_PER_NODE: &str = "VK_LOG_FOLLOWERS_PER_NODE";
+    /// Concurrent console-log captures on the node.
+    pub const LOG_READS_PER_NODE: &str = "VK_LOG_READS_PER_NODE";
     /// Concurrent exec sessions into one pod.
     pub const EXEC_SESSIONS_PER_POD: &str = "VK_EXEC_SESSIONS_PER_POD";
     /// Concurrent exec sessions on the node.

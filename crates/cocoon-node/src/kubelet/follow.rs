@@ -39,6 +39,8 @@ struct Target {
     pod: String,
     container: String,
     limits: KubeletLimits,
+    /// The node's log-read permits: a read waits for its next turn when none is free.
+    reads: Arc<tokio::sync::Semaphore>,
 }
 
 /// The shared reader of one pod's log; its task stops when the last follower drops it.
@@ -83,6 +85,7 @@ impl Feeds {
         limits: KubeletLimits,
         first: &[String],
         stopping: &CancellationToken,
+        reads: Arc<tokio::sync::Semaphore>,
     ) -> Arc<Feed> {
         let key = format!("{ns}/{pod}");
         let mut map = self.map();
@@ -105,6 +108,7 @@ impl Feeds {
             pod: pod.to_owned(),
             container: container.to_owned(),
             limits,
+            reads,
         };
         tokio::spawn(read_feed(target, tx, stop.clone()));
         let feed = Arc::new(Feed {
@@ -127,6 +131,9 @@ async fn read_feed(t: Target, tx: watch::Sender<Arc<Snap>>, stop: CancellationTo
             () = stop.cancelled() => return,
             () = tokio::time::sleep(FOLLOW_POLL) => {}
         }
+        let Ok(_permit) = t.reads.try_acquire() else {
+            continue;
+        };
         let read = tokio::select! {
             () = stop.cancelled() => return,
             r = t.backend.logs(&t.ns, &t.pod, &t.container, FOLLOW_WINDOW, t.limits.log_max_bytes) => r,

@@ -22,6 +22,8 @@ pub const DEFAULT_LOG_MAX_LINE_BYTES: usize = 16 << 10;
 pub const DEFAULT_LOG_FOLLOWERS_PER_POD: usize = 4;
 /// Default of [`KubeletLimits::log_followers_per_node`] (`VK_LOG_FOLLOWERS_PER_NODE`).
 pub const DEFAULT_LOG_FOLLOWERS_PER_NODE: usize = 64;
+/// Default of [`KubeletLimits::log_reads_per_node`] (`VK_LOG_READS_PER_NODE`).
+pub const DEFAULT_LOG_READS_PER_NODE: usize = 16;
 /// Default of [`KubeletLimits::exec_sessions_per_pod`] (`VK_EXEC_SESSIONS_PER_POD`).
 pub const DEFAULT_EXEC_SESSIONS_PER_POD: usize = 8;
 /// Default of [`KubeletLimits::exec_sessions_per_node`] (`VK_EXEC_SESSIONS_PER_NODE`).
@@ -47,6 +49,10 @@ pub struct KubeletLimits {
     pub log_followers_per_pod: usize,
     /// Concurrent `follow=true` log streams of the node.
     pub log_followers_per_node: usize,
+    /// Concurrent log captures on the node (one-shot answers, a follower's first read, a
+    /// followed pod's periodic read), each holding up to `log_max_bytes` until its answer is
+    /// sent; beyond, a request gets HTTP 429 and a followed pod's read waits for its next turn.
+    pub log_reads_per_node: usize,
     /// Concurrent exec sessions into one pod.
     pub exec_sessions_per_pod: usize,
     /// Concurrent exec sessions on the node.
@@ -68,6 +74,7 @@ impl Default for KubeletLimits {
             log_max_line_bytes: DEFAULT_LOG_MAX_LINE_BYTES,
             log_followers_per_pod: DEFAULT_LOG_FOLLOWERS_PER_POD,
             log_followers_per_node: DEFAULT_LOG_FOLLOWERS_PER_NODE,
+            log_reads_per_node: DEFAULT_LOG_READS_PER_NODE,
             exec_sessions_per_pod: DEFAULT_EXEC_SESSIONS_PER_POD,
             exec_sessions_per_node: DEFAULT_EXEC_SESSIONS_PER_NODE,
             preauth_connections: DEFAULT_PREAUTH_CONNECTIONS,

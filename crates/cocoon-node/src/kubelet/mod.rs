@@ -23,7 +23,8 @@
 //!
 //! Bounds ([`limits`], issue 26 item 8): a logs answer carries at most
 //! `VK_LOG_MAX_BYTES` (lines cut at `VK_LOG_MAX_LINE_BYTES`), and the runtime's capture never
-//! holds more; followers and exec sessions beyond their per-pod / per-node limits get HTTP 429
+//! holds more; at most `VK_LOG_READS_PER_NODE` captures run (and wait for their client) at
+//! once; followers and exec sessions beyond their per-pod / per-node limits get HTTP 429
 //! naming the limit; at most `VK_KUBELET_PREAUTH_CONNECTIONS` connections wait for
 //! authentication (more are closed at accept) and a TLS handshake may take
 //! `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT`; exec sessions and followed logs moving no data for
@@ -203,6 +204,8 @@ struct ApiState {
     exec_slots: limits::Slots,
     /// The shared readers of followed logs.
     feeds: follow::Feeds,
+    /// Log captures in progress (each up to `log_max_bytes` until sent).
+    log_reads: Arc<tokio::sync::Semaphore>,
 }
 
 type Shared = Arc<ApiState>;
@@ -250,6 +253,7 @@ fn router_with(
         followers: limits::Slots::new(limits.log_followers_per_pod, limits.log_followers_per_node),
         exec_slots: limits::Slots::new(limits.exec_sessions_per_pod, limits.exec_sessions_per_node),
         feeds: follow::Feeds::default(),
+        log_reads: Arc::new(tokio::sync::Semaphore::new(limits.log_reads_per_node)),
     });
     Router::new()
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
@@ -363,6 +367,20 @@ fn too_many(msg: String) -> Response {
         .into_response()
 }
 
+/// A response body of `bytes` that keeps `permit` until the bytes were taken for sending, so
+/// the log-read limit also bounds answers waiting for a slow client.
+fn body_holding(bytes: Vec<u8>, permit: tokio::sync::OwnedSemaphorePermit) -> axum::body::Body {
+    let stream =
+        futures::stream::unfold((Some(bytes), Some(permit)), |(bytes, permit)| async move {
+            let b = bytes?;
+            Some((
+                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(b)),
+                (None, permit),
+            ))
+        });
+    axum::body::Body::from_stream(stream)
+}
+
 async fn container_logs(
     State(st): State<Shared>,
     Path((ns, pod, container)): Path<(String, String, String)>,
@@ -389,6 +407,14 @@ async fn container_logs(
         None
     };
     let lim = st.limits;
+    let Ok(read_permit) = st.log_reads.clone().try_acquire_owned() else {
+        let msg = format!(
+            "vk-cocoon: too many concurrent log reads on this node (limit {}, VK_LOG_READS_PER_NODE)",
+            lim.log_reads_per_node
+        );
+        tracing::info!(namespace = %ns, pod = %pod, "{msg}");
+        return too_many(msg);
+    };
     match st
         .backend
         .logs(&ns, &pod, &container, tail, lim.log_max_bytes)
@@ -406,7 +432,9 @@ async fn container_logs(
                         lim,
                         &log_lines(&body),
                         &st.stopping,
+                        st.log_reads.clone(),
                     );
+                    drop(read_permit);
                     let stream = follow::body(
                         feed,
                         body,
@@ -417,7 +445,11 @@ async fn container_logs(
                     );
                     ([(header::CONTENT_TYPE, "text/plain")], stream).into_response()
                 }
-                None => ([(header::CONTENT_TYPE, "text/plain")], body).into_response(),
+                None => (
+                    [(header::CONTENT_TYPE, "text/plain")],
+                    body_holding(body, read_permit),
+                )
+                    .into_response(),
             }
         }
         Ok(None) => ([(header::CONTENT_TYPE, "text/plain")], NO_LIVE_VM_BODY).into_response(),
