@@ -367,18 +367,36 @@ fn too_many(msg: String) -> Response {
         .into_response()
 }
 
-/// A response body of `bytes` that keeps `permit` until the bytes were taken for sending, so
-/// the log-read limit also bounds answers waiting for a slow client.
+/// A response body of `bytes` (sent with its `Content-Length`) that keeps `permit` until
+/// hyper is done with it, so the log-read limit also bounds answers waiting for a slow client.
 fn body_holding(bytes: Vec<u8>, permit: tokio::sync::OwnedSemaphorePermit) -> axum::body::Body {
-    let stream =
-        futures::stream::unfold((Some(bytes), Some(permit)), |(bytes, permit)| async move {
-            let b = bytes?;
-            Some((
-                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(b)),
-                (None, permit),
-            ))
-        });
-    axum::body::Body::from_stream(stream)
+    struct Held {
+        bytes: Option<axum::body::Bytes>,
+        _permit: tokio::sync::OwnedSemaphorePermit,
+    }
+    impl axum::body::HttpBody for Held {
+        type Data = axum::body::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+            std::task::Poll::Ready(self.bytes.take().map(|b| Ok(hyper::body::Frame::data(b))))
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.bytes.is_none()
+        }
+
+        fn size_hint(&self) -> hyper::body::SizeHint {
+            hyper::body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
+        }
+    }
+    axum::body::Body::new(Held {
+        bytes: Some(bytes.into()),
+        _permit: permit,
+    })
 }
 
 async fn container_logs(
