@@ -80,6 +80,20 @@ enum SimCommand {
     },
     /// End the agent's VM event streams (it reconnects after 2 s).
     CloseEventStreams,
+    /// Make the guest print TEXT on its console (what `kubectl logs` reads), `--repeat` times;
+    /// a newline ends it unless `--no-newline`.
+    Print {
+        /// VM name or id.
+        vm: String,
+        /// The text.
+        text: String,
+        /// How many times (the whole is at most 256 MiB).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+        repeat: u64,
+        /// Print TEXT without a newline after it (repeated, it makes one long line).
+        #[arg(long)]
+        no_newline: bool,
+    },
 }
 
 fn parse_verb(s: &str) -> Result<Verb, String> {
@@ -112,6 +126,20 @@ fn request_of(cmd: &SimCommand) -> Request {
         SimCommand::ClearFailures => Request::ClearFailures,
         SimCommand::Calls { .. } => Request::Calls,
         SimCommand::CloseEventStreams => Request::CloseEventStreams,
+        SimCommand::Print {
+            vm,
+            text,
+            repeat,
+            no_newline,
+        } => Request::Print {
+            vm: vm.clone(),
+            text: if *no_newline {
+                text.clone()
+            } else {
+                format!("{text}\n")
+            },
+            repeat: Some(*repeat),
+        },
     }
 }
 
@@ -194,6 +222,9 @@ fn render(cmd: &SimCommand, reply: &Reply, output: Output) -> anyhow::Result<Str
         },
         (SimCommand::ClearFailures, Reply::Done) => "failures cleared\n".to_owned(),
         (SimCommand::CloseEventStreams, Reply::Done) => "event streams closed\n".to_owned(),
+        (SimCommand::Print { vm, repeat, .. }, Reply::Done) => {
+            format!("vm {vm} printed {repeat} time(s)\n")
+        }
         (_, other) => format!(
             "{}\n",
             serde_json::to_string(other).context("encode the reply")?
@@ -264,6 +295,22 @@ mod tests {
                 },
             ),
             (&["delete", "id1"], Request::Delete { vm: "id1".into() }),
+            (
+                &["print", "vm-a", "hello"],
+                Request::Print {
+                    vm: "vm-a".into(),
+                    text: "hello\n".into(),
+                    repeat: Some(1),
+                },
+            ),
+            (
+                &["print", "vm-a", "x", "--repeat", "1000", "--no-newline"],
+                Request::Print {
+                    vm: "vm-a".into(),
+                    text: "x".into(),
+                    repeat: Some(1000),
+                },
+            ),
             (
                 &[
                     "fail-verb",

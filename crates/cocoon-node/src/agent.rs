@@ -228,7 +228,7 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         ),
     };
     let backend = Arc::new(AgentPodBackend::default());
-    let kubelet = KubeletServer::start(
+    let kubelet = KubeletServer::start_with_limits(
         std::net::SocketAddr::new(config.node_ip, config.kubelet_port),
         &tls,
         security,
@@ -236,6 +236,7 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         HostReader::new(config.cocoon_root_dir.clone()),
         &config.node_name,
         &shutdown,
+        config.kubelet_limits,
     )
     .await
     .map_err(|e| AgentError::Config(e.to_string()))?;
@@ -293,6 +294,7 @@ impl PodBackend for AgentPodBackend {
         pod: &str,
         _container: &str,
         tail: u32,
+        max_bytes: usize,
     ) -> Result<Option<Vec<u8>>, BackendError> {
         let Some(h) = self.0.get() else {
             return Ok(None);
@@ -303,7 +305,7 @@ impl PodBackend for AgentPodBackend {
         if vm.synthetic {
             return Ok(None);
         }
-        h.rt.logs(vm.id(), Some(u64::from(tail)))
+        h.rt.logs_capped(vm.id(), Some(u64::from(tail)), max_bytes)
             .await
             .map(Some)
             .map_err(|e| BackendError(e.to_string()))

@@ -28,6 +28,13 @@
 //!   the risk); default off.
 //! * `VK_CLONE_BASE_KEEP` (not in the spec): unused clone-base snapshots kept per node, a
 //!   non-negative integer, default 4; an unparsable value is fatal.
+//! * Kubelet API bounds (not in the spec; issue 26 item 8), [`parse_kubelet_limits`]:
+//!   `VK_LOG_MAX_BYTES` (4 MiB), `VK_LOG_MAX_LINE_BYTES` (16 KiB), `VK_LOG_FOLLOWERS_PER_POD`
+//!   (4), `VK_LOG_FOLLOWERS_PER_NODE` (64), `VK_LOG_READS_PER_NODE` (16), `VK_EXEC_SESSIONS_PER_POD` (8),
+//!   `VK_EXEC_SESSIONS_PER_NODE` (64), `VK_KUBELET_PREAUTH_CONNECTIONS` (128),
+//!   `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT` (10s), `VK_STREAMING_CONNECTION_IDLE_TIMEOUT` (4h;
+//!   0 disables, as the kubelet's flag). A count that is not a positive integer, or a bad
+//!   duration, is fatal.
 //! * Timing knobs (Lease renew, status refresh, fix-up) are not env vars: they are struct fields
 //!   with the spec's defaults so tests can shorten them.
 
@@ -38,6 +45,7 @@ use std::time::Duration;
 use cocoon_api::contract::env::node as env;
 
 use crate::pods::host_reach::{self, HostReach};
+use crate::kubelet::limits::KubeletLimits;
 use crate::runtime::BackendChoice;
 
 /// A configuration error; every variant's text is the fatal message the process exits with.
@@ -71,6 +79,12 @@ pub enum ConfigError {
     HostReach { var: &'static str, reason: String },
     #[error("parse VK_CLONE_BASE_KEEP: must be a non-negative integer, got {0:?}")]
     CloneBaseKeep(String),
+    #[error("parse {var}={value:?}: {reason}")]
+    Limit {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
 }
 
 /// What to do with a VM that no pod claims (`VK_ORPHAN_POLICY`).
@@ -258,6 +272,12 @@ pub struct NodeConfig {
     pub clone_base_keep: usize,
     /// Heartbeat and fix-up timings (not env-configurable).
     pub timings: Timings,
+    /// Bounds on kubelet API work (`VK_LOG_MAX_BYTES`, `VK_LOG_MAX_LINE_BYTES`,
+    /// `VK_LOG_FOLLOWERS_PER_POD`/`_NODE`, `VK_LOG_READS_PER_NODE`,
+    /// `VK_EXEC_SESSIONS_PER_POD`/`_NODE`,
+    /// `VK_KUBELET_PREAUTH_CONNECTIONS`, `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT`,
+    /// `VK_STREAMING_CONNECTION_IDLE_TIMEOUT`); see [`parse_kubelet_limits`].
+    pub kubelet_limits: KubeletLimits,
 }
 
 impl NodeConfig {
@@ -422,8 +442,66 @@ impl NodeConfig {
                 .is_some_and(|v| v.trim() == "true"),
             clone_base_keep,
             timings: Timings::default(),
+            kubelet_limits: parse_kubelet_limits(&val)?,
         })
     }
+}
+
+/// The kubelet API limits from `val` (an env lookup that already maps blank to unset): each
+/// count a positive integer, each duration Go-style or seconds; unset keeps the default of
+/// [`KubeletLimits::default`]; anything else is fatal, naming the variable. The handshake
+/// timeout must be positive; an idle timeout of 0 disables it (the kubelet's semantics).
+pub fn parse_kubelet_limits(
+    val: &dyn Fn(&str) -> Option<String>,
+) -> Result<KubeletLimits, ConfigError> {
+    let d = KubeletLimits::default();
+    let count = |var: &'static str, default: usize| match val(var) {
+        None => Ok(default),
+        Some(raw) => match raw.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(ConfigError::Limit {
+                var,
+                value: raw,
+                reason: "must be a positive integer".into(),
+            }),
+        },
+    };
+    let duration = |var: &'static str, default: Duration, zero_ok: bool| match val(var) {
+        None => Ok(default),
+        Some(raw) => match crate::kubelet::limits::parse_duration(&raw) {
+            Ok(d) if zero_ok || !d.is_zero() => Ok(d),
+            Ok(_) => Err(ConfigError::Limit {
+                var,
+                value: raw,
+                reason: "must be positive".into(),
+            }),
+            Err(reason) => Err(ConfigError::Limit {
+                var,
+                value: raw,
+                reason,
+            }),
+        },
+    };
+    Ok(KubeletLimits {
+        log_max_bytes: count(env::LOG_MAX_BYTES, d.log_max_bytes)?,
+        log_max_line_bytes: count(env::LOG_MAX_LINE_BYTES, d.log_max_line_bytes)?,
+        log_followers_per_pod: count(env::LOG_FOLLOWERS_PER_POD, d.log_followers_per_pod)?,
+        log_followers_per_node: count(env::LOG_FOLLOWERS_PER_NODE, d.log_followers_per_node)?,
+        log_reads_per_node: count(env::LOG_READS_PER_NODE, d.log_reads_per_node)?,
+        exec_sessions_per_pod: count(env::EXEC_SESSIONS_PER_POD, d.exec_sessions_per_pod)?,
+        exec_sessions_per_node: count(env::EXEC_SESSIONS_PER_NODE, d.exec_sessions_per_node)?,
+        preauth_connections: count(env::KUBELET_PREAUTH_CONNECTIONS, d.preauth_connections)?,
+        tls_handshake_timeout: duration(
+            env::KUBELET_TLS_HANDSHAKE_TIMEOUT,
+            d.tls_handshake_timeout,
+            false,
+        )?,
+        streaming_idle_timeout: duration(
+            env::STREAMING_CONNECTION_IDLE_TIMEOUT,
+            d.streaming_idle_timeout,
+            true,
+        )?,
+    })
 }
 
 /// Parses `VK_CLONE_FROM_DIR_ROOTS`: items separated by `,` or `:`, trimmed, blanks dropped;
@@ -856,6 +934,83 @@ mod tests {
             "[::1]:80"
         );
         assert!(parse_listen_addr(":x").is_err());
+    }
+
+    #[test]
+    fn kubelet_limits() {
+        let c = parse(&[]).expect("config");
+        assert_eq!(c.kubelet_limits, KubeletLimits::default());
+        assert_eq!(c.kubelet_limits.log_max_bytes, 4 << 20);
+        assert_eq!(c.kubelet_limits.log_max_line_bytes, 16 << 10);
+        assert_eq!(c.kubelet_limits.log_followers_per_pod, 4);
+        assert_eq!(c.kubelet_limits.log_followers_per_node, 64);
+        assert_eq!(c.kubelet_limits.log_reads_per_node, 16);
+        assert_eq!(c.kubelet_limits.exec_sessions_per_pod, 8);
+        assert_eq!(c.kubelet_limits.exec_sessions_per_node, 64);
+        assert_eq!(c.kubelet_limits.preauth_connections, 128);
+        assert_eq!(
+            c.kubelet_limits.tls_handshake_timeout,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            c.kubelet_limits.streaming_idle_timeout,
+            Duration::from_secs(4 * 3600),
+            "the kubelet's --streaming-connection-idle-timeout default"
+        );
+        let c = parse(&[
+            ("VK_LOG_MAX_BYTES", "1024"),
+            ("VK_LOG_MAX_LINE_BYTES", " 80 "),
+            ("VK_LOG_FOLLOWERS_PER_POD", "1"),
+            ("VK_LOG_FOLLOWERS_PER_NODE", "2"),
+            ("VK_EXEC_SESSIONS_PER_POD", "3"),
+            ("VK_EXEC_SESSIONS_PER_NODE", "4"),
+            ("VK_KUBELET_PREAUTH_CONNECTIONS", "5"),
+            ("VK_KUBELET_TLS_HANDSHAKE_TIMEOUT", "2s"),
+            ("VK_STREAMING_CONNECTION_IDLE_TIMEOUT", "0"),
+        ])
+        .expect("config");
+        let l = c.kubelet_limits;
+        assert_eq!(
+            (
+                l.log_max_bytes,
+                l.log_max_line_bytes,
+                l.log_followers_per_pod,
+                l.log_followers_per_node,
+                l.exec_sessions_per_pod,
+                l.exec_sessions_per_node,
+                l.preauth_connections,
+            ),
+            (1024, 80, 1, 2, 3, 4, 5)
+        );
+        assert_eq!(l.tls_handshake_timeout, Duration::from_secs(2));
+        assert_eq!(l.streaming_idle_timeout, Duration::ZERO, "0 disables");
+        for (var, raw, reason) in [
+            ("VK_LOG_MAX_BYTES", "0", "must be a positive integer"),
+            (
+                "VK_EXEC_SESSIONS_PER_POD",
+                "-1",
+                "must be a positive integer",
+            ),
+            (
+                "VK_LOG_FOLLOWERS_PER_NODE",
+                "lots",
+                "must be a positive integer",
+            ),
+            ("VK_KUBELET_TLS_HANDSHAKE_TIMEOUT", "0s", "must be positive"),
+        ] {
+            let err = parse(&[(var, raw)]).expect_err(var);
+            assert_eq!(
+                err.to_string(),
+                format!("parse {var}={raw:?}: {reason}"),
+                "{var}"
+            );
+        }
+        let err = parse(&[("VK_STREAMING_CONNECTION_IDLE_TIMEOUT", "4 hours")]).expect_err("bad");
+        assert!(
+            err.to_string()
+                .starts_with("parse VK_STREAMING_CONNECTION_IDLE_TIMEOUT=\"4 hours\": "),
+            "{err}"
+        );
     }
 
     #[test]

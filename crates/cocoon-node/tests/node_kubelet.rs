@@ -46,6 +46,7 @@ impl PodBackend for FakePods {
         pod: &str,
         container: &str,
         tail: u32,
+        _max_bytes: usize,
     ) -> Result<Option<Vec<u8>>, BackendError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         match (namespace, pod) {

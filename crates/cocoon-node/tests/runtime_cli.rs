@@ -944,6 +944,33 @@ async fn logs_without_tail_support_are_tailed_by_the_agent() {
     );
 }
 
+/// A guest that prints more than the capture cap (here a 3 MiB line, then lines) costs the
+/// agent at most the cap, with `--tail` (the CLI bounds lines, not bytes) and without.
+#[tokio::test]
+async fn log_captures_are_bounded_in_bytes() {
+    let fake = Fake::new();
+    let mut log = "x".repeat(3 << 20);
+    log.push('\n');
+    log.push_str("after\nend\n");
+    fake.answer("vm_logs", &log, "", 0);
+    for logs_tail in [true, false] {
+        let caps = Capabilities {
+            logs_tail,
+            ..Capabilities::ALL
+        };
+        let rt = CliRuntime::with_capabilities(fake.config(), caps);
+        let got = rt.logs_capped("id1", Some(200), 4096).await.expect("logs");
+        assert!(got.len() <= 4096, "tail={logs_tail}: {} bytes", got.len());
+        assert!(
+            got.ends_with(b"after\nend\n"),
+            "tail={logs_tail}: newest kept"
+        );
+        // Only the newest lines fit: the huge line's start is gone.
+        let got = rt.logs_capped("id1", None, 8).await.expect("logs");
+        assert_eq!(got, b"end\n", "tail={logs_tail}");
+    }
+}
+
 #[tokio::test]
 async fn exec_flags_the_cli_lacks_are_refused_before_running() {
     let fake = Fake::new();

@@ -16,6 +16,7 @@ use crate::http::{
     Body, BodyReader, Http, Limit, MAX_SMALL_BODY, Req, Scope, file_body, header_str, redact,
 };
 use crate::manifest::{Kind, Manifest, SnapshotConfig, classify};
+use crate::paging::PageWalk;
 use crate::reference::{
     Digest, Hasher, Reference, RegistryBase, validate_repository, validate_tag,
 };
@@ -409,10 +410,15 @@ impl RegistryClient {
             #[serde(default)]
             tags: Option<Vec<String>>,
         }
-        let first = self.http().url(&format!("{path}/tags/list?n=1000"))?;
+        let limits = self.inner.cfg.list_limits;
+        let first = self
+            .http()
+            .url(&format!("{path}/tags/list?n={}", limits.page_size))?;
+        let mut walk = PageWalk::new(format!("tags of {repo}"), limits);
         let mut out = Vec::new();
         let mut next = Some(first);
         while let Some(url) = next.take() {
+            walk.visit(&url)?;
             let (body, link) = match self.get_page(&url, &scope, "repository").await {
                 Ok(v) => v,
                 Err(e) if e.is_not_found() => return Ok(Vec::new()),
@@ -420,7 +426,9 @@ impl RegistryClient {
             };
             let page: Tags = serde_json::from_slice(&body)
                 .map_err(|e| Error::protocol(format!("tags list of {repo}: {e}")))?;
-            out.extend(page.tags.unwrap_or_default());
+            let tags = page.tags.unwrap_or_default();
+            walk.add_entries(tags.len())?;
+            out.extend(tags);
             next = link;
         }
         Ok(out)
@@ -435,12 +443,20 @@ impl RegistryClient {
         }
         let prefix = self.inner.cfg.base.prefix().to_string();
         let mut out = Vec::new();
-        let mut next = Some(self.http().url("_catalog?n=1000")?);
+        let limits = self.inner.cfg.list_limits;
+        let mut walk = PageWalk::new("catalog", limits);
+        let mut next = Some(
+            self.http()
+                .url(&format!("_catalog?n={}", limits.page_size))?,
+        );
         while let Some(url) = next.take() {
+            walk.visit(&url)?;
             let (body, link) = self.get_page(&url, &Scope::catalog(), "catalog").await?;
             let page: Catalog = serde_json::from_slice(&body)
                 .map_err(|e| Error::protocol(format!("catalog: {e}")))?;
-            for r in page.repositories.unwrap_or_default() {
+            let repositories = page.repositories.unwrap_or_default();
+            walk.add_entries(repositories.len())?;
+            for r in repositories {
                 if prefix.is_empty() {
                     out.push(r);
                 } else if let Some(rest) = r.strip_prefix(&format!("{prefix}/")) {

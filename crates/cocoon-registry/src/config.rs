@@ -8,6 +8,7 @@ use cocoon_api::contract::env::node as env_names;
 
 use crate::auth::CredentialSource;
 use crate::error::{Error, Result};
+use crate::paging::ListLimits;
 use crate::reference::{RegistryBase, Scheme};
 use crate::retry::RetryPolicy;
 
@@ -63,6 +64,8 @@ pub struct RegistryConfig {
     /// The `User-Agent` of every request ([`DEFAULT_USER_AGENT`] unless a binary names
     /// itself, e.g. `cocoon-operator/<version>`).
     pub user_agent: String,
+    /// Bounds on paginated listings (catalog, tag lists): page size, page cap, entry cap.
+    pub list_limits: ListLimits,
 }
 
 impl RegistryConfig {
@@ -82,6 +85,7 @@ impl RegistryConfig {
             chunk_size: DEFAULT_CHUNK_SIZE,
             spool_dir: None,
             user_agent: DEFAULT_USER_AGENT.to_string(),
+            list_limits: ListLimits::default(),
         }
     }
 
@@ -102,7 +106,8 @@ impl RegistryConfig {
     }
 
     /// Builds the configuration from `env`: [`ENV_OCI_REGISTRY`] (required),
-    /// [`ENV_INSECURE`], [`ENV_CA_FILE`], [`ENV_TRANSFER_CONCURRENCY`], and the credential
+    /// [`ENV_INSECURE`], [`ENV_CA_FILE`], [`ENV_TRANSFER_CONCURRENCY`], the listing bounds of
+    /// [`ListLimits::from_env_with`], and the credential
     /// variables of [`CredentialSource::from_env`].
     pub fn from_env_with(env: &dyn Fn(&str) -> Option<String>) -> Result<RegistryConfig> {
         let base = env(ENV_OCI_REGISTRY).unwrap_or_default();
@@ -116,6 +121,7 @@ impl RegistryConfig {
         if let Some(v) = env(ENV_TRANSFER_CONCURRENCY).filter(|v| !v.trim().is_empty()) {
             cfg.transfer_concurrency = parse_concurrency(&v)?;
         }
+        cfg.list_limits = ListLimits::from_env_with(env)?;
         cfg.credentials = CredentialSource::from_env(env)?;
         Ok(cfg)
     }
@@ -138,6 +144,7 @@ impl RegistryConfig {
         if self.transfer_concurrency == 0 {
             return Err(Error::invalid("transfer_concurrency", "must be at least 1"));
         }
+        self.list_limits.validate()?;
         if self.chunk_size < (1 << 20) {
             return Err(Error::invalid("chunk_size", "must be at least 1 MiB"));
         }

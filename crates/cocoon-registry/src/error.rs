@@ -122,6 +122,10 @@ pub enum Error {
         after: Duration,
     },
 
+    /// A paginated listing went past a bound (page cap, entry cap, or a `Link` loop).
+    #[error("list {what}: {reason}")]
+    ListLimit { what: String, reason: String },
+
     /// An error with the caller's context prepended; the class is the inner error's.
     #[error("{context}: {source}")]
     Context {
@@ -155,7 +159,8 @@ impl Error {
             | Error::DeleteUnsupported { .. }
             | Error::DigestMismatch { .. }
             | Error::SizeMismatch { .. }
-            | Error::WrongKind { .. } => ErrorClass::Protocol,
+            | Error::WrongKind { .. }
+            | Error::ListLimit { .. } => ErrorClass::Protocol,
             Error::Invalid { .. } | Error::MissingSetting { .. } => ErrorClass::Invalid,
             Error::Io { .. } | Error::HelperTimeout { .. } => ErrorClass::Local,
             Error::Context { source, .. } => source.class(),

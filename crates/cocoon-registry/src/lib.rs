@@ -20,6 +20,7 @@ pub mod config;
 mod error;
 mod http;
 pub mod manifest;
+pub mod paging;
 mod pull;
 mod push;
 pub mod reference;
@@ -36,6 +37,7 @@ pub use client::{
 pub use config::RegistryConfig;
 pub use error::{Error, ErrorClass, Result, ResultExt};
 pub use manifest::{Kind, Manifest, PushAnnotations, SnapshotConfig, classify};
+pub use paging::{ListLimits, PageWalk};
 pub use pull::{PullReport, SnapshotPlan, cloud_image_disk_layers};
 pub use push::{PushEvent, PushObserver, PushOptions, PushReport, PushedLayer};
 pub use reference::{Digest, ImageRef, Reference, RegistryBase};

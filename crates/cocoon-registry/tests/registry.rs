@@ -809,3 +809,81 @@ async fn non_snapshots_are_classified_and_cloud_images_stream_in_title_order() {
         .expect("stream via index");
     assert_eq!(disk, b"AAAABBBB");
 }
+
+/// Paginated listings are bounded (issue 26 item 8). docker-registry 2.8 pages its catalog
+/// (`?n=`, `Link: <…>; rel="next"`) but answers a tag list in one page, so: the catalog, asked
+/// for pages of 1 over at least 3 repositories, is stopped by a page cap of 2 with an error
+/// naming the limit, and walks through with a roomier cap (the cap, not the registry, stopped
+/// it); a tag list of 5 is stopped by an entry cap of 4 and read whole with a cap of 5.
+#[tokio::test]
+async fn listing_walks_stop_at_the_page_and_entry_caps() {
+    let reg = registry(None).await;
+    let c = client(&reg);
+    let work = TempDir::new("cocoon-reg-paging");
+    write_snapshot_dir(work.path(), "vm-p", "sid-p", &small_snapshot(), 5);
+    let repos: Vec<String> = (0..3)
+        .map(|i| unique_name(&format!("vk-paging-{i}")))
+        .collect();
+    for r in &repos {
+        c.push_snapshot_dir(r, work.path(), &PushOptions::new("t0", BASE_IMAGE))
+            .await
+            .expect("push");
+    }
+    let repo = &repos[0];
+    let m = c
+        .get_manifest(repo, &Reference::parse("t0").expect("ref"))
+        .await
+        .expect("manifest");
+    let media = m.media_type.clone().expect("media type");
+    for t in ["t1", "t2", "t3", "t4"] {
+        c.put_manifest(repo, t, m.bytes.clone(), &media)
+            .await
+            .expect("tag");
+    }
+    let capped = |page_size: usize, max_pages: usize, max_entries: usize| {
+        let mut cfg = RegistryConfig::for_registry(reg.addr()).expect("config");
+        cfg.list_limits = cocoon_registry::ListLimits {
+            page_size,
+            max_pages,
+            max_entries,
+        };
+        RegistryClient::new(cfg).expect("client")
+    };
+
+    let err = capped(1, 2, 1000)
+        .catalog()
+        .await
+        .expect_err("3 pages, cap 2");
+    assert_eq!(
+        err.to_string(),
+        "list catalog: more than 2 pages (limit OCI_REGISTRY_LIST_MAX_PAGES)"
+    );
+    assert_eq!(err.class(), ErrorClass::Protocol);
+    let err = capped(1, 1000, 2)
+        .catalog()
+        .await
+        .expect_err("3 entries, cap 2");
+    assert_eq!(
+        err.to_string(),
+        "list catalog: more than 2 entries (limit OCI_REGISTRY_LIST_MAX_ENTRIES)"
+    );
+    let catalog = capped(1, 1000, 1000).catalog().await.expect("catalog");
+    for r in &repos {
+        assert!(catalog.contains(r), "{r} in {catalog:?}");
+    }
+
+    let err = capped(1000, 1000, 4)
+        .list_tags(repo)
+        .await
+        .expect_err("5 tags, cap 4");
+    assert_eq!(
+        err.to_string(),
+        format!("list tags of {repo}: more than 4 entries (limit OCI_REGISTRY_LIST_MAX_ENTRIES)")
+    );
+    let mut all = capped(1000, 1000, 5)
+        .list_tags(repo)
+        .await
+        .expect("within caps");
+    all.sort();
+    assert_eq!(all, ["t0", "t1", "t2", "t3", "t4"]);
+}

@@ -191,4 +191,29 @@ pub mod node {
     pub const DEFAULT_COCOON_SNAPSHOT_DIR: &str = "/var/lib/cocoon/snapshot/localfile";
     /// Default of [`COCOON_MACOS_BIN`].
     pub const DEFAULT_COCOON_MACOS_BIN: &str = "/usr/local/bin/cocoon-macos";
+
+    // Bounds on tenant-driven work of the kubelet API (not in the spec; issue 26 item 8).
+    // Counts are positive integers; durations Go-style (`4h`, `30s`, `500ms`) or seconds.
+
+    /// Most console-log bytes one logs answer (or one read of a followed log) carries.
+    pub const LOG_MAX_BYTES: &str = "VK_LOG_MAX_BYTES";
+    /// Longer console-log lines are cut to this many bytes.
+    pub const LOG_MAX_LINE_BYTES: &str = "VK_LOG_MAX_LINE_BYTES";
+    /// Concurrent `logs -f` followers of one pod.
+    pub const LOG_FOLLOWERS_PER_POD: &str = "VK_LOG_FOLLOWERS_PER_POD";
+    /// Concurrent `logs -f` followers on the node.
+    pub const LOG_FOLLOWERS_PER_NODE: &str = "VK_LOG_FOLLOWERS_PER_NODE";
+    /// Concurrent console-log captures on the node.
+    pub const LOG_READS_PER_NODE: &str = "VK_LOG_READS_PER_NODE";
+    /// Concurrent exec sessions into one pod.
+    pub const EXEC_SESSIONS_PER_POD: &str = "VK_EXEC_SESSIONS_PER_POD";
+    /// Concurrent exec sessions on the node.
+    pub const EXEC_SESSIONS_PER_NODE: &str = "VK_EXEC_SESSIONS_PER_NODE";
+    /// Kubelet API connections awaiting authentication (TLS handshake and first request).
+    pub const KUBELET_PREAUTH_CONNECTIONS: &str = "VK_KUBELET_PREAUTH_CONNECTIONS";
+    /// Longest kubelet API TLS handshake.
+    pub const KUBELET_TLS_HANDSHAKE_TIMEOUT: &str = "VK_KUBELET_TLS_HANDSHAKE_TIMEOUT";
+    /// Idle exec / followed-log streams are closed after this (the kubelet's
+    /// `--streaming-connection-idle-timeout`; `0` disables it).
+    pub const STREAMING_CONNECTION_IDLE_TIMEOUT: &str = "VK_STREAMING_CONNECTION_IDLE_TIMEOUT";
 }

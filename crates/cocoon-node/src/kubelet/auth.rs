@@ -543,6 +543,11 @@ pub async fn middleware(State(auth): State<KubeletAuth>, req: Request, next: Nex
     {
         Ok(user) => {
             tracing::trace!(user = %user.username, path = %req.uri().path(), "kubelet API request authorized");
+            // The connection is through authentication: it no longer counts against the
+            // pre-authentication limit.
+            if let Some(slot) = req.extensions().get::<super::limits::PreAuthSlot>() {
+                slot.release();
+            }
             next.run(req).await
         }
         Err(refusal) => refusal.into_response(),

@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use super::limits::{Slots, refusal_message};
 use super::spdy::{self, Decoder, Encoder, Frame};
 use super::{ExecError, ExecIo, PodBackend};
 
@@ -212,6 +213,8 @@ pub(super) fn handle(
     backend: Arc<dyn PodBackend>,
     sessions: &TaskTracker,
     cancel: &CancellationToken,
+    slots: &Slots,
+    idle: Duration,
     target: Target,
     mut req: Request,
 ) -> Response {
@@ -241,6 +244,17 @@ pub(super) fn handle(
             return e.into_response();
         }
     };
+    // The session's slot is taken before the upgrade: beyond the limit the client gets a
+    // plain HTTP refusal it can show.
+    let who = format!("{}/{}", target.namespace, target.pod);
+    let slot = match slots.try_acquire(&who) {
+        Ok(slot) => slot,
+        Err(refusal) => {
+            let msg = refusal_message("exec sessions", &who, &refusal);
+            info!("{msg}");
+            return text(StatusCode::TOO_MANY_REQUESTS, msg);
+        }
+    };
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
         return text(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -249,6 +263,7 @@ pub(super) fn handle(
     };
     let cancel = cancel.clone();
     sessions.spawn(async move {
+        let _slot = slot;
         match on_upgrade.await {
             Ok(upgraded) => {
                 session(
@@ -258,6 +273,7 @@ pub(super) fn handle(
                     target,
                     backend,
                     cancel,
+                    idle,
                 )
                 .await;
             }
@@ -297,9 +313,11 @@ pub(super) async fn session<IO>(
     target: Target,
     backend: Arc<dyn PodBackend>,
     cancel: CancellationToken,
+    idle: Duration,
 ) where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let activity = Activity::new();
     let (rd, wr) = tokio::io::split(io);
     let (frames, frames_rx) = mpsc::channel::<Frame>(FRAME_QUEUE);
     let writer = tokio::spawn(write_frames(wr, frames_rx));
@@ -313,6 +331,7 @@ pub(super) async fn session<IO>(
         streams_tx,
         stdin_tx,
         gone.clone(),
+        activity.clone(),
     ));
     let Target {
         namespace,
@@ -358,7 +377,12 @@ pub(super) async fn session<IO>(
     let mut output = |kind: &str| {
         ids.get(kind).map(|id| {
             let (guest_side, our_side) = tokio::io::duplex(OUTPUT_PIPE);
-            pumps.push(tokio::spawn(pump_output(our_side, frames.clone(), *id)));
+            pumps.push(tokio::spawn(pump_output(
+                our_side,
+                frames.clone(),
+                *id,
+                activity.clone(),
+            )));
             Box::pin(guest_side) as crate::runtime::ByteWriter
         })
     };
@@ -379,10 +403,17 @@ pub(super) async fn session<IO>(
         stderr,
     };
     info!(namespace = %namespace, pod = %pod, command = ?opts.command, protocol, "exec started");
+    activity.touch();
     let result = tokio::select! {
         r = backend.exec(&namespace, &pod, &container, io) => Some(r),
         () = gone.cancelled() => None,
         () = cancel.cancelled() => Some(Err(ExecError::Failed("vk-cocoon: kubelet API shutting down".into()))),
+        () = activity.idle_for(idle) => {
+            info!(namespace = %namespace, pod = %pod, idle = ?idle, "exec: no data in either direction for the streaming idle timeout; closing");
+            Some(Err(ExecError::Failed(format!(
+                "vk-cocoon: exec stream idle for longer than {idle:?} (VK_STREAMING_CONNECTION_IDLE_TIMEOUT); closed"
+            ))))
+        }
     };
     let Some(result) = result else {
         info!(namespace = %namespace, pod = %pod, "exec: client disconnected, command cancelled");
@@ -494,6 +525,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
     streams: mpsc::Sender<NewStream>,
     stdin: mpsc::Sender<Vec<u8>>,
     gone: CancellationToken,
+    activity: Activity,
 ) {
     let _gone = gone.drop_guard();
     let mut dec = Decoder::new();
@@ -558,6 +590,9 @@ async fn read_frames<R: AsyncRead + Unpin>(
                 fin,
                 data,
             } if Some(stream_id) == stdin_id => {
+                if !data.is_empty() {
+                    activity.touch();
+                }
                 if let Some(tx) = &stdin
                     && !data.is_empty()
                     && tx.send(data).await.is_err()
@@ -586,12 +621,18 @@ async fn read_frames<R: AsyncRead + Unpin>(
 }
 
 /// Moves one guest output stream into DATA frames, ending with FIN at the guest's EOF.
-async fn pump_output(mut from: tokio::io::DuplexStream, frames: mpsc::Sender<Frame>, id: u32) {
+async fn pump_output(
+    mut from: tokio::io::DuplexStream,
+    frames: mpsc::Sender<Frame>,
+    id: u32,
+    activity: Activity,
+) {
     let mut buf = vec![0u8; 32 * 1024];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                activity.touch();
                 let frame = Frame::Data {
                     stream_id: id,
                     fin: false,
@@ -610,6 +651,45 @@ async fn pump_output(mut from: tokio::io::DuplexStream, frames: mpsc::Sender<Fra
             data: Vec::new(),
         })
         .await;
+}
+
+/// When a session last moved data (stdin in, stdout/stderr out); pings do not count, as with
+/// the kubelet's idle timeout.
+#[derive(Debug, Clone)]
+struct Activity(Arc<std::sync::Mutex<tokio::time::Instant>>);
+
+impl Activity {
+    fn new() -> Self {
+        Activity(Arc::new(std::sync::Mutex::new(tokio::time::Instant::now())))
+    }
+
+    fn last(&self) -> tokio::time::Instant {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn touch(&self) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tokio::time::Instant::now();
+    }
+
+    /// Resolves once no data moved for `idle` (never, for zero).
+    async fn idle_for(&self, idle: Duration) {
+        if idle.is_zero() {
+            return std::future::pending().await;
+        }
+        loop {
+            let deadline = self.last() + idle;
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
 }
 
 /// The guest's stdin: bytes of the client's stdin stream; EOF at its FIN.
@@ -755,6 +835,7 @@ mod tests {
             streams_tx,
             stdin_tx,
             CancellationToken::new(),
+            Activity::new(),
         ));
         let mut enc = Encoder::new().expect("encoder");
         let ids: Vec<u32> = (0..20).map(|i| 2 * i + 1).collect();

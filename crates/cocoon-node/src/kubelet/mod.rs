@@ -11,13 +11,24 @@
 //! Routes (kubelet paths as the API server proxy uses them):
 //! * `GET /containerLogs/{ns}/{pod}/{container}?tailLines=N` (default tail 200);
 //!   `follow=true` keeps the response open and streams the lines the log gains
-//!   ([`follow_from`]), until the VM is gone, the client hangs up or the server stops
+//!   ([`follow_from`]), until the VM is gone, the client hangs up, the stream is idle for the
+//!   streaming idle timeout or the server stops. One reader per pod serves all its followers
+//!   (`follow.rs`)
 //! * `GET|POST /exec/{ns}/{pod}/{container}?command=..&stdin=1&stdout=1&stderr=1`: the
 //!   remote-command protocol over SPDY/3.1 ([`exec`])
 //! * `/attach/...`, `/portForward/...` → 501 with the message below
 //! * `GET /stats/summary` (kubelet stats API v1alpha1 JSON subset)
 //! * `GET /metrics/resource` (Prometheus text)
 //! * `GET /healthz` → `ok`
+//!
+//! Bounds ([`limits`], issue 26 item 8): a logs answer carries at most
+//! `VK_LOG_MAX_BYTES` (lines cut at `VK_LOG_MAX_LINE_BYTES`), and the runtime's capture never
+//! holds more; at most `VK_LOG_READS_PER_NODE` captures run (and wait for their client) at
+//! once; followers and exec sessions beyond their per-pod / per-node limits get HTTP 429
+//! naming the limit; at most `VK_KUBELET_PREAUTH_CONNECTIONS` connections wait for
+//! authentication (more are closed at accept) and a TLS handshake may take
+//! `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT`; exec sessions and followed logs moving no data for
+//! `VK_STREAMING_CONNECTION_IDLE_TIMEOUT` (4 h, the kubelet's default) are closed.
 //!
 //! Every route is behind [`auth`]: client certificate (verified against the client CA) or
 //! bearer token (TokenReview), then a SubjectAccessReview on `nodes/<subresource>`, as the
@@ -26,6 +37,8 @@
 
 pub mod auth;
 pub mod exec;
+mod follow;
+pub mod limits;
 pub mod spdy;
 pub mod tls;
 
@@ -53,6 +66,7 @@ use crate::metrics::NodeMetrics;
 use crate::node::capacity::HostReader;
 
 pub use auth::{KubeReviewer, KubeletAuth, PeerIdentity, Reviewer};
+pub use limits::KubeletLimits;
 pub use tls::{TlsError, TlsMaterial, load_client_ca};
 
 /// Body of a logs request for a pod with no live VM.
@@ -67,9 +81,6 @@ pub const DEFAULT_TAIL_LINES: u32 = 200;
 pub const CONTAINER_NAME: &str = "agent";
 /// Grace given to in-flight requests on shutdown (`node.md` §15).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// A TLS handshake that takes longer than this is dropped, so a stalled client cannot hold a
-/// task forever.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An error of the pod side, reported to the client as HTTP 500 with its text.
 #[derive(Debug, thiserror::Error)]
@@ -135,7 +146,8 @@ pub enum ExecError {
 /// What the kubelet API needs from the pod side.
 #[async_trait]
 pub trait PodBackend: Send + Sync + 'static {
-    /// The last `tail` log lines of the pod's VM (`cocoon vm logs --tail`); `Ok(None)` when the
+    /// The last `tail` log lines of the pod's VM (`cocoon vm logs --tail`), at most the newest
+    /// `max_bytes` of them (the capture itself must stay within that); `Ok(None)` when the
     /// pod has no live VM (the route then answers [`NO_LIVE_VM_BODY`]).
     async fn logs(
         &self,
@@ -143,6 +155,7 @@ pub trait PodBackend: Send + Sync + 'static {
         pod: &str,
         container: &str,
         tail: u32,
+        max_bytes: usize,
     ) -> Result<Option<Vec<u8>>, BackendError>;
 
     /// Runs `io.command` in the pod's VM (`cocoon vm exec`) with the given streams. A pod with
@@ -184,6 +197,15 @@ struct ApiState {
     cancel: CancellationToken,
     /// Cancelled when the server starts stopping (followed logs end there).
     stopping: CancellationToken,
+    limits: KubeletLimits,
+    /// Followed-log slots per pod and per node.
+    followers: limits::Slots,
+    /// Exec session slots per pod and per node.
+    exec_slots: limits::Slots,
+    /// The shared readers of followed logs.
+    feeds: follow::Feeds,
+    /// Log captures in progress (each up to `log_max_bytes` until sent).
+    log_reads: Arc<tokio::sync::Semaphore>,
 }
 
 type Shared = Arc<ApiState>;
@@ -204,9 +226,11 @@ pub fn router(
         TaskTracker::new(),
         CancellationToken::new(),
         CancellationToken::new(),
+        KubeletLimits::default(),
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn router_with(
     backend: Arc<dyn PodBackend>,
     host: HostReader,
@@ -215,6 +239,7 @@ fn router_with(
     sessions: TaskTracker,
     cancel: CancellationToken,
     stopping: CancellationToken,
+    limits: KubeletLimits,
 ) -> Router {
     let state: Shared = Arc::new(ApiState {
         backend,
@@ -224,6 +249,11 @@ fn router_with(
         sessions,
         cancel,
         stopping,
+        limits,
+        followers: limits::Slots::new(limits.log_followers_per_pod, limits.log_followers_per_node),
+        exec_slots: limits::Slots::new(limits.exec_sessions_per_pod, limits.exec_sessions_per_node),
+        feeds: follow::Feeds::default(),
+        log_reads: Arc::new(tokio::sync::Semaphore::new(limits.log_reads_per_node)),
     });
     Router::new()
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
@@ -274,6 +304,8 @@ async fn exec_route(
         st.backend.clone(),
         &st.sessions,
         &st.cancel,
+        &st.exec_slots,
+        st.limits.streaming_idle_timeout,
         exec::Target {
             namespace,
             pod,
@@ -325,70 +357,46 @@ fn log_lines(body: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// The body of a followed log: `first` (already read), then every line the log gains, read
-/// each [`FOLLOW_POLL`], until the pod has no live VM, a read fails or the server stops.
-fn follow_body(
-    st: Shared,
-    ns: String,
-    pod: String,
-    container: String,
-    first: Vec<u8>,
-) -> axum::body::Body {
-    struct Follow {
-        st: Shared,
-        ns: String,
-        pod: String,
-        container: String,
-        seen: Vec<String>,
-        first: Option<Vec<u8>>,
+/// A refusal of a stream beyond its limit: HTTP 429 with the limit named.
+fn too_many(msg: String) -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        msg,
+    )
+        .into_response()
+}
+
+/// A response body of `bytes` (sent with its `Content-Length`) that keeps `permit` until
+/// hyper is done with it, so the log-read limit also bounds answers waiting for a slow client.
+fn body_holding(bytes: Vec<u8>, permit: tokio::sync::OwnedSemaphorePermit) -> axum::body::Body {
+    struct Held {
+        bytes: Option<axum::body::Bytes>,
+        _permit: tokio::sync::OwnedSemaphorePermit,
     }
-    let state = Follow {
-        seen: log_lines(&first),
-        first: Some(first),
-        st,
-        ns,
-        pod,
-        container,
-    };
-    let stream = futures::stream::unfold(state, |mut f| async move {
-        if let Some(first) = f.first.take() {
-            return Some((
-                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(first)),
-                f,
-            ));
+    impl axum::body::HttpBody for Held {
+        type Data = axum::body::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+            std::task::Poll::Ready(self.bytes.take().map(|b| Ok(hyper::body::Frame::data(b))))
         }
-        loop {
-            tokio::select! {
-                () = f.st.stopping.cancelled() => return None,
-                () = tokio::time::sleep(FOLLOW_POLL) => {}
-            }
-            let body = match f
-                .st
-                .backend
-                .logs(&f.ns, &f.pod, &f.container, FOLLOW_WINDOW)
-                .await
-            {
-                Ok(Some(body)) => body,
-                Ok(None) => return None,
-                Err(e) => {
-                    tracing::warn!(namespace = %f.ns, pod = %f.pod, error = %e, "followed container logs failed");
-                    return None;
-                }
-            };
-            let fetched = log_lines(&body);
-            let from = follow_from(&f.seen, &fetched);
-            let mut chunk = String::new();
-            for line in &fetched[from..] {
-                chunk.push_str(line);
-                chunk.push('\n');
-            }
-            f.seen = fetched;
-            if !chunk.is_empty() {
-                return Some((Ok(axum::body::Bytes::from(chunk)), f));
-            }
+
+        fn is_end_stream(&self) -> bool {
+            self.bytes.is_none()
         }
-    });
-    axum::body::Body::from_stream(stream)
+
+        fn size_hint(&self) -> hyper::body::SizeHint {
+            hyper::body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
+        }
+    }
+    axum::body::Body::new(Held {
+        bytes: Some(bytes.into()),
+        _permit: permit,
+    })
 }
 
 async fn container_logs(
@@ -402,13 +410,66 @@ async fn container_logs(
         .and_then(|t| t.parse::<u32>().ok())
         .unwrap_or(DEFAULT_TAIL_LINES);
     let follow = matches!(q.follow.as_deref(), Some("true" | "1"));
-    match st.backend.logs(&ns, &pod, &container, tail).await {
-        Ok(Some(body)) if follow => (
-            [(header::CONTENT_TYPE, "text/plain")],
-            follow_body(st.clone(), ns, pod, container, body),
-        )
-            .into_response(),
-        Ok(Some(body)) => ([(header::CONTENT_TYPE, "text/plain")], body).into_response(),
+    let who = format!("{ns}/{pod}");
+    // A follower's slot is taken before any work is done for it.
+    let slot = if follow {
+        match st.followers.try_acquire(&who) {
+            Ok(slot) => Some(slot),
+            Err(refusal) => {
+                let msg = limits::refusal_message("log followers", &who, &refusal);
+                tracing::info!(namespace = %ns, pod = %pod, "{msg}");
+                return too_many(msg);
+            }
+        }
+    } else {
+        None
+    };
+    let lim = st.limits;
+    let Ok(read_permit) = st.log_reads.clone().try_acquire_owned() else {
+        let msg = format!(
+            "vk-cocoon: too many concurrent log reads on this node (limit {}, VK_LOG_READS_PER_NODE)",
+            lim.log_reads_per_node
+        );
+        tracing::info!(namespace = %ns, pod = %pod, "{msg}");
+        return too_many(msg);
+    };
+    match st
+        .backend
+        .logs(&ns, &pod, &container, tail, lim.log_max_bytes)
+        .await
+    {
+        Ok(Some(body)) => {
+            let body = limits::bound_log(&body, lim.log_max_bytes, lim.log_max_line_bytes);
+            match slot {
+                Some(slot) => {
+                    let feed = st.feeds.join(
+                        st.backend.clone(),
+                        &ns,
+                        &pod,
+                        &container,
+                        lim,
+                        &log_lines(&body),
+                        &st.stopping,
+                        st.log_reads.clone(),
+                    );
+                    drop(read_permit);
+                    let stream = follow::body(
+                        feed,
+                        body,
+                        slot,
+                        lim.streaming_idle_timeout,
+                        st.stopping.clone(),
+                        who,
+                    );
+                    ([(header::CONTENT_TYPE, "text/plain")], stream).into_response()
+                }
+                None => (
+                    [(header::CONTENT_TYPE, "text/plain")],
+                    body_holding(body, read_permit),
+                )
+                    .into_response(),
+            }
+        }
         Ok(None) => ([(header::CONTENT_TYPE, "text/plain")], NO_LIVE_VM_BODY).into_response(),
         Err(e) => {
             tracing::warn!(namespace = %ns, pod = %pod, error = %e, "container logs failed");
@@ -583,7 +644,7 @@ pub struct KubeletServer {
 
 impl KubeletServer {
     /// Binds `addr` (port 0 picks a free port) and serves the API until `parent` is cancelled
-    /// or [`KubeletServer::shutdown`] is called.
+    /// or [`KubeletServer::shutdown`] is called, with the default [`KubeletLimits`].
     pub async fn start(
         addr: SocketAddr,
         tls: &TlsMaterial,
@@ -592,6 +653,31 @@ impl KubeletServer {
         host: HostReader,
         node_name: &str,
         parent: &CancellationToken,
+    ) -> Result<Self, ServeError> {
+        Self::start_with_limits(
+            addr,
+            tls,
+            security,
+            backend,
+            host,
+            node_name,
+            parent,
+            KubeletLimits::default(),
+        )
+        .await
+    }
+
+    /// [`KubeletServer::start`] with the given limits.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start_with_limits(
+        addr: SocketAddr,
+        tls: &TlsMaterial,
+        security: ApiSecurity,
+        backend: Arc<dyn PodBackend>,
+        host: HostReader,
+        node_name: &str,
+        parent: &CancellationToken,
+        limits: KubeletLimits,
     ) -> Result<Self, ServeError> {
         let acceptor = TlsAcceptor::from(tls.server_config(&security.client_ca)?);
         let listener = TcpListener::bind(addr)
@@ -612,6 +698,7 @@ impl KubeletServer {
             tasks.clone(),
             sessions_stop.clone(),
             cancel.clone(),
+            limits,
         );
         let task = tokio::spawn(accept_loop(
             listener,
@@ -620,6 +707,7 @@ impl KubeletServer {
             cancel.clone(),
             tasks,
             sessions_stop,
+            limits,
         ));
         tracing::info!(
             addr = %local_addr,
@@ -667,7 +755,12 @@ async fn accept_loop(
     cancel: CancellationToken,
     tasks: TaskTracker,
     sessions_stop: CancellationToken,
+    limits: KubeletLimits,
 ) {
+    // Connections not yet authenticated: a client that opens connections and never finishes
+    // a handshake or a request holds one of these, never more than the limit.
+    let preauth = Arc::new(tokio::sync::Semaphore::new(limits.preauth_connections));
+    let mut refused_logged = false;
     loop {
         let (tcp, peer) = tokio::select! {
             () = cancel.cancelled() => break,
@@ -682,11 +775,27 @@ async fn accept_loop(
                 }
             },
         };
+        let Ok(permit) = preauth.clone().try_acquire_owned() else {
+            // Dropping the socket closes it at once; one warning per burst.
+            if !refused_logged {
+                tracing::warn!(
+                    %peer,
+                    limit = limits.preauth_connections,
+                    "kubelet API: too many connections awaiting authentication; closing new ones (VK_KUBELET_PREAUTH_CONNECTIONS)"
+                );
+                refused_logged = true;
+            }
+            drop(tcp);
+            continue;
+        };
+        refused_logged = false;
+        let preauth_slot = limits::PreAuthSlot::new(permit);
+        let handshake_timeout = limits.tls_handshake_timeout;
         let acceptor = acceptor.clone();
         let app = app.clone();
         let stop = cancel.clone();
         tasks.spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "kubelet API TLS handshake failed");
@@ -706,7 +815,10 @@ async fn accept_loop(
                 .and_then(|c| c.first())
                 .map(|leaf| PeerIdentity::from_der(leaf.as_ref()))
                 .unwrap_or_default();
-            let service = TowerToHyperService::new(app.layer(axum::Extension(peer_identity)));
+            let service = TowerToHyperService::new(
+                app.layer(axum::Extension(peer_identity))
+                    .layer(axum::Extension(preauth_slot.clone())),
+            );
             // Upgrades are on for exec; an upgraded connection leaves this future and lives
             // on in its exec session.
             let conn = hyper::server::conn::http1::Builder::new()
@@ -724,6 +836,8 @@ async fn accept_loop(
             if let Err(e) = result {
                 tracing::debug!(%peer, error = %e, "kubelet API connection ended with error");
             }
+            // Never authenticated: the slot is freed with the connection.
+            preauth_slot.release();
         });
     }
     drop(listener);

@@ -54,8 +54,8 @@ use super::types::{
 /// Longest event line accepted (§5 reader rules); longer lines are skipped.
 pub const MAX_EVENT_LINE: usize = 1 << 20;
 
-/// Most bytes of console log the agent keeps when it tails a `vm logs` without `--tail`
-/// itself; older lines are dropped first.
+/// Most bytes of console log a `vm logs` capture keeps unless the caller gives its own cap
+/// ([`Runtime::logs_capped`]); older lines are dropped first.
 pub const MAX_LOG_TAIL_BYTES: usize = 4 << 20;
 
 /// Leading bytes of an undetected `exec`'s output kept to recognise the CLI's own texts.
@@ -324,17 +324,26 @@ impl CliRuntime {
         Ok(output)
     }
 
-    /// `vm logs <id>` on a release without `--tail`: the whole log streams through a
-    /// [`TailKeeper`], so memory stays bounded by [`MAX_LOG_TAIL_BYTES`].
-    async fn logs_tailed_here(&self, label: &str, id: &str, tail: u64) -> Result<Vec<u8>> {
-        let mut child = self.spawn(label, self.command(&args::logs_args(id, None)?))?;
+    /// `vm logs` (`argv`): the output streams through a [`TailKeeper`] of the last `lines`
+    /// lines, so memory stays bounded by `max_bytes` (on a release without `--tail`, the
+    /// whole log streams through it).
+    async fn logs_tailed_here(
+        &self,
+        label: &str,
+        argv: &[String],
+        lines: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>> {
+        let mut child = self.spawn(label, self.command(argv))?;
         let mut stdout = child
             .stdout
             .take()
             .ok_or_else(|| RuntimeError::Other(format!("{label}: no stdout pipe")))?;
         let err = drain(child.stderr.take());
-        let lines = usize::try_from(tail).unwrap_or(usize::MAX);
-        let mut keeper = TailKeeper::new(lines, MAX_LOG_TAIL_BYTES);
+        let mut keeper = TailKeeper::new(lines, max_bytes);
+        // The start of the output too, to tell the CLI's group help (a release without the
+        // verb) from a log, whatever the tail kept.
+        let mut head = Peeked::default();
         let mut buf = vec![0u8; 64 << 10];
         loop {
             let n = stdout
@@ -344,6 +353,9 @@ impl CliRuntime {
             if n == 0 {
                 break;
             }
+            let room = EXEC_PEEK.saturating_sub(head.head.len()).min(n);
+            head.head.extend_from_slice(&buf[..room]);
+            head.total += n;
             keeper.push(&buf[..n]);
         }
         let status = child
@@ -358,11 +370,13 @@ impl CliRuntime {
                 trimmed(&stderr)
             )));
         }
-        let out = keeper.finish();
-        match group_help_instead_of_result(label, &out) {
-            Some(e) => Err(e),
-            None => Ok(out),
+        if let Some(e) = head
+            .whole()
+            .and_then(|whole| group_help_instead_of_result(label, whole))
+        {
+            return Err(e);
         }
+        Ok(keeper.finish())
     }
 
     /// Spawns a child whose stdin is the returned sink (`snapshot import`, `image import`).
@@ -801,15 +815,16 @@ impl Runtime for CliRuntime {
         }
     }
 
-    async fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>> {
+    async fn logs_capped(&self, id: &str, tail: Option<u64>, max_bytes: usize) -> Result<Vec<u8>> {
         let label = format!("cocoon vm logs {id}");
         if !self.caps.logs {
             return Err(no_verb(&label, "logs"));
         }
-        match tail {
-            Some(n) if !self.caps.logs_tail => self.logs_tailed_here(&label, id, n).await,
-            _ => self.run_stdout(&label, &args::logs_args(id, tail)?).await,
-        }
+        // The output always streams through a bounded keeper: `--tail` bounds lines, not
+        // bytes, and a guest decides how long its lines are.
+        let argv = args::logs_args(id, tail.filter(|_| self.caps.logs_tail))?;
+        let lines = tail.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        self.logs_tailed_here(&label, &argv, lines, max_bytes).await
     }
 
     async fn net_resize(&self, id: &str, nics: u32) -> Result<()> {

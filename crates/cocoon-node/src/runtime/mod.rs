@@ -91,8 +91,16 @@ pub trait Runtime: Send + Sync {
     /// `exec`: run argv in the guest; a non-zero guest exit is [`RuntimeError::ExitCode`].
     async fn exec(&self, req: ExecRequest) -> Result<()>;
 
-    /// `logs`: the console log, optionally only the last `tail` lines.
-    async fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>>;
+    /// `logs`: the console log, optionally only the last `tail` lines, at most
+    /// [`cli::MAX_LOG_TAIL_BYTES`] of it (see [`Runtime::logs_capped`]).
+    async fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>> {
+        self.logs_capped(id, tail, cli::MAX_LOG_TAIL_BYTES).await
+    }
+
+    /// `logs` keeping at most `max_bytes` of the newest output (older lines, then the start
+    /// of an over-long line, are dropped while it is read): the guest decides how much it
+    /// prints, so the capture never holds more than this, whatever the log's size.
+    async fn logs_capped(&self, id: &str, tail: Option<u64>, max_bytes: usize) -> Result<Vec<u8>>;
 
     /// `net_resize`: hot-resize the NIC count (cloud-hypervisor only).
     async fn net_resize(&self, id: &str, nics: u32) -> Result<()>;

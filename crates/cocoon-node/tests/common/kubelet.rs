@@ -247,3 +247,72 @@ pub async fn request(
         .ok_or_else(|| format!("no status in {head:?}"))?;
     Ok((status, body.to_string()))
 }
+
+/// A TLS connection to the kubelet API (server certificate pinned, `creds`' certificate if
+/// any), for requests whose response streams (followed logs).
+pub async fn connect(
+    addr: SocketAddr,
+    server_der: &[u8],
+    creds: &Creds,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned {
+            der: server_der.to_vec(),
+            provider,
+        }));
+    let config = match &creds.cert {
+        Some(c) => builder
+            .with_client_auth_cert(c.chain.clone(), c.key.clone_key())
+            .map_err(|e| e.to_string())?,
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("tls handshake: {e}"))
+}
+
+/// A streaming `GET path`: the status and the first body bytes read with the head, and the
+/// connection to read the rest from (the body comes chunked; tests look for text in it).
+pub async fn stream_get(
+    addr: SocketAddr,
+    server_der: &[u8],
+    path: &str,
+    creds: &Creds,
+) -> Result<(u16, String, tokio_rustls::client::TlsStream<TcpStream>), String> {
+    let mut tls = connect(addr, server_der, creds).await?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    tls.write_all(req.as_bytes())
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut raw = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = tls.read(&mut buf).await.map_err(|e| format!("read: {e}"))?;
+        if n == 0 {
+            return Err(format!(
+                "connection closed before the response head: {:?}",
+                String::from_utf8_lossy(&raw)
+            ));
+        }
+        raw.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&raw).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let status = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| format!("no status in {head:?}"))?;
+            return Ok((status, body.to_owned(), tls));
+        }
+    }
+}

@@ -270,6 +270,25 @@ impl SimHandle {
         Ok(rec)
     }
 
+    /// The guest prints `bytes` on its console, as is (no timestamp, no newline added): what
+    /// a guest writing to its serial console does; `vm logs` reads it back.
+    pub fn guest_print(&self, vm: &str, bytes: &[u8]) -> Result<()> {
+        use std::io::Write as _;
+        let v = self
+            .inner
+            .st()
+            .resolve_vm(vm)
+            .cloned()
+            .ok_or_else(|| vm_not_found(vm))?;
+        let path = self.inner.vm_dir(&v).join("console.log");
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(bytes))
+            .map_err(|e| io_err("write console log", e))
+    }
+
     /// Deletes a VM behind the agent's back.
     pub fn delete_vm(&self, vm: &str) -> Result<()> {
         let id = self.vm_id(vm)?;

@@ -453,8 +453,8 @@ impl Runtime for SimRuntime {
         vm::exec(&self.inner, req).await
     }
 
-    async fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>> {
-        vm::logs(&self.inner, id, tail).await
+    async fn logs_capped(&self, id: &str, tail: Option<u64>, max_bytes: usize) -> Result<Vec<u8>> {
+        vm::logs(&self.inner, id, tail, max_bytes).await
     }
 
     async fn net_resize(&self, id: &str, nics: u32) -> Result<()> {

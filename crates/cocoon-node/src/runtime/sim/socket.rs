@@ -12,7 +12,9 @@
 //!   Requests: `{"op":"list"}`, `{"op":"crash","vm":V,"kind":"stopped"|"error"|"kill_process"}`,
 //!   `{"op":"delete","vm":V}`, `{"op":"fail","verb":"start","times":N,"message":M,"target":T}`
 //!   (`message` and `target` optional), `{"op":"clear_failures"}`, `{"op":"calls"}`,
-//!   `{"op":"close_event_streams"}`. `V` is a VM name or id.
+//!   `{"op":"close_event_streams"}`, `{"op":"print","vm":V,"text":T,"repeat":N}` (the guest
+//!   prints `T` on its console `N` times, default 1, at most [`MAX_PRINT_BYTES`] in all).
+//!   `V` is a VM name or id.
 //! * **Bounds.** A request line is at most [`MAX_REQUEST_BYTES`]; a longer one is answered with
 //!   an error and the connection is closed. At most [`MAX_CONNECTIONS`] connections are served
 //!   at once; one more is answered with an error and closed. A connection idle for
@@ -93,7 +95,21 @@ pub enum Request {
     Calls,
     /// End every open event stream; the agent reconnects ([`Reply::Done`]).
     CloseEventStreams,
+    /// The guest prints `text` on its console, `repeat` times ([`SimHandle::guest_print`];
+    /// [`Reply::Done`]): how a test or demo makes a guest's log grow, huge lines included.
+    Print {
+        /// VM name or id.
+        vm: String,
+        /// The bytes printed, as is (add the newline yourself).
+        text: String,
+        /// How many times (default 1); `text` × `repeat` is at most [`MAX_PRINT_BYTES`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repeat: Option<u64>,
+    },
 }
+
+/// Most bytes one `print` request makes the guest print.
+pub const MAX_PRINT_BYTES: u64 = 256 << 20;
 
 /// What a successful request returns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,6 +213,32 @@ pub fn execute(handle: &SimHandle, req: Request) -> Result<Reply, String> {
         Request::Delete { vm } => {
             non_empty("vm", &vm)?;
             handle.delete_vm(&vm).map_err(|e| e.to_string())?;
+            Ok(Reply::Done)
+        }
+        Request::Print { vm, text, repeat } => {
+            non_empty("vm", &vm)?;
+            let repeat = repeat.unwrap_or(1);
+            let total = (text.len() as u64).saturating_mul(repeat);
+            if total > MAX_PRINT_BYTES {
+                return Err(format!(
+                    "print: {total} bytes asked, at most {MAX_PRINT_BYTES} per request"
+                ));
+            }
+            // Written in chunks of about 1 MiB, so a huge print never sits in memory whole.
+            let per_chunk = if text.is_empty() {
+                1
+            } else {
+                ((1u64 << 20) / text.len() as u64).max(1)
+            };
+            let mut left = repeat;
+            while left > 0 {
+                let n = left.min(per_chunk);
+                let chunk = text.repeat(usize::try_from(n).unwrap_or(1));
+                handle
+                    .guest_print(&vm, chunk.as_bytes())
+                    .map_err(|e| e.to_string())?;
+                left -= n;
+            }
             Ok(Reply::Done)
         }
         Request::Fail {
@@ -786,6 +828,49 @@ mod tests {
         )
         .await;
         assert!(refused.is_ok(), "no answers after shutdown");
+        drop(server);
+    }
+
+    #[tokio::test]
+    async fn print_makes_the_guest_log_grow_within_its_bound() {
+        use crate::runtime::Runtime as _;
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (rt, h) = sim(tmp.path());
+        running_vm(&h, "vm-a");
+        let shutdown = CancellationToken::new();
+        let server =
+            ControlServer::start(h.clone(), &socket_path(tmp.path()), &shutdown).expect("serve");
+        let print = |text: &str, repeat: Option<u64>| Request::Print {
+            vm: "vm-a".into(),
+            text: text.into(),
+            repeat,
+        };
+        call(tmp.path(), print("x", Some(3 << 20)))
+            .await
+            .expect("a 3 MiB line");
+        call(tmp.path(), print("\nlast line\n", None))
+            .await
+            .expect("print");
+        let log = rt.logs_capped("vm-a", None, 1 << 20).await.expect("logs");
+        assert!(log.len() <= 1 << 20, "{}", log.len());
+        // The newest line that fits whole: the 3 MiB line does not, as with the real backend.
+        assert_eq!(log, b"last line\n");
+        let err = call(tmp.path(), print("xx", Some(MAX_PRINT_BYTES)))
+            .await
+            .expect_err("too much");
+        assert!(err.to_string().contains("at most"), "{err}");
+        let err = call(
+            tmp.path(),
+            Request::Print {
+                vm: "nope".into(),
+                text: "x".into(),
+                repeat: None,
+            },
+        )
+        .await
+        .expect_err("no such VM");
+        assert!(err.to_string().contains("nope"), "{err}");
+        shutdown.cancel();
         drop(server);
     }
 }

@@ -706,7 +706,12 @@ pub(super) async fn exec(inner: &Arc<Inner>, req: ExecRequest) -> Result<()> {
     }
 }
 
-pub(super) async fn logs(inner: &Arc<Inner>, id: &str, tail: Option<u64>) -> Result<Vec<u8>> {
+pub(super) async fn logs(
+    inner: &Arc<Inner>,
+    id: &str,
+    tail: Option<u64>,
+    max_bytes: usize,
+) -> Result<Vec<u8>> {
     inner
         .enter(
             Verb::Logs,
@@ -721,16 +726,46 @@ pub(super) async fn logs(inner: &Arc<Inner>, id: &str, tail: Option<u64>) -> Res
         .cloned()
         .ok_or_else(|| vm_not_found(id))?;
     let path = inner.vm_dir(&vm).join("console.log");
-    let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+    // As the real backend: only the newest `max_bytes` of the log are ever held, however much
+    // the guest printed (the read starts that far from the end, at a line start when there is
+    // one, or inside an over-long line, whose start is then dropped).
+    let raw = read_last_bytes(&path, max_bytes).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw);
     let lines: Vec<&str> = text.lines().collect();
     let keep = tail.map_or(lines.len(), |n| {
         lines.len().min(usize::try_from(n).unwrap_or(usize::MAX))
     });
     let mut out = lines[lines.len() - keep..].join("\n");
-    if !out.is_empty() {
+    if !out.is_empty() && out.len() < max_bytes {
         out.push('\n');
     }
     Ok(out.into_bytes())
+}
+
+/// The last `max_bytes` bytes of `path`; when that cuts into a line, from the next line start
+/// on (if a newline follows within them).
+async fn read_last_bytes(path: &std::path::Path, max_bytes: usize) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut f = tokio::fs::File::open(path).await?;
+    let len = f.metadata().await?.len();
+    let max = u64::try_from(max_bytes).unwrap_or(u64::MAX);
+    let start = len.saturating_sub(max);
+    f.seek(std::io::SeekFrom::Start(start)).await?;
+    let mut buf = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
+    (&mut f).take(max).read_to_end(&mut buf).await?;
+    if start > 0 {
+        // Was the byte before the window a newline? Then the window starts at a line start.
+        let mut prev = [0u8; 1];
+        f.seek(std::io::SeekFrom::Start(start - 1)).await?;
+        f.read_exact(&mut prev).await?;
+        if prev[0] != b'\n'
+            && let Some(i) = buf.iter().position(|&b| b == b'\n')
+            && i + 1 < buf.len()
+        {
+            buf.drain(..=i);
+        }
+    }
+    Ok(buf)
 }
 
 pub(super) async fn net_resize(inner: &Arc<Inner>, id: &str, nics: u32) -> Result<()> {
