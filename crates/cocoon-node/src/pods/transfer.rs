@@ -321,19 +321,21 @@ impl Handler {
                         Err(e) => return Err(format!("inspect local image {local}: {e}")),
                     }
                 }
-                let ImportHandle { mut sink, done } = self
+                let mut import = self
                     .rt
                     .image_import(&local)
                     .await
                     .map_err(|e| e.to_string())?;
-                let streamed = reg.stream_cloud_image(&repo, &tag, &mut sink).await;
-                if streamed.is_ok() {
-                    let _ = sink.shutdown().await;
+                let streamed = reg.stream_cloud_image(&repo, &tag, &mut import.sink).await;
+                if let Err(e) = streamed {
+                    // Unverified bytes reached the importer: it must not keep them.
+                    let _ = import.kill().await;
+                    return Err(e.to_string());
                 }
+                let ImportHandle { mut sink, done, .. } = import;
+                let _ = sink.shutdown().await;
                 drop(sink);
-                let imported = done.await;
-                streamed.map_err(|e| e.to_string())?;
-                imported.map_err(|e| e.to_string())?;
+                done.await.map_err(|e| e.to_string())?;
                 Ok(local)
             }
             _ => pull().await,
@@ -382,19 +384,42 @@ async fn pull_snapshot(
         return Err("no registry configured".into());
     };
     let start = Instant::now();
-    let ImportHandle { mut sink, done } =
-        rt.snapshot_import(local).await.map_err(|e| e.to_string())?;
-    let pulled = reg.pull_snapshot_to_tar(repo, tag, local, &mut sink).await;
-    if pulled.is_ok() {
-        let _ = sink.shutdown().await;
-    }
-    drop(sink);
-    let imported = done.await;
+    let res = import_snapshot_from_registry(rt, reg, repo, tag, local).await;
     metrics
         .snapshot_pull_duration
         .observe(start.elapsed().as_secs_f64());
-    pulled.map_err(|e| e.to_string())?;
-    imported.map_err(|e| e.to_string())
+    res
+}
+
+/// Streams `<repo>:<tag>` into `cocoon snapshot import --name <local>`. The client withholds
+/// the last bytes of every file until its blob verified, so a bad blob never forms a complete
+/// archive; on any pull error the importer is also killed (not just cut off: an archive may
+/// end cleanly at an entry boundary) and whatever it created under `local` is removed, so a
+/// tampered snapshot is never registered, not even briefly.
+pub async fn import_snapshot_from_registry(
+    rt: &dyn Runtime,
+    reg: &RegistryClient,
+    repo: &str,
+    tag: &str,
+    local: &str,
+) -> Result<(), String> {
+    let mut import = rt.snapshot_import(local).await.map_err(|e| e.to_string())?;
+    let pulled = reg
+        .pull_snapshot_to_tar(repo, tag, local, &mut import.sink)
+        .await;
+    if let Err(e) = pulled {
+        if let Err(k) = import.kill().await {
+            info!(snapshot = local, error = %k, "import stopped after a failed pull");
+        }
+        if let Err(r) = rt.snapshot_remove_if_exists(local).await {
+            warn!(snapshot = local, error = %r, "removing a failed import");
+        }
+        return Err(e.to_string());
+    }
+    let ImportHandle { mut sink, done, .. } = import;
+    let _ = sink.shutdown().await;
+    drop(sink);
+    done.await.map_err(|e| e.to_string())
 }
 
 impl From<String> for PodError {
