@@ -265,3 +265,45 @@ async fn a_pod_wakes_from_a_go_written_v2_hibernate() {
     })
     .await;
 }
+
+/// Issue 27 item 1: a chunk of the Go-written v2 artifact changed in the registry's storage
+/// fails the pull, and the runtime is left with nothing under the name (the good artifact
+/// imports first, so the path itself works).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_v2_chunk_leaves_nothing_registered() {
+    let reg = Registry::start_temp(None).await.expect("registry");
+    let client = registry(reg.addr());
+    let tmp = tempfile::tempdir().expect("tmp");
+    let rt = SimRuntime::open(sim_config(tmp.path())).expect("sim");
+    let data_dir = tmp.path().join("snapshot/localfile");
+    let repo = cocoon_testenv::unique_name("gosnap");
+    load_layout(&client, &fixtures().join("v2-zstd3-chunk1"), &repo, "t").await;
+
+    import_snapshot_from_registry(&rt, &client, &repo, "t", "good")
+        .await
+        .expect("good pull");
+    assert_eq!(
+        rt.snapshot_inspect("good").await.expect("good").id,
+        "gosnap-fixture"
+    );
+    let before = entries(&data_dir);
+
+    // Chunk 4 of memory-ranges, one bit flipped in place.
+    let chunk = "sha256:1a9133b97dcd4575407689e9563351d94f272bc62b2f74568fe5313d0e0cc58a";
+    let path = blob_storage(&reg, chunk);
+    let mut bytes = std::fs::read(&path).expect("chunk");
+    bytes[4096] ^= 0x10;
+    std::fs::write(&path, &bytes).expect("tamper");
+
+    let err = import_snapshot_from_registry(&rt, &client, &repo, "t", "tampered")
+        .await
+        .expect_err("a tampered chunk must fail the pull");
+    assert!(err.contains("digest mismatch"), "{err}");
+    assert!(
+        rt.snapshot_inspect("tampered")
+            .await
+            .is_err_and(|e| e.is_snapshot_not_found()),
+        "nothing registered"
+    );
+    assert_eq!(entries(&data_dir), before, "no data left behind");
+}

@@ -155,7 +155,7 @@ impl RegistryClient {
                 let cancelled = |_| Error::protocol("push cancelled");
                 let staged = {
                     let _hash = hashing.acquire_owned().await.map_err(cancelled)?;
-                    stage_file(name, file_path).await?
+                    stage_file(name, file_path, client.config().v2).await?
                 };
                 let _transfer = transfers.acquire_owned().await.map_err(cancelled)?;
                 let name = staged.name.clone();
@@ -548,20 +548,33 @@ impl RegistryClient {
                 let count = usize::try_from(size.div_ceil(chunk)).unwrap_or(usize::MAX);
                 let conc = Arc::new(Semaphore::new(self.config().transfer_concurrency));
                 let mut tasks = JoinSet::new();
+                let mut done = Vec::with_capacity(count);
+                let cancelled = |_| Error::protocol("push cancelled");
                 for k in 0..count {
                     let offset = k as u64 * chunk;
                     let len = chunk.min(size - offset);
+                    // Raw and compressed bytes of a chunk in flight: memory stays within the
+                    // budget, and at most `transfer_concurrency` chunks exist at a time.
                     let cost = u32::try_from((2 * len).div_ceil(1024))
                         .unwrap_or(u32::MAX)
                         .clamp(1, budget_kib(self.config().memory_budget));
+                    let mem = budget
+                        .clone()
+                        .acquire_many_owned(cost)
+                        .await
+                        .map_err(cancelled)?;
+                    let slot = conc.clone().acquire_owned().await.map_err(cancelled)?;
+                    while let Some(r) = tasks.try_join_next() {
+                        done.push(r.map_err(|e| {
+                            Error::io("chunk task", std::io::Error::other(e.to_string()))
+                        })??);
+                    }
                     let (client, path, opts, sent) =
                         (self.clone(), path.to_string(), opts.clone(), sent.clone());
-                    let (budget, conc, src) = (budget.clone(), conc.clone(), staged.blob.clone());
+                    let src = staged.blob.clone();
                     let (name, level) = (staged.name.clone(), v2.zstd_level);
                     tasks.spawn(async move {
-                        let cancelled = |_| Error::protocol("push cancelled");
-                        let _mem = budget.acquire_many_owned(cost).await.map_err(cancelled)?;
-                        let _slot = conc.acquire_owned().await.map_err(cancelled)?;
+                        let _held = (mem, slot);
                         let bytes = tokio::task::spawn_blocking(move || {
                             let raw = read_range(&src, offset, len)
                                 .map_err(|e| Error::io("reading a chunk", e))?;
@@ -608,7 +621,6 @@ impl RegistryClient {
                         ))
                     });
                 }
-                let mut done = Vec::with_capacity(count);
                 while let Some(r) = tasks.join_next().await {
                     done.push(r.map_err(|e| {
                         Error::io("chunk task", std::io::Error::other(e.to_string()))
@@ -736,7 +748,9 @@ fn list_snapshot_files(dir: &Path) -> Result<Vec<String>> {
 }
 
 /// Opens a file, decides its layout and hashes its layer bytes (on a blocking thread).
-async fn stage_file(name: String, path: PathBuf) -> Result<Staged> {
+/// A file the v2 knobs encode is not hashed raw (its layers are the encoded bytes); its
+/// `digest` is then the empty blob's and never used.
+async fn stage_file(name: String, path: PathBuf, v2: V2Options) -> Result<Staged> {
     tokio::task::spawn_blocking(move || {
         let ctx = |what: &str| format!("{what} {}", path.display());
         let file = File::open(&path).map_err(|e| Error::io(ctx("opening"), e))?;
@@ -750,7 +764,11 @@ async fn stage_file(name: String, path: PathBuf) -> Result<Staged> {
         };
         let layout = layout_of(&file).map_err(|e| Error::io(ctx("scanning holes in"), e))?;
         let file = Arc::new(file);
-        let digest = hash_extents(&file, &layout).map_err(|e| Error::io(ctx("reading"), e))?;
+        let digest = if encoding(layout.packed_size(), v2) == Encoding::Raw {
+            hash_extents(&file, &layout).map_err(|e| Error::io(ctx("reading"), e))?
+        } else {
+            Digest::of(b"")
+        };
         let meta = SnapshotFile {
             mode: i64::from(mode),
             sparse_map: layout.map_text(),
@@ -914,6 +932,36 @@ fn create_unlinked(dir: &Path) -> Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encoding_follows_the_go_writer() {
+        const MIB: u64 = 1 << 20;
+        let knobs = |zstd_level, chunk_mib: u64| V2Options {
+            zstd_level,
+            chunk_size: chunk_mib * MIB,
+        };
+        let chunks = |compress, mib: u64| Encoding::Chunks {
+            compress,
+            chunk: mib * MIB,
+        };
+        for (size, v2, want) in [
+            // All knobs off: every file raw (v1).
+            (6 * MIB, knobs(0, 0), Encoding::Raw),
+            // zstd only: files of at least 1 MiB compressed whole.
+            (MIB, knobs(3, 0), Encoding::Zstd),
+            (MIB - 1, knobs(3, 0), Encoding::Raw),
+            (0, knobs(3, 0), Encoding::Raw),
+            // zstd and chunks: a compressed file is always chunked, even below a chunk.
+            (6 * MIB, knobs(3, 1), chunks(true, 1)),
+            (2 * MIB, knobs(3, 64), chunks(true, 64)),
+            (MIB - 1, knobs(3, 1), Encoding::Raw),
+            // Chunks only: raw chunks for files larger than a chunk.
+            (2 * MIB, knobs(0, 1), chunks(false, 1)),
+            (MIB, knobs(0, 1), Encoding::Raw),
+        ] {
+            assert_eq!(encoding(size, v2), want, "{size} {v2:?}");
+        }
+    }
 
     #[test]
     fn sparse_entries_carry_their_map_into_the_config() {
