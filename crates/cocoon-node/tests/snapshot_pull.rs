@@ -259,6 +259,39 @@ async fn a_pod_wakes_from_a_go_written_v2_hibernate() {
         agent.sim.unblock(Verb::Clone);
         wait_running(&client, &ns, "w").await?;
 
+        // Issue 27 item 5: the pod's Events say how much each transfer moved.
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+        let messages = cocoon_testenv::wait_until("transfer events", WAIT, || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&Default::default()).await.ok()?;
+                let of = |reason: &str| {
+                    list.items
+                        .iter()
+                        .find(|e| {
+                            e.reason.as_deref() == Some(reason)
+                                && e.involved_object.name.as_deref() == Some("w")
+                        })
+                        .and_then(|e| e.message.clone())
+                };
+                Some((of("SnapshotPushed")?, of("SnapshotPulled")?))
+            }
+        })
+        .await?;
+        assert!(
+            messages.0.starts_with("pushed ") && messages.0.contains(" (v1) in "),
+            "{}",
+            messages.0
+        );
+        // 1,596,254 bytes of chunks for 6 MiB + 900 bytes of data.
+        assert!(
+            messages
+                .1
+                .starts_with("pulled 1.5 MiB of 6.0 MiB (v2 zstd+chunks) in "),
+            "{}",
+            messages.1
+        );
+
         agent.kill().await;
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, BoxError>(())

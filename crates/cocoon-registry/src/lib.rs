@@ -37,7 +37,7 @@ pub use client::{
 pub use config::{RegistryConfig, V2Options};
 pub use error::{Error, ErrorClass, Result, ResultExt};
 pub use manifest::{Kind, Manifest, PushAnnotations, SnapshotConfig, classify};
-pub use pull::{PullReport, SnapshotPlan, cloud_image_disk_layers};
+pub use pull::{PullReport, SnapshotPlan, cloud_image_disk_layers, wire_format};
 pub use push::{PushEvent, PushObserver, PushOptions, PushReport, PushedLayer};
 pub use reference::{Digest, ImageRef, Reference, RegistryBase};
 pub use retry::RetryPolicy;

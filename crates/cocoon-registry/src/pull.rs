@@ -69,6 +69,34 @@ pub struct PullReport {
     pub bytes_downloaded: u64,
     /// Files written, with their logical sizes.
     pub files: Vec<(String, u64)>,
+    /// The files' data bytes (uncompressed; the extents of sparse files).
+    pub data_bytes: u64,
+    /// The wire format: `v1`, `v2`, `v2 zstd`, `v2 chunks` or `v2 zstd+chunks`.
+    pub format: String,
+}
+
+impl SnapshotPlan {
+    /// The wire format as [`PullReport::format`] names it.
+    pub fn format(&self) -> String {
+        let zstd = self.files.iter().any(|f| f.blobs.iter().any(|b| b.zstd));
+        let chunks = self.files.iter().any(|f| f.blobs.len() > 1);
+        wire_format(self.version >= 2, zstd, chunks)
+    }
+
+    fn data_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+}
+
+/// `v1`, or `v2` with what it encodes.
+pub fn wire_format(v2: bool, zstd: bool, chunks: bool) -> String {
+    match (v2, zstd, chunks) {
+        (false, _, _) => "v1".into(),
+        (true, false, false) => "v2".into(),
+        (true, true, false) => "v2 zstd".into(),
+        (true, false, true) => "v2 chunks".into(),
+        (true, true, true) => "v2 zstd+chunks".into(),
+    }
 }
 
 impl RegistryClient {
@@ -206,6 +234,8 @@ impl RegistryClient {
                 .iter()
                 .map(|f| (f.name.clone(), f.logical_size()))
                 .collect(),
+            data_bytes: plan.data_bytes(),
+            format: plan.format(),
         })
     }
 
@@ -361,6 +391,7 @@ impl RegistryClient {
         }
         w.write_all(&end_of_archive()).await.map_err(werr)?;
         w.flush().await.map_err(werr)?;
+        let (data_bytes, format) = (plan.data_bytes(), plan.format());
         Ok(PullReport {
             manifest_digest: plan.manifest_digest,
             snapshot_id: plan.config.snapshot_id,
@@ -370,6 +401,8 @@ impl RegistryClient {
                 .iter()
                 .map(|f| (f.name.clone(), f.logical_size()))
                 .collect(),
+            data_bytes,
+            format,
         })
     }
 

@@ -104,6 +104,10 @@ pub struct PushReport {
     pub layers: Vec<PushedLayer>,
     /// Layer bytes sent by this push.
     pub bytes_uploaded: u64,
+    /// The files' data bytes (uncompressed; the extents of sparse files).
+    pub data_bytes: u64,
+    /// The wire format: `v1`, `v2 zstd`, `v2 chunks` or `v2 zstd+chunks`.
+    pub format: String,
 }
 
 /// A file ready to become a layer.
@@ -347,9 +351,18 @@ impl RegistryClient {
         let config_created = now.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
         // v2 only when a file was actually encoded: with the knobs on but only small files
         // the artifact stays v1, byte for byte (registry.md §5.5).
-        let v2 = results
+        let zstd = results
             .iter()
-            .any(|(_, _, _, ls)| ls.iter().any(|l| l.zstd || l.chunk.is_some()));
+            .any(|(_, _, _, ls)| ls.iter().any(|l| l.zstd));
+        let chunks = results
+            .iter()
+            .any(|(_, _, _, ls)| ls.iter().any(|l| l.chunk.is_some()));
+        let v2 = zstd || chunks;
+        let data_bytes: u64 = results
+            .iter()
+            .filter_map(|(_, _, m, _)| m.size)
+            .map(|s| u64::try_from(s).unwrap_or(0))
+            .sum();
         let files: BTreeMap<String, SnapshotFile> = results
             .iter()
             .map(|(_, n, m, _)| {
@@ -417,6 +430,8 @@ impl RegistryClient {
             snapshot_id: envelope.config.id.clone(),
             layers,
             bytes_uploaded: sent.load(Ordering::Relaxed),
+            data_bytes,
+            format: crate::pull::wire_format(v2, zstd, chunks),
         })
     }
 }
