@@ -190,9 +190,19 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         warn!("OCI_REGISTRY is empty; running without a registry");
         None
     } else {
-        Some(RegistryClient::new(crate::user_agent::registry_config(
-            RegistryConfig::for_registry(&config.oci_registry)?,
-        ))?)
+        let mut rc = RegistryConfig::for_registry(&config.oci_registry)?;
+        // The snapshot knobs of registry.md §5.5 (all 0: the v1 artifact, as before).
+        rc.apply_snapshot_knobs(
+            config.snapshot_zstd_level,
+            config.snapshot_chunk_size_mib,
+            config.snapshot_memory_budget_mib,
+            config.snapshot_pull_budget_mib,
+        )?;
+        if config.snapshot_transfer_concurrency > 0 {
+            rc.transfer_concurrency =
+                usize::try_from(config.snapshot_transfer_concurrency.min(256)).unwrap_or(8);
+        }
+        Some(RegistryClient::new(crate::user_agent::registry_config(rc))?)
     };
     let resources = crate::node::capacity::read_resources(&config)
         .map_err(|e| AgentError::Config(e.to_string()))?;

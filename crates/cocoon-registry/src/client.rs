@@ -741,6 +741,23 @@ impl RegistryClient {
     pub(crate) async fn has_blob_path(&self, path: &str, digest: &Digest) -> Result<bool> {
         self.has_blob_at(path, digest).await
     }
+
+    /// Uploads an in-memory blob (a v2 chunk) in one PUT, limited by stalls rather than by
+    /// a whole-call timeout; does not probe first.
+    pub(crate) async fn put_bytes_blob(
+        &self,
+        path: &str,
+        digest: &Digest,
+        bytes: Bytes,
+    ) -> Result<()> {
+        retry(&self.inner.cfg.retry, "upload chunk", || async {
+            let loc = self.start_upload(path).await?;
+            let idle = Limit::Idle(self.inner.http.idle_timeout);
+            self.finish_upload(path, loc, digest, Body::Full(bytes.clone()), idle)
+                .await
+        })
+        .await
+    }
 }
 
 /// A replayable streaming body of `len` layer bytes starting at layer offset `start`.

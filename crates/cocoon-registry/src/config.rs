@@ -22,6 +22,22 @@ pub const ENV_CA_FILE: &str = "OCI_REGISTRY_CA_FILE";
 /// Environment variable: parallel blob transfers (registry.md §5.5; 0 = 8).
 pub const ENV_TRANSFER_CONCURRENCY: &str = env_names::SNAPSHOT_TRANSFER_CONCURRENCY;
 
+/// Environment variable: zstd level of pushed layers (registry.md §5.5; 0 = off).
+pub const ENV_ZSTD_LEVEL: &str = env_names::SNAPSHOT_ZSTD_LEVEL;
+/// Environment variable: chunk size of pushed files in MiB (registry.md §5.5; 0 = off).
+pub const ENV_CHUNK_SIZE_MIB: &str = env_names::SNAPSHOT_CHUNK_SIZE_MIB;
+/// Environment variable: memory a push may hold in chunk buffers, MiB (0 = 9216).
+pub const ENV_MEMORY_BUDGET_MIB: &str = env_names::SNAPSHOT_MEMORY_BUDGET_MIB;
+/// Environment variable: memory a pull may hold in prefetched chunks, MiB (default 2048).
+pub const ENV_PULL_BUDGET_MIB: &str = env_names::SNAPSHOT_PULL_BUDGET_MIB;
+
+/// Default push memory budget (`SNAPSHOT_MEMORY_BUDGET_MIB` = 0).
+pub const DEFAULT_MEMORY_BUDGET: u64 = 9216 << 20;
+/// Default pull prefetch budget.
+pub const DEFAULT_PULL_BUDGET: u64 = env_names::DEFAULT_SNAPSHOT_PULL_BUDGET_MIB << 20;
+/// Highest zstd level accepted (libzstd's maximum).
+pub const MAX_ZSTD_LEVEL: i32 = 22;
+
 /// The `User-Agent` of a client whose binary did not name itself.
 pub const DEFAULT_USER_AGENT: &str = concat!("cocoon-registry/", env!("CARGO_PKG_VERSION"));
 
@@ -61,6 +77,12 @@ pub struct RegistryConfig {
     pub chunk_size: u64,
     /// Where a tar-stream push spools entries (default: the system temp dir).
     pub spool_dir: Option<PathBuf>,
+    /// The v2 wire format of pushes (registry.md §5.5); all off = the v1 artifact.
+    pub v2: V2Options,
+    /// Memory a v2 push may hold in chunk buffers (raw and compressed), in bytes.
+    pub memory_budget: u64,
+    /// Memory a v2 pull may hold in prefetched chunks, in bytes.
+    pub pull_budget: u64,
     /// The `User-Agent` of every request ([`DEFAULT_USER_AGENT`] unless a binary names
     /// itself, e.g. `cocoon-operator/<version>`).
     pub user_agent: String,
@@ -84,6 +106,9 @@ impl RegistryConfig {
             transfer_concurrency: DEFAULT_TRANSFER_CONCURRENCY,
             chunk_size: DEFAULT_CHUNK_SIZE,
             spool_dir: None,
+            v2: V2Options::default(),
+            memory_budget: DEFAULT_MEMORY_BUDGET,
+            pull_budget: DEFAULT_PULL_BUDGET,
             user_agent: DEFAULT_USER_AGENT.to_string(),
             list_limits: ListLimits::default(),
         }
@@ -122,8 +147,65 @@ impl RegistryConfig {
             cfg.transfer_concurrency = parse_concurrency(&v)?;
         }
         cfg.list_limits = ListLimits::from_env_with(env)?;
+        let knob = |name: &str| -> Result<u64> {
+            match env(name).filter(|v| !v.trim().is_empty()) {
+                None => Ok(0),
+                Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                    Error::invalid(name, format!("{v:?} is not a non-negative number"))
+                }),
+            }
+        };
+        cfg.apply_snapshot_knobs(
+            knob(ENV_ZSTD_LEVEL)?,
+            knob(ENV_CHUNK_SIZE_MIB)?,
+            knob(ENV_MEMORY_BUDGET_MIB)?,
+            match env(ENV_PULL_BUDGET_MIB).filter(|v| !v.trim().is_empty()) {
+                None => env_names::DEFAULT_SNAPSHOT_PULL_BUDGET_MIB,
+                Some(_) => knob(ENV_PULL_BUDGET_MIB)?,
+            },
+        )?;
         cfg.credentials = CredentialSource::from_env(env)?;
         Ok(cfg)
+    }
+
+    /// Sets the snapshot knobs of registry.md §5.5 as the node agent reads them: zstd level
+    /// (0 = off, at most 22), chunk size in MiB (0 = off), push memory budget in MiB (0 =
+    /// 9216), pull budget in MiB (0 = the default 2048).
+    pub fn apply_snapshot_knobs(
+        &mut self,
+        zstd_level: u64,
+        chunk_size_mib: u64,
+        memory_budget_mib: u64,
+        pull_budget_mib: u64,
+    ) -> Result<()> {
+        let level = i32::try_from(zstd_level)
+            .ok()
+            .filter(|l| *l <= MAX_ZSTD_LEVEL)
+            .ok_or_else(|| {
+                Error::invalid(
+                    ENV_ZSTD_LEVEL,
+                    format!("{zstd_level} is not a level from 0 to {MAX_ZSTD_LEVEL}"),
+                )
+            })?;
+        if chunk_size_mib > 1 << 20 {
+            return Err(Error::invalid(
+                ENV_CHUNK_SIZE_MIB,
+                format!("{chunk_size_mib} MiB is too large"),
+            ));
+        }
+        self.v2 = V2Options {
+            zstd_level: level,
+            chunk_size: chunk_size_mib << 20,
+        };
+        self.memory_budget = match memory_budget_mib {
+            0 => DEFAULT_MEMORY_BUDGET,
+            m => m.saturating_mul(1 << 20),
+        };
+        self.pull_budget = match pull_budget_mib {
+            0 => DEFAULT_PULL_BUDGET,
+            m => m.saturating_mul(1 << 20),
+        };
+        Ok(())
     }
 
     /// The scheme requests use.
@@ -155,6 +237,22 @@ impl RegistryConfig {
             return Err(Error::invalid("timeout", "must be positive"));
         }
         Ok(())
+    }
+}
+
+/// The v2 wire format knobs of a push (registry.md §5.5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct V2Options {
+    /// zstd level of files of at least 1 MiB; 0 = no compression.
+    pub zstd_level: i32,
+    /// Files are split into chunks of this many bytes; 0 = no chunking.
+    pub chunk_size: u64,
+}
+
+impl V2Options {
+    /// Whether pushes write the v2 format at all.
+    pub fn enabled(&self) -> bool {
+        self.zstd_level > 0 || self.chunk_size > 0
     }
 }
 
@@ -246,6 +344,42 @@ mod tests {
                 .map(|e| e.to_string())
                 .unwrap_or_default();
         assert!(e.starts_with("SNAPSHOT_TRANSFER_CONCURRENCY:"), "{e}");
+    }
+
+    #[test]
+    fn snapshot_knobs_default_to_v1_and_bad_values_name_the_variable() {
+        let base = ("OCI_REGISTRY", "r.io");
+        let c = RegistryConfig::from_env_with(&env(&[base])).expect("cfg");
+        assert!(!c.v2.enabled());
+        assert_eq!(c.memory_budget, 9216 << 20);
+        assert_eq!(c.pull_budget, 2048 << 20);
+        let c = RegistryConfig::from_env_with(&env(&[
+            base,
+            ("SNAPSHOT_ZSTD_LEVEL", "3"),
+            ("SNAPSHOT_CHUNK_SIZE_MIB", "64"),
+            ("SNAPSHOT_MEMORY_BUDGET_MIB", "512"),
+            ("SNAPSHOT_PULL_BUDGET_MIB", "256"),
+        ]))
+        .expect("cfg");
+        assert_eq!(
+            c.v2,
+            V2Options {
+                zstd_level: 3,
+                chunk_size: 64 << 20
+            }
+        );
+        assert_eq!((c.memory_budget, c.pull_budget), (512 << 20, 256 << 20));
+        for (k, v) in [
+            ("SNAPSHOT_ZSTD_LEVEL", "23"),
+            ("SNAPSHOT_ZSTD_LEVEL", "-1"),
+            ("SNAPSHOT_CHUNK_SIZE_MIB", "x"),
+        ] {
+            let e = RegistryConfig::from_env_with(&env(&[base, (k, v)]))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.starts_with(&format!("{k}:")), "{k}={v}: {e}");
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@
 
 pub mod auth;
 mod client;
+pub mod codec;
 pub mod config;
 mod error;
 mod http;
@@ -34,11 +35,12 @@ pub use client::{
     BlobStream, DeleteOutcome, FetchedManifest, ManifestHead, RegistryClient, SnapshotInfo,
     Verifier,
 };
-pub use config::RegistryConfig;
+pub use config::{RegistryConfig, V2Options};
 pub use error::{Error, ErrorClass, Result, ResultExt};
 pub use manifest::{Kind, Manifest, PushAnnotations, SnapshotConfig, classify};
 pub use paging::{ListLimits, PageWalk};
-pub use pull::{PullReport, SnapshotPlan, cloud_image_disk_layers};
+pub use pull::{PullReport, SnapshotPlan, cloud_image_disk_layers, wire_format};
 pub use push::{PushEvent, PushObserver, PushOptions, PushReport, PushedLayer};
 pub use reference::{Digest, ImageRef, Reference, RegistryBase};
 pub use retry::RetryPolicy;
+pub use validate::{PullBlob, PullFile};

@@ -396,6 +396,28 @@ pub fn snapshot_layer(name: &str, digest: &Digest, size: u64) -> Descriptor {
     d
 }
 
+/// A layer descriptor of a v2 file: the name's media type with `+zstd` when compressed, and
+/// for one chunk of a chunked file its `cocoonstack.chunk.index`/`count` (decimal strings).
+pub fn snapshot_layer_v2(
+    name: &str,
+    digest: &Digest,
+    size: u64,
+    zstd: bool,
+    chunk: Option<(usize, usize)>,
+) -> Descriptor {
+    let mut d = snapshot_layer(name, digest, size);
+    if zstd {
+        d.media_type.push_str(oci::ZSTD_SUFFIX);
+    }
+    if let Some((index, count)) = chunk {
+        d.annotations
+            .insert(oci::ANNOTATION_CHUNK_INDEX.to_string(), index.to_string());
+        d.annotations
+            .insert(oci::ANNOTATION_CHUNK_COUNT.to_string(), count.to_string());
+    }
+    d
+}
+
 /// Manifest annotations of a push (registry.md §5.2).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PushAnnotations {
@@ -436,10 +458,20 @@ pub fn build_snapshot_manifest(
     layers: Vec<Descriptor>,
     annotations: PushAnnotations,
 ) -> Vec<u8> {
+    build_snapshot_manifest_as(oci::ARTIFACT_SNAPSHOT_V1, config, layers, annotations)
+}
+
+/// [`build_snapshot_manifest`] with the artifact type of the wire format (v1 or v2).
+pub fn build_snapshot_manifest_as(
+    artifact_type: &str,
+    config: Descriptor,
+    layers: Vec<Descriptor>,
+    annotations: PushAnnotations,
+) -> Vec<u8> {
     let m = Manifest {
         schema_version: 2,
         media_type: Some(oci::MEDIA_OCI_MANIFEST.to_string()),
-        artifact_type: Some(oci::ARTIFACT_SNAPSHOT_V1.to_string()),
+        artifact_type: Some(artifact_type.to_string()),
         config: Some(config),
         layers,
         manifests: Vec::new(),

@@ -13,6 +13,12 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use crate::client::RegistryClient;
+use crate::codec::{PIECE, ZstdStream, decode_all};
+use crate::validate::PullBlob;
+
+/// Pulls of v2 artifacts and of image indexes in this process (one node agent) at once
+/// (registry.md §5.5): their chunk prefetch holds up to the pull budget in memory each.
+static V2_PULLS: Semaphore = Semaphore::const_new(2);
 
 /// Bytes handed from the network to a download's writer thread at a time. 256 KiB measured
 /// the same throughput as 1 MiB with about half the peak RSS.
@@ -42,6 +48,15 @@ pub struct SnapshotPlan {
     pub config: SnapshotConfig,
     /// The files, in layer order.
     pub files: Vec<PullFile>,
+    /// The tag named an image index (its child is the snapshot).
+    pub from_index: bool,
+}
+
+impl SnapshotPlan {
+    /// Whether the pull counts against the per-node limit of v2 pulls (registry.md §5.5).
+    pub fn limited(&self) -> bool {
+        self.version >= 2 || self.from_index
+    }
 }
 
 /// The outcome of a pull.
@@ -54,13 +69,41 @@ pub struct PullReport {
     pub bytes_downloaded: u64,
     /// Files written, with their logical sizes.
     pub files: Vec<(String, u64)>,
+    /// The files' data bytes (uncompressed; the extents of sparse files).
+    pub data_bytes: u64,
+    /// The wire format: `v1`, `v2`, `v2 zstd`, `v2 chunks` or `v2 zstd+chunks`.
+    pub format: String,
+}
+
+impl SnapshotPlan {
+    /// The wire format as [`PullReport::format`] names it.
+    pub fn format(&self) -> String {
+        let zstd = self.files.iter().any(|f| f.blobs.iter().any(|b| b.zstd));
+        let chunks = self.files.iter().any(|f| f.blobs.len() > 1);
+        wire_format(self.version >= 2, zstd, chunks)
+    }
+
+    fn data_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+}
+
+/// `v1`, or `v2` with what it encodes.
+pub fn wire_format(v2: bool, zstd: bool, chunks: bool) -> String {
+    match (v2, zstd, chunks) {
+        (false, _, _) => "v1".into(),
+        (true, false, false) => "v2".into(),
+        (true, true, false) => "v2 zstd".into(),
+        (true, false, true) => "v2 chunks".into(),
+        (true, true, true) => "v2 zstd+chunks".into(),
+    }
 }
 
 impl RegistryClient {
     /// Steps 1–4 of registry.md §6: manifest (following an index to its `linux/amd64`
     /// child), classification, config blob, layer validation.
     pub async fn plan_snapshot_pull(&self, repo: &str, reference: &str) -> Result<SnapshotPlan> {
-        let (m, digest) = self.resolve_manifest(repo, reference).await?;
+        let (m, digest, from_index) = self.resolve_manifest(repo, reference).await?;
         let version = match classify(&m, None) {
             Kind::Snapshot { version } => version,
             kind => {
@@ -83,22 +126,27 @@ impl RegistryClient {
             version,
             config,
             files,
+            from_index,
         })
     }
 
     /// The manifest at `reference`, with an image index resolved to its chosen child.
-    async fn resolve_manifest(&self, repo: &str, reference: &str) -> Result<(Manifest, Digest)> {
+    async fn resolve_manifest(
+        &self,
+        repo: &str,
+        reference: &str,
+    ) -> Result<(Manifest, Digest, bool)> {
         let r = Reference::parse(reference)?;
         let fetched = self.get_manifest(repo, &r).await?;
         let m = Manifest::parse(&fetched.bytes)?;
         if classify(&m, fetched.media_type.as_deref()) != Kind::ImageIndex {
-            return Ok((m, fetched.digest));
+            return Ok((m, fetched.digest, false));
         }
         let child = pick_index_child(&m)?;
         let d = Digest::parse(&child.digest)
             .map_err(|e| Error::protocol(format!("index child: {e}")))?;
         let fetched = self.get_manifest(repo, &Reference::Digest(d)).await?;
-        Ok((Manifest::parse(&fetched.bytes)?, fetched.digest))
+        Ok((Manifest::parse(&fetched.bytes)?, fetched.digest, true))
     }
 
     /// Pulls `<repo>:<reference>` into directory `dest` (which must not exist): `snapshot.json`
@@ -119,6 +167,7 @@ impl RegistryClient {
             ));
         }
         let plan = self.plan_snapshot_pull(repo, reference).await?;
+        let _slot = v2_slot(&plan).await?;
         let staging = staging_dir(dest)?;
         let result = self.fill_dir(repo, &plan, &staging, local_name).await;
         match result {
@@ -162,11 +211,15 @@ impl RegistryClient {
                     .acquire_owned()
                     .await
                     .map_err(|_| Error::protocol("pull cancelled"))?;
-                retry(&client.config().retry, "download blob", || {
-                    client.download_file(&repo, &f, &path, &received)
-                })
-                .await
-                .context(|| format!("pull {}", f.name))
+                let done = if f.is_plain() {
+                    retry(&client.config().retry, "download blob", || {
+                        client.download_file(&repo, &f, &path, &received)
+                    })
+                    .await
+                } else {
+                    client.download_encoded(&repo, &f, &path, &received).await
+                };
+                done.context(|| format!("pull {}", f.name))
             });
         }
         while let Some(r) = tasks.join_next().await {
@@ -181,6 +234,8 @@ impl RegistryClient {
                 .iter()
                 .map(|f| (f.name.clone(), f.logical_size()))
                 .collect(),
+            data_bytes: plan.data_bytes(),
+            format: plan.format(),
         })
     }
 
@@ -254,9 +309,10 @@ impl RegistryClient {
 
     /// Pulls `<repo>:<reference>` as the tar `cocoon snapshot import --name <local_name>`
     /// reads (registry.md §6 step 5): `snapshot.json` first, then each file in layer order
-    /// with its mode and sparse PAX records. On error the archive is left unterminated, so
-    /// the importer fails instead of registering a partial snapshot; the caller closes the
-    /// sink before waiting for the importer.
+    /// with its mode and sparse PAX records. Nothing of a blob's last piece is written before
+    /// the blob's size and digest verified, so on error the current entry is short and the
+    /// archive unterminated; the caller still kills the importer (a short entry is the only
+    /// tell a lenient reader gets) and removes what it created.
     pub async fn pull_snapshot_to_tar<W: AsyncWrite + Unpin>(
         &self,
         repo: &str,
@@ -265,6 +321,7 @@ impl RegistryClient {
         mut w: W,
     ) -> Result<PullReport> {
         let plan = self.plan_snapshot_pull(repo, reference).await?;
+        let _slot = v2_slot(&plan).await?;
         let werr = |e: std::io::Error| Error::io("writing the import stream", e);
         let mtime = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -300,14 +357,33 @@ impl RegistryClient {
             w.write_all(&regular_file_header(&f.name, f.size, f.mode, mtime, &pax))
                 .await
                 .map_err(werr)?;
-            // Bytes already written cannot be taken back, so a failure mid-blob is final.
+            if !f.is_plain() {
+                let received_here = AtomicU64::new(0);
+                self.write_encoded(repo, f, &mut w, &received_here)
+                    .await
+                    .context(|| format!("pull {}", f.name))?;
+                received += received_here.load(Ordering::Relaxed);
+                w.write_all(&vec![0u8; padding(f.size)])
+                    .await
+                    .map_err(werr)?;
+                continue;
+            }
+            // The last piece of every blob is held back until the blob verified: a bad blob
+            // leaves its entry short, so the archive cannot end cleanly even when the bytes
+            // before it happen to end on a block boundary.
             let mut stream = self
                 .get_blob(repo, &f.digest, f.size)
                 .await
                 .context(|| format!("pull {}", f.name))?;
+            let mut held: Option<Bytes> = None;
             while let Some(chunk) = stream.next().await.context(|| format!("pull {}", f.name))? {
                 received += chunk.len() as u64;
-                w.write_all(&chunk).await.map_err(werr)?;
+                if let Some(prev) = held.replace(chunk) {
+                    w.write_all(&prev).await.map_err(werr)?;
+                }
+            }
+            if let Some(last) = held {
+                w.write_all(&last).await.map_err(werr)?;
             }
             w.write_all(&vec![0u8; padding(f.size)])
                 .await
@@ -315,6 +391,7 @@ impl RegistryClient {
         }
         w.write_all(&end_of_archive()).await.map_err(werr)?;
         w.flush().await.map_err(werr)?;
+        let (data_bytes, format) = (plan.data_bytes(), plan.format());
         Ok(PullReport {
             manifest_digest: plan.manifest_digest,
             snapshot_id: plan.config.snapshot_id,
@@ -324,6 +401,8 @@ impl RegistryClient {
                 .iter()
                 .map(|f| (f.name.clone(), f.logical_size()))
                 .collect(),
+            data_bytes,
+            format,
         })
     }
 
@@ -336,7 +415,7 @@ impl RegistryClient {
         reference: &str,
         mut w: W,
     ) -> Result<u64> {
-        let (m, _) = self.resolve_manifest(repo, reference).await?;
+        let (m, _, _) = self.resolve_manifest(repo, reference).await?;
         let kind = classify(&m, None);
         if kind != Kind::CloudImage {
             return Err(Error::WrongKind {
@@ -351,11 +430,20 @@ impl RegistryClient {
             let size = u64::try_from(layer.size)
                 .map_err(|_| Error::protocol("negative disk layer size"))?;
             let mut s = self.get_blob(repo, &digest, size).await?;
+            // As for snapshots: a layer's last piece waits for its digest.
+            let mut held: Option<Bytes> = None;
             while let Some(chunk) = s.next().await? {
-                w.write_all(&chunk)
+                total += chunk.len() as u64;
+                if let Some(prev) = held.replace(chunk) {
+                    w.write_all(&prev)
+                        .await
+                        .map_err(|e| Error::io("writing the image stream", e))?;
+                }
+            }
+            if let Some(last) = held {
+                w.write_all(&last)
                     .await
                     .map_err(|e| Error::io("writing the image stream", e))?;
-                total += chunk.len() as u64;
             }
         }
         w.flush()
@@ -363,6 +451,268 @@ impl RegistryClient {
             .map_err(|e| Error::io("writing the image stream", e))?;
         Ok(total)
     }
+}
+
+impl RegistryClient {
+    /// Writes an encoded (v2) file's data into the import stream `w`. Chunks (and zstd blobs
+    /// up to the pull budget) are verified whole before a byte of them is decoded; the last
+    /// piece of the file is held back until every blob verified and the decoded size is
+    /// `files[].size`, so a bad blob leaves the entry short.
+    async fn write_encoded<W: AsyncWrite + Unpin>(
+        &self,
+        repo: &str,
+        f: &PullFile,
+        w: &mut W,
+        received: &AtomicU64,
+    ) -> Result<()> {
+        let (tx, mut rx) = mpsc::channel::<Bytes>(4);
+        let produce = self.produce_file(repo, f, tx, received);
+        let consume = async {
+            let mut held: Option<Bytes> = None;
+            while let Some(b) = rx.recv().await {
+                if let Some(prev) = held.replace(b) {
+                    w.write_all(&prev)
+                        .await
+                        .map_err(|e| Error::io("writing the import stream", e))?;
+                }
+            }
+            Ok::<_, Error>(held)
+        };
+        let (produced, consumed) = tokio::join!(produce, consume);
+        // A writer failure (the importer died) explains a producer's "receiver gone".
+        let held = consumed?;
+        produced?;
+        if let Some(last) = held {
+            w.write_all(&last)
+                .await
+                .map_err(|e| Error::io("writing the import stream", e))?;
+        }
+        Ok(())
+    }
+
+    /// Downloads an encoded (v2) file into `path` (in the staging directory), holes kept.
+    async fn download_encoded(
+        &self,
+        repo: &str,
+        f: &PullFile,
+        path: &Path,
+        received: &AtomicU64,
+    ) -> Result<()> {
+        let file = create_file(path, f.mode)?;
+        let extents = match &f.sparse {
+            Some(s) => s.segments.clone(),
+            None if f.size == 0 => vec![],
+            None => vec![Segment {
+                offset: 0,
+                length: f.size,
+            }],
+        };
+        let logical = f.logical_size();
+        let (tx, mut rx) = mpsc::channel::<Bytes>(4);
+        let writer = tokio::task::spawn_blocking(move || -> Result<()> {
+            let mut w = HoleWriter::new(&file, extents, logical);
+            while let Some(b) = rx.blocking_recv() {
+                w.write(&b)
+                    .map_err(|e| Error::io("writing pulled file", e))?;
+            }
+            w.finish().map_err(|e| Error::io("sizing pulled file", e))
+        });
+        let produced = self.produce_file(repo, f, tx, received).await;
+        let written = writer
+            .await
+            .map_err(|e| Error::io("writer task", std::io::Error::other(e.to_string())))?;
+        produced?;
+        written
+    }
+
+    /// Sends file `f`'s data, decoded and in order, to `tx`: blobs that are buffered (chunks,
+    /// zstd blobs up to the pull budget) are fetched up to `transfer_concurrency` ahead
+    /// within the budget and verified before decoding; a larger blob streams (its bytes are
+    /// checked at its end, so the consumer must hold back the last piece until this returns).
+    async fn produce_file(
+        &self,
+        repo: &str,
+        f: &PullFile,
+        tx: mpsc::Sender<Bytes>,
+        received: &AtomicU64,
+    ) -> Result<()> {
+        let budget_bytes = self.config().pull_budget.max(1 << 20);
+        let budget_kib = u32::try_from(budget_bytes >> 10).unwrap_or(u32::MAX);
+        let budget = Arc::new(Semaphore::new(budget_kib as usize));
+        let window = self.config().transfer_concurrency.max(1);
+        let buffered = |b: &PullBlob| (b.zstd || f.blobs.len() > 1) && b.size <= budget_bytes;
+        let mut fetches: std::collections::VecDeque<Aborting<Result<(Bytes, OwnedPermit)>>> =
+            std::collections::VecDeque::new();
+        let mut next = 0usize;
+        let mut produced = 0u64;
+        for (i, blob) in f.blobs.iter().enumerate() {
+            next = next.max(i);
+            while next < f.blobs.len() && next - i < window && buffered(&f.blobs[next]) {
+                let b = f.blobs[next].clone();
+                let (client, repo, budget) = (self.clone(), repo.to_string(), budget.clone());
+                let cost = u32::try_from(b.size.div_ceil(1024))
+                    .unwrap_or(u32::MAX)
+                    .clamp(1, budget_kib.max(1));
+                fetches.push_back(Aborting(tokio::spawn(async move {
+                    let permit = budget
+                        .acquire_many_owned(cost)
+                        .await
+                        .map_err(|_| Error::protocol("pull cancelled"))?;
+                    let bytes = retry(&client.config().retry, "download chunk", || {
+                        client.get_blob_bytes(&repo, &b.digest, b.size, budget_bytes)
+                    })
+                    .await?;
+                    Ok((bytes, OwnedPermit(permit)))
+                })));
+                next += 1;
+            }
+            let limit = f.size - produced;
+            let what = format!("blob {repo}@{}", blob.digest);
+            if buffered(blob) {
+                let Some(mut fetch) = fetches.pop_front() else {
+                    return Err(Error::protocol("chunk prefetch out of order"));
+                };
+                let (bytes, permit) = (&mut fetch.0)
+                    .await
+                    .map_err(|e| Error::io("chunk task", std::io::Error::other(e.to_string())))??;
+                received.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                let (zstd, tx) = (blob.zstd, tx.clone());
+                produced += tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    let mut emit = |b: Bytes| {
+                        tx.blocking_send(b)
+                            .map_err(|_| Error::protocol("pull writer stopped"))
+                    };
+                    if zstd {
+                        decode_all(&what, &bytes, limit, &mut emit)
+                    } else {
+                        pass_raw(&what, bytes, limit, &mut emit)
+                    }
+                })
+                .await
+                .map_err(|e| Error::io("decode task", std::io::Error::other(e.to_string())))??;
+            } else {
+                produced += self
+                    .stream_blob(repo, blob, &what, limit, &tx, received)
+                    .await?;
+            }
+        }
+        if produced != f.size {
+            return Err(Error::SizeMismatch {
+                what: format!("files[{}] (decoded)", f.name),
+                expected: f.size,
+                actual: produced,
+            });
+        }
+        Ok(())
+    }
+
+    /// Streams one blob too large to buffer, decoding it if it is zstd.
+    async fn stream_blob(
+        &self,
+        repo: &str,
+        blob: &PullBlob,
+        what: &str,
+        limit: u64,
+        tx: &mpsc::Sender<Bytes>,
+        received: &AtomicU64,
+    ) -> Result<u64> {
+        let mut stream = self.get_blob(repo, &blob.digest, blob.size).await?;
+        if !blob.zstd {
+            let mut n = 0u64;
+            while let Some(b) = stream.next().await? {
+                received.fetch_add(b.len() as u64, Ordering::Relaxed);
+                n += b.len() as u64;
+                if n > limit {
+                    return Err(Error::SizeMismatch {
+                        what: what.to_string(),
+                        expected: limit,
+                        actual: n,
+                    });
+                }
+                tx.send(b)
+                    .await
+                    .map_err(|_| Error::protocol("pull writer stopped"))?;
+            }
+            return Ok(n);
+        }
+        let (ctx, mut crx) = mpsc::channel::<Bytes>(4);
+        let (out, label) = (tx.clone(), what.to_string());
+        let decoder = tokio::task::spawn_blocking(move || -> Result<u64> {
+            let mut d = ZstdStream::new(label, limit)?;
+            let mut emit = |b: Bytes| {
+                out.blocking_send(b)
+                    .map_err(|_| Error::protocol("pull writer stopped"))
+            };
+            while let Some(c) = crx.blocking_recv() {
+                d.feed(&c, &mut emit)?;
+            }
+            d.finish(&mut emit)
+        });
+        let fed = async {
+            while let Some(b) = stream.next().await? {
+                received.fetch_add(b.len() as u64, Ordering::Relaxed);
+                if ctx.send(b).await.is_err() {
+                    break; // the decoder failed; its error is reported below
+                }
+            }
+            Ok::<(), Error>(())
+        }
+        .await;
+        drop(ctx);
+        let decoded = decoder
+            .await
+            .map_err(|e| Error::io("decode task", std::io::Error::other(e.to_string())))?;
+        fed?;
+        decoded
+    }
+}
+
+/// A raw (uncompressed) chunk, handed on in pieces.
+fn pass_raw(
+    what: &str,
+    bytes: Bytes,
+    limit: u64,
+    emit: &mut dyn FnMut(Bytes) -> Result<()>,
+) -> Result<u64> {
+    let n = bytes.len() as u64;
+    if n > limit {
+        return Err(Error::SizeMismatch {
+            what: what.to_string(),
+            expected: limit,
+            actual: n,
+        });
+    }
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let piece = rest.split_to(rest.len().min(PIECE));
+        emit(piece)?;
+    }
+    Ok(n)
+}
+
+/// A permit of the pull budget, released when the chunk's bytes are decoded.
+struct OwnedPermit(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
+
+/// A task aborted when dropped (a failed pull stops its prefetches).
+struct Aborting<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Aborting<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A slot of the per-node v2 pull limit, when the plan needs one.
+async fn v2_slot(plan: &SnapshotPlan) -> Result<Option<tokio::sync::SemaphorePermit<'static>>> {
+    if !plan.limited() {
+        return Ok(None);
+    }
+    V2_PULLS
+        .acquire()
+        .await
+        .map(Some)
+        .map_err(|_| Error::protocol("pull cancelled"))
 }
 
 /// The disk layers of a cloud image, sorted by title (registry.md §7). The legacy Windows
@@ -405,7 +755,7 @@ fn create_file(path: &Path, mode: u32) -> Result<File> {
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(mode)
+        .mode(crate::validate::file_mode(mode))
         .open(path)
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))
 }

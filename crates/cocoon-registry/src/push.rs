@@ -15,10 +15,12 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use crate::client::{FileBlob, IO_BUF, RegistryClient};
+use crate::codec::encode_frame;
+use crate::config::V2Options;
 use crate::error::{Error, Result, ResultExt};
 use crate::manifest::{
-    Descriptor, PushAnnotations, Segment, SnapshotEnvelope, SnapshotFile, build_snapshot_manifest,
-    parse_sparse_map, snapshot_config, snapshot_layer,
+    Descriptor, PushAnnotations, Segment, SnapshotEnvelope, SnapshotFile,
+    build_snapshot_manifest_as, parse_sparse_map, snapshot_config, snapshot_layer_v2,
 };
 use crate::reference::{Digest, Hasher, validate_tag};
 use crate::sparse::{ExtentReader, Layout, layout_of};
@@ -102,6 +104,10 @@ pub struct PushReport {
     pub layers: Vec<PushedLayer>,
     /// Layer bytes sent by this push.
     pub bytes_uploaded: u64,
+    /// The files' data bytes (uncompressed; the extents of sparse files).
+    pub data_bytes: u64,
+    /// The wire format: `v1`, `v2 zstd`, `v2 chunks` or `v2 zstd+chunks`.
+    pub format: String,
 }
 
 /// A file ready to become a layer.
@@ -133,6 +139,7 @@ impl RegistryClient {
         let hashing = Arc::new(Semaphore::new(cpus.min(self.config().transfer_concurrency)));
         let transfers = Arc::new(Semaphore::new(self.config().transfer_concurrency));
         let sent = Arc::new(AtomicU64::new(0));
+        let budget = push_budget(self.config().memory_budget);
         let mut order: Vec<(usize, String, u64)> = names
             .into_iter()
             .enumerate()
@@ -147,16 +154,19 @@ impl RegistryClient {
             let file_path = dir.join(&name);
             let (client, path, opts, sent) =
                 (self.clone(), path.clone(), opts.clone(), sent.clone());
-            let (hashing, transfers) = (hashing.clone(), transfers.clone());
+            let (hashing, transfers, budget) = (hashing.clone(), transfers.clone(), budget.clone());
             tasks.spawn(async move {
                 let cancelled = |_| Error::protocol("push cancelled");
                 let staged = {
                     let _hash = hashing.acquire_owned().await.map_err(cancelled)?;
-                    stage_file(name, file_path).await?
+                    stage_file(name, file_path, client.config().v2).await?
                 };
                 let _transfer = transfers.acquire_owned().await.map_err(cancelled)?;
-                let layer = client.transfer(&path, &staged, &opts, &sent).await?;
-                Ok::<_, Error>((idx, staged.name, staged.meta, layer))
+                let name = staged.name.clone();
+                let (meta, layers) = client
+                    .push_file(&path, staged, &opts, &sent, &budget)
+                    .await?;
+                Ok::<_, Error>((idx, name, meta, layers))
             });
         }
         let results = join_all(tasks).await?;
@@ -187,6 +197,7 @@ impl RegistryClient {
             .unwrap_or_else(std::env::temp_dir);
         let sem = Arc::new(Semaphore::new(self.config().transfer_concurrency));
         let sent = Arc::new(AtomicU64::new(0));
+        let budget = push_budget(self.config().memory_budget);
         let mut reader = TarReader::new(tar);
         let mut envelope: Option<SnapshotEnvelope> = None;
         let mut tasks = JoinSet::new();
@@ -250,14 +261,22 @@ impl RegistryClient {
                     digest,
                 },
             };
-            let (client, path, opts, sent) =
-                (self.clone(), path.clone(), opts.clone(), sent.clone());
+            let (client, path, opts, sent, budget) = (
+                self.clone(),
+                path.clone(),
+                opts.clone(),
+                sent.clone(),
+                budget.clone(),
+            );
             let i = idx;
             idx += 1;
             tasks.spawn(async move {
                 let _permit = permit;
-                let layer = client.transfer(&path, &staged, &opts, &sent).await?;
-                Ok::<_, Error>((i, staged.name, staged.meta, layer))
+                let name = staged.name.clone();
+                let (meta, layers) = client
+                    .push_file(&path, staged, &opts, &sent, &budget)
+                    .await?;
+                Ok::<_, Error>((i, name, meta, layers))
             });
             // Surface an upload failure without waiting for the whole stream.
             while let Some(done) = tasks.try_join_next() {
@@ -315,7 +334,7 @@ impl RegistryClient {
         &self,
         repo: &str,
         envelope: &SnapshotEnvelope,
-        mut results: Vec<(usize, String, SnapshotFile, PushedLayer)>,
+        mut results: Vec<(usize, String, SnapshotFile, Vec<OutLayer>)>,
         opts: &PushOptions,
         sent: &AtomicU64,
     ) -> Result<PushReport> {
@@ -330,11 +349,35 @@ impl RegistryClient {
         // pushes of one snapshot within a second then still differ, so `hibernate` and
         // `latest` never share a manifest digest (registry.md §2.1).
         let config_created = now.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+        // v2 only when a file was actually encoded: with the knobs on but only small files
+        // the artifact stays v1, byte for byte (registry.md §5.5).
+        let zstd = results
+            .iter()
+            .any(|(_, _, _, ls)| ls.iter().any(|l| l.zstd));
+        let chunks = results
+            .iter()
+            .any(|(_, _, _, ls)| ls.iter().any(|l| l.chunk.is_some()));
+        let v2 = zstd || chunks;
+        let data_bytes: u64 = results
+            .iter()
+            .filter_map(|(_, _, m, _)| m.size)
+            .map(|s| u64::try_from(s).unwrap_or(0))
+            .sum();
         let files: BTreeMap<String, SnapshotFile> = results
             .iter()
-            .map(|(_, n, m, _)| (n.clone(), m.clone()))
+            .map(|(_, n, m, _)| {
+                let mut m = m.clone();
+                if !v2 {
+                    m.size = None;
+                    m.chunks.clear();
+                }
+                (n.clone(), m)
+            })
             .collect();
-        let config = snapshot_config(&envelope.config, files, &config_created);
+        let mut config = snapshot_config(&envelope.config, files, &config_created);
+        if v2 {
+            config.schema_version = "v2".into();
+        }
         let config_bytes =
             Bytes::from(serde_json::to_vec(&config).map_err(|e| Error::protocol(e.to_string()))?);
         let config_size = config_bytes.len() as u64;
@@ -344,11 +387,21 @@ impl RegistryClient {
             .context(|| "upload config blob".to_string())?;
         let layers: Vec<Descriptor> = results
             .iter()
-            .map(|(_, _, _, l)| snapshot_layer(&l.name, &l.digest, l.size))
+            .flat_map(|(_, _, _, ls)| ls.iter())
+            .map(|l| {
+                let p = &l.pushed;
+                snapshot_layer_v2(&p.name, &p.digest, p.size, l.zstd, l.chunk)
+            })
             .collect();
         let mut annotations = opts.annotations.clone();
         annotations.created = created;
-        let manifest = build_snapshot_manifest(
+        let artifact = if v2 {
+            oci::ARTIFACT_SNAPSHOT_V2
+        } else {
+            oci::ARTIFACT_SNAPSHOT_V1
+        };
+        let manifest = build_snapshot_manifest_as(
+            artifact,
             Descriptor::new(oci::MEDIA_SNAPSHOT_CONFIG_V1, &config_digest, config_size),
             layers,
             annotations,
@@ -365,7 +418,11 @@ impl RegistryClient {
         opts.notify(PushEvent::ManifestPut {
             digest: manifest_digest.clone(),
         });
-        let layers: Vec<PushedLayer> = results.into_iter().map(|r| r.3).collect();
+        let layers: Vec<PushedLayer> = results
+            .into_iter()
+            .flat_map(|r| r.3)
+            .map(|l| l.pushed)
+            .collect();
         tracing::info!(repo, tag = %opts.tag, digest = %manifest_digest, layers = layers.len(), sent = sent.load(Ordering::Relaxed), "snapshot pushed");
         Ok(PushReport {
             manifest_digest,
@@ -373,11 +430,13 @@ impl RegistryClient {
             snapshot_id: envelope.config.id.clone(),
             layers,
             bytes_uploaded: sent.load(Ordering::Relaxed),
+            data_bytes,
+            format: crate::pull::wire_format(v2, zstd, chunks),
         })
     }
 }
 
-type TaskResult = Result<(usize, String, SnapshotFile, PushedLayer)>;
+type TaskResult = Result<(usize, String, SnapshotFile, Vec<OutLayer>)>;
 
 fn flatten(r: std::result::Result<TaskResult, tokio::task::JoinError>) -> TaskResult {
     r.map_err(|e| Error::io("push task", std::io::Error::other(e.to_string())))?
@@ -386,12 +445,292 @@ fn flatten(r: std::result::Result<TaskResult, tokio::task::JoinError>) -> TaskRe
 /// Waits for every task; the first error wins (the rest are aborted when the set drops).
 async fn join_all(
     mut tasks: JoinSet<TaskResult>,
-) -> Result<Vec<(usize, String, SnapshotFile, PushedLayer)>> {
+) -> Result<Vec<(usize, String, SnapshotFile, Vec<OutLayer>)>> {
     let mut out = Vec::new();
     while let Some(r) = tasks.join_next().await {
         out.push(flatten(r)?);
     }
     Ok(out)
+}
+
+/// A layer of a pushed file, with what its descriptor needs beyond the blob.
+struct OutLayer {
+    pushed: PushedLayer,
+    zstd: bool,
+    /// (index, count) of a chunk.
+    chunk: Option<(usize, usize)>,
+}
+
+/// Files smaller than this stay raw in v2 (cocoon-common v0.3.0's writer).
+pub const MIN_COMPRESS_SIZE: u64 = 1 << 20;
+
+/// How one file goes on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// One raw layer (every v1 file, and small v2 files).
+    Raw,
+    /// One layer, one zstd frame.
+    Zstd,
+    /// Fixed-size chunks, one blob per chunk, each its own zstd frame when `compress`.
+    Chunks { compress: bool, chunk: u64 },
+}
+
+/// The Go writer's rule: compress files of at least 1 MiB when a level is set; chunk a file
+/// when a chunk size is set and the file is compressed or larger than a chunk.
+pub fn encoding(size: u64, v2: V2Options) -> Encoding {
+    let compress = v2.zstd_level > 0 && size >= MIN_COMPRESS_SIZE;
+    if v2.chunk_size > 0 && (compress || size > v2.chunk_size) {
+        Encoding::Chunks {
+            compress,
+            chunk: v2.chunk_size,
+        }
+    } else if compress {
+        Encoding::Zstd
+    } else {
+        Encoding::Raw
+    }
+}
+
+/// The push memory budget as a semaphore of KiB permits.
+fn push_budget(bytes: u64) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(budget_kib(bytes) as usize))
+}
+
+fn budget_kib(bytes: u64) -> u32 {
+    u32::try_from((bytes >> 10).max(1)).unwrap_or(u32::MAX)
+}
+
+impl RegistryClient {
+    /// Pushes one staged file as its layer(s) in the encoding the v2 knobs pick.
+    async fn push_file(
+        &self,
+        path: &str,
+        staged: Staged,
+        opts: &PushOptions,
+        sent: &Arc<AtomicU64>,
+        budget: &Arc<Semaphore>,
+    ) -> Result<(SnapshotFile, Vec<OutLayer>)> {
+        let v2 = self.config().v2;
+        let size = staged.blob.size;
+        let mut meta = staged.meta.clone();
+        // The uncompressed size; dropped again when the artifact ends up v1.
+        meta.size = Some(i64::try_from(size).unwrap_or(i64::MAX));
+        match encoding(size, v2) {
+            Encoding::Raw => {
+                let pushed = self.transfer(path, &staged, opts, sent).await?;
+                Ok((
+                    meta,
+                    vec![OutLayer {
+                        pushed,
+                        zstd: false,
+                        chunk: None,
+                    }],
+                ))
+            }
+            Encoding::Zstd => {
+                let spool = self
+                    .config()
+                    .spool_dir
+                    .clone()
+                    .unwrap_or_else(std::env::temp_dir);
+                let src = staged.blob.clone();
+                let level = v2.zstd_level;
+                let workers = std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .min(8) as u32;
+                let blob = tokio::task::spawn_blocking(move || {
+                    compress_to_spool(&src, &spool, level, workers)
+                })
+                .await
+                .map_err(|e| Error::io("compress task", std::io::Error::other(e.to_string())))?
+                .context(|| format!("compressing {}", staged.name))?;
+                let encoded = Staged {
+                    name: staged.name.clone(),
+                    meta: meta.clone(),
+                    blob,
+                };
+                let pushed = self.transfer(path, &encoded, opts, sent).await?;
+                Ok((
+                    meta,
+                    vec![OutLayer {
+                        pushed,
+                        zstd: true,
+                        chunk: None,
+                    }],
+                ))
+            }
+            Encoding::Chunks { compress, chunk } => {
+                let count = usize::try_from(size.div_ceil(chunk)).unwrap_or(usize::MAX);
+                let conc = Arc::new(Semaphore::new(self.config().transfer_concurrency));
+                let mut tasks = JoinSet::new();
+                let mut done = Vec::with_capacity(count);
+                let cancelled = |_| Error::protocol("push cancelled");
+                for k in 0..count {
+                    let offset = k as u64 * chunk;
+                    let len = chunk.min(size - offset);
+                    // Raw and compressed bytes of a chunk in flight: memory stays within the
+                    // budget, and at most `transfer_concurrency` chunks exist at a time.
+                    let cost = u32::try_from((2 * len).div_ceil(1024))
+                        .unwrap_or(u32::MAX)
+                        .clamp(1, budget_kib(self.config().memory_budget));
+                    let mem = budget
+                        .clone()
+                        .acquire_many_owned(cost)
+                        .await
+                        .map_err(cancelled)?;
+                    let slot = conc.clone().acquire_owned().await.map_err(cancelled)?;
+                    while let Some(r) = tasks.try_join_next() {
+                        done.push(r.map_err(|e| {
+                            Error::io("chunk task", std::io::Error::other(e.to_string()))
+                        })??);
+                    }
+                    let (client, path, opts, sent) =
+                        (self.clone(), path.to_string(), opts.clone(), sent.clone());
+                    let src = staged.blob.clone();
+                    let (name, level) = (staged.name.clone(), v2.zstd_level);
+                    tasks.spawn(async move {
+                        let _held = (mem, slot);
+                        let bytes = tokio::task::spawn_blocking(move || {
+                            let raw = read_range(&src, offset, len)
+                                .map_err(|e| Error::io("reading a chunk", e))?;
+                            if compress {
+                                encode_frame(&raw, level, 0).map(Bytes::from)
+                            } else {
+                                Ok(Bytes::from(raw))
+                            }
+                        })
+                        .await
+                        .map_err(|e| {
+                            Error::io("chunk task", std::io::Error::other(e.to_string()))
+                        })??;
+                        let digest = Digest::of(&bytes);
+                        let size = bytes.len() as u64;
+                        let uploaded = if client.has_blob_path(&path, &digest).await? {
+                            opts.notify(PushEvent::BlobSkipped {
+                                name: name.clone(),
+                                digest: digest.clone(),
+                                size,
+                            });
+                            false
+                        } else {
+                            client
+                                .put_bytes_blob(&path, &digest, bytes)
+                                .await
+                                .context(|| format!("upload {name} chunk {k} ({digest})"))?;
+                            sent.fetch_add(size, Ordering::Relaxed);
+                            opts.notify(PushEvent::BlobUploaded {
+                                name: name.clone(),
+                                digest: digest.clone(),
+                                size,
+                            });
+                            true
+                        };
+                        Ok::<_, Error>((
+                            k,
+                            PushedLayer {
+                                name,
+                                digest,
+                                size,
+                                uploaded,
+                            },
+                        ))
+                    });
+                }
+                while let Some(r) = tasks.join_next().await {
+                    done.push(r.map_err(|e| {
+                        Error::io("chunk task", std::io::Error::other(e.to_string()))
+                    })??);
+                }
+                done.sort_by_key(|d| d.0);
+                meta.chunks = done.iter().map(|(_, l)| l.digest.to_string()).collect();
+                let layers = done
+                    .into_iter()
+                    .map(|(k, pushed)| OutLayer {
+                        pushed,
+                        zstd: compress,
+                        chunk: Some((k, count)),
+                    })
+                    .collect();
+                Ok((meta, layers))
+            }
+        }
+    }
+}
+
+/// `len` layer bytes of `src` from layer offset `offset`.
+fn read_range(src: &FileBlob, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    let mut r = ExtentReader::new(src.file.clone(), src.extents.clone());
+    r.seek(offset);
+    let mut buf = vec![0u8; usize::try_from(len).map_err(std::io::Error::other)?];
+    let n = r.read_into(&mut buf)?;
+    if n != buf.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "file shrank while it was being read",
+        ));
+    }
+    Ok(buf)
+}
+
+/// Compresses a file's layer bytes into one zstd frame (streaming, content checksum, libzstd
+/// worker threads) in an unlinked spool file, hashing the output: the encoded layer blob.
+fn compress_to_spool(src: &FileBlob, dir: &Path, level: i32, workers: u32) -> Result<FileBlob> {
+    struct Hashing<W> {
+        inner: W,
+        hasher: Hasher,
+        n: u64,
+    }
+    impl<W: std::io::Write> std::io::Write for Hashing<W> {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let n = self.inner.write(b)?;
+            self.hasher.update(&b[..n]);
+            self.n += n as u64;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+    }
+    let file = create_unlinked(dir)?;
+    let writer = file
+        .try_clone()
+        .map_err(|e| Error::io("cloning spool file handle", e))?;
+    let io = |e| Error::io("compressing into the spool file", e);
+    let sink = Hashing {
+        inner: std::io::BufWriter::with_capacity(IO_BUF, writer),
+        hasher: Hasher::new(),
+        n: 0,
+    };
+    let mut enc = zstd::stream::write::Encoder::new(sink, level).map_err(io)?;
+    enc.include_checksum(true).map_err(io)?;
+    if workers > 1 {
+        enc.multithread(workers).map_err(io)?;
+    }
+    let mut r = ExtentReader::new(src.file.clone(), src.extents.clone());
+    let mut buf = vec![0u8; IO_BUF];
+    loop {
+        let n = r.read_into(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        enc.write_all(&buf[..n]).map_err(io)?;
+    }
+    let mut sink = enc.finish().map_err(io)?;
+    sink.flush().map_err(io)?;
+    let size = sink.n;
+    Ok(FileBlob {
+        file: Arc::new(file),
+        extents: if size == 0 {
+            vec![]
+        } else {
+            vec![Segment {
+                offset: 0,
+                length: size,
+            }]
+        },
+        size,
+        digest: sink.hasher.finish(),
+    })
 }
 
 /// Regular files of a snapshot directory except `snapshot.json`, by name.
@@ -424,7 +763,9 @@ fn list_snapshot_files(dir: &Path) -> Result<Vec<String>> {
 }
 
 /// Opens a file, decides its layout and hashes its layer bytes (on a blocking thread).
-async fn stage_file(name: String, path: PathBuf) -> Result<Staged> {
+/// A file the v2 knobs encode is not hashed raw (its layers are the encoded bytes); its
+/// `digest` is then the empty blob's and never used.
+async fn stage_file(name: String, path: PathBuf, v2: V2Options) -> Result<Staged> {
     tokio::task::spawn_blocking(move || {
         let ctx = |what: &str| format!("{what} {}", path.display());
         let file = File::open(&path).map_err(|e| Error::io(ctx("opening"), e))?;
@@ -438,7 +779,11 @@ async fn stage_file(name: String, path: PathBuf) -> Result<Staged> {
         };
         let layout = layout_of(&file).map_err(|e| Error::io(ctx("scanning holes in"), e))?;
         let file = Arc::new(file);
-        let digest = hash_extents(&file, &layout).map_err(|e| Error::io(ctx("reading"), e))?;
+        let digest = if encoding(layout.packed_size(), v2) == Encoding::Raw {
+            hash_extents(&file, &layout).map_err(|e| Error::io(ctx("reading"), e))?
+        } else {
+            Digest::of(b"")
+        };
         let meta = SnapshotFile {
             mode: i64::from(mode),
             sparse_map: layout.map_text(),
@@ -602,6 +947,36 @@ fn create_unlinked(dir: &Path) -> Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encoding_follows_the_go_writer() {
+        const MIB: u64 = 1 << 20;
+        let knobs = |zstd_level, chunk_mib: u64| V2Options {
+            zstd_level,
+            chunk_size: chunk_mib * MIB,
+        };
+        let chunks = |compress, mib: u64| Encoding::Chunks {
+            compress,
+            chunk: mib * MIB,
+        };
+        for (size, v2, want) in [
+            // All knobs off: every file raw (v1).
+            (6 * MIB, knobs(0, 0), Encoding::Raw),
+            // zstd only: files of at least 1 MiB compressed whole.
+            (MIB, knobs(3, 0), Encoding::Zstd),
+            (MIB - 1, knobs(3, 0), Encoding::Raw),
+            (0, knobs(3, 0), Encoding::Raw),
+            // zstd and chunks: a compressed file is always chunked, even below a chunk.
+            (6 * MIB, knobs(3, 1), chunks(true, 1)),
+            (2 * MIB, knobs(3, 64), chunks(true, 64)),
+            (MIB - 1, knobs(3, 1), Encoding::Raw),
+            // Chunks only: raw chunks for files larger than a chunk.
+            (2 * MIB, knobs(0, 1), chunks(false, 1)),
+            (MIB, knobs(0, 1), Encoding::Raw),
+        ] {
+            assert_eq!(encoding(size, v2), want, "{size} {v2:?}");
+        }
+    }
 
     #[test]
     fn sparse_entries_carry_their_map_into_the_config() {

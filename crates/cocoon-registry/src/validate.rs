@@ -1,7 +1,7 @@
 //! Pull-side validation (registry.md §6 steps 3–4): the config descriptor, then every layer
 //! against the config, all before a byte is written; the result is the list of files to write.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use cocoon_api::contract::oci;
 
@@ -34,12 +34,43 @@ pub struct PullFile {
     pub name: String,
     /// Permission bits.
     pub mode: u32,
-    /// The layer's digest.
+    /// The first blob's digest (the only blob of a v1 file).
     pub digest: Digest,
-    /// The layer's size: the bytes on the wire (only the data extents for a sparse file).
+    /// The file's data size: the bytes of the tar entry (only the data extents for a sparse
+    /// file), uncompressed.
     pub size: u64,
+    /// The blobs whose (decoded) concatenation is the data, in order: one for an unchunked
+    /// file, `files[].chunks` order for a chunked one.
+    pub blobs: Vec<PullBlob>,
     /// Sparse restore data, when the file was pushed sparse.
     pub sparse: Option<SparseInfo>,
+}
+
+/// One blob of a file: a whole layer, or one chunk of a chunked (v2) file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullBlob {
+    pub digest: Digest,
+    /// Bytes on the wire.
+    pub size: u64,
+    /// A zstd stream (`+zstd` media type) to decode.
+    pub zstd: bool,
+}
+
+impl PullFile {
+    /// The file's size on disk after restore.
+    pub fn logical_size(&self) -> u64 {
+        self.sparse.as_ref().map_or(self.size, |s| s.logical_size)
+    }
+
+    /// Stored as written: one raw blob, no chunks, no compression (every v1 file).
+    pub fn is_plain(&self) -> bool {
+        self.blobs.len() == 1 && !self.blobs[0].zstd
+    }
+
+    /// Bytes on the wire.
+    pub fn wire_size(&self) -> u64 {
+        self.blobs.iter().map(|b| b.size).sum()
+    }
 }
 
 /// How a sparse file's packed layer maps back onto the logical file.
@@ -51,13 +82,6 @@ pub struct SparseInfo {
     pub segments: Vec<Segment>,
     /// The logical file size.
     pub logical_size: u64,
-}
-
-impl PullFile {
-    /// The file's size on disk after restore.
-    pub fn logical_size(&self) -> u64 {
-        self.sparse.as_ref().map_or(self.size, |s| s.logical_size)
-    }
 }
 
 /// Checks the config descriptor of a snapshot manifest; returns its size.
@@ -84,10 +108,14 @@ pub fn check_config_descriptor(m: &Manifest) -> Result<(Digest, u64)> {
 }
 
 /// Validates every layer of a snapshot manifest of wire `version` against its config and
-/// returns the files to write, in layer order.
+/// returns the files to write, in first-appearance order of their titles. The rules are
+/// cocoon-common v0.3.0's: `+zstd` layers and chunks only in v2; a chunked file is the
+/// concatenation of `files[].chunks` (the authoritative order; the chunk annotations are
+/// hints); `files[].size` is the uncompressed size and must hold.
 pub fn plan_snapshot(m: &Manifest, version: u8, cfg: &SnapshotConfig) -> Result<Vec<PullFile>> {
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::with_capacity(m.layers.len());
+    // Layers grouped by title, in first-appearance order.
+    let mut order: Vec<String> = Vec::new();
+    let mut groups: BTreeMap<String, Vec<(usize, PullBlob, bool)>> = BTreeMap::new();
     for (i, layer) in m.layers.iter().enumerate() {
         let field = |what: &str| format!("layers[{i}].{what}");
         let size = u64::try_from(layer.size).map_err(|_| {
@@ -125,36 +153,87 @@ pub fn plan_snapshot(m: &Manifest, version: u8, cfg: &SnapshotConfig) -> Result<
             Error::protocol(format!("{}: layer has no title", field("annotations")))
         })?;
         check_file_name(name).map_err(|r| Error::protocol(format!("{}: {r}", field("title"))))?;
-        let meta = cfg.files.get(name).cloned().unwrap_or_default();
+        let digest = Digest::parse(&layer.digest)
+            .map_err(|e| Error::protocol(format!("{}: {e}", field("digest"))))?;
+        if !groups.contains_key(name) {
+            order.push(name.to_string());
+        }
+        groups.entry(name.to_string()).or_default().push((
+            i,
+            PullBlob { digest, size, zstd },
+            chunked,
+        ));
+    }
+    let mut out = Vec::with_capacity(order.len());
+    for name in order {
+        let layers = groups.remove(&name).unwrap_or_default();
+        let meta = cfg.files.get(&name).cloned().unwrap_or_default();
+        let first = layers.first().map_or(0, |l| l.0);
+        let field = |what: &str| format!("layers[{first}].{what}");
         if !meta.chunks.is_empty() && version < 2 {
             return Err(Error::protocol(format!(
                 "files[{name}].chunks: chunked file in a v1 manifest"
             )));
         }
-        if (zstd || chunked || !meta.chunks.is_empty()) && meta.size.is_none() {
+        let encoded =
+            !meta.chunks.is_empty() || layers.iter().any(|(_, b, chunked)| b.zstd || *chunked);
+        if encoded && meta.size.is_none() {
             return Err(Error::protocol(format!(
                 "files[{name}].size: encoded file lacks its uncompressed size"
             )));
         }
-        if zstd || chunked || !meta.chunks.is_empty() {
-            // The v2 encodings (zstd, chunking) are recognised and validated above, but this
-            // client does not decode them; refuse before anything is written.
-            return Err(Error::protocol(format!(
-                "{}: v2 encoded layers (zstd or chunked) are not supported by this client",
-                field("mediaType")
-            )));
-        }
-        if !seen.insert(name.to_string()) {
-            return Err(Error::protocol(format!(
-                "{}: duplicate file {name:?}",
-                field("title")
-            )));
-        }
-        let digest = Digest::parse(&layer.digest)
-            .map_err(|e| Error::protocol(format!("{}: {e}", field("digest"))))?;
+        let blobs: Vec<PullBlob> = if meta.chunks.is_empty() {
+            if layers.len() != 1 {
+                return Err(Error::protocol(format!(
+                    "{}: duplicate file {name:?}",
+                    field("title")
+                )));
+            }
+            layers.into_iter().map(|l| l.1).collect()
+        } else {
+            if meta.chunks.len() != layers.len() {
+                return Err(Error::protocol(format!(
+                    "files[{name}].chunks: lists {} chunks but the manifest has {} layers titled {name:?}",
+                    meta.chunks.len(),
+                    layers.len()
+                )));
+            }
+            let mut blobs = Vec::with_capacity(meta.chunks.len());
+            for (k, c) in meta.chunks.iter().enumerate() {
+                let d = Digest::parse(c)
+                    .map_err(|e| Error::protocol(format!("files[{name}].chunks[{k}]: {e}")))?;
+                let b = layers
+                    .iter()
+                    .find(|(_, b, _)| b.digest == d)
+                    .map(|(_, b, _)| b.clone())
+                    .ok_or_else(|| {
+                        Error::protocol(format!(
+                            "files[{name}].chunks[{k}]: {d} is not a layer titled {name:?}"
+                        ))
+                    })?;
+                blobs.push(b);
+            }
+            blobs
+        };
+        let wire: u64 = blobs.iter().map(|b| b.size).sum();
+        let size = match meta.size {
+            None => wire,
+            Some(s) => {
+                let s = u64::try_from(s).map_err(|_| {
+                    Error::protocol(format!("files[{name}].size: negative size {s}"))
+                })?;
+                if !encoded && s != wire {
+                    return Err(Error::protocol(format!(
+                        "files[{name}].size: {s} but the layer has {wire} bytes"
+                    )));
+                }
+                s
+            }
+        };
         let mode = match meta.mode {
             0 => DEFAULT_FILE_MODE,
-            m if (1..=0o7777).contains(&m) => m as u32,
+            // Permission bits only: a pulled file is never setuid, setgid or sticky.
+            m if (1..=0o7777).contains(&m) => file_mode(m as u32),
             m => {
                 return Err(Error::protocol(format!(
                     "files[{name}].mode: invalid mode {m}"
@@ -163,17 +242,27 @@ pub fn plan_snapshot(m: &Manifest, version: u8, cfg: &SnapshotConfig) -> Result<
         };
         let sparse = match meta.sparse_map {
             None => None,
-            Some(text) => Some(check_sparse(name, &text, meta.sparse_size, size)?),
+            Some(text) => Some(check_sparse(&name, &text, meta.sparse_size, size)?),
         };
         out.push(PullFile {
-            name: name.to_string(),
+            digest: blobs[0].digest.clone(),
+            name,
             mode,
-            digest,
             size,
+            blobs,
             sparse,
         });
     }
     Ok(out)
+}
+
+/// The permission bits a pulled file gets: `mode & 0o777`, or [`DEFAULT_FILE_MODE`] when
+/// nothing is left (a config claiming only setuid/setgid/sticky bits).
+pub fn file_mode(mode: u32) -> u32 {
+    match mode & 0o777 {
+        0 => DEFAULT_FILE_MODE,
+        m => m,
+    }
 }
 
 fn is_chunk_layer(d: &Descriptor) -> bool {
@@ -374,6 +463,36 @@ mod tests {
         let mut negative = layer("config.json", 1);
         negative.size = -5;
         assert!(err(&snapshot(vec![negative]), 1, &c).contains("negative layer size"));
+    }
+
+    #[test]
+    fn pulled_modes_keep_only_permission_bits() {
+        let with_mode = |mode: i64| {
+            cfg(&[(
+                "memory-ranges",
+                SnapshotFile {
+                    mode,
+                    ..Default::default()
+                },
+            )])
+        };
+        let m = snapshot(vec![layer("memory-ranges", 1)]);
+        let planned = |mode| {
+            plan_snapshot(&m, 1, &with_mode(mode))
+                .map(|p| p[0].mode)
+                .ok()
+        };
+        assert_eq!(planned(0o600), Some(0o600));
+        // setuid, setgid and sticky are dropped; the permission bits stay.
+        assert_eq!(planned(0o4755), Some(0o755));
+        assert_eq!(planned(0o2750), Some(0o750));
+        assert_eq!(planned(0o1777), Some(0o777));
+        assert_eq!(planned(0o7777), Some(0o777));
+        // Nothing but special bits: the default mode, not 0.
+        assert_eq!(planned(0o6000), Some(DEFAULT_FILE_MODE));
+        assert_eq!(planned(0), Some(DEFAULT_FILE_MODE));
+        assert!(plan_snapshot(&m, 1, &with_mode(0o10000)).is_err());
+        assert!(plan_snapshot(&m, 1, &with_mode(-1)).is_err());
     }
 
     #[test]

@@ -543,6 +543,82 @@ async fn a_corrupted_blob_is_detected_and_nothing_is_left_behind() {
     );
 }
 
+/// Reads an import tar the way a lenient importer does (a missing end-of-archive is a clean
+/// end); `Err` when an entry is cut short.
+async fn read_import_tar(bytes: Vec<u8>) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    let mut r = TarReader::new(std::io::Cursor::new(bytes));
+    let mut out = Vec::new();
+    while let Some(e) = r.next_entry().await? {
+        let mut data = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = r.read_body(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            data.extend_from_slice(&buf[..n]);
+        }
+        out.push((e.name, data));
+    }
+    Ok(out)
+}
+
+/// Issue 26 item 7: a tampered blob whose size is a multiple of 512 used to end the import
+/// tar on a block boundary, which a lenient reader takes for a complete archive. The last
+/// piece of each blob is now held back until the blob verified, so the entry stays short.
+#[tokio::test]
+async fn a_tampered_block_aligned_blob_never_completes_the_import_tar() {
+    let reg = registry(None).await;
+    let c = client(&reg);
+    let work = TempDir::new("cocoon-reg-aligned");
+    // The tampered file is the last layer and 512-aligned, so that without the hold-back
+    // every byte of the archive would be there except the end-of-archive blocks.
+    let files = vec![
+        FileSpec::dense("config.json", 3000),
+        FileSpec::dense("state.json", 64 * 1024),
+    ];
+    write_snapshot_dir(work.path(), "vm-a", "sid-a", &files, 11);
+    let repo = unique_name("vk-aligned");
+    let report = c
+        .push_snapshot_dir(&repo, work.path(), &PushOptions::new("latest", ""))
+        .await
+        .expect("push");
+    let layer = report
+        .layers
+        .iter()
+        .find(|l| l.name == "state.json")
+        .expect("layer");
+    assert_eq!(layer.size % 512, 0);
+
+    // Untampered, the archive reads back whole.
+    let mut good = Vec::new();
+    c.pull_snapshot_to_tar(&repo, "latest", "vm-a", &mut good)
+        .await
+        .expect("pull");
+    let entries = read_import_tar(good).await.expect("complete archive");
+    assert_eq!(entries.len(), 3);
+
+    // Same length, one byte changed near the end: the registry serves it as is.
+    let path = blob_storage(&reg, layer.digest.as_str());
+    let mut bytes = std::fs::read(&path).expect("blob data");
+    let at = bytes.len() - 7;
+    bytes[at] ^= 0x55;
+    std::fs::write(&path, &bytes).expect("tamper");
+
+    let mut sink = Vec::new();
+    let err = c
+        .pull_snapshot_to_tar(&repo, "latest", "vm-a", &mut sink)
+        .await
+        .expect_err("tampered blob");
+    assert!(err.to_string().contains("digest mismatch"), "{err}");
+    let read = read_import_tar(sink.clone()).await;
+    assert!(
+        read.is_err(),
+        "the tampered entry must be cut short, not complete: {:?}",
+        read.map(|e| e.into_iter().map(|(n, d)| (n, d.len())).collect::<Vec<_>>())
+    );
+}
+
 #[tokio::test]
 async fn delete_removes_the_tag_and_probes_of_missing_repositories_create_nothing() {
     let reg = registry(None).await;

@@ -109,8 +109,17 @@ impl Line {
 
     /// A Warning Event arrived: always its own line, which stays.
     pub fn warn(&self, text: &str) {
+        self.stay(&format!("Warning {text}"));
+    }
+
+    /// A fact worth keeping (how much a snapshot transfer moved): its own line, which stays.
+    pub fn note(&self, text: &str) {
+        self.stay(text);
+    }
+
+    fn stay(&self, text: &str) {
         let line = format!(
-            "{} {:7.3}s Warning {text}",
+            "{} {:7.3}s {text}",
             self.prefix,
             self.started.elapsed().as_secs_f64()
         );

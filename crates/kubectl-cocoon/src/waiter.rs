@@ -62,9 +62,50 @@ pub fn newest_warning(
     objects: &[(&str, &str, Option<&str>)],
     since: Option<Timestamp>,
 ) -> Option<String> {
+    newest_of(events, objects, since, |e| {
+        e.type_.as_deref() == Some("Warning")
+    })
+    .map(|e| {
+        format!(
+            "{}: {}",
+            e.reason.clone().unwrap_or_default(),
+            e.message.clone().unwrap_or_default()
+        )
+    })
+}
+
+/// The node agent's Normal Events that say how much a snapshot transfer moved (additive
+/// reasons of the node agent; the message is `pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s`).
+pub const TRANSFER_REASONS: [&str; 2] = [
+    cocoon_api::contract::events::node::SNAPSHOT_PUSHED,
+    cocoon_api::contract::events::node::SNAPSHOT_PULLED,
+];
+
+/// The message of the newest snapshot transfer Event about one of `objects` (the member
+/// pods), not older than `since`.
+pub fn newest_transfer(
+    events: &[Event],
+    objects: &[(&str, &str, Option<&str>)],
+    since: Option<Timestamp>,
+) -> Option<String> {
+    newest_of(events, objects, since, |e| {
+        e.type_.as_deref() == Some("Normal")
+            && e.reason
+                .as_deref()
+                .is_some_and(|r| TRANSFER_REASONS.contains(&r))
+    })
+    .and_then(|e| e.message.clone())
+}
+
+fn newest_of<'e>(
+    events: &'e [Event],
+    objects: &[(&str, &str, Option<&str>)],
+    since: Option<Timestamp>,
+    pick: impl Fn(&Event) -> bool,
+) -> Option<&'e Event> {
     events
         .iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| pick(e))
         .filter(|e| {
             let io = &e.involved_object;
             let uid = io.uid.as_deref().unwrap_or("");
@@ -79,13 +120,6 @@ pub fn newest_warning(
             _ => true,
         })
         .max_by_key(|e| last_seen(e))
-        .map(|e| {
-            format!(
-                "{}: {}",
-                e.reason.clone().unwrap_or_default(),
-                e.message.clone().unwrap_or_default()
-            )
-        })
 }
 
 impl Warnings {
@@ -116,6 +150,29 @@ impl Warnings {
             .ok()?;
         newest_warning(&list.items, &objects, self.since)
     }
+
+    /// The newest transfer Event of the member pods (and pod objects), if any.
+    async fn newest_transfer(&self, members: &[String]) -> Option<String> {
+        let mut pods: Vec<(&str, &str, Option<&str>)> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| *k == "Pod")
+            .map(|(k, n)| (*k, n.as_str(), None))
+            .collect();
+        pods.extend(members.iter().map(|m| ("Pod", m.as_str(), None)));
+        let first = pods.first().map(|o| o.1)?;
+        let selector = if pods.iter().all(|o| o.1 == first) {
+            format!("involvedObject.name={first},type=Normal")
+        } else {
+            "type=Normal".to_string()
+        };
+        let list = self
+            .api
+            .list(&ListParams::default().fields(&selector))
+            .await
+            .ok()?;
+        newest_transfer(&list.items, &pods, self.since)
+    }
 }
 
 /// The state of one wait between observations.
@@ -127,6 +184,8 @@ struct Judge<'s, 'a> {
     last_failure: Option<String>,
     last_state: Option<String>,
     last_warning: Option<String>,
+    /// The last snapshot transfer line shown.
+    last_transfer: Option<String>,
     /// The member pods the last observation named (their Warnings count too).
     members: Vec<String>,
     /// The (kind, uid) of the objects the last observation read.
@@ -202,6 +261,12 @@ impl Judge<'_, '_> {
             self.line.warn(&text);
             self.last_warning = Some(text);
         }
+        if let Some(text) = w.newest_transfer(&self.members).await
+            && self.last_transfer.as_deref() != Some(text.as_str())
+        {
+            self.line.note(&text);
+            self.last_transfer = Some(text);
+        }
     }
 
     fn timeout(&self) -> CliError {
@@ -242,6 +307,7 @@ where
         last_failure: None,
         last_state: None,
         last_warning: None,
+        last_transfer: None,
         members: Vec::new(),
         uids: Vec::new(),
     };
@@ -350,6 +416,31 @@ mod tests {
             "lastTimestamp": at
         }))
         .expect("event")
+    }
+
+    #[test]
+    fn the_newest_transfer_of_a_member_pod_is_shown() {
+        let mut pushed = event("Pod", "Normal", "SnapshotPushed", "2026-12-01T10:00:00Z");
+        pushed.message = Some("pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s".into());
+        let mut pulled = event("Pod", "Normal", "SnapshotPulled", "2026-12-01T10:05:00Z");
+        pulled.message = Some("pulled 1.6 GiB of 6.0 GiB (v2 zstd) in 3.1 s".into());
+        let other = event("Pod", "Normal", "Started", "2026-12-01T10:06:00Z");
+        let warning = event("Pod", "Warning", "SnapshotPulled", "2026-12-01T10:07:00Z");
+        let events = vec![pushed, pulled, other, warning];
+        let pod = [("Pod", "demo", None)];
+        assert_eq!(
+            newest_transfer(&events, &pod, None).as_deref(),
+            Some("pulled 1.6 GiB of 6.0 GiB (v2 zstd) in 3.1 s")
+        );
+        let before_wake: Timestamp = "2026-12-01T10:01:00Z".parse().expect("ts");
+        let since_push = newest_transfer(&events[..1], &pod, None);
+        assert_eq!(
+            since_push.as_deref(),
+            Some("pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s")
+        );
+        // An earlier round's transfer is not this wait's; another pod's is not this one's.
+        assert_eq!(newest_transfer(&events[..1], &pod, Some(before_wake)), None);
+        assert_eq!(newest_transfer(&events, &[("Pod", "x", None)], None), None);
     }
 
     #[test]

@@ -74,6 +74,11 @@ pub mod node {
     pub const HIBERNATE_REMOVE_FAILED: &str = "HibernateRemoveFailed";
     /// Warning: the wake source could not be resolved or pulled.
     pub const WAKE_PULL_FAILED: &str = "WakePullFailed";
+    /// Normal (beyond, additive): a snapshot of the pod's VM was pushed; the message says how
+    /// much moved ([`snapshot_transfer_message`](super::snapshot_transfer_message)).
+    pub const SNAPSHOT_PUSHED: &str = "SnapshotPushed";
+    /// Normal (beyond, additive): the pod's hibernation snapshot was pulled for a wake.
+    pub const SNAPSHOT_PULLED: &str = "SnapshotPulled";
     /// Warning: the wake clone failed.
     pub const WAKE_CLONE_FAILED: &str = "WakeCloneFailed";
     /// Warning: no DHCP lease within the wait after a wake.
@@ -153,6 +158,42 @@ pub const NODE_FAILURE_MESSAGE_MAX_BYTES: usize = 512;
 pub const REASON_SPEC_DRIFTED: &str = "spec drifted";
 
 /// Rebuild reason text for a terminal pod: `terminal (phase=<phase> lifecycle=<state>)`.
+/// The message of [`node::SNAPSHOT_PUSHED`] / [`node::SNAPSHOT_PULLED`]:
+/// `pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s` — the bytes on the wire, the snapshot's
+/// data size, the wire format, the wall time.
+pub fn snapshot_transfer_message(
+    verb: &str,
+    moved: u64,
+    total: u64,
+    format: &str,
+    took: Duration,
+) -> String {
+    format!(
+        "{verb} {} of {} ({format}) in {:.1} s",
+        human_bytes(moved),
+        human_bytes(total),
+        took.as_secs_f64()
+    )
+}
+
+/// Binary units with one decimal (`512 B`, `1.5 KiB`, `6.0 GiB`).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for u in &UNITS[1..] {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    format!("{v:.1} {unit}")
+}
+
 pub fn reason_terminal(pod_phase: &str, lifecycle_state: &str) -> String {
     format!("terminal (phase={pod_phase} lifecycle={lifecycle_state})")
 }
@@ -269,6 +310,24 @@ pub fn event_action(reason: &str, message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transfer_messages_say_how_much_moved() {
+        assert_eq!(
+            snapshot_transfer_message(
+                "pushed",
+                1_717_986_918,
+                6 << 30,
+                "v2 zstd",
+                Duration::from_millis(4_200)
+            ),
+            "pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s"
+        );
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
 
     #[test]
     fn operator_messages_match_the_spec() {

@@ -51,6 +51,7 @@ pub mod state;
 pub mod status;
 pub mod tenant;
 mod transfer;
+pub use transfer::import_snapshot_from_registry;
 mod update;
 
 #[cfg(test)]

@@ -42,7 +42,12 @@ impl Handler {
     /// caller start it again; every caller, first or joining, awaits the same outcome. The
     /// entry is dropped when the pull ends, so a later call pulls afresh. Agent shutdown
     /// cancels the pull.
-    pub async fn shared_pull(&self, repo: &str, tag: &str, local: &str) -> Result<(), String> {
+    pub async fn shared_pull(
+        &self,
+        repo: &str,
+        tag: &str,
+        local: &str,
+    ) -> Result<PullSummary, String> {
         let pull = {
             let mut pulls = self.pulls.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(p) = pulls.get(local) {
@@ -101,11 +106,70 @@ impl Handler {
         opts.annotations.extra = extra;
         let pushed = reg.push_snapshot_tar(repo, export.stream, &opts).await;
         let exported = export.done.await;
+        let took = start.elapsed();
         self.metrics
             .snapshot_push_duration
-            .observe(start.elapsed().as_secs_f64());
-        pushed.map_err(|e| e.to_string())?;
-        exported.map_err(|e| e.to_string())
+            .observe(took.as_secs_f64());
+        let report = pushed.map_err(|e| e.to_string())?;
+        exported.map_err(|e| e.to_string())?;
+        if repo == name {
+            self.transfer_event(
+                name,
+                true,
+                &report.format,
+                report.bytes_uploaded,
+                report.data_bytes,
+                took,
+            )
+            .await;
+        }
+        Ok(())
+    }
+
+    /// A Normal `SnapshotPushed` / `SnapshotPulled` Event on the pod of VM `vm` saying how
+    /// much moved (additive to the Go contract; the plugin shows it).
+    async fn transfer_event(
+        &self,
+        vm: &str,
+        push: bool,
+        format: &str,
+        moved: u64,
+        total: u64,
+        took: std::time::Duration,
+    ) {
+        use cocoon_api::contract::events::{node as reasons, snapshot_transfer_message};
+        let Some(pod) = self.pod_of_vm(vm) else {
+            return;
+        };
+        let (verb, reason) = if push {
+            ("pushed", reasons::SNAPSHOT_PUSHED)
+        } else {
+            ("pulled", reasons::SNAPSHOT_PULLED)
+        };
+        let message = snapshot_transfer_message(verb, moved, total, format, took);
+        info!(vm, %message, "snapshot transfer");
+        self.event(&pod, false, reason, &message).await;
+    }
+
+    /// The tracked pod whose VM is `vm` (by the tracked VM, else by its VM-name annotation).
+    fn pod_of_vm(&self, vm: &str) -> Option<k8s_openapi::api::core::v1::Pod> {
+        let t = self.tables();
+        t.vms_by_pod
+            .iter()
+            .find(|(_, v)| v.name() == vm)
+            .and_then(|(k, _)| t.pods.get(k).cloned())
+            .or_else(|| {
+                t.pods
+                    .values()
+                    .find(|p| {
+                        p.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(cocoon_api::contract::annotations::VM_NAME))
+                            .is_some_and(|n| n == vm)
+                    })
+                    .cloned()
+            })
     }
 
     /// `hibernateEvidence(vm)` (§6.3), for the pod `owner` (an artifact recording another
@@ -229,7 +293,16 @@ impl Handler {
         } else {
             m::RESULT_FAILED
         });
-        res.map_err(|e| format!("pull hibernation snapshot {vm}: {e}"))?;
+        let pulled = res.map_err(|e| format!("pull hibernation snapshot {vm}: {e}"))?;
+        self.transfer_event(
+            vm,
+            false,
+            &pulled.report.format,
+            pulled.report.bytes_downloaded,
+            pulled.report.data_bytes,
+            pulled.took,
+        )
+        .await;
         let snapshot = self
             .snapshot_exact(&import)
             .await
@@ -361,19 +434,21 @@ impl Handler {
                         Err(e) => return Err(format!("inspect local image {local}: {e}")),
                     }
                 }
-                let ImportHandle { mut sink, done } = self
+                let mut import = self
                     .rt
                     .image_import(&local)
                     .await
                     .map_err(|e| e.to_string())?;
-                let streamed = reg.stream_cloud_image(&repo, &tag, &mut sink).await;
-                if streamed.is_ok() {
-                    let _ = sink.shutdown().await;
+                let streamed = reg.stream_cloud_image(&repo, &tag, &mut import.sink).await;
+                if let Err(e) = streamed {
+                    // Unverified bytes reached the importer: it must not keep them.
+                    let _ = import.kill().await;
+                    return Err(e.to_string());
                 }
+                let ImportHandle { mut sink, done, .. } = import;
+                let _ = sink.shutdown().await;
                 drop(sink);
-                let imported = done.await;
-                streamed.map_err(|e| e.to_string())?;
-                imported.map_err(|e| e.to_string())?;
+                done.await.map_err(|e| e.to_string())?;
                 Ok(local)
             }
             _ => pull().await,
@@ -408,7 +483,14 @@ impl Handler {
 }
 
 /// A pull in flight: the outcome of its task, awaitable by any number of callers.
-pub(crate) type SharedPull = Shared<BoxFuture<'static, Result<(), String>>>;
+pub(crate) type SharedPull = Shared<BoxFuture<'static, Result<PullSummary, String>>>;
+
+/// What a finished pull moved, for the `SnapshotPulled` Event.
+#[derive(Debug, Clone)]
+pub struct PullSummary {
+    pub report: cocoon_registry::PullReport,
+    pub took: std::time::Duration,
+}
 
 /// Pulls `<repo>:<tag>` into the local snapshot `local` through the runtime's import stream
 /// (registry.md §6).
@@ -419,24 +501,50 @@ async fn pull_snapshot(
     repo: &str,
     tag: &str,
     local: &str,
-) -> Result<(), String> {
+) -> Result<PullSummary, String> {
     let Some(reg) = registry else {
         return Err("no registry configured".into());
     };
     let start = Instant::now();
-    let ImportHandle { mut sink, done } =
-        rt.snapshot_import(local).await.map_err(|e| e.to_string())?;
-    let pulled = reg.pull_snapshot_to_tar(repo, tag, local, &mut sink).await;
-    if pulled.is_ok() {
-        let _ = sink.shutdown().await;
-    }
+    let res = import_snapshot_from_registry(rt, reg, repo, tag, local).await;
+    let took = start.elapsed();
+    metrics.snapshot_pull_duration.observe(took.as_secs_f64());
+    res.map(|report| PullSummary { report, took })
+}
+
+/// Streams `<repo>:<tag>` into `cocoon snapshot import --name <local>`. The client withholds
+/// the last bytes of every file until its blob verified, so a bad blob never forms a complete
+/// archive; on any pull error the importer is also killed (not just cut off: an archive may
+/// end cleanly at an entry boundary) and whatever it created under `local` is removed, so a
+/// tampered snapshot is never registered, not even briefly.
+pub async fn import_snapshot_from_registry(
+    rt: &dyn Runtime,
+    reg: &RegistryClient,
+    repo: &str,
+    tag: &str,
+    local: &str,
+) -> Result<cocoon_registry::PullReport, String> {
+    let mut import = rt.snapshot_import(local).await.map_err(|e| e.to_string())?;
+    let pulled = reg
+        .pull_snapshot_to_tar(repo, tag, local, &mut import.sink)
+        .await;
+    let report = match pulled {
+        Ok(r) => r,
+        Err(e) => {
+            if let Err(k) = import.kill().await {
+                info!(snapshot = local, error = %k, "import stopped after a failed pull");
+            }
+            if let Err(r) = rt.snapshot_remove_if_exists(local).await {
+                warn!(snapshot = local, error = %r, "removing a failed import");
+            }
+            return Err(e.to_string());
+        }
+    };
+    let ImportHandle { mut sink, done, .. } = import;
+    let _ = sink.shutdown().await;
     drop(sink);
-    let imported = done.await;
-    metrics
-        .snapshot_pull_duration
-        .observe(start.elapsed().as_secs_f64());
-    pulled.map_err(|e| e.to_string())?;
-    imported.map_err(|e| e.to_string())
+    done.await.map_err(|e| e.to_string())?;
+    Ok(report)
 }
 
 impl From<String> for PodError {

@@ -390,11 +390,24 @@ impl CliRuntime {
             .ok_or_else(|| RuntimeError::Other(format!("{label}: no stdin pipe")))?;
         let out = drain(child.stdout.take());
         let err = drain(child.stderr.take());
+        let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
         let done = async move {
-            let status = child
-                .wait()
-                .await
-                .map_err(|e| RuntimeError::Other(format!("{label}: wait: {e}")))?;
+            let killed = async {
+                // A dropped sender (no abort) must not end the wait.
+                if kill_rx.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let waited = tokio::select! {
+                s = child.wait() => Some(s),
+                () = killed => None,
+            };
+            let Some(status) = waited else {
+                // SIGKILL and reap: nothing the importer read may be registered.
+                let _ = child.kill().await;
+                return Err(RuntimeError::Other(format!("{label}: aborted")));
+            };
+            let status = status.map_err(|e| RuntimeError::Other(format!("{label}: wait: {e}")))?;
             let _ = out.await;
             let stderr = err.await.unwrap_or_default();
             if status.success() {
@@ -410,6 +423,9 @@ impl CliRuntime {
         Ok(ImportHandle {
             sink: Box::pin(stdin),
             done: Box::pin(done),
+            abort: Box::new(move || {
+                let _ = kill_tx.send(());
+            }),
         })
     }
 }

@@ -19,6 +19,9 @@ use super::types::{ByteReader, ByteWriter};
 /// Resolves when the producing/consuming side has finished; carries its error.
 pub type Completion = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
+/// Tells an import to stop without registering anything (the real backend kills its child).
+pub type AbortFn = Box<dyn FnOnce() + Send>;
+
 /// A writable sink (snapshot tar, image bytes) plus its completion.
 pub struct ImportHandle {
     /// Write the bytes here, then `shutdown()` or drop it.
@@ -26,14 +29,26 @@ pub struct ImportHandle {
     /// Resolves once the import is registered (or failed). Dropping it before it resolves
     /// kills the real backend's child.
     pub done: Completion,
+    /// Stops the import so that it registers nothing, even if the bytes written so far form a
+    /// complete stream; `done` then resolves (with an error) once the importer is gone.
+    pub abort: AbortFn,
 }
 
 impl ImportHandle {
+    /// Kills the import and waits until the importer is gone: used when the bytes fed to it
+    /// turned out to be bad (a digest mismatch), so nothing of them may be registered.
+    pub async fn kill(self) -> Result<()> {
+        let ImportHandle { sink, done, abort } = self;
+        abort();
+        drop(sink);
+        done.await
+    }
+
     /// Copies `reader` into the sink, closes it and waits for completion. A failure of the
     /// copy (e.g. the consumer died) still waits for completion so its error wins: it explains
     /// why the pipe broke.
     pub async fn feed(self, mut reader: impl AsyncRead + Unpin) -> Result<u64> {
-        let ImportHandle { mut sink, done } = self;
+        let ImportHandle { mut sink, done, .. } = self;
         let copied = async {
             let n = tokio::io::copy(&mut reader, &mut sink).await?;
             sink.shutdown().await?;
@@ -161,6 +176,7 @@ mod tests {
         let h = ImportHandle {
             sink: Box::pin(w),
             done,
+            abort: Box::new(|| {}),
         };
         let err = h.write_all(&[0u8; 1 << 16]).await.expect_err("fails");
         assert_eq!(err.to_string(), "bad tar header");

@@ -75,6 +75,7 @@ pub(super) fn import_handle(
     aborted: Arc<AtomicBool>,
     label: String,
 ) -> ImportHandle {
+    let signal = aborted.clone();
     let guard = AbortOnDrop(Some(aborted));
     let done = async move {
         let mut guard = guard;
@@ -85,6 +86,7 @@ pub(super) fn import_handle(
     ImportHandle {
         sink: Box::pin(sink),
         done: Box::pin(done),
+        abort: Box::new(move || signal.store(true, Ordering::SeqCst)),
     }
 }
 
