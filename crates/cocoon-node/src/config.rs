@@ -44,8 +44,8 @@ use std::time::Duration;
 
 use cocoon_api::contract::env::node as env;
 
-use crate::pods::host_reach::{self, HostReach};
 use crate::kubelet::limits::KubeletLimits;
+use crate::pods::host_reach::{self, HostReach};
 use crate::runtime::BackendChoice;
 
 /// A configuration error; every variant's text is the fatal message the process exits with.
