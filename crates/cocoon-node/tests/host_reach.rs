@@ -14,55 +14,19 @@
 mod common;
 
 use common::{
-    AgentOptions, BoxError, TestResult, WAIT, hibernate_pod, patch_ann, registry, start_agent,
-    start_agent_with, vm_pod, wait_lifecycle, wait_running,
+    AgentOptions, BoxError, hibernate_pod, node_agent, patch_ann, registry, run_pod,
+    start_agent_with, vm_pod, wait_lifecycle, wait_refused_at, wait_running, wake_pod,
 };
 
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::pods::host_reach::{HostReach, parse_network_allow, parse_url_allow};
 use cocoon_node::runtime::sim::{FailRule, Verb};
-use cocoon_testenv::{
-    TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
-};
+use cocoon_testenv::{TestNode, create_namespace, delete_namespace, run_test, unique_name};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
-use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
-
-/// Waits for lifecycle `failed` (at `generation` or later) and a `TenantIsolationRefused`
-/// Warning Event whose note is `<op>: <lifecycle message>`; returns the message.
-async fn wait_refused(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    op: &str,
-    generation: i64,
-) -> TestResult<String> {
-    let p = wait_lifecycle(client, ns, name, LifecycleState::Failed, generation).await?;
-    let msg = Lifecycle::from_meta(&p.metadata).message;
-    let uid = p.metadata.uid.clone().unwrap_or_default();
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    let want = format!("{op}: {msg}");
-    wait_until(&format!("{ns}/{name}: refusal event"), WAIT, || {
-        let events = events.clone();
-        let (uid, want) = (uid.clone(), want.clone());
-        async move {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items.into_iter().find(|e| {
-                e.reason.as_deref() == Some(ev::TENANT_ISOLATION_REFUSED)
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.note.as_deref() == Some(want.as_str())
-                    && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
-            })
-        }
-    })
-    .await?;
-    Ok(msg)
-}
 
 /// Did the simulator see any call of `verb` naming something that contains `needle`?
 fn touched(sim: &cocoon_node::runtime::sim::SimHandle, verb: Verb, needle: &str) -> bool {
@@ -80,9 +44,7 @@ async fn url_images_and_networks_need_the_node_allowlists() {
 
         // The default node configuration: no URL image, only the default network.
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, tmp.path()).await?;
+        let (node, _node_obj, agent) = node_agent(env, &client, tmp.path()).await?;
         let metadata = "http://169.254.169.254/latest/meta-data/iam/security-credentials/";
         api.create(
             &PostParams::default(),
@@ -96,14 +58,14 @@ async fn url_images_and_networks_need_the_node_allowlists() {
         .await?;
         api.create(&PostParams::default(), &vm_pod(&ns, "plain", &node, &[]))
             .await?;
-        let msg = wait_refused(&client, &ns, "ssrf", "create", 1).await?;
+        let msg = wait_refused_at(&client, &ns, "ssrf", "create", 1).await?;
         assert_eq!(
             msg,
             format!(
                 "annotation cocoonset.cocoonstack.io/image: URL {metadata:?} is not allowed on this node (VK_RUN_IMAGE_URL_ALLOW: no URL image is allowed on this node)"
             )
         );
-        let msg = wait_refused(&client, &ns, "net", "create", 1).await?;
+        let msg = wait_refused_at(&client, &ns, "net", "create", 1).await?;
         assert_eq!(
             msg,
             "annotation cocoonset.cocoonstack.io/network: CNI network \"host-mgmt\" is not allowed on this node (VK_NETWORK_ALLOW)"
@@ -183,7 +145,7 @@ async fn url_images_and_networks_need_the_node_allowlists() {
             agent2.sim.calls_of(Verb::Run)
         );
         for (pod, image) in lookalikes {
-            let msg = wait_refused(&client, &ns, pod, "create", 1).await?;
+            let msg = wait_refused_at(&client, &ns, pod, "create", 1).await?;
             assert!(
                 msg.starts_with(&format!(
                     "annotation cocoonset.cocoonstack.io/image: URL {image:?} is not allowed on this node (VK_RUN_IMAGE_URL_ALLOW: "
@@ -195,13 +157,11 @@ async fn url_images_and_networks_need_the_node_allowlists() {
                 "{pod}: never fetched"
             );
         }
-        let msg = wait_refused(&client, &ns, "other-net", "create", 1).await?;
+        let msg = wait_refused_at(&client, &ns, "other-net", "create", 1).await?;
         assert!(msg.contains("\"tenant-net-admin\" is not allowed"), "{msg}");
 
         // A pod that slept on the default network cannot wake into another one.
-        api.create(&PostParams::default(), &vm_pod(&ns, "sleeper", &node2, &[]))
-            .await?;
-        wait_running(&client, &ns, "sleeper").await?;
+        run_pod(&client, &ns, "sleeper", &node2, &[]).await?;
         hibernate_pod(&client, &ns, "sleeper", 2).await?;
         patch_ann(
             &client,
@@ -210,7 +170,7 @@ async fn url_images_and_networks_need_the_node_allowlists() {
             json!({ann::HIBERNATE: null, ann::NETWORK: "host-mgmt", ann::GENERATION: "3"}),
         )
         .await?;
-        let msg = wait_refused(&client, &ns, "sleeper", "update", 3).await?;
+        let msg = wait_refused_at(&client, &ns, "sleeper", "update", 3).await?;
         assert!(
             msg.starts_with("annotation cocoonset.cocoonstack.io/network:"),
             "{msg}"
@@ -234,9 +194,7 @@ async fn hibernate_keeps_the_tag_when_the_failed_remove_did_remove_the_vm() {
         let ns = create_namespace(&client, "hib-comp").await?;
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, tmp.path()).await?;
+        let (node, _node_obj, agent) = node_agent(env, &client, tmp.path()).await?;
         let reg = registry(env.registry_addr());
         for pod in ["gone", "alive"] {
             api.create(&PostParams::default(), &vm_pod(&ns, pod, &node, &[]))
@@ -263,14 +221,7 @@ async fn hibernate_keeps_the_tag_when_the_failed_remove_did_remove_the_vm() {
             reg.has_manifest(&gone, "hibernate").await?,
             ":hibernate kept: it is the VM's only copy"
         );
-        patch_ann(
-            &client,
-            &ns,
-            "gone",
-            json!({ann::HIBERNATE: null, ann::GENERATION: "3"}),
-        )
-        .await?;
-        wait_running(&client, &ns, "gone").await?;
+        wake_pod(&client, &ns, "gone", 3).await?;
         assert_eq!(
             agent.sim.guest_token(&gone)?,
             token,

@@ -7,66 +7,23 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use common::{
-    BoxError, IMAGE, TestResult, WAIT, ann_of, hibernate_pod, patch_ann, registry, sim_config,
+    BoxError, WAIT, ann_of, golden_host, hibernate_pod, patch_ann, push_golden, registry, run_pod,
     start_agent, vm_pod, wait_running,
 };
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle};
 use cocoon_api::naming::{clone_base_snapshot_name, vm_name_for_pod};
-use cocoon_node::runtime::sim::{SimRuntime, Verb};
-use cocoon_node::runtime::{RunRequest, Runtime, tarfmt};
-use cocoon_registry::PushOptions;
+use cocoon_node::runtime::sim::Verb;
+use cocoon_node::runtime::tarfmt;
 use cocoon_testenv::{
-    Shared, TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
+    TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-
-/// A "golden" VM on a standalone simulated host, saved as snapshot `golden`; returns the
-/// host (runtime, handle, its directory) and the guest's state token.
-struct Golden {
-    _dir: tempfile::TempDir,
-    rt: Arc<dyn Runtime>,
-    token: String,
-}
-
-async fn golden_host() -> TestResult<Golden> {
-    let dir = tempfile::tempdir()?;
-    let rt = SimRuntime::open(sim_config(dir.path()))?;
-    let sim = rt.handle();
-    let rt: Arc<dyn Runtime> = Arc::new(rt);
-    rt.ensure_image(IMAGE, false).await?;
-    let vm = rt
-        .run(RunRequest {
-            image: IMAGE.into(),
-            name: "golden-vm".into(),
-            network: "cocoon-dhcp".into(),
-            ..RunRequest::default()
-        })
-        .await?;
-    rt.snapshot_save("golden", &vm.id).await?;
-    let token = sim.guest_token("golden-vm")?;
-    Ok(Golden {
-        _dir: dir,
-        rt,
-        token,
-    })
-}
-
-/// Pushes the golden snapshot to `<repo>:<tag>` in the real registry.
-async fn push_golden(env: &Shared, golden: &Golden, repo: &str, tag: &str) -> TestResult {
-    let export = golden.rt.snapshot_export("golden").await?;
-    registry(env.registry_addr())
-        .push_snapshot_tar(repo, export.stream, &PushOptions::new(tag, IMAGE))
-        .await?;
-    export.done.await?;
-    Ok(())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clone_pulls_a_registry_snapshot_artifact() {
@@ -79,7 +36,7 @@ async fn clone_pulls_a_registry_snapshot_artifact() {
         let agent = start_agent(env, &node, &tmp.path().join(&node)).await?;
         let golden = golden_host().await?;
         let repo = unique_name("golden");
-        push_golden(env, &golden, &repo, "v1").await?;
+        push_golden(env, &golden, &repo, "v1", &[]).await?;
         let image = format!("{repo}:v1");
         let local = clone_base_snapshot_name(&repo, "v1");
         assert!(
@@ -255,10 +212,7 @@ async fn wake_cut_by_an_agent_crash_finishes_after_restart() {
         let dir = tmp.path().join(&node);
         let agent = start_agent(env, &node, &dir).await?;
         let reg = registry(env.registry_addr());
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        api.create(&PostParams::default(), &vm_pod(&ns, "w", &node, &[]))
-            .await?;
-        wait_running(&client, &ns, "w").await?;
+        run_pod(&client, &ns, "w", &node, &[]).await?;
         let vm = vm_name_for_pod(&ns, "w");
         let token = agent.sim.guest_token(&vm)?;
 
@@ -313,7 +267,7 @@ async fn concurrent_clones_of_one_artifact_pull_it_once() {
         let agent = start_agent(env, &node, &tmp.path().join(&node)).await?;
         let golden = golden_host().await?;
         let repo = unique_name("golden");
-        push_golden(env, &golden, &repo, "v1").await?;
+        push_golden(env, &golden, &repo, "v1", &[]).await?;
         let image = format!("{repo}:v1");
 
         // Hold the pull at its import so that every clone is waiting on it at once.
@@ -374,7 +328,7 @@ async fn a_cancelled_caller_leaves_the_shared_pull_running() {
         let agent = start_agent(env, &node, &tmp.path().join(&node)).await?;
         let golden = golden_host().await?;
         let repo = unique_name("golden");
-        push_golden(env, &golden, &repo, "v1").await?;
+        push_golden(env, &golden, &repo, "v1", &[]).await?;
         let local = clone_base_snapshot_name(&repo, "v1");
 
         agent.sim.block(Verb::SnapshotImport, None);

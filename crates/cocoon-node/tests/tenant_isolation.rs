@@ -8,76 +8,34 @@
 mod common;
 
 use common::{
-    AgentOptions, BoxError, TestResult, WAIT, ann_of, hibernate_pod, patch_ann, registry,
-    start_agent, start_agent_with, vm_pod, wait_gone, wait_lifecycle, wait_running,
+    AgentOptions, BoxError, ann_of, hibernate_pod, node_agent, patch_ann, registry, run_pod,
+    start_agent, start_agent_with, two_tenants, vm_pod, wait_gone, wait_refused, wait_running,
+    wake_pod,
 };
 
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::events::node as ev;
-use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::{fork_snapshot_name, vm_name_for_pod};
 use cocoon_node::runtime::sim::{OutOfBandVm, SimRuntime, Verb};
-use cocoon_testenv::{
-    TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
-};
+use cocoon_testenv::{TestNode, create_namespace, delete_namespace, run_test, unique_name};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
-use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
-
-/// Waits for a `TenantIsolationRefused` Event on this pod incarnation and for its lifecycle
-/// `failed`; returns the lifecycle message (the Event's note is `create: <message>` or
-/// `update: <message>`).
-async fn wait_refused(client: &Client, ns: &str, name: &str, op: &str) -> TestResult<String> {
-    let p = wait_lifecycle(client, ns, name, LifecycleState::Failed, 1).await?;
-    let msg = Lifecycle::from_meta(&p.metadata).message;
-    let uid = p.metadata.uid.clone().unwrap_or_default();
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    let want = format!("{op}: {msg}");
-    wait_until(&format!("{ns}/{name}: refusal event"), WAIT, || {
-        let events = events.clone();
-        let (uid, want) = (uid.clone(), want.clone());
-        async move {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items.into_iter().find(|e| {
-                e.reason.as_deref() == Some(ev::TENANT_ISOLATION_REFUSED)
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.note.as_deref() == Some(want.as_str())
-                    && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
-            })
-        }
-    })
-    .await?;
-    Ok(msg)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_namespace_cannot_take_restore_fork_or_snapshot_a_vm() {
     run_test(|env| async move {
         let client = env.client()?;
-        let ns_a = create_namespace(&client, "tenant-a").await?;
-        let ns_b = create_namespace(&client, "tenant-b").await?;
+        let (ns_a, ns_b, api_a, api_b) = two_tenants(&client, "tenant-a", "tenant-b").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, tmp.path()).await?;
+        let (node, _node_obj, agent) = node_agent(env, &client, tmp.path()).await?;
         let reg = registry(env.registry_addr());
-        let api_a: Api<Pod> = Api::namespaced(client.clone(), &ns_a);
-        let api_b: Api<Pod> = Api::namespaced(client.clone(), &ns_b);
 
         // Tenant A: a running main, and a second VM hibernated to the registry.
-        api_a
-            .create(&PostParams::default(), &vm_pod(&ns_a, "main", &node, &[]))
-            .await?;
-        wait_running(&client, &ns_a, "main").await?;
+        run_pod(&client, &ns_a, "main", &node, &[]).await?;
         let vm_a = vm_name_for_pod(&ns_a, "main");
         let id_a = agent.sim.vm_info(&vm_a)?.id;
         let token_a = agent.sim.guest_token(&vm_a)?;
-        api_a
-            .create(&PostParams::default(), &vm_pod(&ns_a, "hib", &node, &[]))
-            .await?;
-        wait_running(&client, &ns_a, "hib").await?;
+        run_pod(&client, &ns_a, "hib", &node, &[]).await?;
         let vm_hib = vm_name_for_pod(&ns_a, "hib");
         let token_hib = agent.sim.guest_token(&vm_hib)?;
         hibernate_pod(&client, &ns_a, "hib", 2).await?;
@@ -89,10 +47,7 @@ async fn another_namespace_cannot_take_restore_fork_or_snapshot_a_vm() {
         assert!(agent.sim.snapshot_dir(&vm_hib).is_some(), "A's local copy");
 
         // Tenant B: a pod of its own that runs, for the rename attempt below.
-        api_b
-            .create(&PostParams::default(), &vm_pod(&ns_b, "own", &node, &[]))
-            .await?;
-        wait_running(&client, &ns_b, "own").await?;
+        run_pod(&client, &ns_b, "own", &node, &[]).await?;
         let vm_b = vm_name_for_pod(&ns_b, "own");
         let id_b = agent.sim.vm_info(&vm_b)?.id;
         agent.sim.clear_calls();
@@ -229,14 +184,7 @@ async fn another_namespace_cannot_take_restore_fork_or_snapshot_a_vm() {
             token_a,
             "the sub-agent forked from A's main"
         );
-        patch_ann(
-            &client,
-            &ns_a,
-            "hib",
-            json!({ann::HIBERNATE: null, ann::GENERATION: "3"}),
-        )
-        .await?;
-        wait_running(&client, &ns_a, "hib").await?;
+        wake_pod(&client, &ns_a, "hib", 3).await?;
         assert_eq!(agent.sim.guest_token(&vm_hib)?, token_hib, "A's wake");
 
         agent.kill().await;
@@ -254,18 +202,10 @@ async fn a_restarted_agent_does_not_adopt_another_namespace_vm_by_id() {
     run_test(|env| async move {
         let client = env.client()?;
         // B's namespace sorts first, so the reconcile meets the thief before A's own pod.
-        let ns_b = create_namespace(&client, "tenant-0b").await?;
-        let ns_a = create_namespace(&client, "tenant-1a").await?;
+        let (ns_a, ns_b, _api_a, api_b) = two_tenants(&client, "tenant-1a", "tenant-0b").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, tmp.path()).await?;
-        let api_a: Api<Pod> = Api::namespaced(client.clone(), &ns_a);
-        let api_b: Api<Pod> = Api::namespaced(client.clone(), &ns_b);
-        api_a
-            .create(&PostParams::default(), &vm_pod(&ns_a, "main", &node, &[]))
-            .await?;
-        wait_running(&client, &ns_a, "main").await?;
+        let (node, _node_obj, agent) = node_agent(env, &client, tmp.path()).await?;
+        run_pod(&client, &ns_a, "main", &node, &[]).await?;
         let vm_a = vm_name_for_pod(&ns_a, "main");
         let id_a = agent.sim.vm_info(&vm_a)?.id;
         let token_a = agent.sim.guest_token(&vm_a)?;

@@ -17,97 +17,38 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{
-    AgentOptions, BoxError, IMAGE, TestResult, WAIT, ann_of, hibernate_pod, patch_ann, registry,
-    sim_config, start_agent, start_agent_with, vm_pod, wait_gone, wait_lifecycle, wait_running,
+    AgentOptions, BoxError, TestResult, WAIT, ann_of, golden_host, hibernate_pod, node_agent,
+    patch_ann, push_golden, registry, run_pod, start_agent, start_agent_with, two_tenants, vm_pod,
+    wait_failed, wait_gone, wait_refused, wait_running, wake_pod,
 };
 
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::oci::{ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_POD};
-use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
+use cocoon_api::contract::{AnnotationCodec, Lifecycle};
 use cocoon_api::naming::{clone_base_snapshot_name, fork_snapshot_name, vm_name_for_pod};
 use cocoon_node::pods::{OrphanPolicy, TenantConfig};
-use cocoon_node::runtime::sim::{OutOfBandVm, SimRuntime, Verb};
-use cocoon_node::runtime::{RunRequest, Runtime};
-use cocoon_registry::PushOptions;
+use cocoon_node::runtime::sim::{OutOfBandVm, Verb};
 use cocoon_testenv::{
     Shared, TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
-use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-/// Waits for a `TenantIsolationRefused` Warning Event on this pod incarnation and for its
-/// lifecycle `failed`; returns the lifecycle message.
-async fn wait_refused(client: &Client, ns: &str, name: &str, op: &str) -> TestResult<String> {
-    let p = wait_lifecycle(client, ns, name, LifecycleState::Failed, 1).await?;
-    let msg = Lifecycle::from_meta(&p.metadata).message;
-    let uid = p.metadata.uid.clone().unwrap_or_default();
-    let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    let want = format!("{op}: {msg}");
-    wait_until(&format!("{ns}/{name}: refusal event"), WAIT, || {
-        let events = events.clone();
-        let (uid, want) = (uid.clone(), want.clone());
-        async move {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items.into_iter().find(|e| {
-                e.reason.as_deref() == Some(ev::TENANT_ISOLATION_REFUSED)
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.note.as_deref() == Some(want.as_str())
-                    && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
-            })
-        }
-    })
-    .await?;
-    Ok(msg)
-}
-
-/// The lifecycle message once the pod failed (any reason).
-async fn wait_failed(client: &Client, ns: &str, name: &str) -> TestResult<String> {
-    let p = wait_lifecycle(client, ns, name, LifecycleState::Failed, 1).await?;
-    Ok(Lifecycle::from_meta(&p.metadata).message)
-}
-
-/// A snapshot `golden` on a standalone simulated host, pushed to `<repo>:<tag>` with `extra`
+/// The golden snapshot pushed to `<repo>:<tag>` for every tag in `tags`, with `extra`
 /// manifest annotations; returns the guest's state token.
-async fn push_golden(
+async fn push_golden_tags(
     env: &Shared,
     repo: &str,
     tags: &[&str],
     extra: &[(&str, &str)],
 ) -> TestResult<String> {
-    let dir = tempfile::tempdir()?;
-    let rt = SimRuntime::open(sim_config(dir.path()))?;
-    let sim = rt.handle();
-    let rt: Arc<dyn Runtime> = Arc::new(rt);
-    rt.ensure_image(IMAGE, false).await?;
-    let vm = rt
-        .run(RunRequest {
-            image: IMAGE.into(),
-            name: "golden-vm".into(),
-            network: "cocoon-dhcp".into(),
-            ..RunRequest::default()
-        })
-        .await?;
-    rt.snapshot_save("golden", &vm.id).await?;
-    let token = sim.guest_token("golden-vm")?;
-    let reg = registry(env.registry_addr());
+    let golden = golden_host().await?;
     for tag in tags {
-        let export = rt.snapshot_export("golden").await?;
-        let mut opts = PushOptions::new(*tag, IMAGE);
-        opts.annotations.extra = extra
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        reg.push_snapshot_tar(repo, export.stream, &opts).await?;
-        export.done.await?;
+        push_golden(env, &golden, repo, tag, extra).await?;
     }
-    Ok(token)
+    Ok(golden.token)
 }
 
 /// Item 1: clone images that name the victim's VM-owned snapshots.
@@ -115,22 +56,14 @@ async fn push_golden(
 async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
     run_test(|env| async move {
         let client = env.client()?;
-        let ns_a = create_namespace(&client, "tn-a").await?;
-        let ns_b = create_namespace(&client, "tn-b").await?;
+        let (ns_a, ns_b, api_a, api_b) = two_tenants(&client, "tn-a", "tn-b").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, tmp.path()).await?;
+        let (node, _node_obj, agent) = node_agent(env, &client, tmp.path()).await?;
         let reg = registry(env.registry_addr());
-        let api_a: Api<Pod> = Api::namespaced(client.clone(), &ns_a);
-        let api_b: Api<Pod> = Api::namespaced(client.clone(), &ns_b);
 
         // Victim A: a running main with a fork baseline (a sub-agent forked from it), and a
         // hibernated VM whose `:hibernate` tag and warm-wake copy exist.
-        api_a
-            .create(&PostParams::default(), &vm_pod(&ns_a, "main", &node, &[]))
-            .await?;
-        wait_running(&client, &ns_a, "main").await?;
+        run_pod(&client, &ns_a, "main", &node, &[]).await?;
         let vm_a = vm_name_for_pod(&ns_a, "main");
         let token_a = agent.sim.guest_token(&vm_a)?;
         api_a
@@ -146,10 +79,7 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
             .await?;
         wait_running(&client, &ns_a, "sub-1").await?;
         assert!(agent.sim.snapshot_dir(&fork_snapshot_name(&vm_a)).is_some());
-        api_a
-            .create(&PostParams::default(), &vm_pod(&ns_a, "hib", &node, &[]))
-            .await?;
-        wait_running(&client, &ns_a, "hib").await?;
+        run_pod(&client, &ns_a, "hib", &node, &[]).await?;
         let vm_hib = vm_name_for_pod(&ns_a, "hib");
         let token_hib = agent.sim.guest_token(&vm_hib)?;
         hibernate_pod(&client, &ns_a, "hib", 2).await?;
@@ -253,7 +183,7 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
         // finds, under its own VM name, a `:hibernate` that records A's pod (the 24-bit
         // collision case, staged by pushing it there).
         let vm_twin = vm_name_for_pod(&ns_b, "twin");
-        push_golden(
+        push_golden_tags(
             env,
             &vm_twin,
             &["hibernate"],
@@ -284,14 +214,7 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
         );
 
         // A's own paths still work: the wake gets its own state.
-        patch_ann(
-            &client,
-            &ns_a,
-            "hib",
-            json!({ann::HIBERNATE: null, ann::GENERATION: "3"}),
-        )
-        .await?;
-        wait_running(&client, &ns_a, "hib").await?;
+        wake_pod(&client, &ns_a, "hib", 3).await?;
         assert_eq!(agent.sim.guest_token(&vm_hib)?, token_hib, "A's wake");
         assert_eq!(agent.sim.guest_token(&vm_a)?, token_a, "A's main");
 
@@ -309,19 +232,11 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
 async fn managed_and_pre_assigned_ids_are_fixed_at_admission() {
     run_test(|env| async move {
         let client = env.client()?;
-        let ns_a = create_namespace(&client, "tf-a").await?;
-        let ns_b = create_namespace(&client, "tf-b").await?;
+        let (ns_a, ns_b, _, api_b) = two_tenants(&client, "tf-a", "tf-b").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("node");
-        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
-        let agent = start_agent(env, &node, tmp.path()).await?;
+        let (node, _node_obj, agent) = node_agent(env, &client, tmp.path()).await?;
         let reg = registry(env.registry_addr());
-        let api_a: Api<Pod> = Api::namespaced(client.clone(), &ns_a);
-        let api_b: Api<Pod> = Api::namespaced(client.clone(), &ns_b);
-        api_a
-            .create(&PostParams::default(), &vm_pod(&ns_a, "main", &node, &[]))
-            .await?;
-        wait_running(&client, &ns_a, "main").await?;
+        run_pod(&client, &ns_a, "main", &node, &[]).await?;
         let vm_a = vm_name_for_pod(&ns_a, "main");
         let id_a = agent.sim.vm_info(&vm_a)?.id;
         let token_a = agent.sim.guest_token(&vm_a)?;
@@ -417,10 +332,7 @@ async fn managed_and_pre_assigned_ids_are_fixed_at_admission() {
         assert_eq!(agent.sim.call_count(Verb::Remove), 0);
 
         // The reverse flip: a managed pod turned unmanaged, then deleted, does not leak its VM.
-        api_b
-            .create(&PostParams::default(), &vm_pod(&ns_b, "rev", &node, &[]))
-            .await?;
-        wait_running(&client, &ns_b, "rev").await?;
+        run_pod(&client, &ns_b, "rev", &node, &[]).await?;
         let vm_rev = vm_name_for_pod(&ns_b, "rev");
         assert!(agent.sim.vm_info(&vm_rev)?.alive);
         patch_ann(&client, &ns_b, "rev", json!({ann::MANAGED: "false"})).await?;
@@ -448,8 +360,7 @@ async fn managed_and_pre_assigned_ids_are_fixed_at_admission() {
 async fn a_refused_pod_is_never_a_holder() {
     run_test(|env| async move {
         let client = env.client()?;
-        let ns_a = create_namespace(&client, "th-a").await?;
-        let ns_b = create_namespace(&client, "th-b").await?;
+        let (ns_a, ns_b, api_a, api_b) = two_tenants(&client, "th-a", "th-b").await?;
         let tmp = tempfile::tempdir()?;
         let node = unique_name("node");
         let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
@@ -474,8 +385,6 @@ async fn a_refused_pod_is_never_a_holder() {
         )
         .await?;
         let id_a = agent.sim.vm_info(&vm_a)?.id;
-        let api_a: Api<Pod> = Api::namespaced(client.clone(), &ns_a);
-        let api_b: Api<Pod> = Api::namespaced(client.clone(), &ns_b);
         const ROUNDS: usize = 6;
         for i in 0..ROUNDS {
             let thief = vm_pod(&ns_b, &format!("thief-{i}"), &node, &[(ann::VM_NAME, &vm_a)]);
@@ -575,14 +484,7 @@ async fn legacy_vm_names_run_only_with_the_opt_in() {
         hibernate_pod(&client, &ns, "leg", 2).await?;
         assert!(reg.has_manifest(&legacy, "hibernate").await?, "pushed");
         assert!(mixed_agent.sim.vm_info(&legacy).is_err(), "VM removed");
-        patch_ann(
-            &client,
-            &ns,
-            "leg",
-            json!({ann::HIBERNATE: null, ann::GENERATION: "3"}),
-        )
-        .await?;
-        wait_running(&client, &ns, "leg").await?;
+        wake_pod(&client, &ns, "leg", 3).await?;
         assert_eq!(
             mixed_agent.sim.guest_token(&legacy)?,
             token,
@@ -635,7 +537,7 @@ async fn unused_clone_bases_are_collected_beyond_the_limit() {
         )
         .await?;
         let repo = unique_name("base");
-        push_golden(env, &repo, &["v1", "v2", "v3"], &[]).await?;
+        push_golden_tags(env, &repo, &["v1", "v2", "v3"], &[]).await?;
         let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let base = |tag: &str| clone_base_snapshot_name(&repo, tag);
         for (i, tag) in ["v1", "v2", "v3"].into_iter().enumerate() {

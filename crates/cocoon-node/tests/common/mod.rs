@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::agent::{AgentParts, run_agent};
@@ -18,14 +19,15 @@ use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::NodeRegistration;
 use cocoon_node::pods::host_reach::HostReach;
 use cocoon_node::pods::{Handler, OrphanPolicy, PodConfig, TenantConfig, Timing};
-use cocoon_node::runtime::Runtime;
 use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
-use cocoon_registry::{RegistryClient, RegistryConfig};
-use cocoon_testenv::{Shared, wait_until};
+use cocoon_node::runtime::{RunRequest, Runtime};
+use cocoon_registry::{PushOptions, RegistryClient, RegistryConfig};
+use cocoon_testenv::{Shared, TestNode, create_namespace, unique_name, wait_until};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -453,4 +455,210 @@ pub fn node_config(
         |k| vars.get(k).cloned(),
         || None,
     )?)
+}
+
+/// A fresh Node `node-…` in the default pool with an agent on `root` ([`start_agent`]);
+/// returns the node name, the Node (deleted when dropped) and the agent.
+pub async fn node_agent(
+    env: &Shared,
+    client: &Client,
+    root: &Path,
+) -> TestResult<(String, TestNode, TestAgent)> {
+    let node = unique_name("node");
+    let node_obj = TestNode::in_pool(client, &node, "default").await?;
+    let agent = start_agent(env, &node, root).await?;
+    Ok((node, node_obj, agent))
+}
+
+/// Two tenant namespaces (created from the prefixes `a` and `b`, in that order) and a pod API
+/// on each: `(ns_a, ns_b, api_a, api_b)`.
+pub async fn two_tenants(
+    client: &Client,
+    a: &str,
+    b: &str,
+) -> TestResult<(String, String, Api<Pod>, Api<Pod>)> {
+    let ns_a = create_namespace(client, a).await?;
+    let ns_b = create_namespace(client, b).await?;
+    let api_a = Api::namespaced(client.clone(), &ns_a);
+    let api_b = Api::namespaced(client.clone(), &ns_b);
+    Ok((ns_a, ns_b, api_a, api_b))
+}
+
+/// Creates [`vm_pod`] `ns/name` on `node` with `extra` and waits until it runs
+/// ([`wait_running`]); returns the pod.
+pub async fn run_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    extra: &[(&str, &str)],
+) -> TestResult<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &vm_pod(ns, name, node, extra))
+        .await?;
+    wait_running(client, ns, name).await
+}
+
+/// Wakes a hibernated pod at `generation` (drops the hibernate annotation and stamps the
+/// generation in one patch) and waits until it runs again; returns the pod.
+pub async fn wake_pod(client: &Client, ns: &str, name: &str, generation: i64) -> TestResult<Pod> {
+    let stamp = generation.to_string();
+    patch_ann(
+        client,
+        ns,
+        name,
+        json!({ann::HIBERNATE: null, ann::GENERATION: stamp}),
+    )
+    .await?;
+    wait_running(client, ns, name).await
+}
+
+/// Waits for lifecycle `failed` (at `generation` or later) and a `TenantIsolationRefused`
+/// Warning Event on this pod incarnation whose note is `<op>: <lifecycle message>` (`op` is
+/// `create` or `update`); returns the message.
+pub async fn wait_refused_at(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    op: &str,
+    generation: i64,
+) -> TestResult<String> {
+    let p = wait_lifecycle(client, ns, name, LifecycleState::Failed, generation).await?;
+    let msg = Lifecycle::from_meta(&p.metadata).message;
+    let uid = p.metadata.uid.clone().unwrap_or_default();
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let want = format!("{op}: {msg}");
+    wait_until(&format!("{ns}/{name}: refusal event"), WAIT, || {
+        let events = events.clone();
+        let (uid, want) = (uid.clone(), want.clone());
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(ev::TENANT_ISOLATION_REFUSED)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref() == Some(want.as_str())
+                    && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == Some(uid.as_str())
+            })
+        }
+    })
+    .await?;
+    Ok(msg)
+}
+
+/// [`wait_refused_at`] generation 1 (a refused create, or an update of a pod at generation 1).
+pub async fn wait_refused(client: &Client, ns: &str, name: &str, op: &str) -> TestResult<String> {
+    wait_refused_at(client, ns, name, op, 1).await
+}
+
+/// The lifecycle message once the pod failed at generation 1 or later (any reason).
+pub async fn wait_failed(client: &Client, ns: &str, name: &str) -> TestResult<String> {
+    let p = wait_lifecycle(client, ns, name, LifecycleState::Failed, 1).await?;
+    Ok(Lifecycle::from_meta(&p.metadata).message)
+}
+
+/// A "golden" VM on a standalone simulated host, saved as snapshot `golden`: the host
+/// (runtime, its directory) and the guest's state token.
+pub struct Golden {
+    pub _dir: tempfile::TempDir,
+    pub rt: Arc<dyn Runtime>,
+    pub token: String,
+}
+
+/// Brings up the [`Golden`] host: image [`IMAGE`], VM `golden-vm`, snapshot `golden`.
+pub async fn golden_host() -> TestResult<Golden> {
+    let dir = tempfile::tempdir()?;
+    let rt = SimRuntime::open(sim_config(dir.path()))?;
+    let sim = rt.handle();
+    let rt: Arc<dyn Runtime> = Arc::new(rt);
+    rt.ensure_image(IMAGE, false).await?;
+    let vm = rt
+        .run(RunRequest {
+            image: IMAGE.into(),
+            name: "golden-vm".into(),
+            network: "cocoon-dhcp".into(),
+            ..RunRequest::default()
+        })
+        .await?;
+    rt.snapshot_save("golden", &vm.id).await?;
+    let token = sim.guest_token("golden-vm")?;
+    Ok(Golden {
+        _dir: dir,
+        rt,
+        token,
+    })
+}
+
+/// Pushes the golden snapshot to `<repo>:<tag>` in the real registry, with `extra` manifest
+/// annotations.
+pub async fn push_golden(
+    env: &Shared,
+    golden: &Golden,
+    repo: &str,
+    tag: &str,
+    extra: &[(&str, &str)],
+) -> TestResult {
+    let export = golden.rt.snapshot_export("golden").await?;
+    let mut opts = PushOptions::new(tag, IMAGE);
+    opts.annotations.extra = extra
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    registry(env.registry_addr())
+        .push_snapshot_tar(repo, export.stream, &opts)
+        .await?;
+    export.done.await?;
+    Ok(())
+}
+
+/// Starts an agent as `node` on `root` that registers its Node (the test node configuration,
+/// [`node_config`], with the kubelet API on `kubelet_port`) and serves the kubelet API through
+/// `backend`; `opts` carries the caller's timings and metrics, and the agent runs under `token`.
+pub async fn start_registered_agent(
+    env: &Shared,
+    node: &str,
+    root: &Path,
+    kubelet_port: u16,
+    backend: &cocoon_node::agent::AgentPodBackend,
+    token: CancellationToken,
+    mut opts: AgentOptions,
+) -> TestResult<TestAgent> {
+    let config = node_config(env, node, root, kubelet_port, &[])?;
+    let resources = cocoon_node::node::capacity::read_resources(&config)?;
+    let registration = NodeRegistration::from_config(&config, resources, kubelet_port);
+    opts.registration = Some(registration);
+    opts.token = Some(token);
+    let agent = start_agent_with(env.client()?, env.registry_addr(), node, root, opts, |_| {
+        Ok(())
+    })
+    .await?;
+    backend.set(agent.handler.clone());
+    Ok(agent)
+}
+
+/// Deletes the Node `node` a registered agent created, and its heartbeat Lease (either may be
+/// gone already).
+pub async fn cleanup_node(env: &Shared, node: &str) -> TestResult {
+    let client = env.client()?;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), cocoon_node::node::LEASE_NAMESPACE);
+    let _ = leases.delete(node, &DeleteParams::default()).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+    let _ = nodes.delete(node, &DeleteParams::default()).await;
+    Ok(())
+}
+
+/// Waits until the pod has a VM id and lifecycle `ready`.
+pub async fn wait_vm_ready(api: &Api<Pod>, name: &str) -> TestResult {
+    wait_until(&format!("{name} ready with a VM"), WAIT, || async {
+        let p = api.get(name).await.ok()?;
+        let has_id = p
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ann::VM_ID));
+        (has_id && Lifecycle::from_meta(&p.metadata).state == Some(LifecycleState::Ready))
+            .then_some(())
+    })
+    .await?;
+    Ok(())
 }
