@@ -26,22 +26,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::kubelet::{self, Creds};
-use common::{AgentOptions, BoxError, TestAgent, TestResult, WAIT, start_agent_with, vm_pod};
+use common::{
+    AgentOptions, BoxError, TestAgent, TestResult, WAIT, cleanup_node, vm_pod, wait_vm_ready,
+};
 
-use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::agent::AgentPodBackend;
 use cocoon_node::kubelet::{KubeletLimits, KubeletServer, TlsMaterial};
 use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
+use cocoon_node::node::HostReader;
 use cocoon_node::runtime::sim::Verb;
 use cocoon_testenv::{
     Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -122,18 +121,11 @@ async fn start(
         limits,
     )
     .await?;
-    let config = common::node_config(env, node, root, kubelet.port(), &[])?;
-    let resources = capacity::read_resources(&config)?;
-    let registration = NodeRegistration::from_config(&config, resources, kubelet.port());
     let mut opts = AgentOptions::new(root);
     opts.metrics = Some(Arc::new(NodeMetrics::new(root.to_owned())));
-    opts.registration = Some(registration);
-    opts.token = Some(token);
-    let agent = start_agent_with(env.client()?, env.registry_addr(), node, root, opts, |_| {
-        Ok(())
-    })
-    .await?;
-    backend.set(agent.handler.clone());
+    let agent =
+        common::start_registered_agent(env, node, root, kubelet.port(), &backend, token, opts)
+            .await?;
     Ok(BoundedAgent {
         agent,
         kubelet,
@@ -141,29 +133,38 @@ async fn start(
     })
 }
 
-async fn cleanup_node(env: &Shared, node: &str) -> TestResult {
-    let client = env.client()?;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-    let _ = leases.delete(node, &DeleteParams::default()).await;
-    let nodes: Api<Node> = Api::all(client);
-    let _ = nodes.delete(node, &DeleteParams::default()).await;
-    Ok(())
-}
-
 async fn create_ready(api: &Api<Pod>, ns: &str, name: &str, node: &str) -> TestResult {
     api.create(&PostParams::default(), &vm_pod(ns, name, node, &[]))
         .await?;
-    wait_until(&format!("{name} ready with a VM"), WAIT, || async {
-        let p = api.get(name).await.ok()?;
-        let has_id = p
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(ann::VM_ID));
-        (has_id && Lifecycle::from_meta(&p.metadata).state == Some(LifecycleState::Ready))
-            .then_some(())
-    })
-    .await?;
+    wait_vm_ready(api, name).await
+}
+
+/// A namespace and an agent under `limits` on a fresh Node (both named from `prefix`, the
+/// agent's root below `tmp`), with the pods `pods` of that namespace created on it and ready:
+/// `(ns, node, agent, api)`.
+async fn setup(
+    env: &Shared,
+    prefix: &str,
+    tmp: &Path,
+    limits: KubeletLimits,
+    pods: &[&str],
+) -> TestResult<(String, String, BoundedAgent, Api<Pod>)> {
+    let client = env.client()?;
+    let ns = create_namespace(&client, prefix).await?;
+    let node = unique_name(prefix);
+    let agent = start(env, &node, &tmp.join(&node), limits).await?;
+    let api: Api<Pod> = Api::namespaced(client, &ns);
+    for pod in pods {
+        create_ready(&api, &ns, pod, &node).await?;
+    }
+    Ok((ns, node, agent, api))
+}
+
+/// Stops the agent, then deletes its Node and the test namespace.
+async fn teardown(env: &Shared, agent: BoundedAgent, node: &str, ns: &str) -> TestResult {
+    agent.stop().await;
+    cleanup_node(env, node).await?;
+    delete_namespace(&env.client()?, ns).await?;
     Ok(())
 }
 
@@ -222,10 +223,7 @@ fn log_path(ns: &str, pod: &str, query: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn logs_are_capped_and_followers_bounded_and_sharing_one_reader() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "bounds-logs").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("bounds-logs");
         let limits = KubeletLimits {
             log_max_bytes: 64 << 10,
             log_max_line_bytes: 1024,
@@ -233,10 +231,8 @@ async fn logs_are_capped_and_followers_bounded_and_sharing_one_reader() {
             log_followers_per_node: 3,
             ..KubeletLimits::default()
         };
-        let agent = start(env, &node, &tmp.path().join(&node), limits).await?;
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        create_ready(&api, &ns, "a", &node).await?;
-        create_ready(&api, &ns, "b", &node).await?;
+        let (ns, node, agent, _api) =
+            setup(env, "bounds-logs", tmp.path(), limits, &["a", "b"]).await?;
         let (vm_a, vm_b) = (vm_name_for_pod(&ns, "a"), vm_name_for_pod(&ns, "b"));
 
         // The guest prints 8 MiB on one line, then 5000 lines, then a 2 KiB line, then "end".
@@ -344,9 +340,7 @@ async fn logs_are_capped_and_followers_bounded_and_sharing_one_reader() {
         .await?;
         drop((f1, f3));
 
-        agent.stop().await;
-        cleanup_node(env, &node).await?;
-        delete_namespace(&client, &ns).await?;
+        teardown(env, agent, &node, &ns).await?;
         Ok::<_, BoxError>(())
     })
     .await;
@@ -408,19 +402,14 @@ impl OpenExec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exec_sessions_beyond_the_limits_are_refused() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "bounds-exec").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("bounds-exec");
         let limits = KubeletLimits {
             exec_sessions_per_pod: 2,
             exec_sessions_per_node: 3,
             ..KubeletLimits::default()
         };
-        let agent = start(env, &node, &tmp.path().join(&node), limits).await?;
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        create_ready(&api, &ns, "a", &node).await?;
-        create_ready(&api, &ns, "b", &node).await?;
+        let (ns, node, agent, _api) =
+            setup(env, "bounds-exec", tmp.path(), limits, &["a", "b"]).await?;
 
         let a1 = OpenExec::start(env, &agent, &ns, "a", 1).await?;
         let a2 = OpenExec::start(env, &agent, &ns, "a", 2).await?;
@@ -459,9 +448,7 @@ async fn exec_sessions_beyond_the_limits_are_refused() {
         a2.finish().await?;
         b1.finish().await?;
 
-        agent.stop().await;
-        cleanup_node(env, &node).await?;
-        delete_namespace(&client, &ns).await?;
+        teardown(env, agent, &node, &ns).await?;
         Ok::<_, BoxError>(())
     })
     .await;
@@ -470,18 +457,13 @@ async fn exec_sessions_beyond_the_limits_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_streams_are_closed_after_the_streaming_idle_timeout() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "bounds-idle").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("bounds-idle");
         let idle = Duration::from_secs(3);
         let limits = KubeletLimits {
             streaming_idle_timeout: idle,
             ..KubeletLimits::default()
         };
-        let agent = start(env, &node, &tmp.path().join(&node), limits).await?;
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        create_ready(&api, &ns, "a", &node).await?;
+        let (ns, node, agent, _api) = setup(env, "bounds-idle", tmp.path(), limits, &["a"]).await?;
         let vm_a = vm_name_for_pod(&ns, "a");
 
         // An exec whose stdin stays open but moves nothing is closed by the agent.
@@ -529,9 +511,7 @@ async fn idle_streams_are_closed_after_the_streaming_idle_timeout() {
             "closed after {took:?}, before the idle timeout"
         );
 
-        agent.stop().await;
-        cleanup_node(env, &node).await?;
-        delete_namespace(&client, &ns).await?;
+        teardown(env, agent, &node, &ns).await?;
         Ok::<_, BoxError>(())
     })
     .await;
@@ -540,19 +520,15 @@ async fn idle_streams_are_closed_after_the_streaming_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn connections_awaiting_authentication_are_bounded_and_time_out() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "bounds-preauth").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("bounds-preauth");
         let handshake = Duration::from_secs(2);
         let limits = KubeletLimits {
             preauth_connections: 2,
             tls_handshake_timeout: handshake,
             ..KubeletLimits::default()
         };
-        let agent = start(env, &node, &tmp.path().join(&node), limits).await?;
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        create_ready(&api, &ns, "a", &node).await?;
+        let (ns, node, agent, _api) =
+            setup(env, "bounds-preauth", tmp.path(), limits, &["a"]).await?;
         let addr = agent.kubelet.local_addr();
 
         // An authenticated stream does not hold a pre-authentication slot.
@@ -598,9 +574,7 @@ async fn connections_awaiting_authentication_are_bounded_and_time_out() {
         .await?;
         drop(follower);
 
-        agent.stop().await;
-        cleanup_node(env, &node).await?;
-        delete_namespace(&client, &ns).await?;
+        teardown(env, agent, &node, &ns).await?;
         Ok::<_, BoxError>(())
     })
     .await;
@@ -609,17 +583,14 @@ async fn connections_awaiting_authentication_are_bounded_and_time_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn log_reads_beyond_the_node_limit_are_refused() {
     run_test(|env| async move {
-        let client = env.client()?;
-        let ns = create_namespace(&client, "bounds-reads").await?;
         let tmp = tempfile::tempdir()?;
-        let node = unique_name("bounds-reads");
         let limits = KubeletLimits {
             log_reads_per_node: 2,
             ..KubeletLimits::default()
         };
-        let agent = Arc::new(start(env, &node, &tmp.path().join(&node), limits).await?);
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        create_ready(&api, &ns, "a", &node).await?;
+        let (ns, node, agent, _api) =
+            setup(env, "bounds-reads", tmp.path(), limits, &["a"]).await?;
+        let agent = Arc::new(agent);
         let path = log_path(&ns, "a", "tailLines=5");
 
         // Two reads held in the runtime use up the node's log reads; a third is refused.
@@ -650,9 +621,7 @@ async fn log_reads_beyond_the_node_limit_are_refused() {
         assert_eq!(status, 200, "the reads were given back");
 
         let agent = Arc::try_unwrap(agent).map_err(|_| "agent still shared")?;
-        agent.stop().await;
-        cleanup_node(env, &node).await?;
-        delete_namespace(&client, &ns).await?;
+        teardown(env, agent, &node, &ns).await?;
         Ok::<_, BoxError>(())
     })
     .await;

@@ -18,21 +18,20 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{AgentOptions, BoxError, TestAgent, TestResult, WAIT, start_agent_with, vm_pod};
+use common::{
+    AgentOptions, BoxError, TestAgent, TestResult, WAIT, cleanup_node, vm_pod, wait_vm_ready,
+};
 
-use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::agent::AgentPodBackend;
 use cocoon_node::kubelet::{KubeletServer, MetricsServer, NO_LIVE_VM_BODY, TlsMaterial};
 use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
+use cocoon_node::node::HostReader;
 use cocoon_node::runtime::sim::Verb;
 use cocoon_testenv::{
     Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -93,39 +92,17 @@ async fn start(env: &Shared, node: &str, root: &Path) -> TestResult<KubeletAgent
     let metrics = Arc::new(NodeMetrics::new(root.to_owned()));
     let metrics_server =
         MetricsServer::start("127.0.0.1:0".parse()?, metrics.clone(), &token).await?;
-    let config = common::node_config(env, node, root, kubelet.port(), &[])?;
-    let resources = capacity::read_resources(&config)?;
-    let registration = NodeRegistration::from_config(&config, resources, kubelet.port());
     let mut opts = AgentOptions::new(root);
     opts.timing.vm_stats_every = Duration::from_millis(200);
     opts.metrics = Some(metrics);
-    opts.registration = Some(registration);
-    opts.token = Some(token);
-    let agent = start_agent_with(env.client()?, env.registry_addr(), node, root, opts, |_| {
-        Ok(())
-    })
-    .await?;
-    backend.set(agent.handler.clone());
+    let agent =
+        common::start_registered_agent(env, node, root, kubelet.port(), &backend, token, opts)
+            .await?;
     Ok(KubeletAgent {
         agent,
         kubelet,
         metrics: metrics_server,
     })
-}
-
-async fn wait_vm_ready(api: &Api<Pod>, name: &str) -> TestResult {
-    wait_until(&format!("{name} ready with a VM"), WAIT, || async {
-        let p = api.get(name).await.ok()?;
-        let has_id = p
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(ann::VM_ID));
-        (has_id && Lifecycle::from_meta(&p.metadata).state == Some(LifecycleState::Ready))
-            .then_some(())
-    })
-    .await?;
-    Ok(())
 }
 
 /// Output of one kubectl run.
@@ -170,15 +147,6 @@ async fn kubectl(
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
-}
-
-async fn cleanup_node(env: &Shared, node: &str) -> TestResult {
-    let client = env.client()?;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-    let _ = leases.delete(node, &DeleteParams::default()).await;
-    let nodes: Api<Node> = Api::all(client);
-    let _ = nodes.delete(node, &DeleteParams::default()).await;
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
