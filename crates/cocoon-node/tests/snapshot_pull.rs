@@ -12,6 +12,7 @@ use cocoon_node::runtime::sim::SimRuntime;
 use cocoon_registry::PushOptions;
 use cocoon_registry::tar::{end_of_archive, padding, regular_file_header};
 use cocoon_testenv::Registry;
+use cocoon_testenv::paths::snapshot_fixtures;
 use common::{registry, sim_config};
 
 /// An export tar (`snapshot.json` first) of `files`.
@@ -33,16 +34,6 @@ fn export_tar(id: &str, files: &[(&str, Vec<u8>)]) -> Vec<u8> {
     }
     out.extend(end_of_archive());
     out
-}
-
-/// The blob file of `digest` in the registry's filesystem storage.
-fn blob_storage(reg: &Registry, digest: &str) -> std::path::PathBuf {
-    let hex = digest.trim_start_matches("sha256:");
-    reg.dir()
-        .join("data/docker/registry/v2/blobs/sha256")
-        .join(&hex[..2])
-        .join(hex)
-        .join("data")
 }
 
 fn entries(dir: &Path) -> usize {
@@ -98,7 +89,7 @@ async fn a_tampered_block_aligned_blob_leaves_nothing_registered() {
         0,
         "the case under test: a block-aligned blob"
     );
-    let path = blob_storage(&reg, layer.digest.as_str());
+    let path = reg.blob_file(layer.digest.as_str());
     let mut bytes = std::fs::read(&path).expect("blob");
     let last = bytes.len() - 1;
     bytes[last] ^= 0xa5;
@@ -126,19 +117,6 @@ async fn a_tampered_block_aligned_blob_leaves_nothing_registered() {
     )
     .await
     .expect("no data left behind");
-}
-
-fn fixtures() -> std::path::PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for up in here.ancestors() {
-        for shared in [up.join("shared"), up.join("../shared")] {
-            let p = shared.join("fixtures/cocoon-common-v0.3.0-snapshots");
-            if p.join("README.md").exists() {
-                return p;
-            }
-        }
-    }
-    panic!("fixtures/cocoon-common-v0.3.0-snapshots not found above {here:?}");
 }
 
 /// Puts an OCI layout's blobs and its exact manifest bytes into `<repo>:<tag>`.
@@ -219,7 +197,13 @@ async fn a_pod_wakes_from_a_go_written_v2_hibernate() {
         hibernate_pod(&client, &ns, "w", 2).await?;
 
         // The Go writer's v2 artifact takes the place of this agent's `:hibernate`.
-        load_layout(&reg, &fixtures().join("v2-zstd3-chunk1"), &vm, "hibernate").await;
+        load_layout(
+            &reg,
+            &snapshot_fixtures().join("v2-zstd3-chunk1"),
+            &vm,
+            "hibernate",
+        )
+        .await;
         let imports = agent.sim.call_count(Verb::SnapshotImport);
         agent.sim.block(Verb::Clone, Some(&vm));
         patch_ann(
@@ -242,7 +226,7 @@ async fn a_pod_wakes_from_a_go_written_v2_hibernate() {
         for name in ["config.json", "memory-ranges", "state.json"] {
             assert!(
                 std::fs::read(dir.join(name))?
-                    == std::fs::read(fixtures().join("source").join(name))?,
+                    == std::fs::read(snapshot_fixtures().join("source").join(name))?,
                 "{name} imported byte-identical to the source"
             );
         }
@@ -310,7 +294,13 @@ async fn a_tampered_v2_chunk_leaves_nothing_registered() {
     let rt = SimRuntime::open(sim_config(tmp.path())).expect("sim");
     let data_dir = tmp.path().join("snapshot/localfile");
     let repo = cocoon_testenv::unique_name("gosnap");
-    load_layout(&client, &fixtures().join("v2-zstd3-chunk1"), &repo, "t").await;
+    load_layout(
+        &client,
+        &snapshot_fixtures().join("v2-zstd3-chunk1"),
+        &repo,
+        "t",
+    )
+    .await;
 
     import_snapshot_from_registry(&rt, &client, &repo, "t", "good")
         .await
@@ -323,7 +313,7 @@ async fn a_tampered_v2_chunk_leaves_nothing_registered() {
 
     // Chunk 4 of memory-ranges, one bit flipped in place.
     let chunk = "sha256:1a9133b97dcd4575407689e9563351d94f272bc62b2f74568fe5313d0e0cc58a";
-    let path = blob_storage(&reg, chunk);
+    let path = reg.blob_file(chunk);
     let mut bytes = std::fs::read(&path).expect("chunk");
     bytes[4096] ^= 0x10;
     std::fs::write(&path, &bytes).expect("tamper");

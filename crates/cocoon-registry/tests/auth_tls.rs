@@ -420,6 +420,17 @@ async fn https_registry_with_a_private_ca() {
     drop(reg);
 }
 
+/// The client got no token (`Unauthorized`) although it asked the realm, which never saw
+/// the credentials (`why`).
+fn assert_realm_got_no_credentials(err: &cocoon_registry::Error, tokens: &TokenService, why: &str) {
+    assert_eq!(err.class(), ErrorClass::Unauthorized, "{err}");
+    assert!(
+        tokens.requests.load(Ordering::SeqCst) > 0,
+        "the realm was asked"
+    );
+    assert_eq!(tokens.fetches.load(Ordering::SeqCst), 0, "{why}");
+}
+
 /// Issue 26 item 9: a token realm on another host than the registry, or reached over http
 /// from an https registry, gets no credentials: the client asks it for an anonymous token
 /// (which this issuer refuses), so the registered user's password never leaves for it.
@@ -433,15 +444,10 @@ async fn a_realm_elsewhere_or_downgraded_gets_no_credentials() {
         .has_manifest("vk-realm", "hibernate")
         .await
         .expect_err("no token without credentials");
-    assert_eq!(err.class(), ErrorClass::Unauthorized, "{err}");
-    assert!(
-        tokens.requests.load(Ordering::SeqCst) > 0,
-        "the realm was asked"
-    );
-    assert_eq!(
-        tokens.fetches.load(Ordering::SeqCst),
-        0,
-        "the realm on another host never saw the credentials"
+    assert_realm_got_no_credentials(
+        &err,
+        &tokens,
+        "the realm on another host never saw the credentials",
     );
     drop(reg);
 
@@ -458,15 +464,10 @@ async fn a_realm_elsewhere_or_downgraded_gets_no_credentials() {
         .has_manifest("vk-realm", "hibernate")
         .await
         .expect_err("no token without credentials");
-    assert_eq!(err.class(), ErrorClass::Unauthorized, "{err}");
-    assert!(
-        tokens.requests.load(Ordering::SeqCst) > 0,
-        "the realm was asked"
-    );
-    assert_eq!(
-        tokens.fetches.load(Ordering::SeqCst),
-        0,
-        "the plain-http realm never saw the credentials"
+    assert_realm_got_no_credentials(
+        &err,
+        &tokens,
+        "the plain-http realm never saw the credentials",
     );
     drop(reg);
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use cocoon_api::contract::oci;
 use cocoon_registry::tar::{
-    PAX_SPARSE_MAP, PAX_SPARSE_SIZE, TarReader, end_of_archive, padding, regular_file_header,
+    PAX_SPARSE_MAP, PAX_SPARSE_SIZE, end_of_archive, padding, regular_file_header,
 };
 use cocoon_registry::{
     CredentialSource, Credentials, DeleteOutcome, Digest, ErrorClass, Manifest, PushEvent,
@@ -37,22 +37,6 @@ fn client_for(reg: &Registry, creds: Credentials) -> RegistryClient {
 
 fn client(reg: &Registry) -> RegistryClient {
     client_for(reg, Credentials::Anonymous)
-}
-
-/// The registry's storage directory of one repository (filesystem driver layout).
-fn repo_storage(reg: &Registry, repo: &str) -> std::path::PathBuf {
-    reg.dir()
-        .join("data/docker/registry/v2/repositories")
-        .join(repo)
-}
-
-fn blob_storage(reg: &Registry, digest: &str) -> std::path::PathBuf {
-    let hex = digest.trim_start_matches("sha256:");
-    reg.dir()
-        .join("data/docker/registry/v2/blobs/sha256")
-        .join(&hex[..2])
-        .join(hex)
-        .join("data")
 }
 
 fn small_snapshot() -> Vec<FileSpec> {
@@ -328,20 +312,7 @@ async fn export_tar_push_matches_dir_push_and_pulls_back_as_an_import_tar() {
         .await
         .expect("tar pull");
     assert_eq!(report.snapshot_id, "sid-tar");
-    let mut r = TarReader::new(std::io::Cursor::new(import));
-    let mut entries = Vec::new();
-    while let Some(e) = r.next_entry().await.expect("entry") {
-        let mut data = Vec::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = r.read_body(&mut buf).await.expect("body");
-            if n == 0 {
-                break;
-            }
-            data.extend_from_slice(&buf[..n]);
-        }
-        entries.push((e, data));
-    }
+    let entries = common::read_tar_entries(import).await.expect("entries");
     assert_eq!(
         entries[0].0.name, "snapshot.json",
         "snapshot.json comes first"
@@ -483,7 +454,7 @@ async fn a_corrupted_blob_is_detected_and_nothing_is_left_behind() {
         .iter()
         .find(|l| l.name == "cidata.img")
         .expect("layer");
-    let path = blob_storage(&reg, layer.digest.as_str());
+    let path = reg.blob_file(layer.digest.as_str());
     let mut bytes = std::fs::read(&path).expect("blob data");
     bytes[1000] ^= 0xff;
     std::fs::write(&path, &bytes).expect("corrupt");
@@ -546,21 +517,11 @@ async fn a_corrupted_blob_is_detected_and_nothing_is_left_behind() {
 /// Reads an import tar the way a lenient importer does (a missing end-of-archive is a clean
 /// end); `Err` when an entry is cut short.
 async fn read_import_tar(bytes: Vec<u8>) -> std::io::Result<Vec<(String, Vec<u8>)>> {
-    let mut r = TarReader::new(std::io::Cursor::new(bytes));
-    let mut out = Vec::new();
-    while let Some(e) = r.next_entry().await? {
-        let mut data = Vec::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = r.read_body(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            data.extend_from_slice(&buf[..n]);
-        }
-        out.push((e.name, data));
-    }
-    Ok(out)
+    Ok(common::read_tar_entries(bytes)
+        .await?
+        .into_iter()
+        .map(|(e, data)| (e.name, data))
+        .collect())
 }
 
 /// Issue 26 item 7: a tampered blob whose size is a multiple of 512 used to end the import
@@ -599,7 +560,7 @@ async fn a_tampered_block_aligned_blob_never_completes_the_import_tar() {
     assert_eq!(entries.len(), 3);
 
     // Same length, one byte changed near the end: the registry serves it as is.
-    let path = blob_storage(&reg, layer.digest.as_str());
+    let path = reg.blob_file(layer.digest.as_str());
     let mut bytes = std::fs::read(&path).expect("blob data");
     let at = bytes.len() - 7;
     bytes[at] ^= 0x55;
@@ -685,7 +646,7 @@ async fn delete_removes_the_tag_and_probes_of_missing_repositories_create_nothin
             .is_none()
     );
     assert!(
-        !repo_storage(&reg, &missing).exists(),
+        !reg.repo_dir(&missing).exists(),
         "a probe created the repository"
     );
     let catalog = c.catalog().await.expect("catalog");

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use cocoon_api::contract::oci;
-use cocoon_registry::tar::TarReader;
 use cocoon_registry::{
     Digest, Manifest, PushOptions, RegistryClient, RegistryConfig, SnapshotConfig, V2Options,
 };
+use cocoon_testenv::paths::snapshot_fixtures;
 use cocoon_testenv::{Registry, unique_name};
 use common::TempDir;
 
@@ -46,19 +46,6 @@ const SOURCE_FILES: [(&str, u32); 3] = [
     ("state.json", 0o640),
 ];
 
-fn fixtures() -> PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for up in here.ancestors() {
-        for shared in [up.join("shared"), up.join("../shared")] {
-            let p = shared.join("fixtures/cocoon-common-v0.3.0-snapshots");
-            if p.join("README.md").exists() {
-                return p;
-            }
-        }
-    }
-    panic!("fixtures/cocoon-common-v0.3.0-snapshots not found above {here:?}");
-}
-
 fn client(reg: &Registry, v2: V2Options) -> RegistryClient {
     let mut cfg = RegistryConfig::for_registry(reg.addr()).expect("config");
     cfg.v2 = v2;
@@ -69,15 +56,6 @@ fn blob_path(layout: &Path, digest: &str) -> PathBuf {
     layout
         .join("blobs/sha256")
         .join(digest.trim_start_matches("sha256:"))
-}
-
-fn blob_storage(reg: &Registry, digest: &str) -> PathBuf {
-    let hex = digest.trim_start_matches("sha256:");
-    reg.dir()
-        .join("data/docker/registry/v2/blobs/sha256")
-        .join(&hex[..2])
-        .join(hex)
-        .join("data")
 }
 
 /// The manifest of an OCI layout (its `index.json`'s only descriptor): digest and bytes.
@@ -127,7 +105,7 @@ fn assert_envelope(env_bytes: &[u8], local: &str) {
 /// directory and into an import tar with every file byte-identical to `source/`.
 #[tokio::test]
 async fn go_written_layouts_pull_byte_identical_to_their_source() {
-    let fx = fixtures();
+    let fx = snapshot_fixtures();
     let reg = Registry::start_temp(None).await.expect("registry");
     let c = client(&reg, V2Options::default());
     let work = TempDir::new("cocoon-v2-fixture");
@@ -181,28 +159,18 @@ async fn go_written_layouts_pull_byte_identical_to_their_source() {
 }
 
 async fn read_tar(bytes: Vec<u8>) -> std::io::Result<Vec<(String, u32, Vec<u8>)>> {
-    let mut r = TarReader::new(std::io::Cursor::new(bytes));
-    let mut out = Vec::new();
-    while let Some(e) = r.next_entry().await? {
-        let mut data = Vec::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = r.read_body(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            data.extend_from_slice(&buf[..n]);
-        }
-        out.push((e.name, e.mode, data));
-    }
-    Ok(out)
+    Ok(common::read_tar_entries(bytes)
+        .await?
+        .into_iter()
+        .map(|(e, data)| (e.name, e.mode, data))
+        .collect())
 }
 
 /// A chunk changed in the registry's storage (same length) fails the pull before any of its
 /// bytes are written: the directory pull leaves nothing, the import tar is cut short.
 #[tokio::test]
 async fn a_tampered_chunk_fails_closed() {
-    let fx = fixtures();
+    let fx = snapshot_fixtures();
     let reg = Registry::start_temp(None).await.expect("registry");
     let c = client(&reg, V2Options::default());
     let repo = unique_name("gosnap-bad");
@@ -216,7 +184,7 @@ async fn a_tampered_chunk_fails_closed() {
             .map(String::as_str),
         Some("2")
     );
-    let path = blob_storage(&reg, &chunk.digest);
+    let path = reg.blob_file(&chunk.digest);
     let mut bytes = std::fs::read(&path).expect("chunk");
     bytes[1000] ^= 0x01;
     std::fs::write(&path, &bytes).expect("tamper");
@@ -265,7 +233,7 @@ async fn a_tampered_chunk_fails_closed() {
 /// (the registry verifies those), so only the claims are false.
 #[tokio::test]
 async fn false_size_claims_and_v2_layers_in_v1_fail_before_anything_is_written() {
-    let fx = fixtures();
+    let fx = snapshot_fixtures();
     let reg = Registry::start_temp(None).await.expect("registry");
     let c = client(&reg, V2Options::default());
     let layout = fx.join("v2-zstd3");
@@ -343,7 +311,7 @@ async fn false_size_claims_and_v2_layers_in_v1_fail_before_anything_is_written()
 /// The fixture's source directory with its envelope, modes as recorded.
 fn source_dir(work: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let fx = fixtures();
+    let fx = snapshot_fixtures();
     let dir = work.join("src");
     std::fs::create_dir_all(&dir).expect("mkdir");
     for (name, mode) in SOURCE_FILES {
@@ -405,7 +373,7 @@ fn config_shape(bytes: &[u8]) -> serde_json::Value {
 /// every chunk one frame, and the pull gives the source back.
 #[tokio::test]
 async fn v2_pushes_are_structured_like_the_go_writer_and_read_back() {
-    let fx = fixtures();
+    let fx = snapshot_fixtures();
     let reg = Registry::start_temp(None).await.expect("registry");
     let work = TempDir::new("cocoon-v2-push");
     let src = source_dir(work.path());

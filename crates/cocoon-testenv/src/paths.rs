@@ -114,6 +114,22 @@ fn is_executable(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The snapshot fixtures recorded from cocoon-common v0.3.0
+/// (`shared/fixtures/cocoon-common-v0.3.0-snapshots`), found in a `shared` directory beside
+/// or above the workspace. Panics when they are not there.
+pub fn snapshot_fixtures() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for up in here.ancestors() {
+        for shared in [up.join("shared"), up.join("../shared")] {
+            let p = shared.join("fixtures/cocoon-common-v0.3.0-snapshots");
+            if p.join("README.md").exists() {
+                return p;
+            }
+        }
+    }
+    panic!("fixtures/cocoon-common-v0.3.0-snapshots not found above {here:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

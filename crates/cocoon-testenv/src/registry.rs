@@ -172,6 +172,23 @@ impl Registry {
         &self.dir
     }
 
+    /// The file holding blob `digest` (`sha256:<hex>`) in this registry's filesystem storage.
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// The storage directory of repository `repo` (filesystem driver layout).
+    pub fn repo_dir(&self, repo: &str) -> PathBuf {
+        self.dir
+            .join("data/docker/registry/v2/repositories")
+            .join(repo)
+    }
+
     /// Process id, for resource accounting.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.pid())

@@ -207,3 +207,25 @@ pub fn fs_keeps_holes(dir: &Path) -> bool {
     let _ = std::fs::remove_file(&p);
     ok
 }
+
+/// Reads a tar the way a lenient importer does (a missing end-of-archive is a clean end):
+/// every entry's header and content; `Err` when an entry is cut short.
+pub async fn read_tar_entries(
+    bytes: Vec<u8>,
+) -> io::Result<Vec<(cocoon_registry::tar::Entry, Vec<u8>)>> {
+    let mut r = cocoon_registry::tar::TarReader::new(std::io::Cursor::new(bytes));
+    let mut out = Vec::new();
+    while let Some(e) = r.next_entry().await? {
+        let mut data = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = r.read_body(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            data.extend_from_slice(&buf[..n]);
+        }
+        out.push((e, data));
+    }
+    Ok(out)
+}
