@@ -31,10 +31,8 @@ use common::{
 };
 
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::agent::AgentPodBackend;
-use cocoon_node::kubelet::{KubeletLimits, KubeletServer, TlsMaterial};
+use cocoon_node::kubelet::{KubeletLimits, KubeletServer};
 use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::node::HostReader;
 use cocoon_node::runtime::sim::Verb;
 use cocoon_testenv::{
     Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
@@ -43,7 +41,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// An in-process agent registered as a real Node, its kubelet API under `limits`.
 struct BoundedAgent {
@@ -106,21 +103,7 @@ async fn start(
     root: &Path,
     limits: KubeletLimits,
 ) -> TestResult<BoundedAgent> {
-    std::fs::create_dir_all(root)?;
-    let token = CancellationToken::new();
-    let backend = Arc::new(AgentPodBackend::default());
-    let tls = TlsMaterial::self_signed(node, "127.0.0.1".parse()?)?;
-    let kubelet = KubeletServer::start_with_limits(
-        "127.0.0.1:0".parse()?,
-        &tls,
-        common::kubelet_security(env, node, &[], false)?,
-        backend.clone(),
-        HostReader::new(root.to_owned()),
-        node,
-        &token,
-        limits,
-    )
-    .await?;
+    let (token, backend, kubelet) = common::start_kubelet(env, node, root, limits).await?;
     let mut opts = AgentOptions::new(root);
     opts.metrics = Some(Arc::new(NodeMetrics::new(root.to_owned())));
     let agent =

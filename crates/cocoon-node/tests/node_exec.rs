@@ -23,10 +23,8 @@ use common::{
 };
 
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::agent::AgentPodBackend;
-use cocoon_node::kubelet::{KubeletServer, MetricsServer, NO_LIVE_VM_BODY, TlsMaterial};
+use cocoon_node::kubelet::{KubeletLimits, KubeletServer, MetricsServer, NO_LIVE_VM_BODY};
 use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::node::HostReader;
 use cocoon_node::runtime::sim::Verb;
 use cocoon_testenv::{
     Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
@@ -34,7 +32,6 @@ use cocoon_testenv::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
 
 /// An in-process agent registered as a real Node whose kubelet API the API server can reach.
 struct KubeletAgent {
@@ -75,20 +72,8 @@ impl KubeletAgent {
 }
 
 async fn start(env: &Shared, node: &str, root: &Path) -> TestResult<KubeletAgent> {
-    std::fs::create_dir_all(root)?;
-    let token = CancellationToken::new();
-    let backend = Arc::new(AgentPodBackend::default());
-    let tls = TlsMaterial::self_signed(node, "127.0.0.1".parse()?)?;
-    let kubelet = KubeletServer::start(
-        "127.0.0.1:0".parse()?,
-        &tls,
-        common::kubelet_security(env, node, &[], false)?,
-        backend.clone(),
-        HostReader::new(root.to_owned()),
-        node,
-        &token,
-    )
-    .await?;
+    let (token, backend, kubelet) =
+        common::start_kubelet(env, node, root, KubeletLimits::default()).await?;
     let metrics = Arc::new(NodeMetrics::new(root.to_owned()));
     let metrics_server =
         MetricsServer::start("127.0.0.1:0".parse()?, metrics.clone(), &token).await?;

@@ -662,3 +662,43 @@ pub async fn wait_vm_ready(api: &Api<Pod>, name: &str) -> TestResult {
     .await?;
     Ok(())
 }
+
+/// A kubelet API server for `node` on loopback under `limits` (a self-signed certificate, the
+/// tests' [`kubelet_security`], host reads below `root`, which is created), serving through a
+/// fresh pod backend: `(token, backend, kubelet)`; the server stops with `token`.
+pub async fn start_kubelet(
+    env: &Shared,
+    node: &str,
+    root: &Path,
+    limits: cocoon_node::kubelet::KubeletLimits,
+) -> TestResult<(
+    CancellationToken,
+    Arc<cocoon_node::agent::AgentPodBackend>,
+    cocoon_node::kubelet::KubeletServer,
+)> {
+    std::fs::create_dir_all(root)?;
+    let token = CancellationToken::new();
+    let backend = Arc::new(cocoon_node::agent::AgentPodBackend::default());
+    let tls = cocoon_node::kubelet::TlsMaterial::self_signed(node, "127.0.0.1".parse()?)?;
+    let kubelet = cocoon_node::kubelet::KubeletServer::start_with_limits(
+        "127.0.0.1:0".parse()?,
+        &tls,
+        kubelet_security(env, node, &[], false)?,
+        backend.clone(),
+        cocoon_node::node::HostReader::new(root.to_owned()),
+        node,
+        &token,
+        limits,
+    )
+    .await?;
+    Ok((token, backend, kubelet))
+}
+
+/// Kills the agent, then deletes the test's namespaces.
+pub async fn kill_and_delete(client: &Client, agent: TestAgent, namespaces: &[&str]) -> TestResult {
+    agent.kill().await;
+    for ns in namespaces {
+        cocoon_testenv::delete_namespace(client, ns).await?;
+    }
+    Ok(())
+}
