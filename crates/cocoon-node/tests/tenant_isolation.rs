@@ -8,9 +8,9 @@
 mod common;
 
 use common::{
-    AgentOptions, BoxError, ann_of, hibernate_pod, node_agent, patch_ann, registry, run_pod,
-    start_agent, start_agent_with, two_tenants, vm_pod, wait_gone, wait_refused, wait_running,
-    wake_pod,
+    AgentOptions, BoxError, ann_of, hibernate_pod, kill_and_delete, node_agent, patch_ann,
+    registry, run_pod, start_agent, start_agent_with, two_tenants, vm_pod, wait_gone, wait_refused,
+    wait_running, wake_pod,
 };
 
 use cocoon_api::contract::annotations as ann;
@@ -187,9 +187,7 @@ async fn another_namespace_cannot_take_restore_fork_or_snapshot_a_vm() {
         wake_pod(&client, &ns_a, "hib", 3).await?;
         assert_eq!(agent.sim.guest_token(&vm_hib)?, token_hib, "A's wake");
 
-        agent.kill().await;
-        delete_namespace(&client, &ns_a).await?;
-        delete_namespace(&client, &ns_b).await?;
+        kill_and_delete(&client, agent, &[&ns_a, &ns_b]).await?;
         Ok::<_, BoxError>(())
     })
     .await;
@@ -248,9 +246,7 @@ async fn a_restarted_agent_does_not_adopt_another_namespace_vm_by_id() {
         assert_eq!(agent.sim.vm_info(&vm_a)?.id, id_a);
         assert_eq!(agent.sim.guest_token(&vm_a)?, token_a);
 
-        agent.kill().await;
-        delete_namespace(&client, &ns_a).await?;
-        delete_namespace(&client, &ns_b).await?;
+        kill_and_delete(&client, agent, &[&ns_a, &ns_b]).await?;
         Ok::<_, BoxError>(())
     })
     .await;

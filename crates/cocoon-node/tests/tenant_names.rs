@@ -18,9 +18,9 @@
 mod common;
 
 use common::{
-    AgentOptions, BoxError, TestResult, WAIT, ann_of, golden_host, hibernate_pod, node_agent,
-    patch_ann, push_golden, registry, run_pod, start_agent, start_agent_with, two_tenants, vm_pod,
-    wait_failed, wait_gone, wait_refused, wait_running, wake_pod,
+    AgentOptions, BoxError, TestResult, WAIT, ann_of, golden_host, hibernate_pod, kill_and_delete,
+    node_agent, patch_ann, push_golden, registry, run_pod, start_agent, start_agent_with,
+    two_tenants, vm_pod, wait_failed, wait_gone, wait_refused, wait_running, wake_pod,
 };
 
 use cocoon_api::contract::annotations as ann;
@@ -218,9 +218,7 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
         assert_eq!(agent.sim.guest_token(&vm_hib)?, token_hib, "A's wake");
         assert_eq!(agent.sim.guest_token(&vm_a)?, token_a, "A's main");
 
-        agent.kill().await;
-        delete_namespace(&client, &ns_a).await?;
-        delete_namespace(&client, &ns_b).await?;
+        kill_and_delete(&client, agent, &[&ns_a, &ns_b]).await?;
         Ok::<_, BoxError>(())
     })
     .await;
@@ -344,9 +342,7 @@ async fn managed_and_pre_assigned_ids_are_fixed_at_admission() {
             "the flipped pod's VM was removed with it"
         );
 
-        agent.kill().await;
-        delete_namespace(&client, &ns_a).await?;
-        delete_namespace(&client, &ns_b).await?;
+        kill_and_delete(&client, agent, &[&ns_a, &ns_b]).await?;
         Ok::<_, BoxError>(())
     })
     .await;
@@ -421,9 +417,7 @@ async fn a_refused_pod_is_never_a_holder() {
         let p = common::wait_running_with(&client, &ns_a, "main", false).await?;
         assert_eq!(ann_of(&p, ann::VM_ID), Some(id_a), "A adopted its own VM");
 
-        agent.kill().await;
-        delete_namespace(&client, &ns_a).await?;
-        delete_namespace(&client, &ns_b).await?;
+        kill_and_delete(&client, agent, &[&ns_a, &ns_b]).await?;
         Ok::<_, BoxError>(())
     })
     .await;
