@@ -182,6 +182,20 @@ pub struct Segment {
     pub length: u64,
 }
 
+impl Segment {
+    /// The extents of a dense file of `size` bytes: one segment, none when it is empty.
+    pub fn whole(size: u64) -> Vec<Segment> {
+        if size == 0 {
+            vec![]
+        } else {
+            vec![Segment {
+                offset: 0,
+                length: size,
+            }]
+        }
+    }
+}
+
 /// Per-file metadata in the snapshot config (`files[<name>]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotFile {

@@ -26,8 +26,7 @@ const PULL_BATCH: usize = 1 << 18;
 
 use crate::error::{Error, Result, ResultExt};
 use crate::manifest::{
-    Descriptor, Kind, Manifest, Segment, SnapshotConfig, SnapshotEnvelope, classify,
-    pick_index_child,
+    Descriptor, Kind, Manifest, SnapshotConfig, SnapshotEnvelope, classify, pick_index_child,
 };
 use crate::reference::{Digest, Reference};
 use crate::retry::retry;
@@ -251,14 +250,7 @@ impl RegistryClient {
         let stream = self.get_blob(repo, &f.digest, f.size).await?;
         let (mut body, verifier) = stream.into_parts();
         let file = create_file(path, f.mode)?;
-        let extents = match &f.sparse {
-            Some(s) => s.segments.clone(),
-            None if f.size == 0 => vec![],
-            None => vec![Segment {
-                offset: 0,
-                length: f.size,
-            }],
-        };
+        let extents = f.extents();
         let logical = f.logical_size();
         // Frames go to the writer thread in batches of about 256 KiB: the frames themselves,
         // one wake-up per batch, at most two batches queued. (Copying them into recycled
@@ -499,14 +491,7 @@ impl RegistryClient {
         received: &AtomicU64,
     ) -> Result<()> {
         let file = create_file(path, f.mode)?;
-        let extents = match &f.sparse {
-            Some(s) => s.segments.clone(),
-            None if f.size == 0 => vec![],
-            None => vec![Segment {
-                offset: 0,
-                length: f.size,
-            }],
-        };
+        let extents = f.extents();
         let logical = f.logical_size();
         let (tx, mut rx) = mpsc::channel::<Bytes>(4);
         let writer = tokio::task::spawn_blocking(move || -> Result<()> {

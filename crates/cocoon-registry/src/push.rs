@@ -249,14 +249,7 @@ impl RegistryClient {
                 meta,
                 blob: FileBlob {
                     file: Arc::new(file),
-                    extents: if size == 0 {
-                        vec![]
-                    } else {
-                        vec![Segment {
-                            offset: 0,
-                            length: size,
-                        }]
-                    },
+                    extents: Segment::whole(size),
                     size,
                     digest,
                 },
@@ -720,14 +713,7 @@ fn compress_to_spool(src: &FileBlob, dir: &Path, level: i32, workers: u32) -> Re
     let size = sink.n;
     Ok(FileBlob {
         file: Arc::new(file),
-        extents: if size == 0 {
-            vec![]
-        } else {
-            vec![Segment {
-                offset: 0,
-                length: size,
-            }]
-        },
+        extents: Segment::whole(size),
         size,
         digest: sink.hasher.finish(),
     })

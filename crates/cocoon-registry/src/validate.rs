@@ -62,6 +62,13 @@ impl PullFile {
         self.sparse.as_ref().map_or(self.size, |s| s.logical_size)
     }
 
+    /// The file's data extents: its sparse map, or the whole file.
+    pub fn extents(&self) -> Vec<Segment> {
+        self.sparse
+            .as_ref()
+            .map_or_else(|| Segment::whole(self.size), |s| s.segments.clone())
+    }
+
     /// Stored as written: one raw blob, no chunks, no compression (every v1 file).
     pub fn is_plain(&self) -> bool {
         self.blobs.len() == 1 && !self.blobs[0].zstd
