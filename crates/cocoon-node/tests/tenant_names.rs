@@ -213,6 +213,47 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
             agent.sim.calls_of(Verb::SnapshotImport)
         );
 
+        // A VM snapshot copied under a plain repository name (say, with a registry tool that
+        // keeps manifest annotations) is never a clone base, for another namespace or for its
+        // own: a clone base on the host is one copy shared by every namespace naming the image,
+        // so B could otherwise reuse what A pulled.
+        let copied = unique_name("copied-base");
+        push_golden_tags(
+            env,
+            &copied,
+            &["v1"],
+            &[(ANNOTATION_OWNER_NAMESPACE, &ns_a), (ANNOTATION_OWNER_POD, "hib")],
+        )
+        .await?;
+        let copied_ref = format!("{copied}:v1");
+        let clone_of_copy = |ns: &str| {
+            vm_pod(
+                ns,
+                "copy",
+                &node,
+                &[(ann::MODE, "clone"), (ann::IMAGE, copied_ref.as_str())],
+            )
+        };
+        api_a
+            .create(&PostParams::default(), &clone_of_copy(&ns_a))
+            .await?;
+        api_b
+            .create(&PostParams::default(), &clone_of_copy(&ns_b))
+            .await?;
+        for ns in [&ns_a, &ns_b] {
+            let msg = wait_failed(&client, ns, "copy").await?;
+            assert!(
+                msg.contains(&format!(
+                    "image {copied}:v1: the artifact is the VM snapshot of {ns_a}/hib"
+                )),
+                "{ns}: {msg}"
+            );
+        }
+        assert!(
+            agent.sim.snapshot_dir(&clone_base_snapshot_name(&copied, "v1")).is_none(),
+            "the owned artifact was never imported as a clone base"
+        );
+
         // A's own paths still work: the wake gets its own state.
         wake_pod(&client, &ns_a, "hib", 3).await?;
         assert_eq!(agent.sim.guest_token(&vm_hib)?, token_hib, "A's wake");

@@ -924,3 +924,75 @@ async fn listing_walks_stop_at_the_page_and_entry_caps() {
     all.sort();
     assert_eq!(all, ["t0", "t1", "t2", "t3", "t4"]);
 }
+
+/// Issue 26 item 9: a snapshot config may claim setuid, setgid and sticky bits (ours records
+/// `mode & 0o7777` as the Go writer does); a pull creates every file with its permission bits
+/// only, so a registry artifact can never plant a setuid file on the host. (Modes without
+/// group/other write bits: the process umask applies to created files.)
+#[tokio::test]
+async fn pulled_files_never_keep_setuid_setgid_or_sticky_bits() {
+    let reg = registry(None).await;
+    let c = client(&reg);
+    let work = TempDir::new("cocoon-reg-modes");
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let files = vec![
+        FileSpec {
+            mode: 0o4755,
+            ..FileSpec::dense("config.json", 3000)
+        },
+        FileSpec {
+            mode: 0o2750,
+            ..FileSpec::dense("state.json", 20_000)
+        },
+        FileSpec {
+            mode: 0o1755,
+            ..FileSpec::dense("cidata.img", 300_000)
+        },
+        FileSpec {
+            mode: 0o6000,
+            ..FileSpec::dense("overlay.qcow2", 4096)
+        },
+    ];
+    write_snapshot_dir(&src, "vm-modes", "sid-modes", &files, 11);
+    for f in &files {
+        assert_eq!(mode(&src.join(f.name)), f.mode, "{} source mode", f.name);
+    }
+    let repo = unique_name("vk-modes");
+    c.push_snapshot_dir(&repo, &src, &PushOptions::new("hibernate", BASE_IMAGE))
+        .await
+        .expect("push");
+    let info = c
+        .snapshot_info(&repo, "hibernate")
+        .await
+        .expect("info")
+        .expect("present");
+    // The artifact really carries the special bits.
+    assert_eq!(
+        info.config.files.get("config.json").map(|f| f.mode),
+        Some(0o4755)
+    );
+    assert_eq!(
+        info.config.files.get("overlay.qcow2").map(|f| f.mode),
+        Some(0o6000)
+    );
+
+    let dst = work.path().join("dst");
+    c.pull_snapshot_to_dir(&repo, "hibernate", &dst, "vm-modes-import")
+        .await
+        .expect("pull");
+    for (name, want) in [
+        ("config.json", 0o755),
+        ("state.json", 0o750),
+        ("cidata.img", 0o755),
+        // Nothing left of 0o6000: the default file mode.
+        (
+            "overlay.qcow2",
+            cocoon_registry::validate::DEFAULT_FILE_MODE,
+        ),
+    ] {
+        let got = mode(&dst.join(name));
+        assert_eq!(got, want, "{name}: pulled mode {got:o}");
+        assert_eq!(got & 0o7000, 0, "{name}: special bits kept ({got:o})");
+    }
+}

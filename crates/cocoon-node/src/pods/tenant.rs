@@ -217,6 +217,13 @@ pub enum Refusal {
         ns: String,
         pod: String,
     },
+    /// A clone base whose artifact records an owner: it is some pod's VM snapshot, and a
+    /// clone base on a host is shared by every namespace that names the same image.
+    #[error(
+        "image {reference}: the artifact is the VM snapshot of {owner} (manifest annotation {key}); a clone base must be a plain image, shared by every namespace on the node",
+        key = cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE
+    )]
+    OwnedCloneBase { reference: String, owner: String },
     /// The pod's VM name differs from the one this agent tracks it with.
     #[error(
         "annotation {key}: changed from {tracked:?} to {vm:?}; the VM name of a pod never changes",
@@ -441,16 +448,20 @@ pub fn check_image_ref(image: &str) -> Result<(), Refusal> {
 pub enum ArtifactUse {
     /// The pod's own `:hibernate` (restore, wake) or evidence of it: namespace and pod.
     OwnVm,
-    /// A clone base: namespace only (a base another namespace's VM left is not shared).
+    /// A clone base: only an artifact that records no owner (a clone base on the host is
+    /// shared by every namespace naming the same image, so it can never be a VM's state).
     CloneBase,
 }
 
-/// May pod `<ns>/<pod>` use a snapshot artifact with these manifest annotations? An artifact
-/// carrying [`ANNOTATION_OWNER_NAMESPACE`](cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE)
-/// must name `ns` (and, for [`ArtifactUse::OwnVm`], its owner pod must be `pod`). An artifact
-/// without it (pushed by the Go components, or a plain base image) is accepted: for the
-/// pod's own VM the name checks already proved ownership (the repository is the pod's own
-/// `VMNameForPod`), and a clone base never names a VM repository ([`check_image_ref`]).
+/// May pod `<ns>/<pod>` use a snapshot artifact with these manifest annotations? For its own
+/// VM ([`ArtifactUse::OwnVm`]) an artifact carrying
+/// [`ANNOTATION_OWNER_NAMESPACE`](cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE)
+/// must name `ns` and, where it records one, the pod `pod`; one without it (pushed by the Go
+/// components) is accepted, as the name checks already proved ownership (the repository is
+/// the pod's own `VMNameForPod`). A clone base ([`ArtifactUse::CloneBase`]) must record no
+/// owner at all: the host keeps one copy per image for every namespace (the local copy is
+/// reused without asking the registry again), and a clone base never names a VM repository
+/// ([`check_image_ref`]).
 pub fn check_artifact_owner(
     what: ArtifactUse,
     reference: &str,
@@ -466,6 +477,12 @@ pub fn check_artifact_owner(
         .get(ANNOTATION_OWNER_POD)
         .map(String::as_str)
         .unwrap_or_default();
+    if what == ArtifactUse::CloneBase {
+        return Err(Refusal::OwnedCloneBase {
+            reference: reference.to_owned(),
+            owner: format!("{owner_ns}/{owner_pod}"),
+        });
+    }
     let pod_differs = what == ArtifactUse::OwnVm && !owner_pod.is_empty() && owner_pod != pod;
     if owner_ns != ns || pod_differs {
         return Err(Refusal::ForeignSnapshot {
@@ -1069,12 +1086,12 @@ mod tests {
                 true,
             ),
             (
-                "clone base of the namespace",
+                "clone base recorded for the namespace: shared on the host, so refused",
                 ArtifactUse::CloneBase,
                 with("a", "q"),
                 "a",
                 "p",
-                true,
+                false,
             ),
             (
                 "clone base of another namespace",
@@ -1100,6 +1117,11 @@ mod tests {
             check_artifact_owner(ArtifactUse::OwnVm, "vk-x:hibernate", &with("b", "q"), "a", "p")
                 .map_err(|e| e.to_string()),
             Err("snapshot vk-x:hibernate belongs to b/q (manifest annotation cocoonstack.snapshot.owner-namespace), not to pod a/p".to_owned())
+        );
+        assert_eq!(
+            check_artifact_owner(ArtifactUse::CloneBase, "base:v1", &with("a", "q"), "a", "p")
+                .map_err(|e| e.to_string()),
+            Err("image base:v1: the artifact is the VM snapshot of a/q (manifest annotation cocoonstack.snapshot.owner-namespace); a clone base must be a plain image, shared by every namespace on the node".to_owned())
         );
     }
 

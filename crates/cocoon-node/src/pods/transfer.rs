@@ -151,25 +151,17 @@ impl Handler {
         self.event(&pod, false, reason, &message).await;
     }
 
-    /// The tracked pod whose VM is `vm` (by the tracked VM, else by its VM-name annotation).
+    /// The admitted pod holding VM `vm` (by the VM name it was admitted with or the VM tracked
+    /// for it). A pod still being checked, or refused, is never one: a tenant's decoy pod
+    /// naming another namespace's VM must not receive that VM's transfer Events.
     fn pod_of_vm(&self, vm: &str) -> Option<k8s_openapi::api::core::v1::Pod> {
         let t = self.tables();
-        t.vms_by_pod
-            .iter()
-            .find(|(_, v)| v.name() == vm)
-            .and_then(|(k, _)| t.pods.get(k).cloned())
-            .or_else(|| {
-                t.pods
-                    .values()
-                    .find(|p| {
-                        p.metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get(cocoon_api::contract::annotations::VM_NAME))
-                            .is_some_and(|n| n == vm)
-                    })
-                    .cloned()
-            })
+        t.holders_of(vm, None).into_iter().find_map(|h| {
+            t.pods
+                .get(&format!("{}/{}", h.namespace, h.name))
+                .filter(|p| p.metadata.uid.as_deref() == Some(h.uid.as_str()))
+                .cloned()
+        })
     }
 
     /// `hibernateEvidence(vm)` (§6.3), for the pod `owner` (an artifact recording another
