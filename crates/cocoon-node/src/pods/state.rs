@@ -182,3 +182,54 @@ impl Tables {
             .map(|(k, _)| k.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str, uid: &str, vm: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": ns, "name": name, "uid": uid,
+                         "annotations": {"vm.cocoonstack.io/name": vm}},
+        }))
+        .expect("pod")
+    }
+
+    /// Issue 26 item 4: a pod the agent tracks but has not admitted (its CreatePod is still
+    /// checking it, or refusing it) holds nothing, even when its annotation names the VM;
+    /// once admitted it holds the name it was admitted with; forgotten, nothing again.
+    #[test]
+    fn only_admitted_pods_hold_a_vm_name() {
+        let mut t = Tables::default();
+        let victim = "vk-a-main-123abc";
+        t.pods
+            .insert("b/thief".into(), pod("b", "thief", "u-thief", victim));
+        assert!(
+            t.holders_of(victim, None).is_empty(),
+            "tracked, not admitted"
+        );
+
+        let own = pod("a", "main", "u-main", victim);
+        t.pods.insert("a/main".into(), own.clone());
+        t.admit("a/main", &own);
+        let holders = t.holders_of(victim, None);
+        assert_eq!(
+            holders
+                .iter()
+                .map(|h| (h.namespace.as_str(), h.name.as_str(), h.uid.as_str()))
+                .collect::<Vec<_>>(),
+            vec![("a", "main", "u-main")]
+        );
+        assert!(
+            t.holders_of(victim, Some("a/main")).is_empty(),
+            "except itself"
+        );
+        assert!(
+            t.holders_of("", None).is_empty(),
+            "an empty name is nobody's"
+        );
+
+        t.forget("a/main");
+        assert!(t.holders_of(victim, None).is_empty(), "forgotten");
+    }
+}
