@@ -330,3 +330,132 @@ async fn a_tampered_v2_chunk_leaves_nothing_registered() {
     );
     assert_eq!(entries(&data_dir), before, "no data left behind");
 }
+
+/// Issue 27 item 2 through the node agent: an agent configured with the spec's knobs
+/// (`SNAPSHOT_ZSTD_LEVEL=3`, `SNAPSHOT_CHUNK_SIZE_MIB=1`) hibernates a pod into a v2
+/// `:hibernate` (zstd chunks, from the runtime's export stream), and an agent on another node
+/// with every knob at 0 (a v1 writer, which reads both) restores the pod from it with the
+/// guest's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_with_the_v2_knobs_hibernates_into_v2_and_another_node_restores_it() {
+    use cocoon_api::contract::annotations as ann;
+    use cocoon_api::contract::oci;
+    use cocoon_api::naming::vm_name_for_pod;
+    use cocoon_registry::{Manifest, Reference};
+    use common::{
+        AgentOptions, BoxError, WAIT, hibernate_pod, start_agent_with, vm_pod, wait_running,
+    };
+    use k8s_openapi::api::core::v1::{Event, Pod};
+    use kube::api::{Api, DeleteParams, PostParams};
+
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "node-v2push").await?;
+        let tmp = tempfile::tempdir()?;
+        let (node_a, node_b) = (
+            cocoon_testenv::unique_name("node-v2a"),
+            cocoon_testenv::unique_name("node-v2b"),
+        );
+        let _objs = (
+            cocoon_testenv::TestNode::in_pool(&client, &node_a, "default").await?,
+            cocoon_testenv::TestNode::in_pool(&client, &node_b, "default").await?,
+        );
+        let root_a = tmp.path().join(&node_a);
+        let mut opts = AgentOptions::new(&root_a);
+        // A memory image large enough to be compressed and cut into chunks (files under 1 MiB
+        // stay raw, as the Go writer keeps them).
+        opts.sim.memory_file_size = 6 << 20;
+        opts.sim.memory_fill = cocoon_node::runtime::sim::MemoryFill::Realistic;
+        opts.snapshot_knobs = [3, 1, 0, 0];
+        let agent_a = start_agent_with(
+            env.client()?,
+            env.registry_addr(),
+            &node_a,
+            &root_a,
+            opts,
+            |_| Ok(()),
+        )
+        .await?;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        api.create(&PostParams::default(), &vm_pod(&ns, "w", &node_a, &[]))
+            .await?;
+        wait_running(&client, &ns, "w").await?;
+        let vm = vm_name_for_pod(&ns, "w");
+        let token = agent_a.sim.guest_token(&vm)?;
+        hibernate_pod(&client, &ns, "w", 2).await?;
+
+        // The artifact is v2: zstd layers, the memory image in 1 MiB chunks.
+        let reg = registry(env.registry_addr());
+        let fetched = reg
+            .get_manifest(&vm, &Reference::parse("hibernate")?)
+            .await?;
+        let m = Manifest::parse(&fetched.bytes)?;
+        assert_eq!(
+            m.artifact_type.as_deref(),
+            Some(oci::ARTIFACT_SNAPSHOT_V2),
+            "artifactType"
+        );
+        let memory: Vec<_> = m
+            .layers
+            .iter()
+            .filter(|l| l.title() == Some("memory-ranges"))
+            .collect();
+        // The data of 6 MiB (its zero runs travel as holes) in 1 MiB chunks, in order.
+        assert!(memory.len() >= 2, "chunked: {:?}", m.layers);
+        let count = memory.len().to_string();
+        for (i, l) in memory.iter().enumerate() {
+            assert!(l.media_type.ends_with(oci::ZSTD_SUFFIX), "{}", l.media_type);
+            assert_eq!(
+                l.annotations.get(oci::ANNOTATION_CHUNK_INDEX),
+                Some(&i.to_string())
+            );
+            assert_eq!(l.annotations.get(oci::ANNOTATION_CHUNK_COUNT), Some(&count));
+            assert!(l.size < 1 << 20, "compressed: {} bytes", l.size);
+        }
+
+        // Another node, knobs at 0, restores the pod from that artifact.
+        // Node a deletes the hibernated pod (no VM, nothing pushed), then goes away.
+        api.delete("w", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("w gone", WAIT, || async {
+            matches!(api.get_opt("w").await, Ok(None)).then_some(())
+        })
+        .await?;
+        agent_a.kill().await;
+        let root_b = tmp.path().join(&node_b);
+        let agent_b = start_agent_with(
+            env.client()?,
+            env.registry_addr(),
+            &node_b,
+            &root_b,
+            AgentOptions::new(&root_b),
+            |_| Ok(()),
+        )
+        .await?;
+        api.create(
+            &PostParams::default(),
+            &vm_pod(&ns, "w", &node_b, &[(ann::RESTORE_FROM_HIBERNATE, "true")]),
+        )
+        .await?;
+        wait_running(&client, &ns, "w").await?;
+        assert_eq!(agent_b.sim.guest_token(&vm)?, token, "the guest's state");
+
+        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+        let pushed = cocoon_testenv::wait_until("the push Event", WAIT, || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&Default::default()).await.ok()?;
+                list.items
+                    .into_iter()
+                    .filter(|e| e.reason.as_deref() == Some("SnapshotPushed"))
+                    .find_map(|e| e.message)
+            }
+        })
+        .await?;
+        assert!(pushed.contains(" (v2 zstd+chunks) in "), "{pushed}");
+
+        agent_b.kill().await;
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}

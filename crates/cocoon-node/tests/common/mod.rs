@@ -95,6 +95,10 @@ pub struct AgentOptions {
     pub host_reach: HostReach,
     /// `VK_ACCEPT_LEGACY_VM_NAMES`, `VK_CLONE_BASE_KEEP` (defaults: off, 4).
     pub tenant: TenantConfig,
+    /// The snapshot knobs of registry.md §5.5 as the agent applies them: `SNAPSHOT_ZSTD_LEVEL`,
+    /// `SNAPSHOT_CHUNK_SIZE_MIB`, `SNAPSHOT_MEMORY_BUDGET_MIB`, `SNAPSHOT_PULL_BUDGET_MIB`
+    /// (all 0: v1).
+    pub snapshot_knobs: [u64; 4],
 }
 
 impl AgentOptions {
@@ -112,6 +116,7 @@ impl AgentOptions {
             clone_from_dir_roots: Vec::new(),
             host_reach: HostReach::default(),
             tenant: TenantConfig::default(),
+            snapshot_knobs: [0; 4],
         }
     }
 }
@@ -210,7 +215,12 @@ pub async fn start_agent_with(
         },
         client,
         runtime,
-        registry: Some(registry(registry_addr)),
+        registry: Some({
+            let mut cfg = RegistryConfig::for_registry(registry_addr)?;
+            let [zstd, chunk, budget, pull] = opts.snapshot_knobs;
+            cfg.apply_snapshot_knobs(zstd, chunk, budget, pull)?;
+            RegistryClient::new(cfg)?
+        }),
         metrics: metrics.clone(),
         registration: opts.registration,
     };

@@ -24,8 +24,10 @@ pub struct SimConfig {
     pub latencies: Latencies,
     /// Size and fill of new guest disks (and so of snapshot disk files).
     pub disk: DiskSpec,
-    /// Logical size of a snapshot's `memory-ranges` (sparse, with a small header).
+    /// Logical size of a snapshot's `memory-ranges` (a small header, then [`Self::memory_fill`]).
     pub memory_file_size: u64,
+    /// What `memory-ranges` holds after its header (default: a hole).
+    pub memory_fill: MemoryFill,
     /// Images `ensure_image` can pull.
     pub known_images: BTreeMap<String, ImageKind>,
     /// Pull any image ref.
@@ -52,6 +54,7 @@ impl SimConfig {
             latencies: Latencies::default(),
             disk: DiskSpec::default(),
             memory_file_size: 64 << 10,
+            memory_fill: MemoryFill::Sparse,
             known_images: BTreeMap::new(),
             permissive_pull: false,
             collision_wording: CollisionWording::default(),
@@ -119,6 +122,19 @@ impl SimConfig {
                 "sparse" => DiskFill::Sparse,
                 "filled" => DiskFill::Filled,
                 _ => return Err(bad("VK_SIM_DISK_FILL", &v)),
+            };
+        }
+        if let Some(v) = get("VK_SIM_MEMORY_SIZE") {
+            let size = quantity_bytes(&v)
+                .and_then(|b| u64::try_from(b).ok())
+                .ok_or_else(|| bad("VK_SIM_MEMORY_SIZE", &v))?;
+            cfg.memory_file_size = size;
+        }
+        if let Some(v) = get("VK_SIM_MEMORY_FILL") {
+            cfg.memory_fill = match v.as_str() {
+                "sparse" => MemoryFill::Sparse,
+                "realistic" => MemoryFill::Realistic,
+                _ => return Err(bad("VK_SIM_MEMORY_FILL", &v)),
             };
         }
         if let Some(v) = get("VK_SIM_IMAGES") {

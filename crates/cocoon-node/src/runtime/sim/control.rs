@@ -352,6 +352,7 @@ pub(crate) struct Control {
     pub latencies: Latencies,
     pub disk: DiskSpec,
     pub memory_file_size: u64,
+    pub memory_fill: super::MemoryFill,
     pub known_images: BTreeMap<String, ImageKind>,
     pub permissive_pull: bool,
     pub wording: CollisionWording,

@@ -112,7 +112,10 @@ pub use control::{
     Call, CollisionWording, CrashKind, FailRule, ImageKind, Latencies, MAX_LATENCY_SCALE,
     UnknownVerb, Verb,
 };
-pub use guest::{DiskFill, DiskSpec, GuestFs, HOSTNAME_PATH, TOKEN_PATH};
+pub use guest::{
+    DiskFill, DiskSpec, GuestFs, HOSTNAME_PATH, MEMORY_PAGE, MemoryFill, TOKEN_PATH,
+    write_realistic_memory,
+};
 pub use handle::{OutOfBandVm, SimVmInfo, VmRow};
 pub use net::{IpPool, Lease};
 
@@ -375,6 +378,7 @@ impl SimRuntime {
             latencies: cfg.latencies.clone(),
             disk: cfg.disk,
             memory_file_size: cfg.memory_file_size,
+            memory_fill: cfg.memory_fill,
             known_images: cfg.known_images.clone(),
             permissive_pull: cfg.permissive_pull,
             wording: cfg.collision_wording,

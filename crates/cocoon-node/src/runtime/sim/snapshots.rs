@@ -129,12 +129,13 @@ impl RawSnapshotVerbs for Inner {
                 vm.reported().state
             )));
         }
-        let (base, per_gib, mem_size) = {
+        let (base, per_gib, mem_size, mem_fill) = {
             let c = self.ctl();
             (
                 c.latencies.save,
                 c.latencies.save_per_gib,
                 c.memory_file_size,
+                c.memory_fill,
             )
         };
         let gib = vm.record.config.memory.max(0) as f64 / GIB as f64;
@@ -186,6 +187,7 @@ impl RawSnapshotVerbs for Inner {
         .map_err(|e| io_err("encode state", e))?;
         let target = dir.clone();
         let memory_header = format!("COCOON-SIM-MEMORY {snap_id}\n");
+        let snap_id_seed = snap_id.clone();
         blocking("snapshot save", move || {
             std::fs::create_dir_all(&target)?;
             {
@@ -196,7 +198,21 @@ impl RawSnapshotVerbs for Inner {
             std::fs::write(target.join("state.json"), device_state)?;
             let mut mem = std::fs::File::create(target.join("memory-ranges"))?;
             mem.write_all(memory_header.as_bytes())?;
-            mem.set_len(mem_size.max(64))?;
+            let size = mem_size.max(64);
+            if mem_fill == MemoryFill::Realistic && size > MEMORY_PAGE as u64 {
+                // The header's page, then the pages of a real guest's image.
+                use std::io::Seek as _;
+                mem.set_len(MEMORY_PAGE as u64)?;
+                mem.seek(std::io::SeekFrom::Start(MEMORY_PAGE as u64))?;
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut mem);
+                let seed = snap_id_seed
+                    .get(..16)
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+                    .unwrap_or(1);
+                write_realistic_memory(&mut w, size - MEMORY_PAGE as u64, seed)?;
+                w.flush()?;
+            }
+            mem.set_len(size)?;
             mem.sync_all()
         })
         .await
