@@ -161,7 +161,8 @@ async fn wait_one(
                 Ok((o, obs))
             })
             .await?;
-            Ok(done.as_ref().and_then(to_value))
+            let members: Vec<String> = done.as_ref().map(set_members).unwrap_or_default();
+            Ok(with_transfers(client, t, done.as_ref().and_then(to_value), &members, opts).await)
         }
         Kind::Pod => {
             let api: Api<CocoonHibernation> = Api::namespaced(client.clone(), &t.namespace);
@@ -199,9 +200,64 @@ async fn wait_one(
                 }
             })
             .await?;
-            Ok(done.as_ref().and_then(to_value))
+            let members = vec![t.name.clone()];
+            Ok(with_transfers(client, t, done.as_ref().and_then(to_value), &members, opts).await)
         }
     }
+}
+
+/// At most this many sub-agent slots are named from a set's spec for its `transfers`.
+const MAX_MEMBER_SLOTS: i32 = 1024;
+
+/// The pods of a set's members: those its status names, and `<set>-<slot>` / `<set>-<toolbox>`
+/// of its spec (a suspended set's status may list none, while its transfers are what moved).
+fn set_members(cs: &CocoonSet) -> Vec<String> {
+    let name = cs.metadata.name.clone().unwrap_or_default();
+    let mut out = set_observation(Some(cs)).members;
+    // Bounded: replicas has no maximum in the CRD, and only pods that exist have Events.
+    let slots = cs.spec.agent.replicas.clamp(0, MAX_MEMBER_SLOTS);
+    out.extend((0..=slots).map(|slot| format!("{name}-{slot}")));
+    out.extend(
+        cs.spec
+            .toolboxes
+            .iter()
+            .map(|t| format!("{name}-{}", t.name)),
+    );
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// With `-o json|yaml`, the printed object gains a top-level `transfers` list (additive, not
+/// a field of the resource): every snapshot transfer the node agents reported for the member
+/// pods during this wait (`SnapshotPushed` / `SnapshotPulled` Events), oldest first. Without
+/// `-o`, or when nothing moved, the object is printed as the API server returned it.
+async fn with_transfers(
+    client: &Client,
+    t: &Target,
+    obj: Option<Value>,
+    members: &[String],
+    opts: &Options,
+) -> Option<Value> {
+    let mut obj = obj?;
+    if opts.output.is_none() || members.is_empty() {
+        return Some(obj);
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), &t.namespace);
+    let Ok(list) = events
+        .list(&kube::api::ListParams::default().fields("type=Normal"))
+        .await
+    else {
+        return Some(obj);
+    };
+    let pods: Vec<&str> = members.iter().map(String::as_str).collect();
+    let transfers = crate::waiter::transfers_of(&list.items, &pods, opts.since);
+    if !transfers.is_empty()
+        && let Some(map) = obj.as_object_mut()
+    {
+        map.insert("transfers".into(), Value::Array(transfers));
+    }
+    Some(obj)
 }
 
 async fn current_object(client: &Client, t: &Target) -> Option<Value> {

@@ -97,6 +97,47 @@ pub fn newest_transfer(
     .and_then(|e| e.message.clone())
 }
 
+/// Every snapshot transfer Event about one of `pods` not older than `since`, oldest first,
+/// as the `transfers` entries of a lifecycle verb's `-o json|yaml` result:
+/// `{"pod", "reason", "message", "time"}` (the message says how much moved, e.g.
+/// `pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s`).
+pub fn transfers_of(
+    events: &[Event],
+    pods: &[&str],
+    since: Option<Timestamp>,
+) -> Vec<serde_json::Value> {
+    let mut found: Vec<&Event> = events
+        .iter()
+        .filter(|e| {
+            e.type_.as_deref() == Some("Normal")
+                && e.reason
+                    .as_deref()
+                    .is_some_and(|r| TRANSFER_REASONS.contains(&r))
+                && e.involved_object.kind.as_deref() == Some("Pod")
+                && e.involved_object
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| pods.contains(&n))
+        })
+        .filter(|e| match (since, last_seen(e)) {
+            (Some(s), Some(t)) => t >= s,
+            _ => true,
+        })
+        .collect();
+    found.sort_by_key(|e| last_seen(e));
+    found
+        .into_iter()
+        .map(|e| {
+            serde_json::json!({
+                "pod": e.involved_object.name,
+                "reason": e.reason,
+                "message": e.message,
+                "time": last_seen(e).map(|t| t.to_string()),
+            })
+        })
+        .collect()
+}
+
 fn newest_of<'e>(
     events: &'e [Event],
     objects: &[(&str, &str, Option<&str>)],
@@ -441,6 +482,40 @@ mod tests {
         // An earlier round's transfer is not this wait's; another pod's is not this one's.
         assert_eq!(newest_transfer(&events[..1], &pod, Some(before_wake)), None);
         assert_eq!(newest_transfer(&events, &[("Pod", "x", None)], None), None);
+    }
+
+    #[test]
+    fn every_transfer_of_the_members_since_the_write_goes_into_the_result() {
+        let mut pushed = event("Pod", "Normal", "SnapshotPushed", "2026-12-01T10:00:00Z");
+        pushed.message = Some("pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s".into());
+        let mut pulled = event("Pod", "Normal", "SnapshotPulled", "2026-12-01T10:05:00Z");
+        pulled.message = Some("pulled 1.6 GiB of 6.0 GiB (v2 zstd) in 3.1 s".into());
+        let mut old = event("Pod", "Normal", "SnapshotPushed", "2026-12-01T09:00:00Z");
+        old.message = Some("pushed 1.0 GiB of 2.0 GiB (v1) in 9.0 s".into());
+        let mut stranger = pulled.clone();
+        stranger.involved_object.name = Some("other".into());
+        let set = event(
+            "CocoonSet",
+            "Normal",
+            "SnapshotPushed",
+            "2026-12-01T10:06:00Z",
+        );
+        let noise = event("Pod", "Normal", "Started", "2026-12-01T10:06:00Z");
+        let events = vec![pulled, noise, pushed, old, stranger, set];
+        let since: Timestamp = "2026-12-01T09:30:00Z".parse().expect("ts");
+        assert_eq!(
+            transfers_of(&events, &["demo"], Some(since)),
+            vec![
+                json!({"pod": "demo", "reason": "SnapshotPushed",
+                       "message": "pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s",
+                       "time": "2026-12-01T10:00:00Z"}),
+                json!({"pod": "demo", "reason": "SnapshotPulled",
+                       "message": "pulled 1.6 GiB of 6.0 GiB (v2 zstd) in 3.1 s",
+                       "time": "2026-12-01T10:05:00Z"}),
+            ],
+            "oldest first, this round's only, member pods only"
+        );
+        assert!(transfers_of(&events, &["nobody"], None).is_empty());
     }
 
     #[test]

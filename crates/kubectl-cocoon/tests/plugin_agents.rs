@@ -128,6 +128,18 @@ async fn suspend_and_resume_keep_every_vm_state() {
         assert_eq!(out.status.code(), Some(0), "suspend: {}", text(&out.stderr));
         let obj: Value = serde_json::from_slice(&out.stdout)?;
         assert_eq!(obj["status"]["phase"], "Suspended");
+        // Issue 27 item 5: the result says what each member's push moved.
+        let transfers = obj["transfers"].as_array().cloned().unwrap_or_default();
+        for pod in ["demo-0", "demo-1"] {
+            assert!(
+                transfers.iter().any(|t| t["pod"] == pod
+                    && t["reason"] == "SnapshotPushed"
+                    && t["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("pushed ") && m.contains(" (v1) in "))),
+                "{pod}'s push in the result: {transfers:?}"
+            );
+        }
         assert!(
             sim.guest_token(&vms[0]).is_err(),
             "the main VM was removed after its snapshot"
