@@ -72,6 +72,8 @@ impl SimConfig {
     /// | `VK_SIM_LATENCY_SCALE` | multiply every latency (e.g. `20` for a slow-motion demo) |
     /// | `VK_SIM_DISK_SIZE` | guest disk size (Quantity, e.g. `256Mi`) |
     /// | `VK_SIM_DISK_FILL` | `sparse` or `filled` |
+    /// | `VK_SIM_MEMORY_SIZE` | logical size of a snapshot's `memory-ranges` (Quantity) |
+    /// | `VK_SIM_MEMORY_FILL` | `sparse` (a hole) or `realistic` (like a real guest's image) |
     /// | `VK_SIM_IMAGES` | pullable images, comma separated, `ref` or `ref=cloudimg` |
     /// | `VK_SIM_PERMISSIVE_PULL` | `true`: any ref can be pulled |
     /// | `VK_SIM_STATIC_NETWORKS` | comma-separated static networks |
@@ -204,6 +206,38 @@ mod tests {
         for bad in ["inf", "NaN", "-1", "1e300", "1000001", "fast"] {
             let err = with(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(err.contains("VK_SIM_LATENCY_SCALE"), "{bad}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn memory_size_and_fill_come_from_the_environment() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            SimConfig::from_env(PathBuf::from("/nonexistent"), move |k| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            })
+        };
+        let c = with(&[
+            ("VK_SIM_MEMORY_SIZE", "2Gi"),
+            ("VK_SIM_MEMORY_FILL", "realistic"),
+        ])
+        .expect("valid");
+        assert_eq!(c.memory_file_size, 2 << 30);
+        assert_eq!(c.memory_fill, MemoryFill::Realistic);
+        let c = with(&[]).expect("defaults");
+        assert_eq!(
+            (c.memory_file_size, c.memory_fill),
+            (64 << 10, MemoryFill::Sparse)
+        );
+        for (k, v) in [
+            ("VK_SIM_MEMORY_SIZE", "lots"),
+            ("VK_SIM_MEMORY_FILL", "dense"),
+        ] {
+            let pairs: &'static [(&'static str, &'static str)] = Box::leak(Box::new([(k, v)]));
+            let err = with(pairs).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains(k), "{k}={v}: {err:?}");
         }
     }
 }
