@@ -39,6 +39,18 @@ fn client(reg: &Registry) -> RegistryClient {
     client_for(reg, Credentials::Anonymous)
 }
 
+/// A client for the gigabyte round trip: the production timeouts (30 s a request, 60 s idle
+/// mid-transfer) are about a registry that hangs; on a test machine whose disk is busy with
+/// every other test's writes, the registry storing a gigabyte may just be slow. The test is
+/// about what arrives, not how fast.
+fn patient_client(reg: &Registry) -> RegistryClient {
+    let mut cfg = RegistryConfig::for_registry(reg.addr()).expect("config");
+    cfg.credentials = CredentialSource::Static(Credentials::Anonymous);
+    cfg.request_timeout = std::time::Duration::from_secs(300);
+    cfg.transfer_idle_timeout = std::time::Duration::from_secs(300);
+    RegistryClient::new(cfg).expect("client")
+}
+
 fn small_snapshot() -> Vec<FileSpec> {
     vec![
         FileSpec::dense("config.json", 3000),
@@ -89,7 +101,7 @@ fn assert_same_snapshot(
 #[tokio::test]
 async fn multi_file_round_trip_keeps_holes_and_moves_a_file_over_1_gib() {
     let reg = registry(None).await;
-    let c = client(&reg);
+    let c = patient_client(&reg);
     let work = TempDir::new("cocoon-reg-big");
     let src = work.path().join("src");
     std::fs::create_dir_all(&src).expect("mkdir");

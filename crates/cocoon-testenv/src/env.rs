@@ -288,7 +288,7 @@ impl TestEnv {
     }
 
     async fn start_etcd(&self, timeout: Duration) -> Result<u16> {
-        let data = self.run_dir.join("etcd");
+        let data = crate::rundir::etcd_data_dir(&self.run_dir);
         let ports = self
             .start_component(
                 "etcd",

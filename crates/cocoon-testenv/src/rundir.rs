@@ -94,10 +94,24 @@ pub(crate) fn stale_run_dirs(base: &Path, prefix: &str) -> Vec<PathBuf> {
     out
 }
 
+/// Where a run keeps its etcd data: memory (`/dev/shm/<run dir name>-etcd`) when the machine
+/// has a tmpfs there, else `<run dir>/etcd`. On disk, etcd's writes (even without fsync) stall
+/// behind the page cache's dirty throttling while other tests write gigabytes (the registry's
+/// > 1 GiB round trip), and with them every API request of every test.
+pub(crate) fn etcd_data_dir(run_dir: &Path) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    match run_dir.file_name() {
+        Some(name) if shm.is_dir() => shm.join(format!("{}-etcd", name.to_string_lossy())),
+        _ => run_dir.join("etcd"),
+    }
+}
+
 pub(crate) fn remove_run_dir(dir: &Path) {
-    if let Err(e) = std::fs::remove_dir_all(dir)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::warn!(dir = %dir.display(), error = %e, "could not remove run dir");
+    for d in [etcd_data_dir(dir), dir.to_owned()] {
+        if let Err(e) = std::fs::remove_dir_all(&d)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %d.display(), error = %e, "could not remove run dir");
+        }
     }
 }

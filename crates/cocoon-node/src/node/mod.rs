@@ -56,6 +56,8 @@ pub enum NodeError {
     Conflict { op: &'static str, node: String },
     #[error(transparent)]
     Identity(#[from] identity::IdentityError),
+    #[error("encode the node status: {0}")]
+    Encode(String),
 }
 
 fn kube_err(op: &'static str, node: &str) -> impl FnOnce(kube::Error) -> NodeError + use<> {
@@ -94,7 +96,21 @@ pub async fn register_or_update(
             Some(mut existing) => {
                 if reg.apply_meta(&mut existing) {
                     tracing::info!(node = name, "node metadata updated");
-                    nodes.replace(name, &PostParams::default(), &existing).await
+                    if reg.node_restricted {
+                        // A node identity changes only labels and providerID, by a merge
+                        // patch: a PUT would carry our copy's taints, which the node
+                        // lifecycle controller may have changed since, and NodeRestriction
+                        // refuses that (403) as the node modifying taints.
+                        let patch = serde_json::json!({
+                            "metadata": {"labels": existing.metadata.labels},
+                            "spec": {"providerID": existing.spec.as_ref().and_then(|s| s.provider_id.clone())},
+                        });
+                        nodes
+                            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                    } else {
+                        nodes.replace(name, &PostParams::default(), &existing).await
+                    }
                 } else {
                     Ok(existing)
                 }
@@ -118,31 +134,54 @@ pub async fn register_or_update(
 }
 
 /// Replaces the whole status (so stale capacity keys such as a dropped hugepages entry go
-/// away), re-reading on conflict.
+/// away) with a merge patch of the status subresource that turns the status we know into the
+/// new one ([`merge_patch_to`]). Not a PUT: a PUT carries our copy's `spec.taints`, and when
+/// the node lifecycle controller has tainted the Node since we read it (it adds
+/// `node.kubernetes.io/not-ready` to every new Node), NodeRestriction refuses a node
+/// identity's write as a taint change (403) before the API server could answer 409.
 async fn write_status(
     nodes: &Api<Node>,
     reg: &NodeRegistration,
-    mut node: Node,
+    node: Node,
 ) -> Result<Node, NodeError> {
     let name = reg.node_name.as_str();
-    for _ in 0..CONFLICT_RETRIES {
-        let stamp = now();
-        node.status = Some(reg.status(&stamp, &stamp));
-        match nodes
-            .replace_status(name, &PostParams::default(), &node)
-            .await
-        {
-            Ok(n) => return Ok(n),
-            Err(e) if is_status(&e, 409) => {
-                node = nodes.get(name).await.map_err(kube_err("get", name))?;
+    let stamp = now();
+    let old = node
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let new = serde_json::to_value(reg.status(&stamp, &stamp))
+        .map_err(|e| NodeError::Encode(e.to_string()))?;
+    let patch = serde_json::json!({ "status": merge_patch_to(&old, &new) });
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("update status", name))
+}
+
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: `new` itself, plus `null` for
+/// every object key `old` has and `new` lacks, at any depth (arrays and scalars are replaced
+/// whole, as a merge patch does).
+pub fn merge_patch_to(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut out = serde_json::Map::new();
+            for (k, nv) in n {
+                let pv = match o.get(k) {
+                    Some(ov) => merge_patch_to(ov, nv),
+                    None => nv.clone(),
+                };
+                out.insert(k.clone(), pv);
             }
-            Err(e) => return Err(kube_err("update status", name)(e)),
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                out.insert(k.clone(), Value::Null);
+            }
+            Value::Object(out)
         }
+        _ => new.clone(),
     }
-    Err(NodeError::Conflict {
-        op: "update status",
-        node: name.to_string(),
-    })
 }
 
 /// Re-stamps the conditions' heartbeat times (a merge patch replaces the conditions list).
@@ -370,5 +409,56 @@ impl NodeHeartbeat {
 impl Drop for NodeHeartbeat {
     fn drop(&mut self) {
         self.cancel.cancel();
+    }
+}
+
+#[cfg(test)]
+mod merge_patch_tests {
+    use super::merge_patch_to;
+    use serde_json::json;
+
+    /// Applies a JSON merge patch (RFC 7386), to check that the patch really yields `new`.
+    fn apply(target: &serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
+        match (target, patch) {
+            (serde_json::Value::Object(t), serde_json::Value::Object(p)) => {
+                let mut out = t.clone();
+                for (k, v) in p {
+                    if v.is_null() {
+                        out.remove(k);
+                    } else {
+                        let merged = apply(t.get(k).unwrap_or(&serde_json::Value::Null), v);
+                        out.insert(k.clone(), merged);
+                    }
+                }
+                serde_json::Value::Object(out)
+            }
+            (_, p) if p.is_object() => apply(&json!({}), p),
+            (_, p) => p.clone(),
+        }
+    }
+
+    #[test]
+    fn the_status_patch_turns_the_old_status_into_exactly_the_new_one() {
+        let old = json!({
+            "capacity": {"cpu": "8", "memory": "32Gi", "hugepages-2Mi": "1Gi"},
+            "conditions": [{"type": "Ready", "status": "False"}, {"type": "Old"}],
+            "nodeInfo": {"kernelVersion": "6.1", "osImage": "x"},
+            "phase": "Pending",
+        });
+        let new = json!({
+            "capacity": {"cpu": "8", "memory": "64Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "nodeInfo": {"kernelVersion": "6.12"},
+        });
+        let patch = merge_patch_to(&old, &new);
+        assert_eq!(
+            patch["capacity"]["hugepages-2Mi"],
+            json!(null),
+            "a dropped key goes"
+        );
+        assert_eq!(patch["phase"], json!(null));
+        assert_eq!(patch["nodeInfo"]["osImage"], json!(null));
+        assert_eq!(apply(&old, &patch), new, "old + patch = new");
+        assert_eq!(merge_patch_to(&json!(null), &new), new, "no status yet");
     }
 }
