@@ -492,6 +492,22 @@ async fn the_webhook_rules_hold_on_the_real_api_server() {
             assert!(msg.contains(want), "{name}: want {want:?} in {msg}");
         }
 
+        // The shipped samples pass.
+        for f in std::fs::read_dir(workspace_root().join("manifests/samples"))? {
+            let path = f?.path();
+            let docs: Vec<DynamicObject> =
+                serde_saphyr::from_multiple(&std::fs::read_to_string(&path)?)?;
+            for doc in docs {
+                let kind = doc.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+                let api = match kind.as_str() {
+                    "CocoonSet" => &sets,
+                    "CocoonHibernation" => &hibernations,
+                    other => panic!("{}: unexpected {other}", path.display()),
+                };
+                admitted(&path.display().to_string(), api.create(&dry_run(), &doc).await);
+            }
+        }
+
         // Updates: a spec change is checked, a metadata-only write of an object admitted before
         // the policy is not; it stays deletable.
         let valid = object("CocoonSet", "valid", json!({"agent": {"image": "ubuntu:24.04", "mode": "run", "backend": "firecracker"}}));
