@@ -392,7 +392,7 @@ async fn the_webhook_rules_hold_on_the_real_api_server() {
         );
 
         // The CocoonSet rules. Allowed: (name, spec).
-        let allowed: Vec<(&str, Value)> = vec![
+        let mut allowed: Vec<(&str, Value)> = vec![
             ("minimal", json!({"agent": {"image": "ghcr.io/cocoonstack/cocoon/ubuntu:24.04"}})),
             ("clone-repo", json!({"agent": {"image": "ubuntu", "mode": "clone"}})),
             ("run-digest", json!({"agent": {"image": "ubuntu@sha256:deadbeef", "mode": "run"}})),
@@ -412,6 +412,11 @@ async fn the_webhook_rules_hold_on_the_real_api_server() {
             // Beyond int64: not an integer for strconv.Atoi either.
             ("big-number", json!({"agent": {"image": "i"}, "toolboxes": [{"name": "99999999999999999999", "image": "t"}]})),
         ];
+        // Many toolboxes stay well inside the policies' CEL cost budget.
+        let many: Vec<Value> = (0..300)
+            .map(|i| json!({"name": format!("tb-{i}"), "mode": "clone", "image": format!("team/tools-{i}:v1")}))
+            .collect();
+        allowed.push(("many", json!({"agent": {"image": "ubuntu:24.04"}, "toolboxes": many})));
         for (name, spec) in allowed {
             admitted(name, sets.create(&dry_run(), &object("CocoonSet", name, spec)).await);
         }
