@@ -254,6 +254,12 @@ fn values_show_in_the_render() {
             "timeouts.suspend=5m,logging.format=json,resources.limits.memory=1Gi",
             "--set",
             "nodeAdmission.serviceAccountNamespace=hosts",
+            "--set",
+            "admissionPolicies.podCreators={system:serviceaccount:tools:importer,alice@example.com}",
+            "--set",
+            "admissionPolicies.validationActions={Warn,Audit}",
+            "--set",
+            "admissionPolicies.namespaceSelector.matchLabels.tenant=yes",
         ],
     );
     let d = deployment(&objs, "ops", "blue-cocoon-operator");
@@ -303,6 +309,12 @@ fn values_show_in_the_render() {
         "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-node-pods",
         "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-node-self",
         "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-node-self",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-hibernation-name",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-hibernation-name",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-pod-owner",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-pod-owner",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-set-spec",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-set-spec",
     ] {
         assert!(
             objs.contains_key(key),
@@ -337,7 +349,34 @@ fn values_show_in_the_render() {
             "{which}: {cond}"
         );
     }
-    assert_eq!(objs.len(), 12, "{:?}", objs.keys());
+    // The webhook-rule policies: the bindings name their own (prefixed) policies with the
+    // configured actions and namespace selector; the allowed pod creators are the prefixed
+    // operator ServiceAccount in `ops` and then podCreators.
+    for which in ["hibernation-name", "pod-owner", "set-spec"] {
+        let binding = &objs[&format!(
+            "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-{which}"
+        )];
+        assert_eq!(
+            binding["spec"]["policyName"],
+            format!("blue-cocoon-{which}")
+        );
+        assert_eq!(
+            binding["spec"]["validationActions"],
+            serde_json::json!(["Warn", "Audit"])
+        );
+        assert_eq!(
+            binding["spec"]["matchResources"],
+            serde_json::json!({"namespaceSelector": {"matchLabels": {"tenant": "yes"}}})
+        );
+    }
+    let owner =
+        &objs["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-pod-owner"];
+    assert_eq!(owner["spec"]["variables"][0]["name"], "allowedCreators");
+    assert_eq!(
+        owner["spec"]["variables"][0]["expression"],
+        r#"["system:serviceaccount:ops:blue-cocoon-operator", "system:serviceaccount:tools:importer", "alice@example.com"]"#
+    );
+    assert_eq!(objs.len(), 18, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.
@@ -348,11 +387,27 @@ fn values_show_in_the_render() {
             "from-release",
             "--set",
             "namespace.name=,namespace.create=false,nodeRole.create=false,nodeAdmission.create=false",
+            "--set",
+            "admissionPolicies.create=false",
         ],
     );
     assert!(objs.contains_key("apps/v1/Deployment/from-release/cocoon-operator"));
     assert!(objs.keys().all(|k| !k.starts_with("v1/Namespace/")));
     assert!(objs.keys().all(|k| !k.contains("/cocoon-node")));
+    assert!(
+        objs.keys()
+            .all(|k| !k.contains("ValidatingAdmissionPolicy"))
+    );
+    // The operator ServiceAccount allowed to create cocoon pods is the release namespace's.
+    let objs = render(
+        home.path(),
+        &["--namespace", "from-release", "--set", "namespace.name="],
+    );
+    assert_eq!(
+        objs["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//cocoon-pod-owner"]["spec"]
+            ["variables"][0]["expression"],
+        r#"["system:serviceaccount:from-release:cocoon-operator"]"#
+    );
 }
 
 #[test]
@@ -395,7 +450,8 @@ fn bad_values_are_refused_naming_the_value() {
 /// name prefix, so nothing collides with the objects other tests apply from manifests/), the
 /// Deployment scaled to zero (no operator pod may act on other tests' resources). The CRDs
 /// exist already (the test environment installs them): Helm must leave them as they are, on
-/// install and on uninstall.
+/// install and on uninstall. The webhook-rule policies are bound only to namespaces with a label
+/// no namespace has (they would otherwise refuse what other tests create).
 #[tokio::test]
 async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
     cocoon_testenv::run_test(|env: &'static Shared| async move {
@@ -433,6 +489,8 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
             "default".into(),
             "--set".into(),
             format!("namespace.name={ns},namePrefix={prefix},replicas=0"),
+            "--set".into(),
+            format!("admissionPolicies.namespaceSelector.matchLabels.cocoon-helm-test={ns}"),
             "--wait".into(),
             "--timeout".into(),
             "2m".into(),
@@ -470,7 +528,13 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
         roles.get(&node_role).await?;
         let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
         let policy_bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-        let node_policies = [format!("{node_role}-pods"), format!("{node_role}-self")];
+        let node_policies = [
+            format!("{node_role}-pods"),
+            format!("{node_role}-self"),
+            format!("{prefix}cocoon-hibernation-name"),
+            format!("{prefix}cocoon-pod-owner"),
+            format!("{prefix}cocoon-set-spec"),
+        ];
         for name in &node_policies {
             policies.get(name).await?;
             policy_bindings.get(name).await?;

@@ -18,6 +18,9 @@
 //!   the ServiceAccount admission plugin, which would otherwise add exactly this volume.
 //! - node selector and toleration for the kubelet's node, `imagePullPolicy: Never` (nothing
 //!   can be pulled here), the env's registry, `WATCH_NAMESPACE`, shorter leader timings.
+//! - no bindings for the webhook-rule policies (admission/policies.yaml): bound for every
+//!   namespace they would refuse what other tests on the same control plane create on purpose;
+//!   tests/tests/admission_policies.rs proves them.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
@@ -362,6 +365,24 @@ images:
   newName: {image_name}
   newTag: {image_tag}
 patches:
+- patch: |
+    $patch: delete
+    apiVersion: admissionregistration.k8s.io/v1
+    kind: ValidatingAdmissionPolicyBinding
+    metadata:
+      name: cocoon-hibernation-name
+- patch: |
+    $patch: delete
+    apiVersion: admissionregistration.k8s.io/v1
+    kind: ValidatingAdmissionPolicyBinding
+    metadata:
+      name: cocoon-pod-owner
+- patch: |
+    $patch: delete
+    apiVersion: admissionregistration.k8s.io/v1
+    kind: ValidatingAdmissionPolicyBinding
+    metadata:
+      name: cocoon-set-spec
 - target: {{kind: Deployment, name: cocoon-operator}}
   patch: |
     - op: add

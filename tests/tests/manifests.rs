@@ -32,6 +32,12 @@ async fn kustomization_applies_on_the_real_api_server() {
             "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-node-pods",
             "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-node-self",
             "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-node-self",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-hibernation-name",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-hibernation-name",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-pod-owner",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-pod-owner",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-set-spec",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-set-spec",
         ] {
             assert!(stdout.contains(object), "{object} missing from:\n{stdout}");
         }
@@ -71,7 +77,7 @@ async fn images_entry_retargets_the_operator_image() {
         // A mirror: the same entry with another name and tag, as `kustomize edit set image`
         // leaves it.
         let tmp = tempfile::tempdir()?;
-        for sub in ["crds", "operator", "node"] {
+        for sub in ["crds", "operator", "node", "admission"] {
             std::fs::create_dir_all(tmp.path().join(sub))?;
             for f in std::fs::read_dir(src.join(sub))? {
                 let f = f?;

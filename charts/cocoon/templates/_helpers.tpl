@@ -73,3 +73,21 @@ extraEnv. Rendered as a YAML list (nothing when empty). */}}
 {{- toYaml $env }}
 {{- end }}
 {{- end -}}
+
+{{/* An admission policy of the webhook rules (and its binding): (list . "pod-owner") →
+<prefix>cocoon-pod-owner. */}}
+{{- define "cocoon.admissionPolicyName" -}}
+{{- $ctx := index . 0 -}}
+{{- printf "%scocoon-%s" $ctx.Values.namePrefix (index . 1) -}}
+{{- end -}}
+
+{{/* The identities that may create a bare pod tolerating the cocoon taint, as a CEL list of
+strings: the operator's ServiceAccount, then admissionPolicies.podCreators. */}}
+{{- define "cocoon.podCreators" -}}
+{{- $creators := list (printf "system:serviceaccount:%s:%s" (include "cocoon.namespace" .) (include "cocoon.operatorName" .)) -}}
+{{- $quoted := list -}}
+{{- range (concat $creators .Values.admissionPolicies.podCreators) -}}
+{{- $quoted = append $quoted (toJson .) -}}
+{{- end -}}
+[{{ join ", " $quoted }}]
+{{- end -}}

@@ -55,7 +55,11 @@ fn run_kubectl(env: &Shared, args: &[&str]) -> Result<String, BoxError> {
 }
 
 /// `kubectl apply -k` of the shipped manifests through an overlay that only scales the
-/// operator Deployment to zero (its pods would have no node to run on here).
+/// operator Deployment to zero (its pods would have no node to run on here) and leaves out the
+/// bindings of the webhook-rule policies (manifests/admission/policies.yaml): bound for every
+/// namespace they would refuse what other tests on the same control plane create on purpose (a
+/// toolbox named like a slot, decoy CocoonHibernations); tests/tests/admission_policies.rs
+/// proves them.
 fn apply_manifests(env: &Shared, dir: &Path) -> Result<(), BoxError> {
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests");
     // kustomize takes only relative paths to a base: climb from the overlay to `/`.
@@ -72,8 +76,13 @@ fn apply_manifests(env: &Shared, dir: &Path) -> Result<(), BoxError> {
     std::fs::write(
         dir.join("kustomization.yaml"),
         format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {}\nreplicas:\n- name: cocoon-operator\n  count: 0\n",
-            manifests
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {}\nreplicas:\n- name: cocoon-operator\n  count: 0\npatches:\n{}",
+            manifests,
+            ["cocoon-hibernation-name", "cocoon-pod-owner", "cocoon-set-spec"]
+                .map(|b| format!(
+                    "- patch: |\n    $patch: delete\n    apiVersion: admissionregistration.k8s.io/v1\n    kind: ValidatingAdmissionPolicyBinding\n    metadata:\n      name: {b}\n"
+                ))
+                .concat()
         ),
     )?;
     run_kubectl(env, &["apply", "-k", &dir.to_string_lossy()])?;
