@@ -14,7 +14,7 @@ use tokio::io::AsyncRead;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use crate::client::{FileBlob, IO_BUF, RegistryClient};
+use crate::client::{FileBlob, IO_BUF, RegistryClient, SpoolProgress};
 use crate::codec::encode_frame;
 use crate::config::V2Options;
 use crate::error::{Error, Result, ResultExt};
@@ -531,18 +531,48 @@ impl RegistryClient {
                 let workers = std::thread::available_parallelism()
                     .map_or(1, |n| n.get())
                     .min(8) as u32;
-                let blob = tokio::task::spawn_blocking(move || {
-                    compress_to_spool(&src, &spool, level, workers)
-                })
-                .await
-                .map_err(|e| Error::io("compress task", std::io::Error::other(e.to_string())))?
-                .context(|| format!("compressing {}", staged.name))?;
+                let file = Arc::new(create_unlinked(&spool)?);
+                // The upload follows the compressor through the spool file as it grows; the
+                // finished spool is uploaded the ordinary way if that fails.
+                let (progress, written) = tokio::sync::watch::channel((0u64, None));
+                let out = file.clone();
+                let compressed = tokio::task::spawn_blocking(move || {
+                    compress_to_spool(&src, out, level, workers, &progress)
+                });
+                let streamed = self
+                    .put_growing_blob(path, file, written, STREAM_PIECE)
+                    .await;
+                let blob = compressed
+                    .await
+                    .map_err(|e| Error::io("compress task", std::io::Error::other(e.to_string())))?
+                    .context(|| format!("compressing {}", staged.name))?;
                 let encoded = Staged {
                     name: staged.name.clone(),
                     meta: meta.clone(),
                     blob,
                 };
-                let pushed = self.transfer(path, &encoded, opts, sent).await?;
+                let pushed = match streamed {
+                    Ok((digest, size)) if digest == encoded.blob.digest => {
+                        sent.fetch_add(size, Ordering::Relaxed);
+                        opts.notify(PushEvent::BlobUploaded {
+                            name: encoded.name.clone(),
+                            digest: digest.clone(),
+                            size,
+                        });
+                        PushedLayer {
+                            name: encoded.name.clone(),
+                            digest,
+                            size,
+                            uploaded: true,
+                        }
+                    }
+                    other => {
+                        if let Err(e) = other {
+                            tracing::debug!(file = %encoded.name, error = %e, "streamed upload failed; uploading the spool");
+                        }
+                        self.transfer(path, &encoded, opts, sent).await?
+                    }
+                };
                 Ok((
                     meta,
                     vec![OutLayer {
@@ -665,35 +695,48 @@ fn read_range(src: &FileBlob, offset: u64, len: u64) -> std::io::Result<Vec<u8>>
     Ok(buf)
 }
 
+/// PATCH size of a streamed upload: what has to be on disk before it is sent.
+const STREAM_PIECE: u64 = 8 << 20;
+
 /// Compresses a file's layer bytes into one zstd frame (streaming, content checksum, libzstd
-/// worker threads) in an unlinked spool file, hashing the output: the encoded layer blob.
-fn compress_to_spool(src: &FileBlob, dir: &Path, level: i32, workers: u32) -> Result<FileBlob> {
-    struct Hashing<W> {
-        inner: W,
+/// worker threads) into the unlinked spool file `out`, hashing the output: the encoded layer
+/// blob. `progress` follows what is on disk, and carries the digest at the end.
+fn compress_to_spool(
+    src: &FileBlob,
+    out: Arc<File>,
+    level: i32,
+    workers: u32,
+    progress: &tokio::sync::watch::Sender<SpoolProgress>,
+) -> Result<FileBlob> {
+    /// Writes to the spool, hashing and counting what reached the file.
+    struct Spool<'a> {
+        file: &'a File,
         hasher: Hasher,
         n: u64,
+        progress: &'a tokio::sync::watch::Sender<SpoolProgress>,
     }
-    impl<W: std::io::Write> std::io::Write for Hashing<W> {
+    impl std::io::Write for Spool<'_> {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            let n = self.inner.write(b)?;
+            let n = self.file.write(b)?;
             self.hasher.update(&b[..n]);
             self.n += n as u64;
+            self.progress.send_replace((self.n, None));
             Ok(n)
         }
         fn flush(&mut self) -> std::io::Result<()> {
-            self.inner.flush()
+            self.file.flush()
         }
     }
-    let file = create_unlinked(dir)?;
-    let writer = file
-        .try_clone()
-        .map_err(|e| Error::io("cloning spool file handle", e))?;
     let io = |e| Error::io("compressing into the spool file", e);
-    let sink = Hashing {
-        inner: std::io::BufWriter::with_capacity(IO_BUF, writer),
-        hasher: Hasher::new(),
-        n: 0,
-    };
+    let sink = std::io::BufWriter::with_capacity(
+        IO_BUF,
+        Spool {
+            file: &out,
+            hasher: Hasher::new(),
+            n: 0,
+            progress,
+        },
+    );
     let mut enc = zstd::stream::write::Encoder::new(sink, level).map_err(io)?;
     enc.include_checksum(true).map_err(io)?;
     if workers > 1 {
@@ -708,14 +751,15 @@ fn compress_to_spool(src: &FileBlob, dir: &Path, level: i32, workers: u32) -> Re
         }
         enc.write_all(&buf[..n]).map_err(io)?;
     }
-    let mut sink = enc.finish().map_err(io)?;
-    sink.flush().map_err(io)?;
-    let size = sink.n;
+    let sink = enc.finish().map_err(io)?;
+    let spool = sink.into_inner().map_err(|e| io(e.into_error()))?;
+    let (size, digest) = (spool.n, spool.hasher.finish());
+    progress.send_replace((size, Some(digest.clone())));
     Ok(FileBlob {
-        file: Arc::new(file),
+        file: out.clone(),
         extents: Segment::whole(size),
         size,
-        digest: sink.hasher.finish(),
+        digest,
     })
 }
 
