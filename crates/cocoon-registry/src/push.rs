@@ -15,7 +15,6 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use crate::client::{FileBlob, IO_BUF, RegistryClient, SpoolProgress};
-use crate::codec::encode_frame;
 use crate::config::V2Options;
 use crate::error::{Error, Result, ResultExt};
 use crate::manifest::{
@@ -584,15 +583,25 @@ impl RegistryClient {
             }
             Encoding::Chunks { compress, chunk } => {
                 let count = usize::try_from(size.div_ceil(chunk)).unwrap_or(usize::MAX);
-                let conc = Arc::new(Semaphore::new(self.config().transfer_concurrency));
+                // Chunks are read and compressed at most one per CPU, in chunk order, and
+                // uploaded `transfer_concurrency` at a time: the first chunk is ready after
+                // one chunk's compression (not after all the window's, which share the
+                // CPUs), and compression keeps going while earlier chunks upload. At most
+                // `transfer_concurrency + cpus` chunks are in flight.
+                let conc = self.config().transfer_concurrency;
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let encoders = Arc::new(Semaphore::new(cpus));
+                let ahead = Arc::new(Semaphore::new(conc + cpus));
+                let uploads = Arc::new(Semaphore::new(conc));
                 let mut tasks = JoinSet::new();
                 let mut done = Vec::with_capacity(count);
                 let cancelled = |_| Error::protocol("push cancelled");
                 for k in 0..count {
                     let offset = k as u64 * chunk;
                     let len = chunk.min(size - offset);
-                    // Raw and compressed bytes of a chunk in flight: memory stays within the
-                    // budget, and at most `transfer_concurrency` chunks exist at a time.
+                    // Twice a chunk for each chunk in flight (a raw chunk is read whole; a
+                    // compressed one streams into an output of up to its bound): memory stays
+                    // within the budget.
                     let cost = u32::try_from((2 * len).div_ceil(1024))
                         .unwrap_or(u32::MAX)
                         .clamp(1, budget_kib(self.config().memory_budget));
@@ -601,7 +610,8 @@ impl RegistryClient {
                         .acquire_many_owned(cost)
                         .await
                         .map_err(cancelled)?;
-                    let slot = conc.clone().acquire_owned().await.map_err(cancelled)?;
+                    let slot = ahead.clone().acquire_owned().await.map_err(cancelled)?;
+                    let encoder = encoders.clone().acquire_owned().await.map_err(cancelled)?;
                     while let Some(r) = tasks.try_join_next() {
                         done.push(r.map_err(|e| {
                             Error::io("chunk task", std::io::Error::other(e.to_string()))
@@ -611,23 +621,28 @@ impl RegistryClient {
                         (self.clone(), path.to_string(), opts.clone(), sent.clone());
                     let src = staged.blob.clone();
                     let (name, level) = (staged.name.clone(), v2.zstd_level);
+                    let uploads = uploads.clone();
                     tasks.spawn(async move {
                         let _held = (mem, slot);
-                        let bytes = tokio::task::spawn_blocking(move || {
-                            let raw = read_range(&src, offset, len)
-                                .map_err(|e| Error::io("reading a chunk", e))?;
-                            if compress {
-                                encode_frame(&raw, level, 0).map(Bytes::from)
+                        let (bytes, digest) = tokio::task::spawn_blocking(move || {
+                            let _encoder = encoder;
+                            let bytes = if compress {
+                                Bytes::from(compress_range(&src, offset, len, level)?)
                             } else {
-                                Ok(Bytes::from(raw))
-                            }
+                                Bytes::from(
+                                    read_range(&src, offset, len)
+                                        .map_err(|e| Error::io("reading a chunk", e))?,
+                                )
+                            };
+                            let digest = Digest::of(&bytes);
+                            Ok::<_, Error>((bytes, digest))
                         })
                         .await
                         .map_err(|e| {
                             Error::io("chunk task", std::io::Error::other(e.to_string()))
                         })??;
-                        let digest = Digest::of(&bytes);
                         let size = bytes.len() as u64;
+                        let _upload = uploads.acquire_owned().await.map_err(cancelled)?;
                         let uploaded = if client.has_blob_path(&path, &digest).await? {
                             opts.notify(PushEvent::BlobSkipped {
                                 name: name.clone(),
@@ -693,6 +708,40 @@ fn read_range(src: &FileBlob, offset: u64, len: u64) -> std::io::Result<Vec<u8>>
         ));
     }
     Ok(buf)
+}
+
+/// Compresses `len` layer bytes of `src` from layer offset `offset` into one zstd frame with
+/// the content size in its header and a content checksum (a chunk: the Go writer's
+/// `EncodeAll`), reading them in `IO_BUF` pieces: no chunk-sized buffer of raw bytes (and
+/// its page faults) besides the output.
+fn compress_range(src: &FileBlob, offset: u64, len: u64, level: i32) -> Result<Vec<u8>> {
+    let io = |e| Error::io("compressing a chunk", e);
+    let bound =
+        zstd::zstd_safe::compress_bound(usize::try_from(len).map_err(|_| {
+            Error::invalid("chunk size", format!("{len} bytes do not fit in memory"))
+        })?);
+    let mut enc =
+        zstd::stream::write::Encoder::new(Vec::with_capacity(bound), level).map_err(io)?;
+    enc.include_checksum(true).map_err(io)?;
+    enc.include_contentsize(true).map_err(io)?;
+    enc.set_pledged_src_size(Some(len)).map_err(io)?;
+    let mut r = ExtentReader::new(src.file.clone(), src.extents.clone());
+    r.seek(offset);
+    let mut buf = vec![0u8; IO_BUF];
+    let mut left = len;
+    while left > 0 {
+        let want = usize::try_from(left.min(IO_BUF as u64)).unwrap_or(IO_BUF);
+        let n = r.read_into(&mut buf[..want]).map_err(io)?;
+        if n == 0 {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "file shrank while it was being read",
+            )));
+        }
+        enc.write_all(&buf[..n]).map_err(io)?;
+        left -= n as u64;
+    }
+    enc.finish().map_err(io)
 }
 
 /// PATCH size of a streamed upload: what has to be on disk before it is sent.
