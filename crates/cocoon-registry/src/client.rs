@@ -760,6 +760,66 @@ impl RegistryClient {
     }
 }
 
+/// How far a spool file a compressor is writing has got: bytes on disk, and the blob's
+/// digest once the compressor finished.
+pub(crate) type SpoolProgress = (u64, Option<Digest>);
+
+impl RegistryClient {
+    /// Uploads a blob while it is still being written to `file` (a compressor's spool, which
+    /// reports through `written`): a PATCH of whatever is on disk once `piece` more bytes are
+    /// there, then the closing PUT with the digest when the writer finished. So compression
+    /// and upload overlap instead of following each other. Not retried and not probed first
+    /// (the digest is known only at the end): on failure the caller uploads the finished
+    /// spool the ordinary way. Returns the blob's digest and size.
+    pub(crate) async fn put_growing_blob(
+        &self,
+        path: &str,
+        file: Arc<File>,
+        mut written: tokio::sync::watch::Receiver<SpoolProgress>,
+        piece: u64,
+    ) -> Result<(Digest, u64)> {
+        let mut loc = self.start_upload(path).await?;
+        let scope = Scope::repo(path, "pull,push");
+        let idle = Limit::Idle(self.inner.http.idle_timeout);
+        let mut offset = 0u64;
+        loop {
+            let (on_disk, done) = {
+                let state = written
+                    .wait_for(|(n, digest)| digest.is_some() || *n >= offset + piece)
+                    .await
+                    .map_err(|_| Error::protocol("the compressor stopped"))?;
+                (state.0, state.1.clone())
+            };
+            if on_disk > offset {
+                let blob = FileBlob {
+                    file: file.clone(),
+                    extents: crate::manifest::Segment::whole(on_disk),
+                    size: on_disk,
+                    digest: Digest::of(b""),
+                };
+                let req = Req::new(Method::PATCH, loc.clone(), Some(scope.clone()), idle)
+                    .header(header::CONTENT_TYPE, "application/octet-stream")?
+                    .header(header::CONTENT_RANGE, &format!("{offset}-{}", on_disk - 1))?
+                    .body(stream_body(&blob, offset, on_disk - offset));
+                let resp = self.http().send(&req).await?;
+                if resp.status() != StatusCode::ACCEPTED {
+                    return Err(self.http().status_error(resp, "blob upload").await);
+                }
+                let next = header_str(&resp, "location")
+                    .ok_or_else(|| Error::protocol("upload PATCH answered without Location"))?;
+                loc = self.http().resolve_location(&loc, next)?;
+                offset = on_disk;
+            }
+            if let Some(digest) = done {
+                let commit = Limit::Total(self.inner.http.commit_timeout);
+                self.finish_upload(path, loc, &digest, Body::Empty, commit)
+                    .await?;
+                return Ok((digest, on_disk));
+            }
+        }
+    }
+}
+
 /// A replayable streaming body of `len` layer bytes starting at layer offset `start`.
 fn stream_body(blob: &FileBlob, start: u64, len: u64) -> Body {
     let file = blob.file.clone();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use cocoon_api::contract::oci;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, mpsc};
 use tokio::task::JoinSet;
 
 use crate::client::RegistryClient;
@@ -200,9 +200,12 @@ impl RegistryClient {
             .map_err(|e| Error::io(format!("writing {}", env_path.display()), e))?;
         let sem = Arc::new(Semaphore::new(self.config().transfer_concurrency));
         let received = Arc::new(AtomicU64::new(0));
+        // One prefetch budget for the whole pull: files pulled in parallel share it.
+        let budget = PullBudget::new(self.config().pull_budget);
         let mut tasks = JoinSet::new();
         for f in plan.files.iter().cloned() {
             let (client, sem, received) = (self.clone(), sem.clone(), received.clone());
+            let budget = budget.clone();
             let path = dir.join(&f.name);
             let repo = repo.to_string();
             tasks.spawn(async move {
@@ -216,7 +219,9 @@ impl RegistryClient {
                     })
                     .await
                 } else {
-                    client.download_encoded(&repo, &f, &path, &received).await
+                    client
+                        .download_encoded(&repo, &f, &path, &received, &budget)
+                        .await
                 };
                 done.context(|| format!("pull {}", f.name))
             });
@@ -334,6 +339,7 @@ impl RegistryClient {
             .await
             .map_err(werr)?;
         let mut received = 0u64;
+        let budget = PullBudget::new(self.config().pull_budget);
         for f in &plan.files {
             let size_text;
             let pax: Vec<(&str, &str)> = match &f.sparse {
@@ -351,7 +357,7 @@ impl RegistryClient {
                 .map_err(werr)?;
             if !f.is_plain() {
                 let received_here = AtomicU64::new(0);
-                self.write_encoded(repo, f, &mut w, &received_here)
+                self.write_encoded(repo, f, &mut w, &received_here, &budget)
                     .await
                     .context(|| format!("pull {}", f.name))?;
                 received += received_here.load(Ordering::Relaxed);
@@ -456,9 +462,10 @@ impl RegistryClient {
         f: &PullFile,
         w: &mut W,
         received: &AtomicU64,
+        budget: &PullBudget,
     ) -> Result<()> {
         let (tx, mut rx) = mpsc::channel::<Bytes>(4);
-        let produce = self.produce_file(repo, f, tx, received);
+        let produce = self.produce_file(repo, f, tx, received, budget, false);
         let consume = async {
             let mut held: Option<Bytes> = None;
             while let Some(b) = rx.recv().await {
@@ -489,6 +496,7 @@ impl RegistryClient {
         f: &PullFile,
         path: &Path,
         received: &AtomicU64,
+        budget: &PullBudget,
     ) -> Result<()> {
         let file = create_file(path, f.mode)?;
         let extents = f.extents();
@@ -502,7 +510,8 @@ impl RegistryClient {
             }
             w.finish().map_err(|e| Error::io("sizing pulled file", e))
         });
-        let produced = self.produce_file(repo, f, tx, received).await;
+        // Into the staging directory: a single zstd blob decodes while it downloads.
+        let produced = self.produce_file(repo, f, tx, received, budget, true).await;
         let written = writer
             .await
             .map_err(|e| Error::io("writer task", std::io::Error::other(e.to_string())))?;
@@ -512,20 +521,29 @@ impl RegistryClient {
 
     /// Sends file `f`'s data, decoded and in order, to `tx`: blobs that are buffered (chunks,
     /// zstd blobs up to the pull budget) are fetched up to `transfer_concurrency` ahead
-    /// within the budget and verified before decoding; a larger blob streams (its bytes are
-    /// checked at its end, so the consumer must hold back the last piece until this returns).
+    /// within the pull's `budget` and verified before decoding; a larger blob streams (its
+    /// bytes are checked at its end, so the consumer must hold back the last piece until
+    /// this returns). With `staged` (the data goes to a staging file that is kept only when
+    /// the whole pull verified) an unchunked zstd blob streams too: decoding then overlaps
+    /// the download instead of following it.
+    ///
+    /// Budget permits are taken here, in blob order, before a fetch is spawned: the front
+    /// blob waits for its permits (this file then holds none, so whoever holds them is
+    /// ahead and makes progress), a blob behind it takes only permits that are free now. So
+    /// a later blob never holds what the front blob needs, whatever the budget.
     async fn produce_file(
         &self,
         repo: &str,
         f: &PullFile,
         tx: mpsc::Sender<Bytes>,
         received: &AtomicU64,
+        budget: &PullBudget,
+        staged: bool,
     ) -> Result<()> {
-        let budget_bytes = self.config().pull_budget.max(1 << 20);
-        let budget_kib = u32::try_from(budget_bytes >> 10).unwrap_or(u32::MAX);
-        let budget = Arc::new(Semaphore::new(budget_kib as usize));
+        let budget_bytes = budget.bytes;
         let window = self.config().transfer_concurrency.max(1);
-        let buffered = |b: &PullBlob| (b.zstd || f.blobs.len() > 1) && b.size <= budget_bytes;
+        let buffered =
+            |b: &PullBlob| (f.blobs.len() > 1 || (b.zstd && !staged)) && b.size <= budget_bytes;
         let mut fetches: std::collections::VecDeque<Aborting<Result<(Bytes, OwnedPermit)>>> =
             std::collections::VecDeque::new();
         let mut next = 0usize;
@@ -533,16 +551,12 @@ impl RegistryClient {
         for (i, blob) in f.blobs.iter().enumerate() {
             next = next.max(i);
             while next < f.blobs.len() && next - i < window && buffered(&f.blobs[next]) {
+                let Some(permit) = budget.take(f.blobs[next].size, next == i).await? else {
+                    break;
+                };
                 let b = f.blobs[next].clone();
-                let (client, repo, budget) = (self.clone(), repo.to_string(), budget.clone());
-                let cost = u32::try_from(b.size.div_ceil(1024))
-                    .unwrap_or(u32::MAX)
-                    .clamp(1, budget_kib.max(1));
+                let (client, repo) = (self.clone(), repo.to_string());
                 fetches.push_back(Aborting(tokio::spawn(async move {
-                    let permit = budget
-                        .acquire_many_owned(cost)
-                        .await
-                        .map_err(|_| Error::protocol("pull cancelled"))?;
                     let bytes = retry(&client.config().retry, "download chunk", || {
                         client.get_blob_bytes(&repo, &b.digest, b.size, budget_bytes)
                     })
@@ -676,8 +690,52 @@ fn pass_raw(
     Ok(n)
 }
 
+/// The memory one pull may hold in prefetched blobs (`pull_budget`), as KiB permits shared
+/// by all the pull's files.
+#[derive(Clone)]
+struct PullBudget {
+    permits: Arc<Semaphore>,
+    bytes: u64,
+    kib: u32,
+}
+
+impl PullBudget {
+    fn new(bytes: u64) -> PullBudget {
+        let bytes = bytes.max(1 << 20);
+        let kib = u32::try_from(bytes >> 10).unwrap_or(u32::MAX);
+        PullBudget {
+            permits: Arc::new(Semaphore::new(kib as usize)),
+            bytes,
+            kib,
+        }
+    }
+
+    /// The permits of a blob of `size` bytes: waited for when `wait` (the front blob),
+    /// otherwise only if free now (`None` when not).
+    async fn take(&self, size: u64, wait: bool) -> Result<Option<OwnedSemaphorePermit>> {
+        let cost = u32::try_from(size.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.kib);
+        let cancelled = || Error::protocol("pull cancelled");
+        if wait {
+            return self
+                .permits
+                .clone()
+                .acquire_many_owned(cost)
+                .await
+                .map(Some)
+                .map_err(|_| cancelled());
+        }
+        match self.permits.clone().try_acquire_many_owned(cost) {
+            Ok(p) => Ok(Some(p)),
+            Err(TryAcquireError::NoPermits) => Ok(None),
+            Err(TryAcquireError::Closed) => Err(cancelled()),
+        }
+    }
+}
+
 /// A permit of the pull budget, released when the chunk's bytes are decoded.
-struct OwnedPermit(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
+struct OwnedPermit(#[allow(dead_code)] OwnedSemaphorePermit);
 
 /// A task aborted when dropped (a failed pull stops its prefetches).
 struct Aborting<T>(tokio::task::JoinHandle<T>);

@@ -14,8 +14,7 @@ use tokio::io::AsyncRead;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use crate::client::{FileBlob, IO_BUF, RegistryClient};
-use crate::codec::encode_frame;
+use crate::client::{FileBlob, IO_BUF, RegistryClient, SpoolProgress};
 use crate::config::V2Options;
 use crate::error::{Error, Result, ResultExt};
 use crate::manifest::{
@@ -531,18 +530,48 @@ impl RegistryClient {
                 let workers = std::thread::available_parallelism()
                     .map_or(1, |n| n.get())
                     .min(8) as u32;
-                let blob = tokio::task::spawn_blocking(move || {
-                    compress_to_spool(&src, &spool, level, workers)
-                })
-                .await
-                .map_err(|e| Error::io("compress task", std::io::Error::other(e.to_string())))?
-                .context(|| format!("compressing {}", staged.name))?;
+                let file = Arc::new(create_unlinked(&spool)?);
+                // The upload follows the compressor through the spool file as it grows; the
+                // finished spool is uploaded the ordinary way if that fails.
+                let (progress, written) = tokio::sync::watch::channel((0u64, None));
+                let out = file.clone();
+                let compressed = tokio::task::spawn_blocking(move || {
+                    compress_to_spool(&src, out, level, workers, &progress)
+                });
+                let streamed = self
+                    .put_growing_blob(path, file, written, STREAM_PIECE)
+                    .await;
+                let blob = compressed
+                    .await
+                    .map_err(|e| Error::io("compress task", std::io::Error::other(e.to_string())))?
+                    .context(|| format!("compressing {}", staged.name))?;
                 let encoded = Staged {
                     name: staged.name.clone(),
                     meta: meta.clone(),
                     blob,
                 };
-                let pushed = self.transfer(path, &encoded, opts, sent).await?;
+                let pushed = match streamed {
+                    Ok((digest, size)) if digest == encoded.blob.digest => {
+                        sent.fetch_add(size, Ordering::Relaxed);
+                        opts.notify(PushEvent::BlobUploaded {
+                            name: encoded.name.clone(),
+                            digest: digest.clone(),
+                            size,
+                        });
+                        PushedLayer {
+                            name: encoded.name.clone(),
+                            digest,
+                            size,
+                            uploaded: true,
+                        }
+                    }
+                    other => {
+                        if let Err(e) = other {
+                            tracing::debug!(file = %encoded.name, error = %e, "streamed upload failed; uploading the spool");
+                        }
+                        self.transfer(path, &encoded, opts, sent).await?
+                    }
+                };
                 Ok((
                     meta,
                     vec![OutLayer {
@@ -554,15 +583,25 @@ impl RegistryClient {
             }
             Encoding::Chunks { compress, chunk } => {
                 let count = usize::try_from(size.div_ceil(chunk)).unwrap_or(usize::MAX);
-                let conc = Arc::new(Semaphore::new(self.config().transfer_concurrency));
+                // Chunks are read and compressed at most one per CPU, in chunk order, and
+                // uploaded `transfer_concurrency` at a time: the first chunk is ready after
+                // one chunk's compression (not after all the window's, which share the
+                // CPUs), and compression keeps going while earlier chunks upload. At most
+                // `transfer_concurrency + cpus` chunks are in flight.
+                let conc = self.config().transfer_concurrency;
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let encoders = Arc::new(Semaphore::new(cpus));
+                let ahead = Arc::new(Semaphore::new(conc + cpus));
+                let uploads = Arc::new(Semaphore::new(conc));
                 let mut tasks = JoinSet::new();
                 let mut done = Vec::with_capacity(count);
                 let cancelled = |_| Error::protocol("push cancelled");
                 for k in 0..count {
                     let offset = k as u64 * chunk;
                     let len = chunk.min(size - offset);
-                    // Raw and compressed bytes of a chunk in flight: memory stays within the
-                    // budget, and at most `transfer_concurrency` chunks exist at a time.
+                    // Twice a chunk for each chunk in flight (a raw chunk is read whole; a
+                    // compressed one streams into an output of up to its bound): memory stays
+                    // within the budget.
                     let cost = u32::try_from((2 * len).div_ceil(1024))
                         .unwrap_or(u32::MAX)
                         .clamp(1, budget_kib(self.config().memory_budget));
@@ -571,7 +610,8 @@ impl RegistryClient {
                         .acquire_many_owned(cost)
                         .await
                         .map_err(cancelled)?;
-                    let slot = conc.clone().acquire_owned().await.map_err(cancelled)?;
+                    let slot = ahead.clone().acquire_owned().await.map_err(cancelled)?;
+                    let encoder = encoders.clone().acquire_owned().await.map_err(cancelled)?;
                     while let Some(r) = tasks.try_join_next() {
                         done.push(r.map_err(|e| {
                             Error::io("chunk task", std::io::Error::other(e.to_string()))
@@ -581,23 +621,28 @@ impl RegistryClient {
                         (self.clone(), path.to_string(), opts.clone(), sent.clone());
                     let src = staged.blob.clone();
                     let (name, level) = (staged.name.clone(), v2.zstd_level);
+                    let uploads = uploads.clone();
                     tasks.spawn(async move {
                         let _held = (mem, slot);
-                        let bytes = tokio::task::spawn_blocking(move || {
-                            let raw = read_range(&src, offset, len)
-                                .map_err(|e| Error::io("reading a chunk", e))?;
-                            if compress {
-                                encode_frame(&raw, level, 0).map(Bytes::from)
+                        let (bytes, digest) = tokio::task::spawn_blocking(move || {
+                            let _encoder = encoder;
+                            let bytes = if compress {
+                                Bytes::from(compress_range(&src, offset, len, level)?)
                             } else {
-                                Ok(Bytes::from(raw))
-                            }
+                                Bytes::from(
+                                    read_range(&src, offset, len)
+                                        .map_err(|e| Error::io("reading a chunk", e))?,
+                                )
+                            };
+                            let digest = Digest::of(&bytes);
+                            Ok::<_, Error>((bytes, digest))
                         })
                         .await
                         .map_err(|e| {
                             Error::io("chunk task", std::io::Error::other(e.to_string()))
                         })??;
-                        let digest = Digest::of(&bytes);
                         let size = bytes.len() as u64;
+                        let _upload = uploads.acquire_owned().await.map_err(cancelled)?;
                         let uploaded = if client.has_blob_path(&path, &digest).await? {
                             opts.notify(PushEvent::BlobSkipped {
                                 name: name.clone(),
@@ -665,35 +710,82 @@ fn read_range(src: &FileBlob, offset: u64, len: u64) -> std::io::Result<Vec<u8>>
     Ok(buf)
 }
 
+/// Compresses `len` layer bytes of `src` from layer offset `offset` into one zstd frame with
+/// the content size in its header and a content checksum (a chunk: the Go writer's
+/// `EncodeAll`), reading them in `IO_BUF` pieces: no chunk-sized buffer of raw bytes (and
+/// its page faults) besides the output.
+fn compress_range(src: &FileBlob, offset: u64, len: u64, level: i32) -> Result<Vec<u8>> {
+    let io = |e| Error::io("compressing a chunk", e);
+    let bound =
+        zstd::zstd_safe::compress_bound(usize::try_from(len).map_err(|_| {
+            Error::invalid("chunk size", format!("{len} bytes do not fit in memory"))
+        })?);
+    let mut enc =
+        zstd::stream::write::Encoder::new(Vec::with_capacity(bound), level).map_err(io)?;
+    enc.include_checksum(true).map_err(io)?;
+    enc.include_contentsize(true).map_err(io)?;
+    enc.set_pledged_src_size(Some(len)).map_err(io)?;
+    let mut r = ExtentReader::new(src.file.clone(), src.extents.clone());
+    r.seek(offset);
+    let mut buf = vec![0u8; IO_BUF];
+    let mut left = len;
+    while left > 0 {
+        let want = usize::try_from(left.min(IO_BUF as u64)).unwrap_or(IO_BUF);
+        let n = r.read_into(&mut buf[..want]).map_err(io)?;
+        if n == 0 {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "file shrank while it was being read",
+            )));
+        }
+        enc.write_all(&buf[..n]).map_err(io)?;
+        left -= n as u64;
+    }
+    enc.finish().map_err(io)
+}
+
+/// PATCH size of a streamed upload: what has to be on disk before it is sent.
+const STREAM_PIECE: u64 = 8 << 20;
+
 /// Compresses a file's layer bytes into one zstd frame (streaming, content checksum, libzstd
-/// worker threads) in an unlinked spool file, hashing the output: the encoded layer blob.
-fn compress_to_spool(src: &FileBlob, dir: &Path, level: i32, workers: u32) -> Result<FileBlob> {
-    struct Hashing<W> {
-        inner: W,
+/// worker threads) into the unlinked spool file `out`, hashing the output: the encoded layer
+/// blob. `progress` follows what is on disk, and carries the digest at the end.
+fn compress_to_spool(
+    src: &FileBlob,
+    out: Arc<File>,
+    level: i32,
+    workers: u32,
+    progress: &tokio::sync::watch::Sender<SpoolProgress>,
+) -> Result<FileBlob> {
+    /// Writes to the spool, hashing and counting what reached the file.
+    struct Spool<'a> {
+        file: &'a File,
         hasher: Hasher,
         n: u64,
+        progress: &'a tokio::sync::watch::Sender<SpoolProgress>,
     }
-    impl<W: std::io::Write> std::io::Write for Hashing<W> {
+    impl std::io::Write for Spool<'_> {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            let n = self.inner.write(b)?;
+            let n = self.file.write(b)?;
             self.hasher.update(&b[..n]);
             self.n += n as u64;
+            self.progress.send_replace((self.n, None));
             Ok(n)
         }
         fn flush(&mut self) -> std::io::Result<()> {
-            self.inner.flush()
+            self.file.flush()
         }
     }
-    let file = create_unlinked(dir)?;
-    let writer = file
-        .try_clone()
-        .map_err(|e| Error::io("cloning spool file handle", e))?;
     let io = |e| Error::io("compressing into the spool file", e);
-    let sink = Hashing {
-        inner: std::io::BufWriter::with_capacity(IO_BUF, writer),
-        hasher: Hasher::new(),
-        n: 0,
-    };
+    let sink = std::io::BufWriter::with_capacity(
+        IO_BUF,
+        Spool {
+            file: &out,
+            hasher: Hasher::new(),
+            n: 0,
+            progress,
+        },
+    );
     let mut enc = zstd::stream::write::Encoder::new(sink, level).map_err(io)?;
     enc.include_checksum(true).map_err(io)?;
     if workers > 1 {
@@ -708,14 +800,15 @@ fn compress_to_spool(src: &FileBlob, dir: &Path, level: i32, workers: u32) -> Re
         }
         enc.write_all(&buf[..n]).map_err(io)?;
     }
-    let mut sink = enc.finish().map_err(io)?;
-    sink.flush().map_err(io)?;
-    let size = sink.n;
+    let sink = enc.finish().map_err(io)?;
+    let spool = sink.into_inner().map_err(|e| io(e.into_error()))?;
+    let (size, digest) = (spool.n, spool.hasher.finish());
+    progress.send_replace((size, Some(digest.clone())));
     Ok(FileBlob {
-        file: Arc::new(file),
+        file: out.clone(),
         extents: Segment::whole(size),
         size,
-        digest: sink.hasher.finish(),
+        digest,
     })
 }
 

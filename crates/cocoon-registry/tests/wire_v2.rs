@@ -498,3 +498,76 @@ fn zstd_frame_content_size(frame: &[u8]) -> Option<u64> {
     }
     Some(if n == 2 { v + 256 } else { v })
 }
+
+/// A chunked pull whose budget holds fewer chunks than the read-ahead completes: permits are
+/// taken in chunk order, so a chunk behind the front never holds what the front needs (the
+/// pull used to deadlock when it did). Two chunked files pull in parallel on one budget, to
+/// a directory and as an import tar; a deadlock fails at the deadline instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_pulls_complete_with_a_budget_smaller_than_the_read_ahead() {
+    const MIB: u64 = 1 << 20;
+    let reg = Registry::start_temp(None).await.expect("registry");
+    let work = TempDir::new("cocoon-v2-budget");
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let files = [
+        common::FileSpec::dense("config.json", 4096),
+        common::FileSpec::dense("memory-ranges", 12 * MIB),
+        common::FileSpec::dense("overlay.qcow2", 6 * MIB),
+    ];
+    common::write_snapshot_dir(&src, "budget-vm", "sid-budget", &files, 7);
+    for (zstd_level, budget) in [(0, 2 * MIB), (0, MIB), (1, 2 * MIB)] {
+        let repo = unique_name("rs-budget");
+        let knobs = V2Options {
+            zstd_level,
+            chunk_size: MIB,
+        };
+        client(&reg, knobs)
+            .push_snapshot_dir(&repo, &src, &PushOptions::new("latest", ""))
+            .await
+            .expect("push");
+        let mut cfg = RegistryConfig::for_registry(reg.addr()).expect("config");
+        cfg.pull_budget = budget;
+        cfg.transfer_concurrency = 4;
+        let c = RegistryClient::new(cfg).expect("client");
+        let case = format!("zstd {zstd_level}, budget {} MiB", budget / MIB);
+        let deadline = std::time::Duration::from_secs(60);
+        let dst = work.path().join(format!("pulled-{zstd_level}-{budget}"));
+        let report = tokio::time::timeout(
+            deadline,
+            c.pull_snapshot_to_dir(&repo, "latest", &dst, "budget-vm"),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{case}: directory pull did not finish (deadlock)"))
+        .unwrap_or_else(|e| panic!("{case}: directory pull: {e}"));
+        assert!(
+            report.format.contains("chunks"),
+            "{case}: {}",
+            report.format
+        );
+        for f in &files {
+            assert!(
+                common::same_content(&src.join(f.name), &dst.join(f.name)).expect("compare"),
+                "{case}: {} read back",
+                f.name
+            );
+        }
+        let mut tar = Vec::new();
+        tokio::time::timeout(
+            deadline,
+            c.pull_snapshot_to_tar(&repo, "latest", "budget-vm", &mut tar),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{case}: tar pull did not finish (deadlock)"))
+        .unwrap_or_else(|e| panic!("{case}: tar pull: {e}"));
+        let entries = read_tar(tar).await.expect("import tar");
+        let memory = entries
+            .iter()
+            .find(|(name, _, _)| name == "memory-ranges")
+            .expect("memory-ranges entry");
+        assert!(
+            std::fs::read(src.join("memory-ranges")).ok().as_ref() == Some(&memory.2),
+            "{case}: memory-ranges in the tar"
+        );
+    }
+}
