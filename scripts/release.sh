@@ -5,6 +5,9 @@
 #   --out DIR    where the archive and manifest go (default dist/)
 #   --tag TAG    the release tag (default v<workspace version>)
 # The archive holds kubectl-cocoon, the kubectl_complete-cocoon shim, completions/ and LICENSE.
+# Next to it, the node host archive cocoon-node-<version>-linux-amd64.tar.gz: one directory of
+# that name with the static cocoon-operator, the systemd unit cocoon-node.service,
+# node.env.example, INSTALL.md (manifests/node/) and LICENSE. Each archive gets a .sha256 file.
 # linux/arm64, darwin/amd64 and darwin/arm64 need another builder (no cross toolchains here);
 # their entries are left out of the rendered manifest. Prints the manifest path on stdout.
 set -euo pipefail
@@ -19,7 +22,7 @@ while [ $# -gt 0 ]; do
     --out=*) out=${1#--out=}; shift ;;
     --tag) tag=${2:?--tag needs a value}; shift 2 ;;
     --tag=*) tag=${1#--tag=}; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "release.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -56,6 +59,22 @@ tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$mtime
   kubectl-cocoon kubectl_complete-cocoon completions LICENSE | gzip -9n >"$out/$archive"
 (cd "$out" && sha256sum "$archive" >"$archive.sha256")
 log "$out/$archive ($(stat -c %s "$out/$archive") bytes)"
+
+# The node host archive: the same static build (no second compile), unit, env example, guide.
+host=cocoon-node-$version-linux-amd64
+log "building cocoon-operator $version, release, static ($triple)"
+opbin=$(static_binary cocoon-operator)
+mkdir -p "$stage/$host"
+strip -o "$stage/$host/cocoon-operator" "$opbin"
+chmod 0755 "$stage/$host/cocoon-operator"
+for f in manifests/node/cocoon-node.service manifests/node/node.env.example \
+         manifests/node/INSTALL.md LICENSE; do
+  install -m 0644 "$f" "$stage/$host/"
+done
+tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$mtime" -cf - "$host" |
+  gzip -9n >"$out/$host.tar.gz"
+(cd "$out" && sha256sum "$host.tar.gz" >"$host.tar.gz.sha256")
+log "$out/$host.tar.gz ($(stat -c %s "$out/$host.tar.gz") bytes)"
 
 # Render plugin/.krew.yaml: {{ .TagName }} → the tag; each platform whose archive was built
 # gets `uri:` and `sha256:` in place of addURIAndSha; the other platforms are left out.

@@ -1,7 +1,9 @@
 //! The krew release (plugin/.krew.yaml, scripts/release.sh): the real krew installs the plugin
 //! from the locally built archive with the rendered manifest (so the archive's sha256 and the
 //! manifest agree, and krew accepts the manifest), and kubectl then runs `kubectl cocoon` from
-//! KREW_ROOT/bin.
+//! KREW_ROOT/bin. The same run's node host archive (cocoon-node-<version>-linux-amd64.tar.gz)
+//! holds exactly the static cocoon-operator, which runs, and the unit, env example and install
+//! guide as committed.
 
 use std::path::Path;
 use std::process::Command;
@@ -36,6 +38,7 @@ fn check_krew(kubectl: &Path, kubeconfig: &Path) {
     let manifest = stdout(&out).trim().to_string();
     assert_eq!(Path::new(&manifest), dist.join("cocoon.yaml"));
     let archive = dist.join("kubectl-cocoon-linux-amd64.tar.gz");
+    check_host_archive(&dist, version, &rev);
     let krew = stdout(&run_ok(&mut Command::new(root.join("scripts/krew.sh"))))
         .trim()
         .to_string();
@@ -110,4 +113,63 @@ fn check_krew(kubectl: &Path, kubeconfig: &Path) {
         )),
         "{text}"
     );
+}
+
+/// The node host archive next to the plugin's: its checksum file, its exact entries, the binary
+/// (`--version` names this build) and the committed unit, env example, guide and licence.
+fn check_host_archive(dist: &Path, version: &str, rev: &str) {
+    let root = workspace_root();
+    let dir = format!("cocoon-node-{version}-linux-amd64");
+    let name = format!("{dir}.tar.gz");
+    run_ok(
+        Command::new("sha256sum")
+            .args(["--check", "--strict", &format!("{name}.sha256")])
+            .current_dir(dist),
+    );
+    let listing = stdout(&run_ok(
+        Command::new("tar").arg("-tzf").arg(dist.join(&name)),
+    ));
+    let files = [
+        "INSTALL.md",
+        "LICENSE",
+        "cocoon-node.service",
+        "cocoon-operator",
+        "node.env.example",
+    ];
+    let mut want = vec![format!("{dir}/")];
+    want.extend(files.iter().map(|f| format!("{dir}/{f}")));
+    assert_eq!(listing.lines().collect::<Vec<_>>(), want, "{name}");
+
+    let unpacked = tempfile::tempdir().expect("temp dir");
+    run_ok(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(dist.join(&name))
+            .arg("-C")
+            .arg(unpacked.path()),
+    );
+    let host = unpacked.path().join(&dir);
+    let bin = host.join("cocoon-operator");
+    assert_eq!(
+        stdout(&run_ok(Command::new(&bin).arg("--version"))),
+        format!("cocoon-operator {version} (git {rev})\n")
+    );
+    let ldd = Command::new("ldd").arg(&bin).output().expect("ldd");
+    let said = format!("{}{}", stdout(&ldd), String::from_utf8_lossy(&ldd.stderr));
+    assert!(
+        said.contains("not a dynamic executable") || said.contains("statically linked"),
+        "{said}"
+    );
+    for (file, committed) in [
+        ("cocoon-node.service", "manifests/node/cocoon-node.service"),
+        ("node.env.example", "manifests/node/node.env.example"),
+        ("INSTALL.md", "manifests/node/INSTALL.md"),
+        ("LICENSE", "LICENSE"),
+    ] {
+        assert_eq!(
+            std::fs::read(host.join(file)).expect(file),
+            std::fs::read(root.join(committed)).expect(committed),
+            "{file} in {name} differs from {committed}"
+        );
+    }
 }

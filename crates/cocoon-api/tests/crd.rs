@@ -457,14 +457,21 @@ fn committed_crds_match_the_code() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let files = crd::render_files().expect("render");
     assert_eq!(files.len(), 2);
+    // `COCOON_UPDATE_CRDS=1` rewrites the committed copies instead of comparing them.
+    let update = std::env::var_os("COCOON_UPDATE_CRDS").is_some_and(|v| v == "1");
     // The kustomization's and the Helm chart's copies.
     for dir in ["manifests/crds", "charts/cocoon/crds"] {
         for (name, yaml) in &files {
             let path = root.join(dir).join(name);
+            if update {
+                std::fs::write(&path, yaml).expect("write CRD");
+                continue;
+            }
             let committed = std::fs::read_to_string(&path).unwrap_or_default();
             assert!(
                 &committed == yaml,
-                "{} differs from the code; regenerate with `cargo run -p cocoon-bin -- crd --out-dir {dir}`",
+                "{} differs from the code; regenerate with `COCOON_UPDATE_CRDS=1 cargo test -p cocoon-api --test crd` \
+                 or `cargo run -p cocoon-bin -- crd --out-dir {dir}`",
                 path.display()
             );
         }

@@ -47,6 +47,7 @@ pub struct CocoonHibernationSpec {
 /// Names the target pod.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodRef {
+    /// Name of the pod whose VM is hibernated or woken.
     #[schemars(length(min = 1))]
     pub name: String,
 }
@@ -107,13 +108,18 @@ impl std::fmt::Display for HibernationPhase {
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CocoonHibernationStatus {
+    /// The `metadata.generation` this status reflects.
     #[serde(default, skip_serializing_if = "is_zero_i64")]
     pub observed_generation: i64,
+    /// Where the hibernate or wake stands; `Failed` is retried on the next pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<HibernationPhase>,
-    /// The VM this CR tracks; deletion uses it, not the pod's current annotation.
+    /// The VM this CR tracks, written on every phase change; deletion uses it, not the pod's
+    /// current annotation.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub vm_name: String,
+    /// Only `Ready` is used: `True` once `Hibernated` or `Active`, `False` while in flight or
+    /// `Failed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

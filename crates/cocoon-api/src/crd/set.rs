@@ -179,6 +179,8 @@ pub struct VmOptions {
     /// Bypass the node's image cache.
     #[serde(default, skip_serializing_if = "is_false")]
     pub force_pull: bool,
+    /// `true` passes `--no-direct-io` to the runtime: the VM's disks go through the host page
+    /// cache instead of direct I/O.
     #[serde(default, skip_serializing_if = "is_false", rename = "noDirectIO")]
     pub no_direct_io: bool,
     /// TCP readiness probe port instead of ICMP; 0 = unset.
@@ -208,8 +210,10 @@ pub struct AgentSpec {
     pub mode: AgentMode,
     #[serde(flatten)]
     pub vm: VmOptions,
+    /// Copied onto the agent pods' placeholder container.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<EnvFromSource>,
+    /// Service account of the agent pods; set on the pod only when non-empty.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub service_account_name: String,
 }
@@ -221,6 +225,7 @@ pub struct ToolboxSpec {
     /// Toolbox identity; the pod is `<cs>-<name>`.
     #[schemars(length(min = 1, max = 63), pattern(TOOLBOX_NAME_PATTERN))]
     pub name: String,
+    /// Image or snapshot reference the toolbox VM boots from.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub image: String,
     #[serde(default)]
@@ -281,6 +286,7 @@ impl std::fmt::Display for CocoonSetPhase {
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CocoonSetStatus {
+    /// The `metadata.generation` this status was built from.
     #[serde(default, skip_serializing_if = "is_zero_i64")]
     pub observed_generation: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -291,16 +297,22 @@ pub struct CocoonSetStatus {
     /// `1 + spec.agent.replicas`.
     #[serde(default)]
     pub desired_agents: i32,
+    /// Ready toolbox pods. Always written, also 0.
     #[serde(default)]
     pub ready_toolboxes: i32,
+    /// Number of entries in `spec.toolboxes`.
     #[serde(default)]
     pub desired_toolboxes: i32,
+    /// One entry per existing agent pod, keyed by `slot`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["slot".into()]))]
     pub agents: Vec<AgentStatus>,
+    /// One entry per existing toolbox pod, keyed by `name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub toolboxes: Vec<ToolboxStatus>,
+    /// `Ready` (every desired agent and toolbox pod is Ready) and `Progressing` (the phase is
+    /// `Pending` or `Scaling`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -314,14 +326,19 @@ pub struct AgentStatus {
     pub slot: i32,
     /// `main` or `sub-agent`.
     pub role: String,
+    /// The agent pod, `<cocoonset>-<slot>`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pod_name: String,
+    /// The VM name, from the pod annotation `vm.cocoonstack.io/name`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub vm_name: String,
+    /// The runtime's VM id, from the pod annotation `vm.cocoonstack.io/id`.
     #[serde(default, skip_serializing_if = "String::is_empty", rename = "vmID")]
     pub vm_id: String,
+    /// The VM's IP address, from the pod annotation `vm.cocoonstack.io/ip`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ip: String,
+    /// The pod's `status.phase`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
     /// Sub-agents: the main's VM name.
@@ -333,19 +350,28 @@ pub struct AgentStatus {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolboxStatus {
+    /// The toolbox's name in `spec.toolboxes`.
     pub name: String,
+    /// The toolbox pod, `<cocoonset>-<name>`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pod_name: String,
+    /// The VM name, from the pod annotation `vm.cocoonstack.io/name`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub vm_name: String,
+    /// The runtime's VM id, from the pod annotation `vm.cocoonstack.io/id`.
     #[serde(default, skip_serializing_if = "String::is_empty", rename = "vmID")]
     pub vm_id: String,
+    /// The VM's IP address, from the pod annotation `vm.cocoonstack.io/ip`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ip: String,
+    /// The pod's `status.phase`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
+    /// How to connect: the pod's `vm.cocoonstack.io/conn-type`; else `vnc` when a VNC port is
+    /// set, `adb` for android, `rdp` for windows, otherwise `ssh`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub conn_type: String,
+    /// The VNC port, from the pod annotation `vm.cocoonstack.io/vnc-port`; 0 = none.
     #[serde(default, skip_serializing_if = "is_zero_i32")]
     pub vnc_port: i32,
 }
