@@ -121,13 +121,15 @@ impl Reader {
     /// Every figure, read now.
     pub fn sample(&self) -> Sample {
         let stat = self.own("stat").as_deref().and_then(parse_stat);
-        let boot = self.read(Path::new("stat")).as_deref().and_then(parse_boot_time);
+        let boot = self
+            .read(Path::new("stat"))
+            .as_deref()
+            .and_then(parse_boot_time);
         let open_fds = std::fs::read_dir(self.proc_root.join(&self.pid).join("fd"))
             .ok()
             .map(|dir| dir.filter(|e| e.is_ok()).count() as u64);
         Sample {
-            cpu_seconds: stat
-                .map(|s| (s.utime_ticks + s.stime_ticks) as f64 / TICKS_PER_SECOND),
+            cpu_seconds: stat.map(|s| (s.utime_ticks + s.stime_ticks) as f64 / TICKS_PER_SECOND),
             resident_bytes: self.own("status").as_deref().and_then(parse_resident_bytes),
             virtual_bytes: stat.map(|s| s.vsize_bytes),
             start_time_seconds: stat
@@ -171,14 +173,19 @@ mod tests {
 
         let status = "Name:\tcocoon\nVmPeak:\t  99999 kB\nVmRSS:\t   12288 kB\nThreads:\t9\n";
         assert_eq!(parse_resident_bytes(status), Some(12288 * 1024));
-        assert_eq!(parse_resident_bytes("VmRSS:\t12\n"), None, "a unit is required");
+        assert_eq!(
+            parse_resident_bytes("VmRSS:\t12\n"),
+            None,
+            "a unit is required"
+        );
         assert_eq!(parse_resident_bytes("Name:\tkthread\n"), None);
 
         let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
             Max cpu time              unlimited            unlimited            seconds   \n\
             Max open files            1024                 1048576              files     \n";
         assert_eq!(parse_max_open_files(limits), Some(1024));
-        let unlimited = "Max open files            unlimited            unlimited            files\n";
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
         assert_eq!(parse_max_open_files(unlimited), None);
     }
 

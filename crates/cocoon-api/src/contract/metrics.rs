@@ -103,6 +103,13 @@ pub mod node {
     /// Buckets of the push and pull duration histograms.
     pub const SNAPSHOT_TRANSFER_DURATION_BUCKETS: [f64; 7] =
         [1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+    /// Counter {direction} (beyond): registry bytes a snapshot push sent (`push`) or a
+    /// snapshot pull received (`pull`), on the wire (after compression).
+    pub const SNAPSHOT_TRANSFER_BYTES_TOTAL: &str = "cocoon_vk_snapshot_transfer_bytes_total";
+    /// `direction` value of [`SNAPSHOT_TRANSFER_BYTES_TOTAL`].
+    pub const DIRECTION_PUSH: &str = "push";
+    /// `direction` value of [`SNAPSHOT_TRANSFER_BYTES_TOTAL`].
+    pub const DIRECTION_PULL: &str = "pull";
     /// Histogram.
     pub const PROBE_DURATION_SECONDS: &str = "cocoon_vk_probe_duration_seconds";
     /// Buckets of [`PROBE_DURATION_SECONDS`].
@@ -230,6 +237,8 @@ pub mod label {
     pub const POD: &str = "pod";
     /// Reconciling controller.
     pub const CONTROLLER: &str = "controller";
+    /// Snapshot transfer direction (`push` / `pull`).
+    pub const DIRECTION: &str = "direction";
     /// Build version (`cocoon_operator_build_info`).
     pub const VERSION: &str = "version";
     /// Build git revision (`cocoon_operator_build_info`).

@@ -487,6 +487,11 @@ pub async fn run(
     let (set_reader, set_writer) = reflector::store::<CocoonSet>();
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
     let (hib_reader, hib_writer) = reflector::store::<CocoonHibernation>();
+    ctx.metrics.count_phases(
+        cocoon_api::contract::metrics::operator::KIND_COCOONSET,
+        set_reader.clone(),
+        |set| set.status.as_ref()?.phase.map(|p| p.as_str()),
+    );
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
         caches: Caches {
