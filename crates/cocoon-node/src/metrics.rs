@@ -235,6 +235,7 @@ impl NodeMetrics {
             lease_release: Family::default(),
         };
         m.register_all();
+        m.init_outcomes();
         m.registry
             .register_collector(Box::new(ScrapeCollector { host, vm_source }));
         m.registry
@@ -389,6 +390,29 @@ impl NodeMetrics {
             "DHCP lease releases",
             self.lease_release.clone(),
         );
+    }
+
+    /// Creates the snapshot and wake outcome series at 0 (`ok` and `failed`), and both
+    /// transfer directions: the families are in the scrape from the start, and `increase()` in
+    /// an alert sees the very first failure.
+    fn init_outcomes(&self) {
+        for family in [
+            &self.snapshot_pull,
+            &self.snapshot_save,
+            &self.snapshot_push,
+            &self.wake,
+        ] {
+            for result in [names::RESULT_OK, names::RESULT_FAILED] {
+                family.get_or_create(&ResultLabel {
+                    result: result.into(),
+                });
+            }
+        }
+        for direction in [names::DIRECTION_PUSH, names::DIRECTION_PULL] {
+            self.snapshot_transfer_bytes.get_or_create(&DirectionLabel {
+                direction: direction.into(),
+            });
+        }
     }
 
     /// Installs (or replaces) the per-VM row source of the scrape-time collector.

@@ -273,9 +273,51 @@ impl Metrics {
             "The running build: version and git revision (always 1)",
             m.build_info.clone(),
         );
+        // Both outcomes of the phase histograms exist from the start.
+        for result in [names::RESULT_OK, names::RESULT_TIMEOUT] {
+            let labels = ResultLabel {
+                result: result.into(),
+            };
+            m.hibernate_phase_duration.get_or_create(&labels);
+            m.wake_phase_duration.get_or_create(&labels);
+        }
         registry.register_collector(Box::new(LiveCollector(m.live.clone())));
         registry.register_collector(Box::new(ProcessCollector::new()));
         Metrics { registry, ..m }
+    }
+
+    /// Creates every series of one CocoonSet at 0 (called when the controller first sees the
+    /// set): `increase()` and `rate()` then see its first event, and the families are in the
+    /// scrape before anything happened ([`Metrics::forget_set`] removes them again).
+    pub fn init_set(&self, set: &SetLabels) {
+        for family in [
+            &self.subagent_rebuild,
+            &self.subagent_dead_letter,
+            &self.slot_release_pods_deleted,
+            &self.slot_release_wake_unschedulable,
+            &self.migrate_unschedulable,
+        ] {
+            family.get_or_create(set);
+        }
+        for placement in [names::PLACEMENT_HINT_NODE, names::PLACEMENT_POOL] {
+            self.slot_release_wake.get_or_create(&PlacementLabels {
+                namespace: set.namespace.clone(),
+                cocoonset: set.cocoonset.clone(),
+                placement: placement.to_string(),
+            });
+        }
+    }
+
+    /// Creates `cocoon_operator_reconcile_errors_total{controller, kind}` at 0 for each error
+    /// class `kinds` of `controller` (called when the controller starts), so the error-ratio
+    /// alert sees the first failure.
+    pub fn init_controller(&self, controller: &str, kinds: &[&str]) {
+        for kind in kinds {
+            self.reconcile_errors.get_or_create(&ErrorLabels {
+                controller: controller.into(),
+                kind: (*kind).into(),
+            });
+        }
     }
 
     /// Sets `cocoon_operator_build_info{version, revision}` = 1 (the binary knows both).

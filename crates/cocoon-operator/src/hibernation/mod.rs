@@ -223,6 +223,8 @@ pub async fn run(
         error!("the CocoonHibernation controller runs once per context");
         return;
     };
+    ctx.metrics
+        .init_controller(CONTROLLER, &["kube", "registry", "invalid", "cache"]);
     ctx.metrics.count_phases(
         cocoon_api::contract::metrics::operator::KIND_COCOONHIBERNATION,
         ctx.crs.clone(),
