@@ -382,7 +382,9 @@ fn values_show_in_the_render() {
             "{which}: {cond}"
         );
     }
-    assert_eq!(objs.len(), 12, "{:?}", objs.keys());
+    // The metrics Service is on by default and follows namePrefix and namespace.name.
+    assert!(objs.contains_key("v1/Service/ops/blue-cocoon-operator-metrics"));
+    assert_eq!(objs.len(), 13, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.
