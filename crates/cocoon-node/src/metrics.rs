@@ -403,13 +403,13 @@ impl NodeMetrics {
             &self.wake,
         ] {
             for result in [names::RESULT_OK, names::RESULT_FAILED] {
-                family.get_or_create(&ResultLabel {
+                let _ = family.get_or_create(&ResultLabel {
                     result: result.into(),
                 });
             }
         }
         for direction in [names::DIRECTION_PUSH, names::DIRECTION_PULL] {
-            self.snapshot_transfer_bytes.get_or_create(&DirectionLabel {
+            let _ = self.snapshot_transfer_bytes.get_or_create(&DirectionLabel {
                 direction: direction.into(),
             });
         }

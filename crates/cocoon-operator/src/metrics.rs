@@ -278,8 +278,8 @@ impl Metrics {
             let labels = ResultLabel {
                 result: result.into(),
             };
-            m.hibernate_phase_duration.get_or_create(&labels);
-            m.wake_phase_duration.get_or_create(&labels);
+            let _ = m.hibernate_phase_duration.get_or_create(&labels);
+            let _ = m.wake_phase_duration.get_or_create(&labels);
         }
         registry.register_collector(Box::new(LiveCollector(m.live.clone())));
         registry.register_collector(Box::new(ProcessCollector::new()));
@@ -297,10 +297,10 @@ impl Metrics {
             &self.slot_release_wake_unschedulable,
             &self.migrate_unschedulable,
         ] {
-            family.get_or_create(set);
+            let _ = family.get_or_create(set);
         }
         for placement in [names::PLACEMENT_HINT_NODE, names::PLACEMENT_POOL] {
-            self.slot_release_wake.get_or_create(&PlacementLabels {
+            let _ = self.slot_release_wake.get_or_create(&PlacementLabels {
                 namespace: set.namespace.clone(),
                 cocoonset: set.cocoonset.clone(),
                 placement: placement.to_string(),
@@ -313,7 +313,7 @@ impl Metrics {
     /// alert sees the first failure.
     pub fn init_controller(&self, controller: &str, kinds: &[&str]) {
         for kind in kinds {
-            self.reconcile_errors.get_or_create(&ErrorLabels {
+            let _ = self.reconcile_errors.get_or_create(&ErrorLabels {
                 controller: controller.into(),
                 kind: (*kind).into(),
             });
