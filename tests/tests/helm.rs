@@ -234,6 +234,51 @@ async fn default_render_is_the_kustomization() {
     .await;
 }
 
+/// The same comparison with the optional monitoring objects on: the chart's ServiceMonitor,
+/// PrometheusRule and dashboard ConfigMap are those of manifests/components/monitoring
+/// (tests/monitoring-overlay puts it on top of manifests/); and the metrics Service goes with
+/// `metrics.service.enabled=false`.
+#[tokio::test]
+async fn monitoring_render_is_the_monitoring_component() {
+    cocoon_testenv::run_test(|env| async move {
+        let home = tempfile::tempdir()?;
+        let kustomized = run_ok(
+            env.kubectl()
+                .arg("kustomize")
+                .arg(workspace_root().join("tests/monitoring-overlay")),
+        );
+        let want = objects(&stdout(&kustomized));
+        let got = render(
+            home.path(),
+            &[
+                "--include-crds",
+                "--set",
+                "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+                "--set",
+                "metrics.dashboard.enabled=true",
+            ],
+        );
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "the same objects"
+        );
+        for (key, obj) in &want {
+            assert!(
+                &got[key] == obj,
+                "{key} differs:\n--- helm template\n{:#}\n--- kubectl kustomize\n{obj:#}",
+                got[key]
+            );
+        }
+        let service = "v1/Service/cocoon-system/cocoon-operator-metrics";
+        assert!(want.contains_key(service), "{:?}", want.keys());
+        let without = render(home.path(), &["--set", "metrics.service.enabled=false"]);
+        assert!(!without.contains_key(service));
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
 #[test]
 fn values_show_in_the_render() {
     let home = tempfile::tempdir().unwrap();
@@ -376,7 +421,9 @@ fn values_show_in_the_render() {
         owner["spec"]["variables"][0]["expression"],
         r#"["system:serviceaccount:ops:blue-cocoon-operator", "system:serviceaccount:tools:importer", "alice@example.com"]"#
     );
-    assert_eq!(objs.len(), 18, "{:?}", objs.keys());
+    // The metrics Service is on by default and follows namePrefix and namespace.name.
+    assert!(objs.contains_key("v1/Service/ops/blue-cocoon-operator-metrics"));
+    assert_eq!(objs.len(), 19, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.

@@ -4,6 +4,9 @@
 pub mod contract;
 pub mod crd;
 pub mod naming;
+#[cfg(feature = "process-metrics")]
+pub mod process;
+pub mod procfs;
 pub mod user_agent;
 
 pub use crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, CocoonHibernationStatus};

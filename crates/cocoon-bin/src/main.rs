@@ -172,6 +172,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .and_then(|c| Ok(kube::Client::try_from(user_agent::kube_config(c))?))
         .context("connect to the Kubernetes API (KUBECONFIG or in-cluster)")?;
     let metrics = Arc::new(Metrics::new());
+    metrics.set_build_info(env!("CARGO_PKG_VERSION"), env!("COCOON_GIT_REVISION"));
     let readiness = Arc::new(Readiness::default());
     let (maddr, paddr, serve) = admin::bind(
         &config.metrics_addr,
@@ -187,6 +188,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         cocoon_operator::leader::Leadership::always()
     };
+    metrics.watch_leadership(leadership.clone());
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -324,8 +326,8 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// `node`: the per-host node agent. Logging comes from `VK_LOG_LEVEL` (an invalid level exits
-/// with status 1), the rest of the configuration from the environment (`contract.md` §12.2).
+/// `node`: the per-host node agent. Logging comes from `VK_LOG_LEVEL` and `VK_LOG_FORMAT`
+/// (`text` or `json`; an invalid value of either exits with status 1), the rest of the configuration from the environment (`contract.md` §12.2).
 fn node() -> anyhow::Result<()> {
     let raw = std::env::var(cocoon_api::contract::env::node::LOG_LEVEL)
         .ok()
@@ -338,9 +340,20 @@ fn node() -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
-        .init();
+    let raw_format = std::env::var(cocoon_api::contract::env::node::LOG_FORMAT).unwrap_or_default();
+    let format = match cocoon_node::config::parse_log_format(&raw_format) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("cocoon-operator node: {e}");
+            std::process::exit(1);
+        }
+    };
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(level));
+    match format {
+        cocoon_node::config::LogFormat::Text => builder.init(),
+        cocoon_node::config::LogFormat::Json => builder.json().init(),
+    }
     let config = cocoon_node::config::NodeConfig::from_env().context("node agent configuration")?;
     tokio::runtime::Runtime::new()
         .context("start the async runtime")?

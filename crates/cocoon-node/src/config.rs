@@ -59,6 +59,8 @@ pub enum ConfigError {
     ReservePercent(String),
     #[error("parse VK_LOG_LEVEL: invalid log level {0:?}")]
     LogLevel(String),
+    #[error("parse VK_LOG_FORMAT={0:?}: want text or json")]
+    LogFormat(String),
     #[error("parse VK_NODE_IP={0:?}: not an IP address")]
     NodeIp(String),
     #[error("detect node IP: no non-loopback IPv4 address found; set VK_NODE_IP")]
@@ -547,6 +549,26 @@ pub fn parse_log_level(raw: &str) -> Result<String, ConfigError> {
     }
 }
 
+/// The node agent's log format (`VK_LOG_FORMAT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON format, as the operator's
+    /// `OPERATOR_LOG_FORMAT=json`).
+    Json,
+}
+
+/// Parses `VK_LOG_FORMAT`: `text` or `json` (any case, surrounding blanks ignored); empty
+/// means the default, `text`.
+pub fn parse_log_format(raw: &str) -> Result<LogFormat, ConfigError> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "" | "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        _ => Err(ConfigError::LogFormat(raw.to_string())),
+    }
+}
+
 /// Parses a Go-style listen address: `:port` (all interfaces), `host:port` with an IP host,
 /// `localhost:port`, or `[v6]:port`.
 pub fn parse_listen_addr(raw: &str) -> Result<SocketAddr, String> {
@@ -614,6 +636,23 @@ pub fn first_non_loopback_ipv4() -> Option<Ipv4Addr> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn log_format_is_text_or_json_and_a_bad_value_names_the_variable() {
+        for (raw, want) in [
+            ("", super::LogFormat::Text),
+            ("text", super::LogFormat::Text),
+            (" JSON ", super::LogFormat::Json),
+            ("json", super::LogFormat::Json),
+        ] {
+            assert_eq!(super::parse_log_format(raw).ok(), Some(want), "{raw:?}");
+        }
+        let err = super::parse_log_format("logfmt").expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "parse VK_LOG_FORMAT=\"logfmt\": want text or json"
+        );
+    }
+
     use super::*;
     use std::collections::HashMap;
 

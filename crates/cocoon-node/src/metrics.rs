@@ -36,6 +36,12 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// `direction` of `cocoon_vk_snapshot_transfer_bytes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabel {
+    pub direction: String,
+}
+
 /// `op` of `cocoon_vk_startup_resume_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpLabel {
@@ -164,6 +170,7 @@ pub struct NodeMetrics {
     pub snapshot_push_duration: Histogram,
     pub snapshot_pull_duration: Histogram,
     pub probe_duration: Histogram,
+    pub snapshot_transfer_bytes: Family<DirectionLabel, Counter>,
     pub hibernate: Family<HibernateLabels, Counter>,
     pub wake: Family<ResultLabel, Counter>,
     pub wake_ip_wait: Family<ResultLabel, Counter>,
@@ -215,6 +222,7 @@ impl NodeMetrics {
             snapshot_push_duration: Histogram::new(names::SNAPSHOT_TRANSFER_DURATION_BUCKETS),
             snapshot_pull_duration: Histogram::new(names::SNAPSHOT_TRANSFER_DURATION_BUCKETS),
             probe_duration: Histogram::new(names::PROBE_DURATION_BUCKETS),
+            snapshot_transfer_bytes: Family::default(),
             hibernate: Family::default(),
             wake: Family::default(),
             wake_ip_wait: Family::default(),
@@ -227,8 +235,11 @@ impl NodeMetrics {
             lease_release: Family::default(),
         };
         m.register_all();
+        m.init_outcomes();
         m.registry
             .register_collector(Box::new(ScrapeCollector { host, vm_source }));
+        m.registry
+            .register_collector(Box::new(cocoon_api::process::ProcessCollector::new()));
         m
     }
 
@@ -320,6 +331,11 @@ impl NodeMetrics {
             self.snapshot_pull_duration.clone(),
         );
         r.register(
+            counter_name(names::SNAPSHOT_TRANSFER_BYTES_TOTAL),
+            "Registry bytes moved by snapshot pushes and pulls",
+            self.snapshot_transfer_bytes.clone(),
+        );
+        r.register(
             names::PROBE_DURATION_SECONDS,
             "Readiness probe duration",
             self.probe_duration.clone(),
@@ -374,6 +390,29 @@ impl NodeMetrics {
             "DHCP lease releases",
             self.lease_release.clone(),
         );
+    }
+
+    /// Creates the snapshot and wake outcome series at 0 (`ok` and `failed`), and both
+    /// transfer directions: the families are in the scrape from the start, and `increase()` in
+    /// an alert sees the very first failure.
+    fn init_outcomes(&self) {
+        for family in [
+            &self.snapshot_pull,
+            &self.snapshot_save,
+            &self.snapshot_push,
+            &self.wake,
+        ] {
+            for result in [names::RESULT_OK, names::RESULT_FAILED] {
+                let _ = family.get_or_create(&ResultLabel {
+                    result: result.into(),
+                });
+            }
+        }
+        for direction in [names::DIRECTION_PUSH, names::DIRECTION_PULL] {
+            let _ = self.snapshot_transfer_bytes.get_or_create(&DirectionLabel {
+                direction: direction.into(),
+            });
+        }
     }
 
     /// Installs (or replaces) the per-VM row source of the scrape-time collector.
@@ -460,6 +499,15 @@ impl NodeMetrics {
     /// `cocoon_vk_snapshot_peer_restore_total{result}` += 1.
     pub fn snapshot_peer_restore(&self, result: &str) {
         Self::by_result(&self.snapshot_peer_restore, result);
+    }
+
+    /// `cocoon_vk_snapshot_transfer_bytes_total{direction}` += `bytes`.
+    pub fn snapshot_transfer_bytes(&self, direction: &str, bytes: u64) {
+        self.snapshot_transfer_bytes
+            .get_or_create(&DirectionLabel {
+                direction: direction.into(),
+            })
+            .inc_by(bytes);
     }
 
     /// `cocoon_vk_vm_table_size` = `n`.
@@ -686,6 +734,7 @@ mod tests {
         m.pod_lifecycle("create", "ok", "");
         m.vm_boot("run", "sim", 0.7);
         m.snapshot_pull_duration.observe(3.0);
+        m.snapshot_transfer_bytes("push", 4096);
         m.set_vm_table_size(3);
         m.orphan_vm.inc();
         m.set_vm_source(Arc::new(TwoVms));
@@ -702,6 +751,10 @@ mod tests {
             "cocoon_vk_vm_memory_rss_bytes{vm=\"vk-ns-a-0\",pod=\"a-0\",namespace=\"ns\",backend=\"sim\"} 1024",
             "cocoon_vk_vm_network_tx_bytes_total{vm=\"vk-ns-a-0\"",
             "cocoon_vk_node_storage_total_bytes ",
+            "cocoon_vk_snapshot_transfer_bytes_total{direction=\"push\"} 4096",
+            "# TYPE process_cpu_seconds counter",
+            "\nprocess_resident_memory_bytes ",
+            "\nprocess_start_time_seconds ",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

@@ -430,8 +430,12 @@ async fn registry_down_until_the_timeout_then_recovery() {
         let cr = tokio::time::timeout(WAIT, failed).await???.expect("the CR exists");
         assert_eq!(cr.status.as_ref().expect("status").conditions[0].message, "hibernate not confirmed within 4s");
         wait_event(&client, &ns, "demo-0", "HibernateTimedOut").await?;
-        assert!(running.ctx.metrics.render().contains("cocoon_operator_hibernate_phase_duration_seconds_count{result=\"timeout\"}"));
-        assert!(running.ctx.metrics.render().contains("cocoon_operator_reconcile_errors_total{controller=\"cocoonhibernation\",kind=\"registry\"}"));
+        // Both series exist from the start at 0: each must have counted.
+        let counted = |prefix: &str| {
+            running.ctx.metrics.render().lines().any(|l| l.starts_with(prefix) && !l.ends_with(" 0"))
+        };
+        assert!(counted("cocoon_operator_hibernate_phase_duration_seconds_count{result=\"timeout\"}"));
+        assert!(counted("cocoon_operator_reconcile_errors_total{controller=\"cocoonhibernation\",kind=\"registry\"}"));
 
         registry.resume()?;
         wait_phase(&crs, "demo-0", HibernationPhase::Hibernated).await?;

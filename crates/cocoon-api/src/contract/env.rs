@@ -59,6 +59,8 @@ pub mod node {
     pub const ORPHAN_POLICY: &str = "VK_ORPHAN_POLICY";
     /// Log level; invalid exits with status 1.
     pub const LOG_LEVEL: &str = "VK_LOG_LEVEL";
+    /// Log format, `text` (default) or `json`; invalid exits with status 1 (beyond).
+    pub const LOG_FORMAT: &str = "VK_LOG_FORMAT";
     /// Colon-separated kubeconfig list.
     pub const KUBECONFIG: &str = "KUBECONFIG";
     /// Registry base; required.

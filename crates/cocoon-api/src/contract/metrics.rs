@@ -32,6 +32,22 @@ pub mod operator {
     pub const RECONCILE_DURATION_SECONDS: &str = "cocoon_operator_reconcile_duration_seconds";
     /// Counter {controller, kind}: reconcile failures by error kind (recommended; name chosen).
     pub const RECONCILE_ERRORS_TOTAL: &str = "cocoon_operator_reconcile_errors_total";
+    /// Gauge {version, revision} = 1 (beyond): the running build.
+    pub const BUILD_INFO: &str = "cocoon_operator_build_info";
+    /// Gauge (beyond): 1 while this replica holds the leader Lease (or runs without
+    /// election), else 0; evaluated at scrape time.
+    pub const LEADER: &str = "cocoon_operator_leader";
+    /// Gauge {kind, phase} (beyond): cached CocoonSets / CocoonHibernations by
+    /// `status.phase` (`Unknown` before the first status), counted at scrape time. Every
+    /// replica reports its own cache.
+    pub const OBJECTS: &str = "cocoon_operator_objects";
+
+    /// `kind` value of [`OBJECTS`].
+    pub const KIND_COCOONSET: &str = "CocoonSet";
+    /// `kind` value of [`OBJECTS`].
+    pub const KIND_COCOONHIBERNATION: &str = "CocoonHibernation";
+    /// `phase` value of [`OBJECTS`] for an object without a phase yet.
+    pub const PHASE_UNKNOWN: &str = "Unknown";
 
     /// `result` value of a phase that completed.
     pub const RESULT_OK: &str = "ok";
@@ -87,6 +103,13 @@ pub mod node {
     /// Buckets of the push and pull duration histograms.
     pub const SNAPSHOT_TRANSFER_DURATION_BUCKETS: [f64; 7] =
         [1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+    /// Counter {direction} (beyond): registry bytes a snapshot push sent (`push`) or a
+    /// snapshot pull received (`pull`), on the wire (after compression).
+    pub const SNAPSHOT_TRANSFER_BYTES_TOTAL: &str = "cocoon_vk_snapshot_transfer_bytes_total";
+    /// `direction` value of [`SNAPSHOT_TRANSFER_BYTES_TOTAL`].
+    pub const DIRECTION_PUSH: &str = "push";
+    /// `direction` value of [`SNAPSHOT_TRANSFER_BYTES_TOTAL`].
+    pub const DIRECTION_PULL: &str = "pull";
     /// Histogram.
     pub const PROBE_DURATION_SECONDS: &str = "cocoon_vk_probe_duration_seconds";
     /// Buckets of [`PROBE_DURATION_SECONDS`].
@@ -165,6 +188,23 @@ pub mod node {
     pub const REASON_SNAPSHOT_CPU_CLASS_MISMATCH: &str = "snapshot_cpu_class_mismatch";
 }
 
+/// Process metrics of both binaries (beyond; Prometheus' process-collector names, read from
+/// `/proc/self` at scrape time).
+pub mod process {
+    /// Counter: user + system CPU time.
+    pub const CPU_SECONDS_TOTAL: &str = "process_cpu_seconds_total";
+    /// Gauge: resident set size.
+    pub const RESIDENT_MEMORY_BYTES: &str = "process_resident_memory_bytes";
+    /// Gauge: virtual memory size.
+    pub const VIRTUAL_MEMORY_BYTES: &str = "process_virtual_memory_bytes";
+    /// Gauge: start time since the Unix epoch.
+    pub const START_TIME_SECONDS: &str = "process_start_time_seconds";
+    /// Gauge: open file descriptors.
+    pub const OPEN_FDS: &str = "process_open_fds";
+    /// Gauge: soft limit on open file descriptors (absent when unlimited).
+    pub const MAX_FDS: &str = "process_max_fds";
+}
+
 /// Label names used across the families.
 pub mod label {
     /// Namespace of the object.
@@ -197,4 +237,10 @@ pub mod label {
     pub const POD: &str = "pod";
     /// Reconciling controller.
     pub const CONTROLLER: &str = "controller";
+    /// Snapshot transfer direction (`push` / `pull`).
+    pub const DIRECTION: &str = "direction";
+    /// Build version (`cocoon_operator_build_info`).
+    pub const VERSION: &str = "version";
+    /// Build git revision (`cocoon_operator_build_info`).
+    pub const REVISION: &str = "revision";
 }

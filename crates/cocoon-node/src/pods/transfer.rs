@@ -6,6 +6,7 @@
 //! registry pulls are additionally shared ([`Handler::shared_pull`]): one spawned task per
 //! destination snapshot, whose outcome every concurrent caller awaits.
 
+use cocoon_api::contract::metrics::node::{DIRECTION_PULL, DIRECTION_PUSH};
 use std::time::Instant;
 
 use cocoon_api::contract::metrics::node as m;
@@ -111,6 +112,8 @@ impl Handler {
             .snapshot_push_duration
             .observe(took.as_secs_f64());
         let report = pushed.map_err(|e| e.to_string())?;
+        self.metrics
+            .snapshot_transfer_bytes(DIRECTION_PUSH, report.bytes_uploaded);
         exported.map_err(|e| e.to_string())?;
         if repo == name {
             self.transfer_event(
@@ -501,6 +504,9 @@ async fn pull_snapshot(
     let res = import_snapshot_from_registry(rt, reg, repo, tag, local).await;
     let took = start.elapsed();
     metrics.snapshot_pull_duration.observe(took.as_secs_f64());
+    if let Ok(report) = &res {
+        metrics.snapshot_transfer_bytes(DIRECTION_PULL, report.bytes_downloaded);
+    }
     res.map(|report| PullSummary { report, took })
 }
 

@@ -375,9 +375,13 @@ impl Context {
 
     fn track(&self, cs: &CocoonSet) {
         if let (Some(uid), Some(ns), Ok(mut m)) = (cs.uid(), cs.namespace(), self.tracked.lock()) {
-            m.entry(uid).or_insert_with(|| SetLabels {
-                namespace: ns,
-                cocoonset: cs.name_any(),
+            m.entry(uid).or_insert_with(|| {
+                let labels = SetLabels {
+                    namespace: ns,
+                    cocoonset: cs.name_any(),
+                };
+                self.metrics.init_set(&labels);
+                labels
             });
         }
     }
@@ -487,6 +491,13 @@ pub async fn run(
     let (set_reader, set_writer) = reflector::store::<CocoonSet>();
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
     let (hib_reader, hib_writer) = reflector::store::<CocoonHibernation>();
+    ctx.metrics
+        .init_controller(CONTROLLER, &["kube", "registry", "invalid"]);
+    ctx.metrics.count_phases(
+        cocoon_api::contract::metrics::operator::KIND_COCOONSET,
+        set_reader.clone(),
+        |set| set.status.as_ref()?.phase.map(|p| p.as_str()),
+    );
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
         caches: Caches {

@@ -223,6 +223,13 @@ pub async fn run(
         error!("the CocoonHibernation controller runs once per context");
         return;
     };
+    ctx.metrics
+        .init_controller(CONTROLLER, &["kube", "registry", "invalid", "cache"]);
+    ctx.metrics.count_phases(
+        cocoon_api::contract::metrics::operator::KIND_COCOONHIBERNATION,
+        ctx.crs.clone(),
+        |cr| cr.status.as_ref()?.phase.map(|p| p.as_str()),
+    );
     let client = ctx.client.clone();
     let (crs, pods): (Api<CocoonHibernation>, Api<Pod>) = match namespace {
         Some(ns) => (
