@@ -1,5 +1,5 @@
 //! The shipped RBAC is exactly what the operator needs. The install manifests are applied to
-//! the real control plane with `kubectl apply -k` (the Deployment scaled to zero), and the real
+//! the real control plane with `kubectl apply -k` (without the Deployment), and the real
 //! `cocoon-operator run` binary runs with a token of its ServiceAccount, leader election on,
 //! through create, retain suspend and resume, release suspend and a wake that first finds no
 //! capacity, a migration, a
@@ -54,10 +54,11 @@ fn run_kubectl(env: &Shared, args: &[&str]) -> Result<String, BoxError> {
     Ok(text(&out.stdout))
 }
 
-/// `kubectl apply -k` of the shipped manifests through an overlay that only scales the
-/// operator Deployment to zero (its pods would have no node to run on here) and leaves out the
-/// bindings of the webhook-rule policies (manifests/admission/policies.yaml): bound for every
-/// namespace they would refuse what other tests on the same control plane create on purpose (a
+/// `kubectl apply -k` of the shipped manifests through an overlay that leaves out the operator
+/// Deployment (its pods would have no node to run on here, and its presence would tell other
+/// tests sharing this cluster that an operator is installed, even when this test fails midway:
+/// `kubectl cocoon version` reads its image) and the bindings of the webhook-rule policies
+/// (manifests/admission/policies.yaml): bound for every namespace they would refuse what other tests on the same control plane create on purpose (a
 /// toolbox named like a slot, decoy CocoonHibernations); tests/tests/admission_policies.rs
 /// proves them.
 fn apply_manifests(env: &Shared, dir: &Path) -> Result<(), BoxError> {
@@ -76,7 +77,7 @@ fn apply_manifests(env: &Shared, dir: &Path) -> Result<(), BoxError> {
     std::fs::write(
         dir.join("kustomization.yaml"),
         format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {}\nreplicas:\n- name: cocoon-operator\n  count: 0\npatches:\n{}",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {}\npatches:\n- patch: |\n    $patch: delete\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata:\n      name: cocoon-operator\n      namespace: cocoon-system\n{}",
             manifests,
             ["cocoon-hibernation-name", "cocoon-pod-owner", "cocoon-set-spec"]
                 .map(|b| format!(
@@ -598,19 +599,6 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         finalizers_rule_is_needed(env, &admin, &ns, tmp.path()).await?;
 
         cocoon_testenv::delete_namespace(&admin, &ns).await?;
-        // The (scaled-to-zero) Deployment would tell other tests sharing this cluster that an
-        // operator is installed (`kubectl cocoon version` reads its image).
-        run_kubectl(
-            env,
-            &[
-                "-n",
-                "cocoon-system",
-                "delete",
-                "deployment",
-                "cocoon-operator",
-                "--ignore-not-found",
-            ],
-        )?;
         for name in &node_names {
             let _ = nodes.delete(name, &DeleteParams::default()).await;
             let _ = run_kubectl(
