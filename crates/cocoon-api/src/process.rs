@@ -30,7 +30,8 @@ impl ProcessCollector {
     }
 }
 
-fn one(
+/// Encodes one metric `name` with `help` (a collector's building block).
+pub fn encode_one(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -51,7 +52,7 @@ impl Collector for ProcessCollector {
             // prometheus-client appends `_total` to a counter's name.
             let name = names::CPU_SECONDS_TOTAL.trim_end_matches("_total");
             let help = "Total user and system CPU time spent in seconds";
-            one(&mut encoder, name, help, &ConstCounter::new(cpu))?;
+            encode_one(&mut encoder, name, help, &ConstCounter::new(cpu))?;
         }
         let gauges = [
             (
@@ -82,7 +83,7 @@ impl Collector for ProcessCollector {
         ];
         for (name, help, value) in gauges {
             if let Some(v) = value {
-                one(&mut encoder, name, help, &v)?;
+                encode_one(&mut encoder, name, help, &v)?;
             }
         }
         Ok(())

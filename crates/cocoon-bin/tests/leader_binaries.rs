@@ -13,7 +13,6 @@
 //!    after the resume but to its Lease.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,11 +21,12 @@ use cocoon_api::contract::finalizers;
 use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
 use cocoon_testenv::{AuditRecord, Shared, unique_name};
 use cocoon_testsupport::BoxError;
+use cocoon_testsupport::binaries::LoggedChild;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(90);
 /// Short election timings (flags of the binary): 3 s lease, 2 s renew deadline, 300 ms retry.
@@ -161,8 +161,8 @@ impl Replica {
         identity: &str,
         ns: &str,
     ) -> Result<Self, BoxError> {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_cocoon-operator"))
-            .arg("run")
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cocoon-operator"));
+        cmd.arg("run")
             .args([
                 format!("--leader-elect-lease-duration={LEASE_DURATION}"),
                 format!("--leader-elect-renew-deadline={RENEW_DEADLINE}"),
@@ -177,24 +177,9 @@ impl Replica {
             .env("PROBE_ADDR", "127.0.0.1:0")
             .env("OPERATOR_LOG_FORMAT", "json")
             // Every pass logs `reconciled` at debug.
-            .env("OPERATOR_LOG_LEVEL", "info,cocoon_operator=debug")
-            .stdin(Stdio::null())
-            // The log goes to stdout.
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = log.clone();
-        tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(mut l) = sink.lock() {
-                    l.push(line);
-                }
-            }
-        });
+            .env("OPERATOR_LOG_LEVEL", "info,cocoon_operator=debug");
+        // The log goes to stdout.
+        let LoggedChild { child, lines: log } = LoggedChild::spawn(cmd)?;
         Ok(Replica {
             identity: identity.to_string(),
             user: format!("system:serviceaccount:cocoon-system:{account}"),

@@ -8,18 +8,17 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
 use cocoon_testenv::{Shared, create_namespace, delete_namespace, unique_name, wait_until};
+use cocoon_testsupport::binaries::{LoggedChild, sim_node_command};
 use cocoon_testsupport::{BoxError, vm_pod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(120);
 const BIN: &str = env!("CARGO_BIN_EXE_cocoon-operator");
@@ -353,37 +352,16 @@ fn promtool_accepts_the_rules() {
 }
 
 /// A child binary whose JSON log lines (stdout) are kept.
-struct Logged {
-    child: tokio::process::Child,
-    lines: Arc<Mutex<Vec<String>>>,
-}
+struct Logged(LoggedChild);
 
 impl Logged {
-    fn spawn(mut cmd: tokio::process::Command) -> Result<Self, BoxError> {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        tokio::spawn(async move {
-            let mut reader = tokio::io::BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                if let Ok(mut l) = sink.lock() {
-                    l.push(line);
-                }
-            }
-        });
-        Ok(Logged { child, lines })
+    fn spawn(cmd: tokio::process::Command) -> Result<Self, BoxError> {
+        Ok(Logged(LoggedChild::spawn(cmd)?))
     }
 
     /// `fields.<field>` of the first JSON log line whose message is `message`.
     fn field(&self, message: &str, field: &str) -> Option<String> {
-        let lines = self.lines.lock().ok()?;
-        lines.iter().find_map(|line| {
+        self.0.lines().iter().find_map(|line| {
             let v: Value = serde_json::from_str(line).ok()?;
             (v["fields"]["message"] == message)
                 .then(|| v["fields"][field].as_str().map(String::from))
@@ -392,16 +370,15 @@ impl Logged {
     }
 
     fn all_json(&self) -> bool {
-        self.lines.lock().is_ok_and(|l| {
-            !l.is_empty()
-                && l.iter()
-                    .all(|line| serde_json::from_str::<Value>(line).is_ok())
-        })
+        let l = self.0.lines();
+        !l.is_empty()
+            && l.iter()
+                .all(|line| serde_json::from_str::<Value>(line).is_ok())
     }
 
     async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
+        let _ = self.0.child.start_kill();
+        let _ = tokio::time::timeout(WAIT, self.0.child.wait()).await;
     }
 }
 
@@ -449,23 +426,16 @@ fn operator(env: &Shared, ns: &str) -> Result<Logged, BoxError> {
 
 fn node_agent(env: &Shared, node: &str, root: &Path) -> Result<Logged, BoxError> {
     std::fs::create_dir_all(root)?;
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.arg("node")
-        .env("KUBECONFIG", env.kubeconfig_path())
-        .env("OCI_REGISTRY", env.registry_addr())
-        .env("VK_NODE_NAME", node)
-        .env("VK_NODE_POOL", unique_name("pool"))
-        .env("VK_NODE_IP", "127.0.0.1")
-        .env("VK_KUBELET_PORT", "0")
-        .env("VK_METRICS_ADDR", "127.0.0.1:0")
-        .env("VK_RUNTIME", "sim")
-        .env("VK_SIM_ROOT", root)
-        .env("COCOON_ROOT_DIR", root)
-        .env("VK_LEASES_PATH", root.join("leases.json"))
-        .env("VK_SIM_PERMISSIVE_PULL", "true")
-        .env("VK_NODE_PODS", "8")
-        .env("VK_LOG_FORMAT", "json")
-        .env_remove("VK_LOG_LEVEL");
+    let mut cmd = sim_node_command(
+        BIN,
+        env.kubeconfig_path(),
+        env.registry_addr(),
+        node,
+        &unique_name("pool"),
+        root,
+    );
+    cmd.env("VK_SIM_PERMISSIVE_PULL", "true")
+        .env("VK_LOG_FORMAT", "json");
     Logged::spawn(cmd)
 }
 

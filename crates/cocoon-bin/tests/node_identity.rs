@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_testenv::{Shared, unique_name};
+use cocoon_testsupport::binaries::sim_node_command;
 use cocoon_testsupport::{BoxError, vm_pod};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -61,32 +62,23 @@ fn spawn_agent(
     root: &Path,
 ) -> Result<tokio::process::Child, BoxError> {
     std::fs::create_dir_all(root)?;
-    Ok(
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_cocoon-operator"))
-            .arg("node")
-            .env("KUBECONFIG", kubeconfig)
-            .env("OCI_REGISTRY", env.registry_addr())
-            .env("VK_NODE_NAME", name)
-            .env("VK_NODE_POOL", pool)
-            .env("VK_NODE_IP", "127.0.0.1")
-            .env("VK_KUBELET_PORT", "0")
-            .env("VK_METRICS_ADDR", "127.0.0.1:0")
-            .env("VK_RUNTIME", "sim")
-            .env("VK_SIM_ROOT", root)
-            .env("COCOON_ROOT_DIR", root)
-            .env("VK_LEASES_PATH", root.join("leases.json"))
-            .env("VK_SIM_IMAGES", IMAGE)
-            .env("VK_NODE_PODS", "8")
-            .env(
-                "VK_CLIENT_CA_FILE",
-                env.pki_dir().ok_or("PKI dir unknown")?.join("ca.crt"),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?,
+    Ok(sim_node_command(
+        env!("CARGO_BIN_EXE_cocoon-operator"),
+        kubeconfig,
+        env.registry_addr(),
+        name,
+        pool,
+        root,
     )
+    .env("VK_SIM_IMAGES", IMAGE)
+    // The CA of the API server's kubelet client certificate (`kubectl logs`).
+    .env(
+        "VK_CLIENT_CA_FILE",
+        env.pki_dir().ok_or("PKI dir unknown")?.join("ca.crt"),
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit())
+    .spawn()?)
 }
 
 fn annotation(p: &Pod, key: &str) -> Option<String> {

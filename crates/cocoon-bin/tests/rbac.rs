@@ -24,6 +24,7 @@ use cocoon_api::crd::set::{
     AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, HibernatePolicy, SnapshotPolicy,
 };
 use cocoon_testenv::{Shared, unique_name};
+use cocoon_testsupport::binaries::sim_node_command;
 use cocoon_testsupport::{BoxError, node_of, wait_set};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
@@ -166,33 +167,23 @@ fn spawn_node_agent(
     pool: &str,
     root: &Path,
 ) -> Result<tokio::process::Child, BoxError> {
-    Ok(
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_cocoon-operator"))
-            .arg("node")
-            .env("KUBECONFIG", kubeconfig)
-            .env("OCI_REGISTRY", env.registry_addr())
-            .env("VK_NODE_NAME", name)
-            .env("VK_NODE_POOL", pool)
-            .env("VK_NODE_IP", "127.0.0.1")
-            .env("VK_KUBELET_PORT", "0")
-            .env("VK_METRICS_ADDR", "127.0.0.1:0")
-            .env("VK_RUNTIME", "sim")
-            .env("VK_SIM_ROOT", root)
-            .env("COCOON_ROOT_DIR", root)
-            .env("VK_LEASES_PATH", root.join("leases.json"))
-            .env("VK_SIM_IMAGES", "ubuntu:24.04")
-            .env("VK_NODE_PODS", "8")
-            // The CA of the API server's kubelet client certificate (`kubectl logs`).
-            .env(
-                "VK_CLIENT_CA_FILE",
-                env.pki_dir().ok_or("PKI dir unknown")?.join("ca.crt"),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?,
+    Ok(sim_node_command(
+        env!("CARGO_BIN_EXE_cocoon-operator"),
+        kubeconfig,
+        env.registry_addr(),
+        name,
+        pool,
+        root,
     )
+    .env("VK_SIM_IMAGES", "ubuntu:24.04")
+    // The CA of the API server's kubelet client certificate (`kubectl logs`).
+    .env(
+        "VK_CLIENT_CA_FILE",
+        env.pki_dir().ok_or("PKI dir unknown")?.join("ca.crt"),
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit())
+    .spawn()?)
 }
 
 /// SIGTERM, then wait for the exit (a graceful stop).

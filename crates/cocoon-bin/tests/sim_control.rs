@@ -19,6 +19,7 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::runtime::sim::VmRow;
 use cocoon_testenv::{Shared, create_namespace, delete_namespace, unique_name, wait_until};
+use cocoon_testsupport::binaries::sim_node_command;
 use cocoon_testsupport::{BoxError, vm_pod};
 use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -39,27 +40,18 @@ fn spawn_agent(
     log: &Path,
 ) -> Result<tokio::process::Child, BoxError> {
     let out = std::fs::File::create(log)?;
-    Ok(tokio::process::Command::new(BIN)
-        .arg("node")
-        .env("KUBECONFIG", env.kubeconfig_path())
-        .env("OCI_REGISTRY", env.registry_addr())
-        .env("VK_NODE_NAME", node)
-        .env("VK_NODE_POOL", unique_name("pool"))
-        .env("VK_NODE_IP", "127.0.0.1")
-        .env("VK_KUBELET_PORT", "0")
-        .env("VK_METRICS_ADDR", "127.0.0.1:0")
-        .env("VK_RUNTIME", "sim")
-        .env("VK_SIM_ROOT", root)
-        .env("COCOON_ROOT_DIR", root)
-        .env("VK_LEASES_PATH", root.join("leases.json"))
-        .env("VK_SIM_PERMISSIVE_PULL", "true")
-        .env("VK_NODE_PODS", "8")
-        .env_remove("VK_LOG_LEVEL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(out)
-        .kill_on_drop(true)
-        .spawn()?)
+    Ok(sim_node_command(
+        BIN,
+        env.kubeconfig_path(),
+        env.registry_addr(),
+        node,
+        &unique_name("pool"),
+        root,
+    )
+    .env("VK_SIM_PERMISSIVE_PULL", "true")
+    .stdout(Stdio::null())
+    .stderr(out)
+    .spawn()?)
 }
 
 /// `cocoon-operator sim --root ROOT -o json ARGS…`: its stdout, or an error with its stderr.

@@ -40,46 +40,19 @@ const DEADLINE: Duration = Duration::from_secs(600);
 const OP_DEADLINE: Duration = Duration::from_secs(120);
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!(
+    cocoon_testenv::bench::bench_main(
+        "agent_scale",
+        &format!(
             "usage: cargo bench -p cocoon-node --bench agent_scale  \
              (starts a local control plane and registry; {PODS} pods, {CYCLED} hibernate/wake cycles)"
-        );
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    if let Err(e) = rt.block_on(bench()) {
-        eprintln!("agent_scale failed: {e}");
-        std::process::exit(1);
-    }
-}
-
-/// User + system CPU time of this process.
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage only writes into the zeroed struct we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+        ),
+        bench,
+    );
 }
 
 /// `VmHWM` / `VmRSS` of this process in MiB.
 fn memory_mib(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB"))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .map(|kib| kib / 1024.0)
-        .unwrap_or(f64::NAN)
+    cocoon_testenv::bench::proc_status_kib(field).map_or(f64::NAN, |kib| kib as f64 / 1024.0)
 }
 
 /// Nearest-rank percentile of sorted samples.
@@ -183,7 +156,7 @@ async fn bench() -> Result<(), BoxError> {
         .unwrap_or_default();
     let mut events = api.watch(&WatchParams::default(), &rv).await?.boxed();
     let names: Vec<String> = (0..PODS).map(|i| format!("p-{i:03}")).collect();
-    let cpu0 = cpu_time();
+    let cpu0 = cocoon_testenv::bench::cpu_time();
     let started = Instant::now();
     let creating = futures::stream::iter(names.iter().cloned())
         .map(|name| {
@@ -229,7 +202,7 @@ async fn bench() -> Result<(), BoxError> {
         .await
         .map_err(|_| format!("not all pods ready within {DEADLINE:?}"))??;
     let elapsed = started.elapsed();
-    let cpu = cpu_time() - cpu0;
+    let cpu = cocoon_testenv::bench::cpu_time() - cpu0;
     drop(events);
     println!(
         "{PODS} pods: all created in {:.2}s, all Running/Ready in {:.2}s ({:.1} pods/s)",
@@ -242,8 +215,8 @@ async fn bench() -> Result<(), BoxError> {
          (agent + harness in one process; apiserver/etcd/registry excluded)",
         cpu.as_secs_f64(),
         100.0 * cpu.as_secs_f64() / elapsed.as_secs_f64(),
-        memory_mib("VmHWM:"),
-        memory_mib("VmRSS:")
+        memory_mib("VmHWM"),
+        memory_mib("VmRSS")
     );
 
     // ---- 2. hibernate and wake, one pod at a time ---------------------------------------
@@ -282,8 +255,8 @@ async fn bench() -> Result<(), BoxError> {
     report("wake", wake);
     println!(
         "  VmHWM at end {:.1} MiB; total process CPU {:.2}s",
-        memory_mib("VmHWM:"),
-        cpu_time().as_secs_f64()
+        memory_mib("VmHWM"),
+        cocoon_testenv::bench::cpu_time().as_secs_f64()
     );
 
     agent.kill().await;

@@ -51,33 +51,12 @@ const CASES: [(&str, [u64; 4]); 4] = [
 ];
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!(
-            "usage: cargo bench -p cocoon-node --bench hibernate_transfer  \
-             (starts a local control plane and registry; HIBERNATE_BENCH_MIB=2048)"
-        );
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    if let Err(e) = rt.block_on(bench()) {
-        eprintln!("hibernate_transfer failed: {e}");
-        std::process::exit(1);
-    }
-}
-
-/// User + system CPU time of this process.
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage only writes into the zeroed struct we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    cocoon_testenv::bench::bench_main(
+        "hibernate_transfer",
+        "usage: cargo bench -p cocoon-node --bench hibernate_transfer  \
+         (starts a local control plane and registry; HIBERNATE_BENCH_MIB=2048)",
+        bench,
+    );
 }
 
 struct Row {
@@ -165,7 +144,7 @@ async fn run_case(
     })
     .await?;
 
-    let cpu0 = cpu_time();
+    let cpu0 = cocoon_testenv::bench::cpu_time();
     let started = Instant::now();
     let patch =
         json!({"metadata": {"annotations": {ann::HIBERNATE: "true", ann::GENERATION: "2"}}});
@@ -205,7 +184,7 @@ async fn run_case(
     })
     .await?;
     let wake = started.elapsed();
-    let cpu = cpu_time() - cpu0;
+    let cpu = cocoon_testenv::bench::cpu_time() - cpu0;
     let pulled = transfer_message(&events, name, "SnapshotPulled").await?;
 
     for a in agents {

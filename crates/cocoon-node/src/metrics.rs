@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use cocoon_api::contract::metrics::node as names;
+use cocoon_api::process::encode_one;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -583,16 +584,6 @@ impl fmt::Debug for ScrapeCollector {
             .field("host", &self.host)
             .finish_non_exhaustive()
     }
-}
-
-fn encode_one(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    metric: &impl EncodeMetric,
-) -> fmt::Result {
-    let me = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
-    metric.encode(me)
 }
 
 fn encode_rows<M: EncodeMetric>(

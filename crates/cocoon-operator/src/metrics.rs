@@ -286,17 +286,22 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// Creates every series of one CocoonSet at 0 (called when the controller first sees the
-    /// set): `increase()` and `rate()` then see its first event, and the families are in the
-    /// scrape before anything happened ([`Metrics::forget_set`] removes them again).
-    pub fn init_set(&self, set: &SetLabels) {
-        for family in [
+    /// The counter families labelled by CocoonSet alone.
+    fn set_families(&self) -> [&Family<SetLabels, Counter>; 5] {
+        [
             &self.subagent_rebuild,
             &self.subagent_dead_letter,
             &self.slot_release_pods_deleted,
             &self.slot_release_wake_unschedulable,
             &self.migrate_unschedulable,
-        ] {
+        ]
+    }
+
+    /// Creates every series of one CocoonSet at 0 (called when the controller first sees the
+    /// set): `increase()` and `rate()` then see its first event, and the families are in the
+    /// scrape before anything happened ([`Metrics::forget_set`] removes them again).
+    pub fn init_set(&self, set: &SetLabels) {
+        for family in self.set_families() {
             let _ = family.get_or_create(set);
         }
         for placement in [names::PLACEMENT_HINT_NODE, names::PLACEMENT_POOL] {
@@ -359,13 +364,7 @@ impl Metrics {
     /// Removes every series of one CocoonSet (it was deleted): a long-running operator
     /// would otherwise render every set it ever saw.
     pub fn forget_set(&self, set: &SetLabels) {
-        for family in [
-            &self.subagent_rebuild,
-            &self.subagent_dead_letter,
-            &self.slot_release_pods_deleted,
-            &self.slot_release_wake_unschedulable,
-            &self.migrate_unschedulable,
-        ] {
+        for family in self.set_families() {
             family.remove(set);
         }
         for placement in [

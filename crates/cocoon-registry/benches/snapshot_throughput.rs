@@ -209,7 +209,10 @@ async fn run() {
 
     // 1b. sha256 (the hasher pull verifies with) over as many bytes from memory, on one
     // thread: the per-GiB CPU a verified pull adds to a raw download.
-    let (t, c) = (Instant::now(), cpu_secs());
+    let (t, c) = (
+        Instant::now(),
+        cocoon_testenv::bench::cpu_time().as_secs_f64(),
+    );
     let mut h = Hasher::new();
     let mut left = bytes;
     while left > 0 {
@@ -219,7 +222,8 @@ async fn run() {
     }
     std::hint::black_box(h.finish());
     let sha = mbps(bytes, t.elapsed().as_secs_f64());
-    let sha_cpu = (cpu_secs() - c) / (bytes as f64 / (1u64 << 30) as f64);
+    let sha_cpu = (cocoon_testenv::bench::cpu_time().as_secs_f64() - c)
+        / (bytes as f64 / (1u64 << 30) as f64);
 
     let http: Client<
         HttpConnector,
@@ -248,18 +252,34 @@ async fn run() {
             // 2. Raw HTTP upload: POST + monolithic PUT of each layer, digests known in
             // advance; one blob at a time, then all at once (the push transfers in parallel
             // too).
-            let (t, c, m) = (Instant::now(), cpu_secs(), Meter::start(pid));
+            let (t, c, m) = (
+                Instant::now(),
+                cocoon_testenv::bench::cpu_time().as_secs_f64(),
+                Meter::start(pid),
+            );
             for l in &layers {
                 raw_upload(&http, &base, &raw_seq, l).await;
             }
             best.raw_up = best.raw_up.max(mbps(bytes, t.elapsed().as_secs_f64()));
-            best.cpu("raw_up", cpu_secs() - c, bytes);
+            best.cpu(
+                "raw_up",
+                cocoon_testenv::bench::cpu_time().as_secs_f64() - c,
+                bytes,
+            );
             best.reg_cpu("raw_up", &m, bytes);
-            let (t, c, m) = (Instant::now(), cpu_secs(), Meter::start(pid));
+            let (t, c, m) = (
+                Instant::now(),
+                cocoon_testenv::bench::cpu_time().as_secs_f64(),
+                Meter::start(pid),
+            );
             futures::future::join_all(layers.iter().map(|l| raw_upload(&http, &base, &raw_par, l)))
                 .await;
             best.raw_up_par = best.raw_up_par.max(mbps(bytes, t.elapsed().as_secs_f64()));
-            best.cpu("raw_up_par", cpu_secs() - c, bytes);
+            best.cpu(
+                "raw_up_par",
+                cocoon_testenv::bench::cpu_time().as_secs_f64() - c,
+                bytes,
+            );
             best.reg_cpu("raw_up_par", &m, bytes);
 
             // 3. Our push, in a child process (its own peak RSS).
@@ -281,17 +301,29 @@ async fn run() {
         // hashing, no hole handling): one blob at a time, then all at once (as the pull).
         let raw_dir = work.path().join("raw-download");
         std::fs::create_dir_all(&raw_dir).expect("mkdir");
-        let (t, c, m) = (Instant::now(), cpu_secs(), Meter::start(pid));
+        let (t, c, m) = (
+            Instant::now(),
+            cocoon_testenv::bench::cpu_time().as_secs_f64(),
+            Meter::start(pid),
+        );
         for l in &layers {
             raw_download(&http, &base, &raw_seq, l, &raw_dir).await;
         }
         let raw_down = mbps(bytes, t.elapsed().as_secs_f64());
         best.raw_down = best.raw_down.max(raw_down);
-        best.cpu("raw_down", cpu_secs() - c, bytes);
+        best.cpu(
+            "raw_down",
+            cocoon_testenv::bench::cpu_time().as_secs_f64() - c,
+            bytes,
+        );
         best.reg_cpu("raw_down", &m, bytes);
         std::fs::remove_dir_all(&raw_dir).ok();
         std::fs::create_dir_all(&raw_dir).expect("mkdir");
-        let (t, c, m) = (Instant::now(), cpu_secs(), Meter::start(pid));
+        let (t, c, m) = (
+            Instant::now(),
+            cocoon_testenv::bench::cpu_time().as_secs_f64(),
+            Meter::start(pid),
+        );
         futures::future::join_all(
             layers
                 .iter()
@@ -300,7 +332,11 @@ async fn run() {
         .await;
         let raw_down_par = mbps(bytes, t.elapsed().as_secs_f64());
         best.raw_down_par = best.raw_down_par.max(raw_down_par);
-        best.cpu("raw_down_par", cpu_secs() - c, bytes);
+        best.cpu(
+            "raw_down_par",
+            cocoon_testenv::bench::cpu_time().as_secs_f64() - c,
+            bytes,
+        );
         best.reg_cpu("raw_down_par", &m, bytes);
         std::fs::remove_dir_all(&raw_dir).ok();
 
@@ -556,27 +592,6 @@ fn run_child(args: &[&str]) -> ChildResult {
     }
 }
 
-/// User plus system CPU seconds this process has used so far.
-fn cpu_secs() -> f64 {
-    // SAFETY: getrusage only writes into the struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return f64::NAN;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// Peak resident set size of this process (`VmHWM`).
-fn vm_hwm_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn child(args: &[String]) {
     let (op, addr, repo, path) = (
         args[0].as_str(),
@@ -587,7 +602,7 @@ fn child(args: &[String]) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let client =
         RegistryClient::new(RegistryConfig::for_registry(addr).expect("cfg")).expect("client");
-    let cpu0 = cpu_secs();
+    let cpu0 = cocoon_testenv::bench::cpu_time().as_secs_f64();
     let secs = rt.block_on(async {
         let t = Instant::now();
         match op {
@@ -619,7 +634,7 @@ fn child(args: &[String]) {
     });
     println!(
         "RESULT secs={secs} hwm_kib={} cpu={}",
-        vm_hwm_kib(),
-        cpu_secs() - cpu0
+        cocoon_testenv::bench::proc_status_kib("VmHWM").unwrap_or(0),
+        cocoon_testenv::bench::cpu_time().as_secs_f64() - cpu0
     );
 }

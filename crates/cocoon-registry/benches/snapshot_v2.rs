@@ -766,27 +766,6 @@ async fn run_child(args: Vec<String>) -> Measure {
     .expect("child task")
 }
 
-/// User plus system CPU seconds of this process so far.
-fn own_cpu_secs() -> f64 {
-    // SAFETY: getrusage only writes into the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return f64::NAN;
-    }
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(ru.ru_utime) + secs(ru.ru_stime)
-}
-
-/// This process's peak resident set (`VmHWM`), KiB.
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// `op addr repo path zstd chunk_mib concurrency memory_budget_mib pull_budget_mib`.
 fn child(args: &[String]) {
     let num = |i: usize| -> u64 { args[i].parse().expect("numeric child argument") };
@@ -797,7 +776,7 @@ fn child(args: &[String]) {
     cfg.transfer_concurrency = num(6) as usize;
     let client = RegistryClient::new(cfg).expect("client");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let cpu0 = own_cpu_secs();
+    let cpu0 = cocoon_testenv::bench::cpu_time().as_secs_f64();
     let (secs, wire, format) = rt.block_on(async {
         let t = Instant::now();
         match op.as_str() {
@@ -820,8 +799,8 @@ fn child(args: &[String]) {
     });
     println!(
         "RESULT secs={secs} cpu={} hwm_kib={} wire={wire} format={}",
-        own_cpu_secs() - cpu0,
-        peak_rss_kib(),
+        cocoon_testenv::bench::cpu_time().as_secs_f64() - cpu0,
+        cocoon_testenv::bench::proc_status_kib("VmHWM").unwrap_or(0),
         format.replace(' ', "_")
     );
 }

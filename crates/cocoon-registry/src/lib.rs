@@ -9,7 +9,9 @@
 //!   config, timeouts and transfer tuning.
 //! * Snapshots — [`RegistryClient::push_snapshot_dir`], [`RegistryClient::push_snapshot_tar`],
 //!   [`RegistryClient::pull_snapshot_to_dir`], [`RegistryClient::pull_snapshot_to_tar`]:
-//!   the v1 artifact of registry.md §5, streamed in bounded memory, holes kept.
+//!   the v1 artifact of registry.md §5 (byte for byte when every v2 knob is 0) and the v2
+//!   format of §5.5 (zstd layers, chunked files, parallel transfers within the memory and
+//!   pull budgets, at most two v2 pulls per process), streamed in bounded memory, holes kept.
 //!
 //! No process-wide TLS provider is needed: the client passes rustls' `ring` provider
 //! explicitly.

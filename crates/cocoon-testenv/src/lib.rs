@@ -10,6 +10,7 @@
 //! node with containerd, started on first use only.
 
 pub mod audit;
+pub mod bench;
 pub mod crds;
 mod env;
 mod error;

@@ -7,6 +7,7 @@
 //! wired the way the binaries wire them, with shorter timings where a test asks for them.
 
 mod audited;
+pub mod binaries;
 pub mod scripted;
 
 pub use audited::AuditedIdentity;
