@@ -758,7 +758,7 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
 /// property of the schema at that place, and every property of the schema (but `global`, which
 /// a parent chart may pass) is in values.yaml. Objects the schema closes
 /// (`additionalProperties: false`) are walked; the free-form ones (resources, affinity, ...)
-/// are Kubernetes types, not values of ours.
+/// are Kubernetes types, not values of ours. The chart README's values table lists each.
 #[test]
 fn the_schema_covers_every_value() {
     let values: Value =
@@ -771,8 +771,15 @@ fn the_schema_covers_every_value() {
         schema["$schema"], "http://json-schema.org/draft-07/schema#",
         "draft-07"
     );
-    fn walk(path: &str, values: &Value, schema: &Value, closed: &mut Vec<String>) {
+    fn walk(
+        path: &str,
+        values: &Value,
+        schema: &Value,
+        closed: &mut Vec<String>,
+        leaves: &mut Vec<String>,
+    ) {
         let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+            leaves.push(path.trim_start_matches('.').to_string());
             return;
         };
         assert_eq!(
@@ -802,11 +809,20 @@ fn the_schema_covers_every_value() {
                     || sub.get("properties").is_some(),
                 "{path}.{key} has a description"
             );
-            walk(&format!("{path}.{key}"), value, sub, closed);
+            walk(&format!("{path}.{key}"), value, sub, closed, leaves);
         }
     }
-    let mut closed = Vec::new();
-    walk("", &values, &schema, &mut closed);
+    let (mut closed, mut leaves) = (Vec::new(), Vec::new());
+    walk("", &values, &schema, &mut closed, &mut leaves);
+    // The chart README's table has a row for each.
+    let readme = std::fs::read_to_string(chart().join("README.md")).unwrap();
+    for leaf in &leaves {
+        assert!(
+            readme.contains(&format!("| `{leaf}` |")),
+            "charts/cocoon/README.md has no row for {leaf}"
+        );
+    }
+    assert!(leaves.len() > 70, "{leaves:?}");
     for level in [
         "",
         ".image",
@@ -1136,7 +1152,8 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 /// CRD on the API server, and `helm uninstall` removes the release but leaves the CRDs and the
 /// objects stored under them. On a copy of the chart whose CRDs are renamed into an API group of
 /// this run's own (`<run>.test.cocoonstack.io`): the real CRDs are shared by every test on this
-/// control plane. A mistyped value is refused by `helm install` as by `helm template`. The
+/// control plane. Installed again, the release takes the kept CRDs back; the rollback the chart
+/// README gives (`helm upgrade` with `crds.create=false`) leaves them too. A mistyped value is refused by `helm install` as by `helm template`. The
 /// operator's replicas are pinned to a node label nothing has (they stay Pending: nothing of
 /// theirs may act on other tests' resources) and the NetworkPolicy is on, so the API server
 /// accepts the PodDisruptionBudget, the spread and the NetworkPolicy as the chart renders them.
@@ -1207,6 +1224,11 @@ async fn helm_upgrade_upgrades_the_crds_and_uninstall_keeps_them() {
             let mut install = helm_cmd(&release_args("install"));
             let out = tokio::task::spawn_blocking(move || run_ok(&mut install)).await?;
             assert!(stdout(&out).contains("STATUS: deployed"), "{}", stdout(&out));
+            assert!(
+                stdout(&out).contains("helm upgrade upgrades them"),
+                "NOTES say how the CRDs are handled: {}",
+                stdout(&out)
+            );
             for name in &names {
                 let crd = crds.get(name).await?;
                 let ann = crd.metadata.annotations.clone().unwrap_or_default();
@@ -1311,6 +1333,26 @@ async fn helm_upgrade_upgrades_the_crds_and_uninstall_keeps_them() {
             }
             let kept = stored.get(&ns).await?;
             assert!(kept.metadata.deletion_timestamp.is_none());
+
+            // Installed again, the release takes the kept CRDs back (they still name it).
+            let mut install = helm_cmd(&release_args("install"));
+            tokio::task::spawn_blocking(move || run_ok(&mut install)).await?;
+            // The rollback the chart README gives: the previous chart without the CRDs. Helm
+            // drops them from the release but keeps them, as the newer chart left them.
+            let mut without = release_args("upgrade");
+            without.extend(["--set", "crds.create=false"]);
+            let mut rollback = helm_cmd(&without);
+            let out = tokio::task::spawn_blocking(move || run_ok(&mut rollback)).await?;
+            assert!(stdout(&out).contains("REVISION: 2"), "{}", stdout(&out));
+            let crd = crds.get(&hibernations).await?;
+            assert!(
+                crd.metadata.deletion_timestamp.is_none() && column(&crd),
+                "crds.create=false kept CRD {hibernations} as it was"
+            );
+
+            let mut uninstall = helm_cmd(&["uninstall", &ns, "--namespace", "default", "--wait"]);
+            tokio::task::spawn_blocking(move || run_ok(&mut uninstall)).await?;
+            assert!(crds.get_opt(&hibernations).await?.is_some());
             Ok::<_, BoxError>(())
         }
         .await;
