@@ -2,9 +2,11 @@
 //! modules by scripts/helm.sh, or `COCOON_HELM`): it lints; with default values it renders the
 //! same objects as `kubectl kustomize manifests/` (compared as parsed objects, keyed by
 //! apiVersion/kind/namespace/name, ignoring only the labels Helm adds: helm.sh/chart,
-//! app.kubernetes.io/managed-by, app.kubernetes.io/instance); values show in the render; and
-//! `helm install` into the test cluster creates the objects, leaves the existing CRDs alone,
-//! and `helm uninstall` removes what it created.
+//! app.kubernetes.io/managed-by, app.kubernetes.io/instance, and the CRDs'
+//! helm.sh/resource-policy annotation); values show in the render; values.schema.json covers
+//! every value and refuses a mistyped one by name; and on the test cluster `helm install`
+//! creates the objects, `helm upgrade` upgrades a changed CRD, and `helm uninstall` removes
+//! what it created but the CRDs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,8 @@ const HELM_LABELS: [&str; 3] = [
     "app.kubernetes.io/managed-by",
     "app.kubernetes.io/instance",
 ];
+/// The annotation the chart puts on its CRDs so that `helm uninstall` keeps them.
+const KEEP: &str = "helm.sh/resource-policy";
 const CRDS: [&str; 2] = [
     "cocoonsets.cocoonset.cocoonstack.io",
     "cocoonhibernations.cocoonset.cocoonstack.io",
@@ -135,14 +139,56 @@ fn objects(yaml: &str) -> BTreeMap<String, Value> {
     out
 }
 
+/// `helm template cocoon charts/cocoon` for the Kubernetes version the tests run (a helm built
+/// from Go modules, as scripts/helm.sh does, would otherwise assume v1.20, which Chart.yaml's
+/// kubeVersion refuses; `helm install` takes the cluster's).
+fn template(home: &Path) -> Command {
+    let mut cmd = helm(home);
+    cmd.args(["template", "cocoon"])
+        .arg(chart())
+        .args(["--kube-version", cocoon_testenv::paths::k8s_version()]);
+    cmd
+}
+
 fn render(home: &Path, args: &[&str]) -> BTreeMap<String, Value> {
-    let out = run_ok(
-        helm(home)
-            .args(["template", "cocoon"])
-            .arg(chart())
-            .args(args),
-    );
+    let out = run_ok(template(home).args(args));
     objects(&stdout(&out))
+}
+
+/// `objs` without the CRDs' `helm.sh/resource-policy: keep` (manifests/ has no use for it), as
+/// the comparison with kustomize wants them; the annotation is checked to be there first.
+fn without_keep(mut objs: BTreeMap<String, Value>) -> BTreeMap<String, Value> {
+    for (key, obj) in objs.iter_mut() {
+        if !key.contains("/CustomResourceDefinition/") {
+            continue;
+        }
+        let meta = obj["metadata"].as_object_mut().expect("metadata");
+        let annotations = meta
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+            .unwrap_or_else(|| panic!("{key} has no annotations"));
+        assert_eq!(annotations.remove(KEEP), Some(Value::from("keep")), "{key}");
+        if annotations.is_empty() {
+            meta.remove("annotations");
+        }
+    }
+    objs
+}
+
+/// The same objects, each the same, or a message naming the first difference.
+fn assert_same_objects(got: &BTreeMap<String, Value>, want: &BTreeMap<String, Value>) {
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "the same objects"
+    );
+    for (key, obj) in want {
+        assert!(
+            &got[key] == obj,
+            "{key} differs:\n--- helm template\n{:#}\n--- kubectl kustomize\n{obj:#}",
+            got[key]
+        );
+    }
 }
 
 fn deployment(objs: &BTreeMap<String, Value>, ns: &str, name: &str) -> Value {
@@ -171,8 +217,9 @@ fn helm_lint_passes() {
     );
 }
 
-/// Chart.yaml's version and appVersion are the workspace version, and the chart's crds/ are
-/// byte for byte manifests/crds (the generated CRDs).
+/// Chart.yaml's version and appVersion are the workspace version, and the chart's files/crds/
+/// (which templates/crds.yaml renders) are byte for byte manifests/crds (the generated CRDs).
+/// The chart has no crds/: Helm would install those once and never upgrade them.
 #[test]
 fn chart_follows_the_workspace_version_and_crds() {
     let text = std::fs::read_to_string(chart().join("Chart.yaml")).unwrap();
@@ -184,19 +231,25 @@ fn chart_follows_the_workspace_version_and_crds() {
     for f in std::fs::read_dir(&crds).unwrap() {
         let name = f.unwrap().file_name();
         let shipped = std::fs::read(crds.join(&name)).unwrap();
-        let in_chart = std::fs::read(chart().join("crds").join(&name)).unwrap_or_default();
+        let in_chart = std::fs::read(chart().join("files/crds").join(&name)).unwrap_or_default();
         assert!(
             shipped == in_chart,
-            "charts/cocoon/crds/{} differs from manifests/crds (copy it over)",
+            "charts/cocoon/files/crds/{} differs from manifests/crds \
+             (COCOON_UPDATE_CRDS=1 cargo test -p cocoon-api --test crd)",
             name.to_string_lossy()
         );
         names.push(name);
     }
     assert_eq!(
-        std::fs::read_dir(chart().join("crds")).unwrap().count(),
+        std::fs::read_dir(chart().join("files/crds"))
+            .unwrap()
+            .count(),
         names.len(),
-        "charts/cocoon/crds holds exactly manifests/crds"
+        "charts/cocoon/files/crds holds exactly manifests/crds"
     );
+    assert!(!chart().join("crds").exists(), "charts/cocoon/crds exists");
+    // Chart.yaml states the oldest Kubernetes the README supports.
+    assert_eq!(meta["kubeVersion"], ">=1.30.0-0");
 }
 
 #[tokio::test]
@@ -209,26 +262,30 @@ async fn default_render_is_the_kustomization() {
                 .arg(workspace_root().join("manifests")),
         );
         let want = objects(&stdout(&kustomized));
-        let got = render(home.path(), &["--include-crds"]);
-        assert_eq!(
-            got.keys().collect::<Vec<_>>(),
-            want.keys().collect::<Vec<_>>(),
-            "the same objects"
-        );
-        for (key, obj) in &want {
-            assert!(
-                &got[key] == obj,
-                "{key} differs:\n--- helm template\n{:#}\n--- kubectl kustomize\n{obj:#}",
-                got[key]
-            );
+        // --skip-tests: the helm test pod is a hook of `helm test` only (never installed).
+        let got = without_keep(render(home.path(), &["--skip-tests"]));
+        assert_same_objects(&got, &want);
+        for key in [
+            "policy/v1/PodDisruptionBudget/cocoon-system/cocoon-operator",
+            "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonsets.cocoonset.cocoonstack.io",
+        ] {
+            assert!(want.contains_key(key), "{key}: {:?}", want.keys());
         }
-        // The CRDs come from crds/ (installed before the templates, never upgraded or deleted).
-        let without = render(home.path(), &[]);
+        // The CRDs are templates (upgraded with the release) and go with crds.create=false; the
+        // test hook is the one object --skip-tests leaves out.
+        let without = render(home.path(), &["--skip-tests", "--set", "crds.create=false"]);
+        assert_eq!(without.len(), want.len() - 2);
         assert!(
             without
                 .keys()
                 .all(|k| !k.contains("CustomResourceDefinition"))
         );
+        let with_tests = render(home.path(), &[]);
+        let extra: Vec<_> = with_tests
+            .keys()
+            .filter(|k| !want.contains_key(*k))
+            .collect();
+        assert_eq!(extra, ["v1/Pod/cocoon-system/cocoon-operator-test-metrics"]);
         Ok::<_, BoxError>(())
     })
     .await;
@@ -248,32 +305,23 @@ async fn monitoring_render_is_the_monitoring_component() {
                 .arg(workspace_root().join("tests/monitoring-overlay")),
         );
         let want = objects(&stdout(&kustomized));
-        let got = render(
+        let got = without_keep(render(
             home.path(),
             &[
-                "--include-crds",
+                "--skip-tests",
                 "--set",
                 "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
                 "--set",
                 "metrics.dashboard.enabled=true",
             ],
-        );
-        assert_eq!(
-            got.keys().collect::<Vec<_>>(),
-            want.keys().collect::<Vec<_>>(),
-            "the same objects"
-        );
-        for (key, obj) in &want {
-            assert!(
-                &got[key] == obj,
-                "{key} differs:\n--- helm template\n{:#}\n--- kubectl kustomize\n{obj:#}",
-                got[key]
-            );
-        }
+        ));
+        assert_same_objects(&got, &want);
         let service = "v1/Service/cocoon-system/cocoon-operator-metrics";
         assert!(want.contains_key(service), "{:?}", want.keys());
         let without = render(home.path(), &["--set", "metrics.service.enabled=false"]);
         assert!(!without.contains_key(service));
+        // The helm test fetches /metrics through that Service: no Service, no test.
+        assert!(without.keys().all(|k| !k.starts_with("v1/Pod/")));
         Ok::<_, BoxError>(())
     })
     .await;
@@ -423,7 +471,21 @@ fn values_show_in_the_render() {
     );
     // The metrics Service is on by default and follows namePrefix and namespace.name.
     assert!(objs.contains_key("v1/Service/ops/blue-cocoon-operator-metrics"));
-    assert_eq!(objs.len(), 19, "{:?}", objs.keys());
+    // So do the PodDisruptionBudget (3 replicas) and the helm test pod; the CRDs keep their
+    // names. 19 objects, the 2 CRDs, the budget and the test pod.
+    for key in [
+        "policy/v1/PodDisruptionBudget/ops/blue-cocoon-operator",
+        "v1/Pod/ops/blue-cocoon-operator-test-metrics",
+        "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonsets.cocoonset.cocoonstack.io",
+        "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonhibernations.cocoonset.cocoonstack.io",
+    ] {
+        assert!(
+            objs.contains_key(key),
+            "{key} missing from {:?}",
+            objs.keys()
+        );
+    }
+    assert_eq!(objs.len(), 23, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.
@@ -461,7 +523,9 @@ fn values_show_in_the_render() {
 fn bad_values_are_refused_naming_the_value() {
     let home = tempfile::tempdir().unwrap();
     for (set, named) in [
-        ("registry.base=", "registry.base (OCI_REGISTRY) must be set"),
+        // The schema refuses it first (the template's own `required` message stays for a
+        // chart that skips schema checks, helm --skip-schema-validation).
+        ("registry.base=", "at '/registry/base'"),
         (
             "leaderElection.enabled=false",
             "replicas: more than one replica needs leaderElection.enabled",
@@ -471,16 +535,38 @@ fn bad_values_are_refused_naming_the_value() {
             "registry.caSecret and registry.caConfigMap",
         ),
     ] {
-        let out = helm(home.path())
-            .args(["template", "cocoon"])
-            .arg(chart())
-            .args(["--set", set])
-            .output()
-            .unwrap();
+        let out = template(home.path()).args(["--set", set]).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{set} rendered");
         assert!(err.contains(named), "{set}: {err}");
     }
+    // Without the schema the template still names the value.
+    let out = template(home.path())
+        .args(["--skip-schema-validation", "--set", "registry.base="])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "rendered without registry.base");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("registry.base (OCI_REGISTRY) must be set"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Chart.yaml's kubeVersion: Kubernetes 1.29 serves no admissionregistration.k8s.io/v1
+    // ValidatingAdmissionPolicy.
+    let out = helm(home.path())
+        .args(["template", "cocoon"])
+        .arg(chart())
+        .args(["--kube-version", "1.29.0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "rendered for 1.29");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("chart requires kubeVersion: >=1.30.0-0"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The oldest supported release renders (the last --kube-version counts).
+    run_ok(template(home.path()).args(["--kube-version", "1.30.0"]));
     // One replica without leader election is fine.
     let objs = render(
         home.path(),
@@ -496,8 +582,8 @@ fn bad_values_are_refused_naming_the_value() {
 /// `helm install` into the test cluster: a release of its own (unique name, namespace and
 /// name prefix, so nothing collides with the objects other tests apply from manifests/), the
 /// Deployment scaled to zero (no operator pod may act on other tests' resources). The CRDs
-/// exist already (the test environment installs them): Helm must leave them as they are, on
-/// install and on uninstall. The webhook-rule policies are bound only to namespaces with a label
+/// exist already (the test environment installs them): with `crds.create=false` Helm must
+/// leave them as they are, on install and on uninstall. The webhook-rule policies are bound only to namespaces with a label
 /// no namespace has (they would otherwise refuse what other tests create).
 #[tokio::test]
 async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
@@ -536,6 +622,10 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
             "default".into(),
             "--set".into(),
             format!("namespace.name={ns},namePrefix={prefix},replicas=0"),
+            // The test environment installed the CRDs (with kubectl): Helm cannot take them
+            // over, so this release leaves them to it (the CRD test below has its own).
+            "--set".into(),
+            "crds.create=false".into(),
             "--set".into(),
             format!("admissionPolicies.namespaceSelector.matchLabels.cocoon-helm-test={ns}"),
             "--wait".into(),
@@ -660,6 +750,622 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
             );
         }
         Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// values.schema.json and values.yaml name the same values: every key of values.yaml is a
+/// property of the schema at that place, and every property of the schema (but `global`, which
+/// a parent chart may pass) is in values.yaml. Objects the schema closes
+/// (`additionalProperties: false`) are walked; the free-form ones (resources, affinity, ...)
+/// are Kubernetes types, not values of ours. The chart README's values table lists each.
+#[test]
+fn the_schema_covers_every_value() {
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap())
+            .expect("values.yaml");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
+            .expect("values.schema.json is JSON");
+    assert_eq!(
+        schema["$schema"], "http://json-schema.org/draft-07/schema#",
+        "draft-07"
+    );
+    fn walk(
+        path: &str,
+        values: &Value,
+        schema: &Value,
+        closed: &mut Vec<String>,
+        leaves: &mut Vec<String>,
+    ) {
+        let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+            leaves.push(path.trim_start_matches('.').to_string());
+            return;
+        };
+        assert_eq!(
+            schema["additionalProperties"],
+            Value::Bool(false),
+            "{path}: the schema lists its keys, so it refuses others"
+        );
+        closed.push(path.to_string());
+        let map = values
+            .as_object()
+            .unwrap_or_else(|| panic!("{path} is a map in values.yaml"));
+        for key in map.keys() {
+            assert!(
+                props.contains_key(key),
+                "{path}.{key} is in values.yaml but not in values.schema.json"
+            );
+        }
+        for (key, sub) in props {
+            if path.is_empty() && key == "global" {
+                continue;
+            }
+            let value = map.get(key).unwrap_or_else(|| {
+                panic!("{path}.{key} is in values.schema.json but not in values.yaml")
+            });
+            assert!(
+                sub.get("description").and_then(Value::as_str).is_some()
+                    || sub.get("properties").is_some(),
+                "{path}.{key} has a description"
+            );
+            walk(&format!("{path}.{key}"), value, sub, closed, leaves);
+        }
+    }
+    let (mut closed, mut leaves) = (Vec::new(), Vec::new());
+    walk("", &values, &schema, &mut closed, &mut leaves);
+    // The chart README's table has a row for each.
+    let readme = std::fs::read_to_string(chart().join("README.md")).unwrap();
+    for leaf in &leaves {
+        assert!(
+            readme.contains(&format!("| `{leaf}` |")),
+            "charts/cocoon/README.md has no row for {leaf}"
+        );
+    }
+    assert!(leaves.len() > 70, "{leaves:?}");
+    for level in [
+        "",
+        ".image",
+        ".registry",
+        ".metrics.service",
+        ".podDisruptionBudget",
+        ".networkPolicy.apiServer",
+        ".tests.image",
+        ".admissionPolicies",
+    ] {
+        assert!(
+            closed.iter().any(|c| c == level),
+            "{level} closed: {closed:?}"
+        );
+    }
+}
+
+/// A mistyped value fails `helm template` (and `helm install`, the same check) with Helm's
+/// schema error naming the value, before anything renders; the defaults and every value the
+/// other tests set validate.
+#[test]
+fn the_schema_refuses_mistyped_values_by_name() {
+    let home = tempfile::tempdir().unwrap();
+    for (set, named) in [
+        ("replicas=two", "at '/replicas': got string, want integer"),
+        (
+            "replicaCount=2",
+            "additional properties 'replicaCount' not allowed",
+        ),
+        (
+            "image.pullPolicy=Sometimes",
+            "at '/image/pullPolicy': value must be one of",
+        ),
+        (
+            "image.digest=sha256:0",
+            "at '/image': additional properties 'digest' not allowed",
+        ),
+        ("logging.format=xml", "at '/logging/format'"),
+        ("metrics.port=0", "at '/metrics/port'"),
+        ("timeouts.wake=5mins", "at '/timeouts/wake'"),
+        ("leaderElection.enabled=yes", "at '/leaderElection/enabled'"),
+        (
+            "admissionPolicies.validationActions={Deny,Block}",
+            "at '/admissionPolicies/validationActions/1'",
+        ),
+        (
+            "podDisruptionBudget.maxUnavailable=one",
+            "at '/podDisruptionBudget/maxUnavailable'",
+        ),
+        (
+            "podDisruptionBudget.unhealthyPodEvictionPolicy=Never",
+            "at '/podDisruptionBudget/unhealthyPodEvictionPolicy'",
+        ),
+        (
+            "topologySpreadConstraints[0].whenUnsatisfiable=Maybe",
+            "at '/topologySpreadConstraints/0/whenUnsatisfiable'",
+        ),
+        (
+            "networkPolicy.enable=true",
+            "at '/networkPolicy': additional properties 'enable' not allowed",
+        ),
+        ("crds.create=maybe", "at '/crds/create'"),
+        ("namespace.name=Cocoon_System", "at '/namespace/name'"),
+        ("concurrency.cocoonset=many", "at '/concurrency/cocoonset'"),
+    ] {
+        let out = template(home.path()).args(["--set", set]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} rendered");
+        assert!(
+            err.contains("values don't meet the specifications of the schema"),
+            "{set}: not the schema: {err}"
+        );
+        assert!(err.contains(named), "{set}: {err}");
+    }
+    // What --set makes of numbers and booleans is accepted where the value means it.
+    render(
+        home.path(),
+        &[
+            "--set",
+            "concurrency.hibernation=2,registry.insecure=true",
+            "--set-string",
+            "concurrency.cocoonset=8,timeouts.hibernate=0",
+            "--set",
+            "podDisruptionBudget.maxUnavailable=50%,timeouts.wake=1m30s",
+            "--set",
+            "metrics.service.annotations.prometheus\\.io/port=8080",
+        ],
+    );
+}
+
+#[test]
+fn pod_disruption_budget_and_topology_spread() {
+    let home = tempfile::tempdir().unwrap();
+    const PDB: &str = "policy/v1/PodDisruptionBudget/cocoon-system/cocoon-operator";
+    let objs = render(home.path(), &[]);
+    assert_eq!(
+        objs[PDB]["spec"],
+        serde_json::json!({
+            "maxUnavailable": 1,
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "cocoon-operator"}},
+        })
+    );
+    // It selects exactly the Deployment's pods.
+    let d = deployment(&objs, "cocoon-system", "cocoon-operator");
+    assert_eq!(
+        objs[PDB]["spec"]["selector"], d["spec"]["selector"],
+        "the Deployment's selector"
+    );
+    // One replica: no budget (it would either allow nothing or block every drain); off: none.
+    for set in ["replicas=1", "podDisruptionBudget.enabled=false"] {
+        let objs = render(home.path(), &["--set", set]);
+        assert!(!objs.contains_key(PDB), "{set}");
+    }
+    let objs = render(
+        home.path(),
+        &[
+            "--set",
+            "replicas=3,podDisruptionBudget.minAvailable=2,podDisruptionBudget.unhealthyPodEvictionPolicy=",
+        ],
+    );
+    assert_eq!(
+        objs[PDB]["spec"],
+        serde_json::json!({
+            "minAvailable": 2,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "cocoon-operator"}},
+        })
+    );
+    let objs = render(
+        home.path(),
+        &["--set", "podDisruptionBudget.maxUnavailable=50%"],
+    );
+    assert_eq!(objs[PDB]["spec"]["maxUnavailable"], "50%");
+
+    // The default spread: over nodes, never blocking scheduling, over the operator's own pods.
+    let spread = |objs: &BTreeMap<String, Value>| {
+        deployment(objs, "cocoon-system", "cocoon-operator")["spec"]["template"]["spec"]
+            ["topologySpreadConstraints"]
+            .clone()
+    };
+    assert_eq!(
+        spread(&objs),
+        serde_json::json!([{
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "cocoon-operator"}},
+        }])
+    );
+    // Overridden: an entry's own labelSelector is kept; [] means none.
+    let values = home.path().join("spread.yaml");
+    std::fs::write(
+        &values,
+        "topologySpreadConstraints:\n\
+         - maxSkew: 2\n  topologyKey: topology.kubernetes.io/zone\n  whenUnsatisfiable: DoNotSchedule\n\
+         \x20 labelSelector: {matchLabels: {tier: control}}\n",
+    )
+    .unwrap();
+    let objs = render(home.path(), &["-f", values.to_str().unwrap()]);
+    assert_eq!(
+        spread(&objs),
+        serde_json::json!([{
+            "maxSkew": 2,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"tier": "control"}},
+        }])
+    );
+    let objs = render(home.path(), &["--set", "topologySpreadConstraints=null"]);
+    assert_eq!(spread(&objs), Value::Null);
+}
+
+#[test]
+fn network_policy_admits_metrics_in_and_dns_api_registry_out() {
+    let home = tempfile::tempdir().unwrap();
+    const NP: &str = "networking.k8s.io/v1/NetworkPolicy/cocoon-system/cocoon-operator";
+    assert!(!render(home.path(), &[]).contains_key(NP), "off by default");
+    let objs = render(home.path(), &["--set", "networkPolicy.enabled=true"]);
+    let spec = &objs[NP]["spec"];
+    assert_eq!(
+        spec["podSelector"],
+        serde_json::json!({"matchLabels": {"app.kubernetes.io/name": "cocoon-operator"}})
+    );
+    assert_eq!(
+        spec["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+    // In: only the metrics port (from anywhere unless networkPolicy.metrics.from says).
+    assert_eq!(
+        spec["ingress"],
+        serde_json::json!([{"ports": [{"port": "metrics", "protocol": "TCP"}]}])
+    );
+    let ports = |rule: &Value| -> Vec<(i64, String)> {
+        rule["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["port"].as_i64().unwrap(),
+                    p["protocol"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let egress = spec["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 3, "DNS, API server, registry: {egress:?}");
+    assert_eq!(
+        ports(&egress[0]),
+        [(53, "UDP".to_string()), (53, "TCP".to_string())]
+    );
+    assert_eq!(
+        egress[0]["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "kube-system"
+    );
+    assert_eq!(
+        ports(&egress[1]),
+        [(443, "TCP".to_string()), (6443, "TCP".to_string())]
+    );
+    // The registry's port: 443 for registry.example.com/cocoon; the one registry.base names;
+    // 80 too when plain HTTP is allowed; or networkPolicy.registry.ports.
+    assert_eq!(ports(&egress[2]), [(443, "TCP".to_string())]);
+    for (set, want) in [
+        ("registry.base=reg.lan:5000/vms", vec![5000]),
+        ("registry.insecure=true", vec![443, 80]),
+        ("networkPolicy.registry.ports={8443}", vec![8443]),
+    ] {
+        let objs = render(
+            home.path(),
+            &["--set", "networkPolicy.enabled=true", "--set", set],
+        );
+        let got: Vec<i64> = ports(&objs[NP]["spec"]["egress"][2])
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(got, want, "{set}");
+    }
+    // A scraper selector: those peers and the helm test pod, nothing else.
+    let objs = render(
+        home.path(),
+        &[
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "networkPolicy.metrics.from[0].namespaceSelector.matchLabels.team=monitoring",
+            "--set",
+            "networkPolicy.apiServer.to[0].ipBlock.cidr=10.0.0.1/32",
+        ],
+    );
+    let spec = &objs[NP]["spec"];
+    assert_eq!(
+        spec["ingress"][0]["from"],
+        serde_json::json!([
+            {"namespaceSelector": {"matchLabels": {"team": "monitoring"}}},
+            {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "helm-test"}}},
+        ])
+    );
+    assert_eq!(
+        spec["egress"][1]["to"],
+        serde_json::json!([{"ipBlock": {"cidr": "10.0.0.1/32"}}])
+    );
+    let test_pod = &objs["v1/Pod/cocoon-system/cocoon-operator-test-metrics"];
+    assert_eq!(
+        test_pod["metadata"]["labels"]["app.kubernetes.io/component"],
+        "helm-test"
+    );
+}
+
+/// The `helm test` hook: a pod (only ever created by `helm test`) fetching /metrics through the
+/// release's metrics Service and looking for cocoon_operator_build_info. It is not selected by
+/// the operator's Service, budget or NetworkPolicy. (The test cluster's kubelet has no pod
+/// network or cluster DNS, so `helm test` itself cannot run here: see charts/cocoon/README.md.)
+#[test]
+fn helm_test_hook_fetches_the_metrics() {
+    let home = tempfile::tempdir().unwrap();
+    let objs = render(
+        home.path(),
+        &[
+            "--set",
+            "namePrefix=blue-,namespace.name=ops,metrics.port=9090",
+        ],
+    );
+    let pod = &objs["v1/Pod/ops/blue-cocoon-operator-test-metrics"];
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_ne!(
+        pod["metadata"]["labels"]["app.kubernetes.io/name"],
+        "cocoon-operator"
+    );
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(c["image"], "docker.io/library/busybox:1.37");
+    assert_eq!(
+        c["env"][0],
+        serde_json::json!({"name": "URL", "value": "http://blue-cocoon-operator-metrics.ops.svc:9090/metrics"})
+    );
+    let script = c["command"][2].as_str().unwrap();
+    assert!(script.contains("^cocoon_operator_build_info{"), "{script}");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    // The Service it goes through serves that port.
+    assert_eq!(
+        objs["v1/Service/ops/blue-cocoon-operator-metrics"]["spec"]["ports"][0]["port"],
+        9090
+    );
+    let objs = render(
+        home.path(),
+        &["--set", "tests.enabled=false,tests.image.tag=x"],
+    );
+    assert!(objs.keys().all(|k| !k.starts_with("v1/Pod/")));
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// The CRDs follow the release: `helm install` creates them (labelled as the release's, with
+/// `helm.sh/resource-policy: keep`), `helm upgrade` onto a chart whose CRD changed changes the
+/// CRD on the API server, and `helm uninstall` removes the release but leaves the CRDs and the
+/// objects stored under them. On a copy of the chart whose CRDs are renamed into an API group of
+/// this run's own (`<run>.test.cocoonstack.io`): the real CRDs are shared by every test on this
+/// control plane. Installed again, the release takes the kept CRDs back; the rollback the chart
+/// README gives (`helm upgrade` with `crds.create=false`) leaves them too. A mistyped value is refused by `helm install` as by `helm template`. The
+/// operator's replicas are pinned to a node label nothing has (they stay Pending: nothing of
+/// theirs may act on other tests' resources) and the NetworkPolicy is on, so the API server
+/// accepts the PodDisruptionBudget, the spread and the NetworkPolicy as the chart renders them.
+#[tokio::test]
+async fn helm_upgrade_upgrades_the_crds_and_uninstall_keeps_them() {
+    cocoon_testenv::run_test(|env: &'static Shared| async move {
+        let client = env.client()?;
+        let ns = unique_name("helm-crd");
+        let group = format!("{ns}.test.cocoonstack.io");
+        let names = [
+            format!("cocoonsets.{group}"),
+            format!("cocoonhibernations.{group}"),
+        ];
+        let work = tempfile::tempdir()?;
+        let copy = work.path().join("cocoon");
+        copy_dir(&chart(), &copy)?;
+        let crd_files = copy.join("files/crds");
+        for f in std::fs::read_dir(&crd_files)? {
+            let path = f?.path();
+            let text = std::fs::read_to_string(&path)?;
+            assert!(text.contains("group: cocoonset.cocoonstack.io"), "{}", path.display());
+            std::fs::write(&path, text.replace("cocoonset.cocoonstack.io", &group))?;
+        }
+        let home = work.path().join("helm");
+        let kubeconfig = env.kubeconfig_path().to_path_buf();
+        let helm_cmd = {
+            let home = home.clone();
+            move |args: &[&str]| {
+                let mut cmd = helm(&home);
+                cmd.arg("--kubeconfig").arg(&kubeconfig).args(args);
+                cmd
+            }
+        };
+        let chart_dir = copy.to_string_lossy().into_owned();
+        let sets = format!(
+            "namespace.name={ns},namePrefix={ns}-,nodeSelector.cocoon-helm-test=nowhere,\
+             networkPolicy.enabled=true,nodeRole.create=false,nodeAdmission.create=false,\
+             admissionPolicies.create=false"
+        );
+        let release_args = |verb: &'static str| {
+            vec![
+                verb,
+                ns.as_str(),
+                chart_dir.as_str(),
+                "--namespace",
+                "default",
+                "--set",
+                sets.as_str(),
+                "--timeout",
+                "2m",
+            ]
+        };
+        // Refused before anything is created, naming the value.
+        let bad = {
+            let mut args = release_args("install");
+            args.extend(["--set", "replicaCount=2"]);
+            helm_cmd(&args).output()?
+        };
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(!bad.status.success(), "installed with replicaCount");
+        assert!(
+            err.contains("additional properties 'replicaCount' not allowed"),
+            "{err}"
+        );
+
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let outcome = async {
+            let mut install = helm_cmd(&release_args("install"));
+            let out = tokio::task::spawn_blocking(move || run_ok(&mut install)).await?;
+            assert!(stdout(&out).contains("STATUS: deployed"), "{}", stdout(&out));
+            assert!(
+                stdout(&out).contains("helm upgrade upgrades them"),
+                "NOTES say how the CRDs are handled: {}",
+                stdout(&out)
+            );
+            for name in &names {
+                let crd = crds.get(name).await?;
+                let ann = crd.metadata.annotations.clone().unwrap_or_default();
+                assert_eq!(ann.get(KEEP).map(String::as_str), Some("keep"), "{name}");
+                assert_eq!(
+                    ann.get("meta.helm.sh/release-name").map(String::as_str),
+                    Some(ns.as_str()),
+                    "{name} is the release's"
+                );
+            }
+            let pdb = Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+                client.clone(),
+                &ns,
+            )
+            .get(&format!("{ns}-cocoon-operator"))
+            .await?;
+            assert_eq!(
+                pdb.spec.and_then(|s| s.max_unavailable),
+                Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+            );
+            Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(client.clone(), &ns)
+                .get(&format!("{ns}-cocoon-operator"))
+                .await?;
+
+            // A CocoonHibernation stored under the CRD, outside the release's namespace.
+            let hibernations = format!("cocoonhibernations.{group}");
+            cocoon_testenv::wait_until(
+                &format!("CRD {hibernations} established"),
+                Duration::from_secs(60),
+                || async {
+                    let crd = crds.get_opt(&hibernations).await.ok().flatten()?;
+                    crd.status?
+                        .conditions?
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                        .then_some(())
+                },
+            )
+            .await?;
+            let resource = kube::core::ApiResource {
+                group: group.clone(),
+                version: "v1".into(),
+                api_version: format!("{group}/v1"),
+                kind: "CocoonHibernation".into(),
+                plural: "cocoonhibernations".into(),
+            };
+            let stored: Api<kube::core::DynamicObject> =
+                Api::namespaced_with(client.clone(), "default", &resource);
+            let mut obj = kube::core::DynamicObject::new(&ns, &resource);
+            obj.data = serde_json::json!({"spec": {"podRef": {"name": ns}, "desire": "Hibernate"}});
+            stored.create(&kube::api::PostParams::default(), &obj).await?;
+
+            // The chart's CocoonHibernation CRD gains a printer column; helm upgrade applies it.
+            let file = crd_files.join("cocoonset.cocoonstack.io_cocoonhibernations.yaml");
+            let mut crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(&file)?)?;
+            crd["spec"]["versions"][0]["additionalPrinterColumns"]
+                .as_array_mut()
+                .expect("printer columns")
+                .push(serde_json::json!({"name": "Upgraded", "type": "string", "jsonPath": ".spec.desire"}));
+            // JSON is YAML: the template reads it as it reads the generated file.
+            std::fs::write(&file, serde_json::to_string_pretty(&crd)?)?;
+            let column = |crd: &CustomResourceDefinition| {
+                crd.spec.versions[0]
+                    .additional_printer_columns
+                    .iter()
+                    .flatten()
+                    .any(|c| c.name == "Upgraded")
+            };
+            assert!(!column(&crds.get(&hibernations).await?), "not before the upgrade");
+            let mut upgrade = helm_cmd(&release_args("upgrade"));
+            let out = tokio::task::spawn_blocking(move || run_ok(&mut upgrade)).await?;
+            assert!(stdout(&out).contains("REVISION: 2"), "{}", stdout(&out));
+            assert!(
+                column(&crds.get(&hibernations).await?),
+                "helm upgrade upgraded CRD {hibernations}"
+            );
+
+            // helm uninstall: the release's objects go, the CRDs and what they store stay.
+            let mut uninstall = helm_cmd(&[
+                "uninstall",
+                &ns,
+                "--namespace",
+                "default",
+                "--wait",
+                "--timeout",
+                "2m",
+            ]);
+            tokio::task::spawn_blocking(move || run_ok(&mut uninstall)).await?;
+            assert!(
+                Api::<Deployment>::namespaced(client.clone(), &ns)
+                    .get_opt(&format!("{ns}-cocoon-operator"))
+                    .await?
+                    .is_none(),
+                "the Deployment went with the release"
+            );
+            for name in &names {
+                let crd = crds.get(name).await?;
+                assert!(
+                    crd.metadata.deletion_timestamp.is_none(),
+                    "helm uninstall kept CRD {name}"
+                );
+            }
+            let kept = stored.get(&ns).await?;
+            assert!(kept.metadata.deletion_timestamp.is_none());
+
+            // Installed again, the release takes the kept CRDs back (they still name it).
+            let mut install = helm_cmd(&release_args("install"));
+            tokio::task::spawn_blocking(move || run_ok(&mut install)).await?;
+            // The rollback the chart README gives: the previous chart without the CRDs. Helm
+            // drops them from the release but keeps them, as the newer chart left them.
+            let mut without = release_args("upgrade");
+            without.extend(["--set", "crds.create=false"]);
+            let mut rollback = helm_cmd(&without);
+            let out = tokio::task::spawn_blocking(move || run_ok(&mut rollback)).await?;
+            assert!(stdout(&out).contains("REVISION: 2"), "{}", stdout(&out));
+            let crd = crds.get(&hibernations).await?;
+            assert!(
+                crd.metadata.deletion_timestamp.is_none() && column(&crd),
+                "crds.create=false kept CRD {hibernations} as it was"
+            );
+
+            let mut uninstall = helm_cmd(&["uninstall", &ns, "--namespace", "default", "--wait"]);
+            tokio::task::spawn_blocking(move || run_ok(&mut uninstall)).await?;
+            assert!(crds.get_opt(&hibernations).await?.is_some());
+            Ok::<_, BoxError>(())
+        }
+        .await;
+        // Whatever happened: neither the release nor CRDs of this run's group are left on the
+        // shared control plane (after a successful run the uninstall finds nothing).
+        if outcome.is_err() {
+            let mut uninstall = helm_cmd(&["uninstall", &ns, "--namespace", "default"]);
+            let _ = tokio::task::spawn_blocking(move || uninstall.output()).await;
+        }
+        for name in &names {
+            let _ = crds.delete(name, &Default::default()).await;
+        }
+        outcome
     })
     .await;
 }

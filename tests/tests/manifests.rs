@@ -27,6 +27,7 @@ async fn kustomization_applies_on_the_real_api_server() {
             "clusterrole.rbac.authorization.k8s.io/cocoon-operator",
             "clusterrolebinding.rbac.authorization.k8s.io/cocoon-operator",
             "deployment.apps/cocoon-operator",
+            "poddisruptionbudget.policy/cocoon-operator",
             "clusterrole.rbac.authorization.k8s.io/cocoon-node",
             "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-node-pods",
             "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-node-pods",

@@ -1,6 +1,6 @@
 //! The CRDs as crds.md specifies them: names, columns, defaults, validation and CEL rules
-//! evaluated locally, and the committed YAML in manifests/crds/ and charts/cocoon/crds/ matching
-//! the code.
+//! evaluated locally, and the committed YAML in manifests/crds/ and charts/cocoon/files/crds/
+//! (which the chart's templates/crds.yaml renders) matching the code.
 
 use cocoon_api::crd::{self, hibernation, set};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -459,8 +459,10 @@ fn committed_crds_match_the_code() {
     assert_eq!(files.len(), 2);
     // `COCOON_UPDATE_CRDS=1` rewrites the committed copies instead of comparing them.
     let update = std::env::var_os("COCOON_UPDATE_CRDS").is_some_and(|v| v == "1");
-    // The kustomization's and the Helm chart's copies.
-    for dir in ["manifests/crds", "charts/cocoon/crds"] {
+    // The kustomization's and the Helm chart's copies. The chart's are not in its crds/ (Helm
+    // never upgrades those) but in files/crds/, rendered as templates (charts/cocoon/README.md).
+    let dirs = ["manifests/crds", "charts/cocoon/files/crds"];
+    for dir in dirs {
         for (name, yaml) in &files {
             let path = root.join(dir).join(name);
             if update {
@@ -475,7 +477,21 @@ fn committed_crds_match_the_code() {
                 path.display()
             );
         }
+        // Nothing else in the directory: a stale CRD file would be installed too.
+        let mut present: Vec<String> = std::fs::read_dir(root.join(dir))
+            .expect("read CRD dir")
+            .map(|f| f.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        present.sort();
+        let mut want: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
+        want.sort();
+        assert_eq!(present, want, "{dir} holds exactly the generated CRDs");
     }
+    // A chart crds/ directory would make Helm install the CRDs once and never upgrade them.
+    assert!(
+        !root.join("charts/cocoon/crds").exists(),
+        "charts/cocoon/crds must not exist: the chart renders files/crds/ as templates"
+    );
     // Rendering twice gives the same bytes.
     assert_eq!(
         crd::render_all_yaml().expect("render"),
