@@ -327,6 +327,75 @@ async fn monitoring_render_is_the_monitoring_component() {
     .await;
 }
 
+/// The same comparison with the user roles kept out of the built-in roles: the chart with
+/// `userRoles.aggregate=false` is manifests/components/no-role-aggregation on top of manifests/
+/// (tests/no-role-aggregation-overlay); the default render labels them into view, edit and
+/// admin; `userRoles.create=false` leaves them out.
+#[tokio::test]
+async fn unaggregated_render_is_the_no_role_aggregation_component() {
+    cocoon_testenv::run_test(|env| async move {
+        let home = tempfile::tempdir()?;
+        let kustomized = run_ok(
+            env.kubectl()
+                .arg("kustomize")
+                .arg(workspace_root().join("tests/no-role-aggregation-overlay")),
+        );
+        let want = objects(&stdout(&kustomized));
+        let got = render(
+            home.path(),
+            &["--include-crds", "--set", "userRoles.aggregate=false"],
+        );
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "the same objects"
+        );
+        for (key, obj) in &want {
+            assert!(
+                &got[key] == obj,
+                "{key} differs:\n--- helm template\n{:#}\n--- kubectl kustomize\n{obj:#}",
+                got[key]
+            );
+        }
+        let role = |objs: &BTreeMap<String, Value>, name: &str| {
+            objs[&format!("rbac.authorization.k8s.io/v1/ClusterRole//{name}")].clone()
+        };
+        for name in ["cocoon-view", "cocoon-edit"] {
+            let labels = &role(&want, name)["metadata"]["labels"];
+            assert!(
+                labels
+                    .as_object()
+                    .is_none_or(|m| m.keys().all(|k| !k.contains("aggregate-to-"))),
+                "{name} unaggregated: {labels}"
+            );
+        }
+        let default = render(home.path(), &[]);
+        assert_eq!(
+            role(&default, "cocoon-view")["metadata"]["labels"]
+                ["rbac.authorization.k8s.io/aggregate-to-view"],
+            "true"
+        );
+        for to in ["edit", "admin"] {
+            assert_eq!(
+                role(&default, "cocoon-edit")["metadata"]["labels"]
+                    [format!("rbac.authorization.k8s.io/aggregate-to-{to}")],
+                "true",
+                "cocoon-edit aggregated to {to}"
+            );
+        }
+        let without = render(home.path(), &["--set", "userRoles.create=false"]);
+        assert!(
+            without
+                .keys()
+                .all(|k| !k.ends_with("/cocoon-view") && !k.ends_with("/cocoon-edit")),
+            "{:?}",
+            without.keys()
+        );
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
 #[test]
 fn values_show_in_the_render() {
     let home = tempfile::tempdir().unwrap();
@@ -398,6 +467,8 @@ fn values_show_in_the_render() {
         "rbac.authorization.k8s.io/v1/Role/ops/blue-cocoon-operator-leader-election",
         "rbac.authorization.k8s.io/v1/RoleBinding/ops/blue-cocoon-operator-leader-election",
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-node",
+        "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-view",
+        "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-edit",
         "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-node-pods",
         "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-node-pods",
         "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-node-self",
@@ -472,7 +543,7 @@ fn values_show_in_the_render() {
     // The metrics Service is on by default and follows namePrefix and namespace.name.
     assert!(objs.contains_key("v1/Service/ops/blue-cocoon-operator-metrics"));
     // So do the PodDisruptionBudget (3 replicas) and the helm test pod; the CRDs keep their
-    // names. 19 objects, the 2 CRDs, the budget and the test pod.
+    // names. 21 objects, the 2 CRDs, the budget and the test pod.
     for key in [
         "policy/v1/PodDisruptionBudget/ops/blue-cocoon-operator",
         "v1/Pod/ops/blue-cocoon-operator-test-metrics",
@@ -485,7 +556,7 @@ fn values_show_in_the_render() {
             objs.keys()
         );
     }
-    assert_eq!(objs.len(), 23, "{:?}", objs.keys());
+    assert_eq!(objs.len(), 25, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.
@@ -497,12 +568,16 @@ fn values_show_in_the_render() {
             "--set",
             "namespace.name=,namespace.create=false,nodeRole.create=false,nodeAdmission.create=false",
             "--set",
-            "admissionPolicies.create=false",
+            "admissionPolicies.create=false,userRoles.create=false",
         ],
     );
     assert!(objs.contains_key("apps/v1/Deployment/from-release/cocoon-operator"));
     assert!(objs.keys().all(|k| !k.starts_with("v1/Namespace/")));
     assert!(objs.keys().all(|k| !k.contains("/cocoon-node")));
+    assert!(
+        objs.keys()
+            .all(|k| !k.ends_with("/cocoon-view") && !k.ends_with("/cocoon-edit"))
+    );
     assert!(
         objs.keys()
             .all(|k| !k.contains("ValidatingAdmissionPolicy"))
@@ -663,6 +738,13 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
         let roles: Api<ClusterRole> = Api::all(client.clone());
         roles.get(&operator).await?;
         roles.get(&node_role).await?;
+        let user_roles = [
+            format!("{prefix}cocoon-view"),
+            format!("{prefix}cocoon-edit"),
+        ];
+        for name in &user_roles {
+            roles.get(name).await?;
+        }
         let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
         let policy_bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
         let node_policies = [
@@ -706,7 +788,7 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
             "2m".into(),
         ]);
         tokio::task::spawn_blocking(move || run_ok(&mut { uninstall })).await?;
-        for name in [&operator, &node_role] {
+        for name in [&operator, &node_role].into_iter().chain(&user_roles) {
             assert!(
                 roles.get_opt(name).await?.is_none(),
                 "ClusterRole {name} left behind"

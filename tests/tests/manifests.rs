@@ -29,6 +29,8 @@ async fn kustomization_applies_on_the_real_api_server() {
             "deployment.apps/cocoon-operator",
             "poddisruptionbudget.policy/cocoon-operator",
             "clusterrole.rbac.authorization.k8s.io/cocoon-node",
+            "clusterrole.rbac.authorization.k8s.io/cocoon-view",
+            "clusterrole.rbac.authorization.k8s.io/cocoon-edit",
             "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-node-pods",
             "validatingadmissionpolicybinding.admissionregistration.k8s.io/cocoon-node-pods",
             "validatingadmissionpolicy.admissionregistration.k8s.io/cocoon-node-self",
@@ -78,7 +80,7 @@ async fn images_entry_retargets_the_operator_image() {
         // A mirror: the same entry with another name and tag, as `kustomize edit set image`
         // leaves it.
         let tmp = tempfile::tempdir()?;
-        for sub in ["crds", "operator", "node", "admission"] {
+        for sub in ["crds", "operator", "node", "users", "admission"] {
             std::fs::create_dir_all(tmp.path().join(sub))?;
             for f in std::fs::read_dir(src.join(sub))? {
                 let f = f?;

@@ -91,3 +91,29 @@ strings: the operator's ServiceAccount, then admissionPolicies.podCreators. */}}
 {{- end -}}
 [{{ join ", " $quoted }}]
 {{- end -}}
+
+{{/* A plugin user role: (list . "view") → <prefix>cocoon-view. */}}
+{{- define "cocoon.userRoleName" -}}
+{{- $ctx := index . 0 -}}
+{{- printf "%scocoon-%s" $ctx.Values.namePrefix (index . 1) -}}
+{{- end -}}
+
+{{/* The reads of the plugin's verbs in one namespace: all of cocoon-view, and part of
+cocoon-edit. */}}
+{{- define "cocoon.userViewRules" }}
+- apiGroups: ["cocoonset.cocoonstack.io"]
+  resources: ["cocoonsets", "cocoonhibernations"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["list"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["list"]
+{{- end }}

@@ -619,6 +619,23 @@ pub enum PinChange {
     Cancel,
 }
 
+/// Checks that the node a pin names exists. Nodes are cluster-scoped, so a user whose rights
+/// come from a RoleBinding (cocoon-edit in one namespace) may not read them: then the pin goes
+/// ahead unchecked, with a warning, and the wait reports a node the operator cannot use. A node
+/// that is not there (404) is still refused.
+async fn check_node(client: &Client, node: &str) -> Result<(), CliError> {
+    match Api::<Node>::all(client.clone()).get(node).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            eprintln!(
+                "warning: cannot check that node {node} exists (get nodes is forbidden: nodes are cluster-scoped); pinning to it unchecked"
+            );
+            Ok(())
+        }
+        Err(e) => Err(CliError::from_kube(&format!("get node {node}"), e)),
+    }
+}
+
 pub async fn pin(
     client: &Client,
     ns: &str,
@@ -634,11 +651,7 @@ pub async fn pin(
     let current = cs.spec.node_name.clone();
     let target: Option<String> = match &change {
         PinChange::To(node) => {
-            let nodes: Api<Node> = Api::all(client.clone());
-            nodes
-                .get(node)
-                .await
-                .map_err(|e| CliError::from_kube(&format!("get node {node}"), e))?;
+            check_node(client, node).await?;
             Some(node.clone())
         }
         PinChange::Unpin => None,
