@@ -89,12 +89,7 @@ fn admitted<T>(what: &str, res: Result<T, kube::Error>) {
 }
 
 async fn client_for(kubeconfig: &Path) -> Result<Client, BoxError> {
-    let cfg = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig)?,
-        &Default::default(),
-    )
-    .await?;
-    Ok(Client::try_from(cfg)?)
+    Ok(cocoon_testenv::client_for(kubeconfig).await?)
 }
 
 /// The shipped policies and bindings, renamed `<prefix>-<name>`, each binding narrowed to `ns`.

@@ -45,12 +45,7 @@ fn manifest(rel: &str) -> PathBuf {
 }
 
 async fn client_for(kubeconfig: &Path) -> Result<Client, BoxError> {
-    let cfg = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig)?,
-        &Default::default(),
-    )
-    .await?;
-    Ok(Client::try_from(cfg)?)
+    Ok(cocoon_testenv::client_for(kubeconfig).await?)
 }
 
 /// The real node agent binary for `name`, authenticating with `kubeconfig`.

@@ -56,3 +56,9 @@ pub(crate) async fn load_kubeconfig(path: &Path) -> Result<kube::Config> {
     let kubeconfig = Kubeconfig::read_from(path)?;
     Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
 }
+
+/// A client that authenticates as the kubeconfig at `path` says (a ServiceAccount token, a
+/// node's certificate, …).
+pub async fn client_for(path: &Path) -> Result<kube::Client> {
+    Ok(kube::Client::try_from(load_kubeconfig(path).await?)?)
+}

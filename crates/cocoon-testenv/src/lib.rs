@@ -28,6 +28,7 @@ mod wait;
 pub use audit::{AuditLog, AuditRecord};
 pub use env::{ComponentMemory, Options, StartupReport, TestEnv};
 pub use error::{Error, Result};
+pub use kubeconfig::client_for;
 pub use kubelet::{KUBELET_TAINT_KEY, Kubelet, KubeletOptions};
 pub use node::TestNode;
 pub use registry::{Registry, RegistryAuth};
