@@ -428,14 +428,20 @@ async fn scenario(
     a.signal("STOP").await?;
     wait_holder(&leases, &b.identity).await?;
     wait_reconciled(&sets, "second").await?;
-    let b_wrote = audit
-        .records_of(&b.user)?
-        .iter()
-        .any(|r| is_write(r) && !is_lease(r) && r.name == "second");
-    assert!(
-        b_wrote,
-        "the new leader reconciled the set created meanwhile"
-    );
+    // The API server audits a request once its response is sent, so the record may trail
+    // the write the client already saw.
+    cocoon_testenv::wait_until(
+        "the new leader's writes of the set created meanwhile in the audit log",
+        WAIT,
+        || async {
+            let records = audit.records_of(&b.user).ok()?;
+            records
+                .iter()
+                .any(|r| is_write(r) && !is_lease(r) && r.name == "second")
+                .then_some(())
+        },
+    )
+    .await?;
     // Nothing A sends while stopped; what it sends after SIGCONT is logged after this.
     let a_before = audit.records_of(&a.user)?.len();
     a.signal("CONT").await?;
