@@ -228,6 +228,44 @@ async fn a_tampered_chunk_fails_closed() {
     assert_eq!(written, &source[..written.len()]);
 }
 
+/// An unchunked zstd layer decodes into the staging directory while it downloads (its digest
+/// is known only at the end): one changed near its end has had most of its bytes decoded
+/// into staging when the pull fails, and still nothing is left, neither the destination nor
+/// the staging directory.
+#[tokio::test]
+async fn a_tampered_unchunked_zstd_layer_leaves_nothing_behind() {
+    let fx = snapshot_fixtures();
+    let reg = Registry::start_temp(None).await.expect("registry");
+    let c = client(&reg, V2Options::default());
+    let repo = unique_name("gosnap-bad-zstd");
+    let m = load_layout(&c, &fx.join("v2-zstd3"), &repo, "t").await;
+    let layer = m
+        .layers
+        .iter()
+        .find(|l| {
+            l.annotations.get(oci::ANNOTATION_TITLE).map(String::as_str) == Some("memory-ranges")
+        })
+        .expect("memory-ranges layer");
+    assert!(layer.media_type.ends_with("+zstd"), "{}", layer.media_type);
+    let path = reg.blob_file(&layer.digest);
+    let mut bytes = std::fs::read(&path).expect("layer");
+    let at = bytes.len() - 100;
+    bytes[at] ^= 0x01;
+    std::fs::write(&path, &bytes).expect("tamper");
+
+    let work = TempDir::new("cocoon-v2-bad-zstd");
+    let dst = work.path().join("dst");
+    c.pull_snapshot_to_dir(&repo, "t", &dst, "x")
+        .await
+        .expect_err("tampered zstd layer");
+    assert!(!dst.exists());
+    assert_eq!(
+        std::fs::read_dir(work.path()).expect("ls").count(),
+        0,
+        "no staging left"
+    );
+}
+
 /// Manifests the Go reader refuses: a `files[].size` claim that does not match what the
 /// blobs decode to, and a v2 layer type in a v1 manifest. Both are put with real blobs
 /// (the registry verifies those), so only the claims are false.
