@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use cocoon_api::contract::{annotations as ann, finalizers};
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, ToolboxSpec};
-use cocoon_node::runtime::sim::{Latencies, SimConfig};
+use cocoon_runtime::sim::{Latencies, SimConfig};
 use cocoon_testenv::{AuditLog, AuditRecord, TestEnv, TestNode};
 use cocoon_testsupport::{Agent, AgentOptions, BoxError};
 use futures::StreamExt;

@@ -1,5 +1,5 @@
 //! `cocoon-operator sim`: drives the simulated runtime under a running node agent through its
-//! control socket (`<root>/control.sock`, see `cocoon_node::runtime::sim::socket`): crash or
+//! control socket (`<root>/control.sock`, see `cocoon_runtime::sim::socket`): crash or
 //! delete VMs out of band, fail verbs, list VMs and call counts. Only an agent started with
 //! `VK_RUNTIME=sim` serves the socket.
 
@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
-use cocoon_node::runtime::sim::socket::{self, Reply, Request};
-use cocoon_node::runtime::sim::{CrashKind, Verb, VmRow};
+use cocoon_runtime::sim::socket::{self, Reply, Request};
+use cocoon_runtime::sim::{CrashKind, Verb, VmRow};
 
 /// Flags of `sim`.
 #[derive(Args, Debug)]

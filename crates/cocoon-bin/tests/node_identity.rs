@@ -426,7 +426,7 @@ async fn a_node_agent_identity_writes_only_its_own_node() {
 /// pod, the pod reports `failed`; a retried hibernate succeeds, and so does the wake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hibernate_compensates_with_a_credential_that_cannot_delete() {
-    use cocoon_node::runtime::sim::Verb;
+    use cocoon_runtime::sim::Verb;
     use cocoon_testsupport::{Agent, AgentOptions};
     cocoon_testenv::run_test(|env| async move {
         let registry = cocoon_testenv::Registry::start_temp_without_delete(None).await?;

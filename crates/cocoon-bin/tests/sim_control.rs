@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::runtime::sim::VmRow;
+use cocoon_runtime::sim::VmRow;
 use cocoon_testenv::{Shared, create_namespace, delete_namespace, unique_name, wait_until};
 use cocoon_testsupport::binaries::sim_node_command;
 use cocoon_testsupport::{BoxError, vm_pod};

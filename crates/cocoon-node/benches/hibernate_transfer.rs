@@ -33,7 +33,7 @@ use common::{AgentOptions, BoxError, is_running_ready, sim_config, start_agent_w
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_node::pods::Timing;
-use cocoon_node::runtime::sim::{Latencies, MemoryFill};
+use cocoon_runtime::sim::{Latencies, MemoryFill};
 use cocoon_testenv::{Options, TestEnv, TestNode, create_namespace, wait_until};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};

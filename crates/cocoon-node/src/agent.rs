@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use cocoon_registry::{RegistryClient, RegistryConfig};
+use cocoon_runtime::{ExecRequest, Runtime};
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use tokio_util::sync::CancellationToken;
@@ -21,7 +22,6 @@ use crate::metrics::NodeMetrics;
 use crate::node::HostReader;
 use crate::node::{NodeHeartbeat, NodeRegistration};
 use crate::pods::{self, Handler, PodConfig, Timing};
-use crate::runtime::{ExecRequest, Runtime};
 
 /// Errors that stop the agent.
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +34,7 @@ pub enum AgentError {
     Client(#[from] kube::Error),
     /// The runtime backend could not be opened.
     #[error("runtime: {0}")]
-    Runtime(#[from] crate::runtime::RuntimeError),
+    Runtime(#[from] cocoon_runtime::RuntimeError),
     /// The registry client could not be built.
     #[error("registry: {0}")]
     Registry(#[from] cocoon_registry::Error),
@@ -46,7 +46,7 @@ pub enum AgentError {
     Node(#[from] crate::node::NodeError),
     /// The simulated runtime's control socket could not be served.
     #[error("{0}")]
-    Control(#[from] crate::runtime::sim::socket::ServeError),
+    Control(#[from] cocoon_runtime::sim::socket::ServeError),
 }
 
 /// Everything an in-process agent runs with.
@@ -182,8 +182,8 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
     // The simulator's control socket for black-box tests and demos (never on the real runtime).
     let _control = sim
         .map(|h| {
-            let path = crate::runtime::sim::socket::socket_path(h.root());
-            crate::runtime::sim::socket::ControlServer::start(h, &path, &shutdown)
+            let path = cocoon_runtime::sim::socket::socket_path(h.root());
+            cocoon_runtime::sim::socket::ControlServer::start(h, &path, &shutdown)
         })
         .transpose()?;
     let registry = if config.oci_registry.trim().is_empty() {

@@ -15,7 +15,7 @@
 //! * `VK_CLIENT_CA_FILE` / `VK_ANONYMOUS_AUTH`: kubelet API client authentication
 //!   ([`crate::kubelet::auth`]); anonymous access only for the exact value `true`.
 //! * Runtime backend: `VK_RUNTIME` = `cocoon` (default) | `sim`, with `VK_SIM_ROOT` for the
-//!   simulator (read by [`crate::runtime::BackendChoice::from_env`]).
+//!   simulator (read by [`cocoon_runtime::BackendChoice::from_env`]).
 //! * `VK_CLONE_FROM_DIR_ROOTS` (not in the spec; tenant isolation): absolute, canonical
 //!   directories separated by `,` or `:` (blank items dropped; a relative or non-canonical
 //!   one is fatal). Unset or empty refuses every `vm.cocoonstack.io/clone-from-dir`.
@@ -43,10 +43,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cocoon_api::contract::env::node as env;
+use cocoon_runtime::BackendChoice;
 
 use crate::kubelet::limits::KubeletLimits;
 use crate::pods::host_reach::{self, HostReach};
-use crate::runtime::BackendChoice;
 
 /// A configuration error; every variant's text is the fatal message the process exits with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,9 +1,9 @@
 //! The cocoon node agent: one per VM host, exposing the host to Kubernetes as a virtual Node
-//! and driving its VMs through the runtime layer.
+//! and driving its VMs through the runtime layer: [`cocoon_runtime::Runtime`]
+//! (`runtime.md`), with the real `cocoon` CLI backend and the in-process simulated backend used
+//! by demos and end-to-end tests. That trait is the agent's only way to its VMs.
 //!
 //! Modules:
-//! * [`runtime`]: the VM runtime interface (`runtime.md`) with the real `cocoon` CLI backend and
-//!   the in-process simulated backend used by demos and end-to-end tests.
 //! * [`config`]: the node agent's environment configuration (`contract.md` §12.2).
 //! * [`metrics`]: the `cocoon_vk_*` Prometheus families (`contract.md` §11.2).
 //! * [`node`]: Node registration, Lease and status heartbeats, capacity (`node.md` §2).
@@ -18,5 +18,4 @@ pub mod kubelet;
 pub mod metrics;
 pub mod node;
 pub mod pods;
-pub mod runtime;
 pub mod user_agent;

@@ -22,14 +22,14 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::pods::host_reach::{HostReach, parse_network_allow, parse_url_allow};
-use cocoon_node::runtime::sim::{FailRule, Verb};
+use cocoon_runtime::sim::{FailRule, Verb};
 use cocoon_testenv::{TestNode, create_namespace, delete_namespace, run_test, unique_name};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
 /// Did the simulator see any call of `verb` naming something that contains `needle`?
-fn touched(sim: &cocoon_node::runtime::sim::SimHandle, verb: Verb, needle: &str) -> bool {
+fn touched(sim: &cocoon_runtime::sim::SimHandle, verb: Verb, needle: &str) -> bool {
     sim.calls_of(verb).iter().any(|c| {
         c.targets.iter().any(|t| t.contains(needle)) || c.args.to_string().contains(needle)
     })

@@ -25,7 +25,7 @@ use common::{
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::kubelet::{KubeletLimits, KubeletServer, MetricsServer, NO_LIVE_VM_BODY};
 use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::runtime::sim::Verb;
+use cocoon_runtime::sim::Verb;
 use cocoon_testenv::{
     Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };

@@ -16,8 +16,8 @@ use common::{
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::{AnnotationCodec, Lifecycle};
 use cocoon_api::naming::{clone_base_snapshot_name, vm_name_for_pod};
-use cocoon_node::runtime::sim::Verb;
-use cocoon_node::runtime::tarfmt;
+use cocoon_runtime::sim::Verb;
+use cocoon_runtime::tarfmt;
 use cocoon_testenv::{
     TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };

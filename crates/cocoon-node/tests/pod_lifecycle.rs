@@ -14,8 +14,8 @@ use common::{
 use cocoon_api::contract::LifecycleState;
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_node::runtime::sim::{CrashKind, Verb};
 use cocoon_registry::RegistryClient;
+use cocoon_runtime::sim::{CrashKind, Verb};
 use cocoon_testenv::{create_namespace, delete_namespace, run_test, unique_name, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;

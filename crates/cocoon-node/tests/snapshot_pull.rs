@@ -7,10 +7,10 @@ mod common;
 use std::path::Path;
 
 use cocoon_node::pods::import_snapshot_from_registry;
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::SimRuntime;
 use cocoon_registry::PushOptions;
 use cocoon_registry::tar::{end_of_archive, padding, regular_file_header};
+use cocoon_runtime::Runtime;
+use cocoon_runtime::sim::SimRuntime;
 use cocoon_testenv::Registry;
 use cocoon_testenv::paths::snapshot_fixtures;
 use common::{registry, sim_config};
@@ -163,7 +163,7 @@ async fn a_pod_wakes_from_a_go_written_v2_hibernate() {
     use cocoon_api::contract::annotations as ann;
     use cocoon_api::naming::{hibernate_import_snapshot_name, vm_name_for_pod};
     use cocoon_node::pods::OrphanPolicy;
-    use cocoon_node::runtime::sim::{ImageKind, Verb};
+    use cocoon_runtime::sim::{ImageKind, Verb};
     use common::{
         BoxError, WAIT, hibernate_pod, patch_ann, start_agent_prepared, vm_pod, wait_running,
     };
@@ -365,7 +365,7 @@ async fn an_agent_with_the_v2_knobs_hibernates_into_v2_and_another_node_restores
         // A memory image large enough to be compressed and cut into chunks (files under 1 MiB
         // stay raw, as the Go writer keeps them).
         opts.sim.memory_file_size = 6 << 20;
-        opts.sim.memory_fill = cocoon_node::runtime::sim::MemoryFill::Realistic;
+        opts.sim.memory_fill = cocoon_runtime::sim::MemoryFill::Realistic;
         opts.snapshot_knobs = [3, 1, 0, 0];
         let agent_a = start_agent_with(
             env.client()?,

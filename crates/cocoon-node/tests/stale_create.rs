@@ -24,9 +24,9 @@ use common::{
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::pods::Timing;
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::StaleCreateOutcome;
-use cocoon_node::runtime::sim::{Latencies, SimHandle, SimRuntime, Verb};
+use cocoon_runtime::Runtime;
+use cocoon_runtime::StaleCreateOutcome;
+use cocoon_runtime::sim::{Latencies, SimHandle, SimRuntime, Verb};
 use cocoon_testenv::{
     Shared, TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };

@@ -15,7 +15,7 @@ use common::{
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::naming::{fork_snapshot_name, vm_name_for_pod};
-use cocoon_node::runtime::sim::{OutOfBandVm, SimRuntime, Verb};
+use cocoon_runtime::sim::{OutOfBandVm, SimRuntime, Verb};
 use cocoon_testenv::{TestNode, create_namespace, delete_namespace, run_test, unique_name};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};

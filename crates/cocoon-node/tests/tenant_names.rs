@@ -28,7 +28,7 @@ use cocoon_api::contract::oci::{ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_POD
 use cocoon_api::contract::{AnnotationCodec, Lifecycle};
 use cocoon_api::naming::{clone_base_snapshot_name, fork_snapshot_name, vm_name_for_pod};
 use cocoon_node::pods::{OrphanPolicy, TenantConfig};
-use cocoon_node::runtime::sim::{OutOfBandVm, Verb};
+use cocoon_runtime::sim::{OutOfBandVm, Verb};
 use cocoon_testenv::{
     Shared, TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };

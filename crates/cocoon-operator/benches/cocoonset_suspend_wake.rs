@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
-use cocoon_node::runtime::sim::{Latencies, SimConfig};
+use cocoon_runtime::sim::{Latencies, SimConfig};
 use cocoon_testenv::{TestEnv, TestNode};
 use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions};
 use futures::StreamExt;

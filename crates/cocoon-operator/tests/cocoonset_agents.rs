@@ -14,9 +14,9 @@ use cocoon_api::crd::set::{
     AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
 };
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_toolbox};
-use cocoon_node::runtime::sim::{FailRule, Verb};
 use cocoon_operator::cocoonset::plan::Timing;
 use cocoon_operator::metrics::SetLabels;
+use cocoon_runtime::sim::{FailRule, Verb};
 use cocoon_testsupport::{
     Agent, AgentOptions, BoxError, Operator, OperatorOptions, all_vms, node_of, push_tag,
 };

@@ -19,10 +19,10 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::events::operator as reasons;
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, ToolboxSpec};
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_toolbox};
-use cocoon_node::runtime::exec_capture;
-use cocoon_node::runtime::sim::{Latencies, Verb};
 use cocoon_operator::metrics::SetLabels;
 use cocoon_registry::RegistryClient;
+use cocoon_runtime::exec_capture;
+use cocoon_runtime::sim::{Latencies, Verb};
 use cocoon_testsupport::{
     Agent, AgentOptions, Operator, OperatorOptions, all_vms, node_of, registry, wait_set,
 };

@@ -17,10 +17,10 @@ use cocoon_api::crd::set::{
     AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, HibernatePolicy, ToolboxSpec,
 };
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_toolbox};
-use cocoon_node::runtime::exec_capture;
-use cocoon_node::runtime::sim::{FailRule, Verb};
 use cocoon_operator::metrics::{Metrics, PlacementLabels, SetLabels};
 use cocoon_registry::RegistryClient;
+use cocoon_runtime::exec_capture;
+use cocoon_runtime::sim::{FailRule, Verb};
 use cocoon_testenv::{Shared, TestNode};
 use cocoon_testsupport::{
     Agent, AgentOptions, AuditedIdentity, BoxError, Operator, OperatorOptions, all_vms, node_of,

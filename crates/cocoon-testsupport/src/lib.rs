@@ -25,12 +25,12 @@ use cocoon_node::kubelet::{
 use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
 use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
-use cocoon_node::runtime::Runtime;
-use cocoon_node::runtime::sim::{SimConfig, SimHandle, SimRuntime};
 use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_operator::{admin::Readiness, cocoonset, hibernation};
 use cocoon_registry::{RegistryClient, RegistryConfig};
+use cocoon_runtime::Runtime;
+use cocoon_runtime::sim::{SimConfig, SimHandle, SimRuntime};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;

@@ -134,8 +134,7 @@ async fn logs_reads_each_members_guest_log_and_follows_it() {
         assert!(seen, "the followed log starts with what is there");
         let marker = cocoon_testenv::unique_name("marker");
         let exec =
-            cocoon_node::runtime::exec_capture(&*agent.runtime, &sub, &["echo", &marker], None)
-                .await;
+            cocoon_runtime::exec_capture(&*agent.runtime, &sub, &["echo", &marker], None).await;
         assert!(
             exec.result.is_ok(),
             "exec in the sub-agent: {:?}",

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_api::{CocoonSet, CocoonSetSpec};
-use cocoon_node::runtime::sim::Verb;
+use cocoon_runtime::sim::Verb;
 use cocoon_testsupport::{Agent, AgentOptions, BoxError, Operator, OperatorOptions, wait_set};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -383,7 +383,7 @@ pub(super) async fn session<IO>(
                 *id,
                 activity.clone(),
             )));
-            Box::pin(guest_side) as crate::runtime::ByteWriter
+            Box::pin(guest_side) as cocoon_runtime::ByteWriter
         })
     };
     let stdout = output(STREAM_STDOUT);
@@ -393,7 +393,7 @@ pub(super) async fn session<IO>(
             rx: stdin_rx,
             buf: Vec::new(),
             pos: 0,
-        }) as crate::runtime::ByteReader
+        }) as cocoon_runtime::ByteReader
     });
     let io = ExecIo {
         command: opts.command.clone(),

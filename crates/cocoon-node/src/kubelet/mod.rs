@@ -109,11 +109,11 @@ pub struct ExecIo {
     /// A TTY was requested (stderr is then merged into stdout by the client's choice).
     pub tty: bool,
     /// The client's stdin, when requested; EOF when the client closes it.
-    pub stdin: Option<crate::runtime::ByteReader>,
+    pub stdin: Option<cocoon_runtime::ByteReader>,
     /// The client's stdout, when requested.
-    pub stdout: Option<crate::runtime::ByteWriter>,
+    pub stdout: Option<cocoon_runtime::ByteWriter>,
     /// The client's stderr, when requested.
-    pub stderr: Option<crate::runtime::ByteWriter>,
+    pub stderr: Option<cocoon_runtime::ByteWriter>,
 }
 
 impl std::fmt::Debug for ExecIo {

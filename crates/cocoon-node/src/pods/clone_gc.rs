@@ -16,11 +16,11 @@ use std::collections::HashSet;
 
 use cocoon_api::contract::{AnnotationCodec, VmSpec};
 use cocoon_api::naming::is_clone_base_name;
+use cocoon_runtime::SnapshotRecord;
 use tracing::{info, warn};
 
 use super::Handler;
 use super::rules::{local_snapshot_name, parse_ref};
-use crate::runtime::SnapshotRecord;
 
 /// The clone bases to remove: not in use, beyond the newest `keep` unused ones.
 pub fn clone_bases_to_remove(

@@ -14,6 +14,7 @@ use cocoon_api::contract::{
     AnnotationCodec, Backend, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec,
 };
 use cocoon_api::naming::fork_snapshot_name;
+use cocoon_runtime::{CloneRequest, CloneSource, CpuPolicy, RunRequest, VmRecord};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
@@ -24,7 +25,6 @@ use super::state::TrackedVm;
 use super::tenant;
 use super::transfer::WakeSource;
 use super::{Handler, Result, annotation, failed, pod_key, uid};
-use crate::runtime::{CloneRequest, CloneSource, CpuPolicy, RunRequest, VmRecord};
 
 /// Which background step follows a bring-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cocoon_api::contract::{AnnotationCodec, HibernateFlags};
+use cocoon_runtime::{EventKind, VmEvent, VmRecord};
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, Preconditions};
 use tracing::{info, warn};
 
 use super::rules::{self, GoneAction, InspectOutcome};
 use super::{Handler, pod_key, status, superseded};
-use crate::runtime::{EventKind, VmEvent, VmRecord};
 use k8s_openapi::api::core::v1::Pod;
 
 impl Handler {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cocoon_api::contract::AnnotationDelta;
+use cocoon_runtime::sim::{SimConfig, SimRuntime};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
@@ -17,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 use super::{Handler, PodConfig, Timing, pod_key};
 use crate::config::OrphanPolicy;
 use crate::metrics::NodeMetrics;
-use crate::runtime::sim::{SimConfig, SimRuntime};
 
 const WAIT: Duration = Duration::from_secs(30);
 

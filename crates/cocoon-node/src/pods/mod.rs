@@ -68,6 +68,7 @@ use cocoon_api::contract::{
     annotations_merge_patch, apply_delta,
 };
 use cocoon_registry::RegistryClient;
+use cocoon_runtime::Runtime;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -79,7 +80,6 @@ use tracing::{debug, error, warn};
 
 pub use crate::config::OrphanPolicy;
 use crate::metrics::NodeMetrics;
-use crate::runtime::Runtime;
 use lease_watch::LeaseWatch;
 use probe::{ProbeManager, ProbeSchedule};
 

@@ -17,11 +17,11 @@
 //!   to any VM the runtime knows (exact id, name, id prefix).
 
 use cocoon_registry::{Manifest, Reference};
+use cocoon_runtime::{RuntimeError, SnapshotRecord, VmRecord};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::Handler;
 use super::tenant::{self, ArtifactUse, Refusal};
-use crate::runtime::{RuntimeError, SnapshotRecord, VmRecord};
 
 /// The pod a snapshot belongs to: `<namespace>/<pod>`.
 #[derive(Debug, Clone, PartialEq, Eq)]

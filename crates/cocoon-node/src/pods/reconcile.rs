@@ -10,6 +10,8 @@ use std::sync::Arc;
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::events::{node as ev, resumed_after_restart_message};
 use cocoon_api::contract::{AnnotationCodec, HibernateFlags, Lifecycle, LifecycleState, VmSpec};
+use cocoon_runtime::types::{STATE_CREATING, STATE_STOPPED_STALE};
+use cocoon_runtime::{RuntimeError, VmRecord};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -19,8 +21,6 @@ use super::rules::{self, OwedOp};
 use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, OrphanPolicy, Result, annotation, failed, pod_key};
-use crate::runtime::types::{STATE_CREATING, STATE_STOPPED_STALE};
-use crate::runtime::{RuntimeError, VmRecord};
 
 /// What the orphan policy does with one pod-less VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,11 +7,10 @@ use std::path::{Component, Path, PathBuf};
 
 use cocoon_api::contract::{Backend, Os, VmSpec};
 use cocoon_api::naming::clone_base_snapshot_name;
+use cocoon_runtime::types::{STATE_CREATING, STATE_RUNNING};
+use cocoon_runtime::{CpuPolicy, StaleCreateOutcome};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-use crate::runtime::types::{STATE_CREATING, STATE_RUNNING};
-use crate::runtime::{CpuPolicy, StaleCreateOutcome};
 
 /// `ParseRef(ref)`: split at the first `:` when the part before it is non-empty, else the
 /// whole ref with tag `latest`. Registry-relative refs only (ports and digests split wrongly

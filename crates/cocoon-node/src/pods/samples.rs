@@ -9,11 +9,11 @@
 
 use std::sync::{Arc, RwLock};
 
+use cocoon_runtime::VmRecord;
 use tracing::debug;
 
 use super::Handler;
 use crate::metrics::{VmSample, VmSampleSource};
-use crate::runtime::VmRecord;
 
 /// The latest rows, shared between the sampler and the collector.
 #[derive(Debug, Default)]

@@ -20,14 +20,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use cocoon_runtime::types::STATE_CREATING;
+use cocoon_runtime::{StaleCreateOutcome, VmRecord};
 use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::Handler;
 use super::rules::{self, InspectOutcome, StaleCreateAction, StaleWatchStep};
 use super::state::TrackedVm;
-use crate::runtime::types::STATE_CREATING;
-use crate::runtime::{StaleCreateOutcome, VmRecord};
 
 /// How many `creating` VMs are reconciled at once at startup.
 const STALE_CREATE_PARALLELISM: usize = 8;

@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use cocoon_api::contract::{AnnotationCodec, VmSpec};
+use cocoon_runtime::VmRecord;
 
 use super::intent::Intent;
 use super::tenant::{Admitted, Holder};
-use crate::runtime::VmRecord;
 
 /// A tracked VM: the runtime record plus the cached IP (§11.2).
 #[derive(Debug, Clone)]

@@ -13,6 +13,7 @@ use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::tags;
 use cocoon_api::naming::{fork_snapshot_name, hibernate_import_snapshot_name};
 use cocoon_registry::{Kind, PushOptions, Reference, RegistryClient, classify};
+use cocoon_runtime::{ImportHandle, Runtime, SnapshotRecord};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tokio::io::AsyncWriteExt;
@@ -23,7 +24,6 @@ use super::rules::{Evidence, parse_ref};
 use super::tenant::ArtifactUse;
 use super::{Handler, PodError, Result, failed};
 use crate::metrics::NodeMetrics;
-use crate::runtime::{ImportHandle, Runtime, SnapshotRecord};
 
 /// Where a wake or restore clones from.
 pub struct WakeSource {

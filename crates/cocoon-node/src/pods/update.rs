@@ -37,7 +37,7 @@ pub(crate) enum AfterFailedRemove {
 
 /// Decides the compensation of a failed `vm rm` from an inspect of the VM.
 pub(crate) fn after_failed_remove<T>(
-    inspect: &std::result::Result<T, crate::runtime::RuntimeError>,
+    inspect: &std::result::Result<T, cocoon_runtime::RuntimeError>,
 ) -> AfterFailedRemove {
     match inspect {
         Ok(_) => AfterFailedRemove::StillThere,
@@ -220,7 +220,7 @@ impl Handler {
                 self.spawn(async move {
                     let _ = tokio::time::timeout(
                         Duration::from_secs(30),
-                        crate::runtime::exec_capture(
+                        cocoon_runtime::exec_capture(
                             rt.as_ref(),
                             &vid,
                             &["cmd", "/c", "ipconfig", "/renew"],
@@ -338,7 +338,7 @@ impl Handler {
 
     async fn exec_bounded(&self, id: &str, argv: &[&str], limit: Duration) -> bool {
         matches!(
-            tokio::time::timeout(limit, crate::runtime::exec_capture(self.rt.as_ref(), id, argv, None)).await,
+            tokio::time::timeout(limit, cocoon_runtime::exec_capture(self.rt.as_ref(), id, argv, None)).await,
             Ok(out) if out.result.is_ok()
         )
     }
@@ -354,7 +354,7 @@ impl Handler {
                 if let Err(e) = rt.net_resize(&id, 1).await {
                     warn!(vm = %id, error = %e, "NIC rollback failed");
                 }
-                let _ = crate::runtime::exec_capture(
+                let _ = cocoon_runtime::exec_capture(
                     rt.as_ref(),
                     &id,
                     &["cmd", "/c", "ipconfig", "/renew"],
@@ -432,7 +432,7 @@ impl Handler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::RuntimeError;
+    use cocoon_runtime::RuntimeError;
 
     #[test]
     fn a_failed_remove_deletes_the_tag_only_while_the_vm_exists() {

@@ -313,7 +313,7 @@ impl SimHandle {
                 queue_size: QUEUE_SIZE,
                 disk_queue_size: DISK_QUEUE_SIZE,
                 image: spec.image,
-                image_type: crate::runtime::types::IMAGE_TYPE_OCI.into(),
+                image_type: crate::types::IMAGE_TYPE_OCI.into(),
                 network: spec.network,
                 name: spec.name.clone(),
                 ..VmConfig::default()

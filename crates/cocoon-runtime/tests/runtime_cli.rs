@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cocoon_node::runtime::cli::{CliConfig, CliRuntime};
-use cocoon_node::runtime::{
+use cocoon_runtime::cli::{CliConfig, CliRuntime};
+use cocoon_runtime::{
     Capabilities, CloneRequest, CloneSource, CpuPolicy, EventKind, ExecRequest, RetryPolicy,
     RunRequest, Runtime, RuntimeError, StaleCreateOutcome, exec_capture,
 };
@@ -527,8 +527,8 @@ async fn exec_passes_env_stdin_and_maps_exit_codes() {
     let mut req = ExecRequest::new("id1", ["sh", "-c", "cat > /x"]);
     req.env.insert("Z".into(), "1".into());
     req.env.insert("A".into(), "2".into());
-    let out = cocoon_node::runtime::CaptureBuf::new();
-    let err = cocoon_node::runtime::CaptureBuf::new();
+    let out = cocoon_runtime::CaptureBuf::new();
+    let err = cocoon_runtime::CaptureBuf::new();
     req.stdin = Some(Box::pin(std::io::Cursor::new(b"payload".to_vec())));
     req.stdout = Some(out.writer());
     req.stderr = Some(err.writer());

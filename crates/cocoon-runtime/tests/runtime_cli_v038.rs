@@ -3,7 +3,7 @@
 //! The recordings live outside the repository, in `shared/fixtures/cocoon-cli-v0.3.8/` beside
 //! it (the repository's parent directory holds `shared/`; `COCOON_SHARED_DIR` overrides that
 //! directory). Each capture is `NAME.out` / `NAME.err` / `NAME.code` (stdout, stderr, exit
-//! status). They are used three ways:
+//! status); `cli_v038/` reads them and holds the replay stand-in. They are used three ways:
 //!
 //! * read directly: capability detection on the real help texts, the parsers on every recorded
 //!   JSON, the error classifier on every recorded error text, the tar reader on the real
@@ -13,171 +13,25 @@
 //!   invocation that was not recorded fails with exit 97 and says so. This sits next to the
 //!   scripted stand-in of `runtime_cli.rs`, which models the newer CLI;
 //! * a node agent whose `VK_COCOON_BIN` is the replay stand-in, as a Node of the real control
-//!   plane: it registers, adopts the recorded VM (which `vm list` calls `running` and
-//!   `inspect` calls `stopped (stale)`), and `kubectl exec` / `kubectl logs` report the missing
-//!   verbs; a Windows hibernate fails with `HibernateNetResizeFailed`.
+//!   plane: in the node agent's `node_cli_v038.rs`.
 
-mod common;
+mod cli_v038;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::Arc;
+use std::path::Path;
 use std::time::Duration;
 
-use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
-use cocoon_node::agent::{AgentParts, AgentPodBackend, run_agent};
-use cocoon_node::kubelet::{KubeletServer, TlsMaterial};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
-use cocoon_node::pods::{OrphanPolicy, PodConfig};
-use cocoon_node::runtime::args::{is_group_help, lists_flag, lists_verb};
-use cocoon_node::runtime::cli::{CliConfig, CliRuntime};
-use cocoon_node::runtime::events::parse_event_line;
-use cocoon_node::runtime::parse::{parse_snapshot, parse_snapshot_list, parse_vm, parse_vm_list};
-use cocoon_node::runtime::tarfmt::read_snapshot_tar;
-use cocoon_node::runtime::{
-    BackendChoice, Capabilities, CloneRequest, EventKind, ExecRequest, HelpTexts, Runtime,
-    RuntimeError, classify, exec_capture,
+use cocoon_runtime::args::{is_group_help, lists_flag, lists_verb};
+use cocoon_runtime::cli::{CliConfig, CliRuntime};
+use cocoon_runtime::events::parse_event_line;
+use cocoon_runtime::parse::{parse_snapshot, parse_snapshot_list, parse_vm, parse_vm_list};
+use cocoon_runtime::tarfmt::read_snapshot_tar;
+use cocoon_runtime::{
+    Capabilities, CloneRequest, EventKind, ExecRequest, HelpTexts, Runtime, RuntimeError, classify,
+    exec_capture,
 };
-use cocoon_testenv::{Shared, TEST_NAMESPACE_LABEL, run_test, unique_name, wait_until};
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use tokio_util::sync::CancellationToken;
 
-/// The id and name of the VM the captures were made with.
-const VM_ID: &str = "TMZ7IBM3A3KJGYMV6K3ZZMS2EZ";
-const VM_NAME: &str = "vk-ns-demo-0";
-/// The namespace and pod whose legacy unhashed VM name the recorded VM carries.
-const LEGACY_NS: &str = "ns";
-const LEGACY_POD: &str = "demo-0";
-
-/// `shared/fixtures/cocoon-cli-v0.3.8` beside the repository (or under `COCOON_SHARED_DIR`).
-fn fixtures() -> PathBuf {
-    let shared = std::env::var_os("COCOON_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let dir = shared.join("fixtures/cocoon-cli-v0.3.8");
-    assert!(
-        dir.join("README.md").is_file(),
-        "the cocoon CLI v0.3.8 recordings are missing: expected {} (the repository's parent \
-         directory must contain shared/fixtures/cocoon-cli-v0.3.8; set COCOON_SHARED_DIR to the \
-         shared/ directory if it lives elsewhere)",
-        dir.display()
-    );
-    dir
-}
-
-fn fixture(name: &str) -> Vec<u8> {
-    let path = fixtures().join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("read fixture {}: {e}", path.display()))
-}
-
-fn fixture_text(name: &str) -> String {
-    String::from_utf8(fixture(name)).expect("fixture is UTF-8")
-}
-
-/// The replay stand-in: one `case` arm per recorded invocation (ids and names as in the
-/// captures). The agent puts `--` before positionals (issue 26); the captures were made
-/// without it, which cobra parses to the same arguments, so the arms match the `--` form. A flag the release lacks fails in its flag parser whatever the other
-/// arguments, and a verb it lacks (also `<verb> --help`) prints the `vm` help with status 0,
-/// so those arms match any arguments.
-const REPLAY: &str = r#"#!/bin/sh
-fix='@FIX@'
-printf '%s\n' "$*" >> '@LOG@'
-play() {
-  cat "$fix/$1.out"
-  cat "$fix/$1.err" >&2
-  exit "$(cat "$fix/$1.code")"
-}
-case "$*" in
-  "vm --help"|"vm exec --help"|"vm logs --help"|"vm net --help") play vm_help ;;
-  "vm clone --help") play vm_clone_help ;;
-  "vm list -o json") play vm_list ;;
-  "vm inspect -- @ID@"|"vm inspect -- @NAME@") play vm_inspect ;;
-  "vm inspect -- nosuchvm") play vm_inspect_missing ;;
-  "vm rm --force -- nosuchvm") play vm_rm_missing ;;
-  "vm start -- nosuchvm") play vm_start_missing ;;
-  "vm exec -i "*) play vm_exec_i ;;
-  "vm exec "*) play vm_exec ;;
-  "vm logs --tail "*) play vm_logs ;;
-  "vm net --nics "*) play vm_net ;;
-  "vm clone "*" nosuchsnap") play vm_clone_missing ;;
-  "vm status --event --format json")
-    cat "$fix/events.out"
-    cat "$fix/events.err" >&2
-    # The real command keeps watching until it is killed.
-    exec sleep 3600 ;;
-  "snapshot list -o json") play snap_list ;;
-  "snapshot inspect -- vk-a") play snap_inspect ;;
-  "snapshot inspect "*) play snap_inspect_missing ;;
-  "snapshot rm -- nosuch") play snap_rm_missing ;;
-  "snapshot save --name "*" nosuchvm") play snap_save_novm ;;
-  "snapshot save --name vk-a "*) play snap_save_dup ;;
-  "snapshot import --name vk-a") cat > /dev/null; play snap_import_dup ;;
-  "snapshot export -o - -- @NAME@") cat "$fix/snapshot-export.tar"; exit 0 ;;
-  "image inspect -- tinyimg") play image_inspect ;;
-  "image inspect -- ubuntu:24.04") play image_inspect_missing ;;
-  *) echo "cocoon-replay: no v0.3.8 recording for: cocoon $*" >&2; exit 97 ;;
-esac
-"#;
-
-/// A temp dir holding the replay stand-in and its call log.
-struct Replay {
-    dir: tempfile::TempDir,
-}
-
-/// Writes an executable through another process (see `runtime_cli.rs`: a file this process
-/// held open for writing could be inherited by a concurrently forked child → ETXTBSY).
-fn install_script(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let src = dir.join(format!("{name}.src"));
-    std::fs::write(&src, text).expect("write script");
-    let dst = dir.join(name);
-    let status = std::process::Command::new("install")
-        .args(["-m", "0755"])
-        .arg(&src)
-        .arg(&dst)
-        .status()
-        .expect("run install");
-    assert!(status.success(), "install {name}");
-    dst
-}
-
-impl Replay {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().expect("tmp");
-        let script = REPLAY
-            .replace("@FIX@", &fixtures().display().to_string())
-            .replace("@LOG@", &dir.path().join("calls").display().to_string())
-            .replace("@ID@", VM_ID)
-            .replace("@NAME@", VM_NAME);
-        install_script(dir.path(), "cocoon", &script);
-        Replay { dir }
-    }
-
-    fn bin(&self) -> PathBuf {
-        self.dir.path().join("cocoon")
-    }
-
-    fn config(&self) -> CliConfig {
-        CliConfig::new(self.bin())
-    }
-
-    async fn detect(&self) -> CliRuntime {
-        CliRuntime::detect(self.config()).await
-    }
-
-    /// Every invocation so far, arguments joined by spaces.
-    fn calls(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.path().join("calls"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
+use cli_v038::{Replay, VM_ID, VM_NAME, fixture, fixture_text, install_script};
 
 /// What v0.3.8 supports, per its help texts.
 fn v038_caps() -> Capabilities {
@@ -422,7 +276,7 @@ fn the_real_export_tar_is_read() {
     check_export(&env, dest.path());
 }
 
-fn check_export(env: &cocoon_node::runtime::tarfmt::Envelope, dir: &Path) {
+fn check_export(env: &cocoon_runtime::tarfmt::Envelope, dir: &Path) {
     assert_eq!(env.version, 1);
     assert_eq!(env.config.name, VM_NAME);
     assert_eq!(env.config.id, "PS2CQ7PGR4JDLPWXTCXLWR5QVD");
@@ -684,252 +538,4 @@ async fn coloured_stderr_is_stripped_from_errors() {
         }
         other => panic!("unexpected {other:?}"),
     }
-}
-
-// ---- a node agent on the replay ------------------------------------------------------------
-
-/// Creates namespace `name` (labelled as a test namespace) unless it exists.
-async fn ensure_namespace(client: &kube::Client, name: &str) -> common::TestResult {
-    use k8s_openapi::api::core::v1::Namespace;
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some([(TEST_NAMESPACE_LABEL.to_string(), "true".to_string())].into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// A pod that adopts the recorded VM `vm`, with lifecycle `ready` (nothing owed).
-fn adopting_pod(ns: &str, name: &str, node: &str, vm: &str, extra: &[(&str, &str)]) -> Pod {
-    let mut a = vec![
-        (ann::VM_NAME, vm),
-        (ann::IMAGE, "tinyimg"),
-        (ann::LIFECYCLE_STATE, "ready"),
-        (ann::LIFECYCLE_OBSERVED_GENERATION, "1"),
-    ];
-    a.extend_from_slice(extra);
-    common::vm_pod(ns, name, node, &a)
-}
-
-async fn kubectl(env: &Shared, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut cmd = tokio::process::Command::from(env.kubectl());
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(common::WAIT, cmd.output())
-        .await
-        .expect("kubectl finishes")
-        .expect("kubectl runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() {
-    run_test(|env| async move {
-        let client = env.client()?;
-        // The recorded VM carries the legacy unhashed name `vk-ns-demo-0`, which tenant
-        // isolation keeps only for pod `demo-0` of namespace `ns` adopting it by its id.
-        let ns = LEGACY_NS.to_string();
-        ensure_namespace(&client, &ns).await?;
-        let node = unique_name("cli-v038");
-        let tmp = tempfile::tempdir()?;
-        let root = tmp.path().join("root");
-        std::fs::create_dir_all(&root)?;
-        let replay = Replay::new();
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        // Bound before the agent starts, so the startup reconcile adopts it by its id.
-        let _ = api
-            .delete(LEGACY_POD, &DeleteParams::default().grace_period(0))
-            .await;
-        wait_until("no stale demo-0", common::WAIT, || async {
-            matches!(api.get_opt(LEGACY_POD).await, Ok(None)).then_some(())
-        })
-        .await?;
-        api.create(
-            &PostParams::default(),
-            &adopting_pod(
-                &ns,
-                LEGACY_POD,
-                &node,
-                VM_NAME,
-                &[
-                    (ann::VM_ID, VM_ID),
-                    (ann::OS, "windows"),
-                    (ann::BACKEND, "cloud-hypervisor"),
-                ],
-            ),
-        )
-        .await?;
-
-        // The agent as the binary composes it: the runtime from `VK_COCOON_BIN`.
-        let token = CancellationToken::new();
-        let backend = Arc::new(AgentPodBackend::default());
-        let tls = TlsMaterial::self_signed(&node, "127.0.0.1".parse()?)?;
-        let kubelet = KubeletServer::start(
-            "127.0.0.1:0".parse()?,
-            &tls,
-            common::kubelet_security(env, &node, &[], false)?,
-            backend.clone(),
-            HostReader::new(root.clone()),
-            &node,
-            &token,
-        )
-        .await?;
-        let config = common::node_config(
-            env,
-            &node,
-            &root,
-            kubelet.port(),
-            &[
-                ("VK_COCOON_BIN", replay.bin().display().to_string()),
-                ("VK_ORPHAN_POLICY", "keep".to_owned()),
-            ],
-        )?;
-        assert_eq!(config.runtime, BackendChoice::Cocoon { bin: replay.bin() });
-        let (runtime, sim) = config.runtime.open(|_| None).await?;
-        assert!(sim.is_none());
-        let resources = capacity::read_resources(&config)?;
-        let parts = AgentParts {
-            pods: PodConfig {
-                node_name: node.clone(),
-                orphan_policy: OrphanPolicy::parse("keep"),
-                leases_path: root.join("leases.json"),
-                restore_mode: "ondemand".into(),
-                cocoon_root_dir: root.clone(),
-                timing: common::fast_timing(),
-                clone_from_dir_roots: Vec::new(),
-                host_reach: Default::default(),
-                tenant: Default::default(),
-            },
-            client: client.clone(),
-            runtime,
-            registry: Some(common::registry(env.registry_addr())),
-            metrics: Arc::new(NodeMetrics::new(root.clone())),
-            registration: Some(NodeRegistration::from_config(
-                &config,
-                resources,
-                kubelet.port(),
-            )),
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let t = token.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = run_agent(parts, t, Some(tx)).await {
-                eprintln!("agent failed: {e}");
-            }
-        });
-        let handler = tokio::time::timeout(common::WAIT, rx).await??;
-        backend.set(handler.clone());
-
-        // Registers.
-        let nodes: Api<Node> = Api::all(client.clone());
-        wait_until(&format!("node {node} registered"), common::WAIT, || async {
-            nodes.get_opt(&node).await.ok().flatten()
-        })
-        .await?;
-
-        // Adopts the recorded VM by its id, and believes `inspect`, not the listing.
-        let key = format!("{ns}/{LEGACY_POD}");
-        let tracked = handler.tracked_vm(&key).ok_or("demo-0 adopted")?;
-        assert_eq!(tracked.id(), VM_ID);
-        assert_eq!(tracked.record.state, "stopped (stale)");
-        assert!(
-            replay.calls().contains(&format!("vm inspect -- {VM_ID}")),
-            "{:?}",
-            replay.calls()
-        );
-        wait_until(
-            "demo-0 annotated with the adopted VM id",
-            common::WAIT,
-            || async {
-                let p = api.get(LEGACY_POD).await.ok()?;
-                (common::ann_of(&p, ann::VM_ID).as_deref() == Some(VM_ID)).then_some(())
-            },
-        )
-        .await?;
-
-        // kubectl exec: a failure naming the missing verb, not the CLI's help and exit 0.
-        let (code, stdout, stderr) = kubectl(
-            env,
-            &["exec", "-n", &ns, LEGACY_POD, "--", "sh", "-c", "exit 3"],
-        )
-        .await;
-        assert!(code.is_some_and(|c| c != 0 && c != 3), "{code:?} {stderr}");
-        assert!(
-            stderr.contains("the installed cocoon CLI has no vm exec"),
-            "{stderr}"
-        );
-        assert!(!stdout.contains("Manage virtual machines"), "{stdout}");
-
-        // kubectl logs: a readable error naming the missing verb.
-        let (code, _stdout, stderr) = kubectl(env, &["logs", "-n", &ns, LEGACY_POD]).await;
-        assert_ne!(code, Some(0), "{stderr}");
-        assert!(
-            stderr.contains("the installed cocoon CLI has no vm logs"),
-            "{stderr}"
-        );
-
-        // A Windows hibernate on cloud-hypervisor needs `vm net --nics`: the spec's failure.
-        common::patch_ann(
-            &client,
-            &ns,
-            LEGACY_POD,
-            serde_json::json!({ann::HIBERNATE: "true", ann::GENERATION: "2"}),
-        )
-        .await?;
-        let p = common::wait_lifecycle(&client, &ns, LEGACY_POD, LifecycleState::Failed, 2).await?;
-        let msg = Lifecycle::from_meta(&p.metadata).message;
-        assert!(
-            msg.contains(&format!("drop NIC pre-hibernate {VM_NAME}:"))
-                && msg.contains("the installed cocoon CLI has no vm net"),
-            "{msg}"
-        );
-        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-        wait_until("HibernateNetResizeFailed event", common::WAIT, || async {
-            let list = events
-                .list(&ListParams::default().fields(&format!("involvedObject.name={LEGACY_POD}")))
-                .await
-                .ok()?;
-            list.items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("HibernateNetResizeFailed"))
-                .then_some(())
-        })
-        .await?;
-
-        // Nothing reached the CLI as exec, logs or net.
-        let calls = replay.calls();
-        assert!(
-            calls.iter().all(|c| !c.starts_with("vm exec")
-                && !c.starts_with("vm logs")
-                && !c.starts_with("vm net")),
-            "{calls:?}"
-        );
-
-        token.cancel();
-        let _ = task.await;
-        kubelet.shutdown().await;
-        let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-        let _ = leases.delete(&node, &DeleteParams::default()).await;
-        let _ = nodes.delete(&node, &DeleteParams::default()).await;
-        let _ = api
-            .delete(LEGACY_POD, &DeleteParams::default().grace_period(0))
-            .await;
-        Ok::<(), common::BoxError>(())
-    })
-    .await;
 }

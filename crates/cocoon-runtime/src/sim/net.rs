@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::runtime::error::{Result, RuntimeError};
+use crate::error::{Result, RuntimeError};
 
 /// An IPv4 pool: `network/prefix`; the gateway is the first host, leases start at the second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

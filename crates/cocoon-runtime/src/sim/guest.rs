@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::runtime::tarfmt::data_extents;
+use crate::tarfmt::data_extents;
 
 /// Magic line at offset 0 of every simulated guest disk.
 pub const GUEST_MAGIC: &[u8] = b"COCOON-SIM-GUEST v1\n";

@@ -526,12 +526,39 @@ pub fn request(root: &Path, req: &Request) -> Result<Reply, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::sim::{OutOfBandVm, SimConfig, SimRuntime};
+    use crate::sim::{OutOfBandVm, SimConfig, SimRuntime};
 
     fn sim(dir: &Path) -> (SimRuntime, SimHandle) {
         let rt = SimRuntime::open(SimConfig::new(dir)).expect("open");
         let h = rt.handle();
         (rt, h)
+    }
+
+    /// Polls `check` until it returns `Some`, for at most `timeout` (each attempt bounded by
+    /// what is left), as `cocoon_testenv::wait_until` does; this crate does not depend on the
+    /// test environment, which would bring the Kubernetes client into its tests.
+    async fn wait_until<T, Fut>(
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut() -> Fut,
+    ) -> Result<T, String>
+    where
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if let Ok(Some(v)) =
+                tokio::time::timeout(left.max(Duration::from_millis(1)), check()).await
+            {
+                return Ok(v);
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(format!("{what}: not within {timeout:?}"));
+            }
+            tokio::time::sleep(left.min(Duration::from_millis(200))).await;
+        }
     }
 
     async fn call(root: &Path, req: Request) -> Result<Reply, ClientError> {
@@ -676,7 +703,7 @@ mod tests {
         )
         .await
         .expect("fail");
-        use crate::runtime::Runtime as _;
+        use crate::Runtime as _;
         let err = rt.start(&id).await.expect_err("injected");
         assert_eq!(err.to_string(), "boom");
         rt.start(&id).await.expect("only the next call failed");
@@ -769,14 +796,13 @@ mod tests {
         );
         drop(held.pop());
         // The freed slot is served again (the server notices the close asynchronously).
-        let served =
-            cocoon_testenv::wait_until("a freed slot served", Duration::from_secs(10), || async {
-                let mut s = UnixStream::connect(server.path()).await.ok()?;
-                s.write_all(b"{\"op\":\"list\"}\n").await.ok()?;
-                let line = read_line(&mut s).await;
-                line.starts_with("{\"ok\"").then_some(())
-            })
-            .await;
+        let served = wait_until("a freed slot served", Duration::from_secs(10), || async {
+            let mut s = UnixStream::connect(server.path()).await.ok()?;
+            s.write_all(b"{\"op\":\"list\"}\n").await.ok()?;
+            let line = read_line(&mut s).await;
+            line.starts_with("{\"ok\"").then_some(())
+        })
+        .await;
         assert!(served.is_ok(), "a slot frees when a connection closes");
     }
 
@@ -815,7 +841,7 @@ mod tests {
         std::fs::remove_file(&path).expect("rm");
         let server = ControlServer::start(h, &path, &shutdown).expect("serve");
         shutdown.cancel();
-        let refused = cocoon_testenv::wait_until(
+        let refused = wait_until(
             "requests refused after shutdown",
             Duration::from_secs(10),
             || async {
@@ -833,7 +859,7 @@ mod tests {
 
     #[tokio::test]
     async fn print_makes_the_guest_log_grow_within_its_bound() {
-        use crate::runtime::Runtime as _;
+        use crate::Runtime as _;
         let tmp = tempfile::tempdir().expect("tmp");
         let (rt, h) = sim(tmp.path());
         running_vm(&h, "vm-a");

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::runtime::types::{
+use crate::types::{
     CpuPolicy, NetworkConfig, NicNetwork, STATE_RUNNING, STATE_STOPPED_STALE, SnapshotRecord,
     VmRecord,
 };
@@ -215,7 +215,7 @@ impl Layout {
     }
     /// `<root>/run/<cloudhypervisor|firecracker>/<id>/`, like cocoon's per-VM run dir.
     pub fn vm_dir(&self, hypervisor: &str, id: &str) -> PathBuf {
-        let dir = if hypervisor == crate::runtime::types::HYPERVISOR_FC {
+        let dir = if hypervisor == crate::types::HYPERVISOR_FC {
             "firecracker"
         } else {
             "cloudhypervisor"

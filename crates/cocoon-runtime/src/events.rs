@@ -123,7 +123,7 @@ pub fn parse_event_line(line: &str) -> Option<Result<VmEvent, serde_json::Error>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::types::{NetworkConfig, NicNetwork};
+    use crate::types::{NetworkConfig, NicNetwork};
 
     fn vm(id: &str, name: &str, state: &str) -> VmRecord {
         let mut vm = VmRecord {

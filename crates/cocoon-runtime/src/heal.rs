@@ -77,7 +77,7 @@ pub(crate) async fn save_healing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::error::classify;
+    use crate::error::classify;
     use std::collections::VecDeque;
     use std::sync::Mutex;
 

@@ -353,7 +353,7 @@ pub fn read_snapshot_tar(input: impl Read, dest: &Path) -> io::Result<Envelope> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::types::IdSet;
+    use crate::types::IdSet;
 
     fn record() -> SnapshotRecord {
         SnapshotRecord {

@@ -39,7 +39,7 @@ pub(super) struct NewVm {
 
 /// The guest disk file of an image type.
 pub(super) fn disk_file_for(image_type: &str) -> &'static str {
-    if image_type == crate::runtime::types::IMAGE_TYPE_CLOUDIMG {
+    if image_type == crate::types::IMAGE_TYPE_CLOUDIMG {
         "overlay.qcow2"
     } else {
         "cow.raw"
@@ -207,7 +207,7 @@ impl Inner {
         };
         let dir = self.vm_dir(&vm);
         vm.record.socket_path = dir.join("api.sock").display().to_string();
-        vm.record.storage_configs = vec![crate::runtime::types::StorageConfig {
+        vm.record.storage_configs = vec![crate::types::StorageConfig {
             path: dir.join(&vm.disk_file).display().to_string(),
             ro: false,
             serial: "cow".into(),

@@ -146,9 +146,9 @@ pub(super) async fn image_import(inner: &Arc<Inner>, name: &str) -> Result<Impor
             }
             file.sync_all()?;
             let kind = if head.starts_with(b"QFI\xfb") {
-                crate::runtime::types::IMAGE_TYPE_CLOUDIMG
+                crate::types::IMAGE_TYPE_CLOUDIMG
             } else if head.get(257..262) == Some(b"ustar") {
-                crate::runtime::types::IMAGE_TYPE_OCI
+                crate::types::IMAGE_TYPE_OCI
             } else if total == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,

@@ -8,8 +8,8 @@
 //! # Opening
 //!
 //! ```no_run
-//! # async fn demo() -> cocoon_node::runtime::Result<()> {
-//! use cocoon_node::runtime::sim::{SimConfig, SimRuntime};
+//! # async fn demo() -> cocoon_runtime::Result<()> {
+//! use cocoon_runtime::sim::{SimConfig, SimRuntime};
 //! let rt = SimRuntime::open(SimConfig::new("/tmp/sim-node-1"))?;
 //! let handle = rt.handle(); // test/demo controls
 //! # Ok(()) }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::guest::DiskSpec;
-use crate::runtime::types::StaleCreateOutcome;
+use crate::types::StaleCreateOutcome;
 
 /// One verb per runtime operation (the granularity of injection, latency and call counts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -372,8 +372,8 @@ impl ImageKind {
     /// The `image_type` wire value.
     pub fn image_type(self) -> &'static str {
         match self {
-            ImageKind::Oci => crate::runtime::types::IMAGE_TYPE_OCI,
-            ImageKind::CloudImg => crate::runtime::types::IMAGE_TYPE_CLOUDIMG,
+            ImageKind::Oci => crate::types::IMAGE_TYPE_OCI,
+            ImageKind::CloudImg => crate::types::IMAGE_TYPE_CLOUDIMG,
         }
     }
 }

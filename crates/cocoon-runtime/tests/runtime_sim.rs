@@ -6,12 +6,12 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cocoon_node::runtime::sim::{
+use cocoon_runtime::sim::{
     CollisionWording, CrashKind, DiskFill, DiskSpec, FailRule, ImageKind, Latencies, OutOfBandVm,
     SimConfig, SimHandle, SimRuntime, TOKEN_PATH, Verb,
 };
-use cocoon_node::runtime::tarfmt::{PAX_SPARSE_MAP, PAX_SPARSE_SIZE};
-use cocoon_node::runtime::{
+use cocoon_runtime::tarfmt::{PAX_SPARSE_MAP, PAX_SPARSE_SIZE};
+use cocoon_runtime::{
     CloneRequest, CloneSource, EventKind, EventStream, RetryPolicy, RunRequest, Runtime,
     RuntimeError, StaleCreateOutcome, VmEvent, VmRecord, exec_capture,
 };
@@ -581,11 +581,10 @@ async fn clone_from_dir_and_missing_sources() {
             .await
             .expect("tar");
     let staged = tempfile::tempdir().expect("tmp");
-    cocoon_node::runtime::tarfmt::read_snapshot_tar(tar.as_slice(), staged.path())
-        .expect("extract");
+    cocoon_runtime::tarfmt::read_snapshot_tar(tar.as_slice(), staged.path()).expect("extract");
     std::fs::write(
         staged.path().join("snapshot.json"),
-        cocoon_node::runtime::tarfmt::envelope_bytes(
+        cocoon_runtime::tarfmt::envelope_bytes(
             &n.rt.snapshot_inspect("snap-a").await.expect("snap"),
         )
         .expect("env"),

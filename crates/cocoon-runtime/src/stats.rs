@@ -81,7 +81,7 @@ pub fn read_stats(vm: &VmRecord, proc_root: &Path, sys_net_root: &Path) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::types::NetworkConfig;
+    use crate::types::NetworkConfig;
 
     const STAT: &str =
         "4242 (cloud hyper)visor) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0 100 0 0";
