@@ -1,9 +1,18 @@
 //! The simulator's configuration: [`SimConfig`] and its `VK_SIM_*` environment knobs.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::control::{CollisionWording, ImageKind, Latencies, MAX_LATENCY_SCALE};
+use super::guest::{DiskFill, DiskSpec, MemoryFill};
+use super::net::IpPool;
+use crate::args::quantity_bytes;
+use crate::error::{Result, RuntimeError};
+use crate::heal::RetryPolicy;
 
 /// Configuration of the simulator (the knobs that cannot change at run time are here; the
-/// rest is also adjustable through [`SimHandle`]).
+/// rest is also adjustable through [`SimHandle`](super::SimHandle)).
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// State root.

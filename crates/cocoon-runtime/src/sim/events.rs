@@ -1,6 +1,15 @@
 //! The VM event stream.
 
-use super::*;
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::Inner;
+use super::control::Verb;
+use crate::error::Result;
+use crate::events::{EventDiffer, EventStream, VmEvent};
 
 pub(super) async fn watch_events(inner: &Arc<Inner>) -> Result<EventStream> {
     inner

@@ -1,6 +1,25 @@
 //! The test and demo control handle ([`SimHandle`]) and the types it reports.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::Utc;
+use cocoon_api::contract::Backend;
+
+use super::control::{
+    BlockRule, Call, CollisionWording, Control, CrashKind, FailRule, ImageKind, Latencies, Verb,
+};
+use super::guest::{DiskFill, DiskSpec, GuestFs};
+use super::net::Lease;
+use super::state::{SimVm, random_hex};
+use super::vm::{DEFAULT_CPU, DEFAULT_MEMORY, DEFAULT_STORAGE, DISK_QUEUE_SIZE, NewVm, QUEUE_SIZE};
+use super::{Inner, SimHandle, guest, io_err, lock, vm_not_found};
+use crate::error::{Result, RuntimeError};
+use crate::types::{
+    CpuPolicy, HYPERVISOR_CH, HYPERVISOR_FC, STATE_CREATING, STATE_ERROR, STATE_RUNNING,
+    STATE_STOPPED, StaleCreateOutcome, VmConfig, VmRecord, VmStats,
+};
 
 /// Out-of-band VM (created behind the node agent's back, e.g. to test the orphan policy).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -492,7 +511,8 @@ impl SimHandle {
         counts
     }
 
-    /// Synthetic stats of a VM (as [`Runtime::vm_stats`], without recording a call).
+    /// Synthetic stats of a VM (as [`Runtime::vm_stats`](crate::Runtime::vm_stats), without
+    /// recording a call).
     pub fn stats(&self, vm: &str) -> Result<VmStats> {
         let st = self.inner.st();
         let v = st.resolve_vm(vm).ok_or_else(|| vm_not_found(vm))?;

@@ -1,6 +1,20 @@
 //! Image verbs: pull (`ensure_image`), presence check, import.
 
-use super::*;
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sha2::{Digest, Sha256};
+use tokio_util::io::SyncIoBridge;
+
+use super::config::guess_kind;
+use super::control::{ImageKind, Verb};
+use super::state::{SimImage, random_hex};
+use super::transfer::{Throttle, import_handle};
+use super::{Inner, PIPE_BUFFER, io_err};
+use crate::error::{Result, RuntimeError};
+use crate::io::ImportHandle;
+use crate::types::SnapshotRecord;
 
 impl Inner {
     /// Registers a pulled image (synthetic bytes: the digest is the ref's hash unless given).

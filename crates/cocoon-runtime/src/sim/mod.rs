@@ -91,21 +91,15 @@ mod state;
 mod transfer;
 mod vm;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use cocoon_api::contract::Backend;
-use cocoon_api::naming::{is_valid_snapshot_name, is_valid_vm_name};
-use sha2::{Digest, Sha256};
-use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
-use tokio_util::io::SyncIoBridge;
 
 pub use config::SimConfig;
 pub use control::{
@@ -119,25 +113,15 @@ pub use guest::{
 pub use handle::{OutOfBandVm, SimVmInfo, VmRow};
 pub use net::{IpPool, Lease};
 
-use self::config::guess_kind;
-use self::control::{BlockRule, Control};
-use self::snapshots::{Hold, find_snapshot_disk};
-use self::state::{Layout, SimImage, SimNic, SimSnapshot, SimVm, State, random_hex};
-use self::transfer::{AbortOnDrop, Throttle, import_handle};
-use self::vm::{
-    DEFAULT_CPU, DEFAULT_MEMORY, DEFAULT_STORAGE, DISK_QUEUE_SIZE, GIB, NewVm, QUEUE_SIZE,
-};
-use super::Runtime;
-use super::args::{exec_args, quantity_bytes};
-use super::error::{Result, RuntimeError, classify};
-use super::events::{EventDiffer, EventStream, VmEvent};
-use super::heal::{RawSnapshotVerbs, RetryPolicy, save_healing};
-use super::io::{ExportHandle, ImportHandle};
-use super::tarfmt;
-use super::types::{
-    CloneRequest, CloneSource, CpuPolicy, ExecRequest, HYPERVISOR_CH, HYPERVISOR_FC, IdSet,
-    RunRequest, STATE_CREATING, STATE_ERROR, STATE_RUNNING, STATE_STOPPED, SnapshotRecord,
-    StaleCreateOutcome, TapStats, VmConfig, VmRecord, VmStats,
+use self::control::Control;
+use self::state::{Layout, SimVm, State};
+use crate::Runtime;
+use crate::error::{Result, RuntimeError, classify};
+use crate::events::EventStream;
+use crate::heal::RetryPolicy;
+use crate::io::{ExportHandle, ImportHandle};
+use crate::types::{
+    CloneRequest, ExecRequest, RunRequest, SnapshotRecord, StaleCreateOutcome, VmRecord, VmStats,
 };
 
 /// Largest exec stdin the simulator buffers.

@@ -1,6 +1,26 @@
 //! Snapshot verbs: save (with healing), remove, inspect, list, import, export.
 
-use super::*;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use cocoon_api::naming::is_valid_snapshot_name;
+use tokio_util::io::SyncIoBridge;
+
+use super::control::Verb;
+use super::guest::{MEMORY_PAGE, MemoryFill, write_realistic_memory};
+use super::state::{SimSnapshot, State, random_hex};
+use super::transfer::{AbortOnDrop, Throttle, import_handle};
+use super::vm::GIB;
+use super::{Inner, PIPE_BUFFER, blocking, guest, io_err, lock, snapshot_not_found, vm_not_found};
+use crate::error::{Result, RuntimeError, classify};
+use crate::heal::{RawSnapshotVerbs, save_healing};
+use crate::io::{ExportHandle, ImportHandle};
+use crate::tarfmt;
+use crate::types::{IdSet, STATE_RUNNING, SnapshotRecord};
 
 /// Marks a snapshot as held (clone, export) until dropped.
 pub(super) struct Hold {

@@ -1,6 +1,13 @@
 //! Transfer plumbing shared by imports and exports: pacing, abort on drop.
 
-use super::*;
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::io_err;
+use crate::error::Result;
+use crate::io::ImportHandle;
 
 /// A Read/Write adapter that paces bytes to a rate and can be aborted (import/export).
 pub(super) struct Throttle<T> {

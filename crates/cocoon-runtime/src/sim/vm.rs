@@ -1,7 +1,32 @@
 //! VM verbs (clone, run, inspect, list, remove, start, exec, logs, net resize, stale creates,
 //! stats) and the VM records, NICs and DHCP leases behind them.
 
-use super::*;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use cocoon_api::contract::Backend;
+use cocoon_api::naming::is_valid_vm_name;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+
+use super::control::Verb;
+use super::guest::{DiskSpec, GuestFs};
+use super::net::Lease;
+use super::snapshots::{Hold, find_snapshot_disk};
+use super::state::{SimNic, SimVm, State, random_hex};
+use super::{
+    Inner, MAX_EXEC_STDIN, blocking, guest, io_err, lock, net, snapshot_not_found, to_json,
+    vm_not_found,
+};
+use crate::args::{exec_args, quantity_bytes};
+use crate::error::{Result, RuntimeError, classify};
+use crate::tarfmt;
+use crate::types::{
+    CloneRequest, CloneSource, CpuPolicy, ExecRequest, HYPERVISOR_CH, HYPERVISOR_FC, IdSet,
+    RunRequest, STATE_CREATING, STATE_RUNNING, StaleCreateOutcome, TapStats, VmConfig, VmRecord,
+    VmStats,
+};
 
 pub(super) const GIB: i64 = 1 << 30;
 pub(super) const DEFAULT_CPU: i64 = 2;
