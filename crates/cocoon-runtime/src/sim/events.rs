@@ -6,15 +6,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::Inner;
 use super::control::Verb;
+use super::{Inner, NO_ARGS, On};
 use crate::error::Result;
 use crate::events::{EventDiffer, EventStream, VmEvent};
 
 pub(super) async fn watch_events(inner: &Arc<Inner>) -> Result<EventStream> {
-    inner
-        .enter(Verb::WatchEvents, Vec::new(), serde_json::Value::Null)
-        .await?;
+    inner.begin(Verb::WatchEvents, On::Nothing, NO_ARGS).await?;
     struct Watch {
         inner: Weak<Inner>,
         changes: watch::Receiver<u64>,

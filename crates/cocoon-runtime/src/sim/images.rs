@@ -11,7 +11,7 @@ use super::config::guess_kind;
 use super::control::{ImageKind, Verb};
 use super::state::{SimImage, random_hex};
 use super::transfer::{Throttle, import_handle};
-use super::{Inner, PIPE_BUFFER, io_err};
+use super::{Inner, NO_ARGS, On, PIPE_BUFFER, io_err};
 use crate::error::{Result, RuntimeError};
 use crate::io::ImportHandle;
 use crate::types::SnapshotRecord;
@@ -59,7 +59,7 @@ impl Inner {
         };
         match kind {
             Some(kind) => {
-                self.delay(self.latency(Verb::EnsureImage)).await;
+                self.pace(Verb::EnsureImage).await;
                 if let Err(e) = self.register_pulled(&snap.image, &snap.image_digest, kind) {
                     tracing::warn!(image = %snap.image, error = %e, "simulated auto-pull failed");
                 }
@@ -73,11 +73,11 @@ impl Inner {
 }
 
 pub(super) async fn ensure_image(inner: &Arc<Inner>, image: &str, force: bool) -> Result<()> {
-    inner
-        .enter(
+    let call = inner
+        .begin(
             Verb::EnsureImage,
-            vec![image.to_owned()],
-            serde_json::json!({ "image": image, "force": force }),
+            On::Image(image),
+            serde_json::json!({ "force": force }),
         )
         .await?;
     if image.is_empty() {
@@ -98,19 +98,16 @@ pub(super) async fn ensure_image(inner: &Arc<Inner>, image: &str, force: bool) -
             "cocoon image pull {image}: manifest unknown (the simulator was not told about this image)"
         )));
     };
-    inner.delay(inner.latency(Verb::EnsureImage)).await;
+    call.pace().await;
     inner.register_pulled(image, "", kind)
 }
 
 pub(super) async fn image_present(inner: &Arc<Inner>, name_or_digest: &str) -> Result<()> {
     inner
-        .enter(
-            Verb::ImagePresent,
-            vec![name_or_digest.to_owned()],
-            serde_json::json!({ "image": name_or_digest }),
-        )
-        .await?;
-    inner.delay(inner.latency(Verb::ImagePresent)).await;
+        .begin(Verb::ImagePresent, On::Image(name_or_digest), NO_ARGS)
+        .await?
+        .pace()
+        .await;
     match inner.st().find_image(name_or_digest) {
         Some(_) => Ok(()),
         None => Err(RuntimeError::ImageNotFound(format!(
@@ -121,11 +118,7 @@ pub(super) async fn image_present(inner: &Arc<Inner>, name_or_digest: &str) -> R
 
 pub(super) async fn image_import(inner: &Arc<Inner>, name: &str) -> Result<ImportHandle> {
     inner
-        .enter(
-            Verb::ImageImport,
-            vec![name.to_owned()],
-            serde_json::json!({ "image": name }),
-        )
+        .begin(Verb::ImageImport, On::Image(name), NO_ARGS)
         .await?;
     if name.is_empty() {
         return Err(RuntimeError::Other(

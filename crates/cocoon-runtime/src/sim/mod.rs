@@ -128,6 +128,8 @@ use crate::types::{
 const MAX_EXEC_STDIN: u64 = 64 << 20;
 /// Pipe buffer between the async side and the tar thread.
 const PIPE_BUFFER: usize = 256 << 10;
+/// The `extra` of a verb whose only argument is its subject ([`Inner::begin`]).
+const NO_ARGS: serde_json::Value = serde_json::Value::Null;
 
 /// The simulated runtime. Cheap to clone; clones share state.
 #[derive(Clone)]
@@ -208,6 +210,38 @@ impl Drop for BlockedCount<'_> {
     }
 }
 
+/// What a verb acts on, as [`Inner::begin`] records and matches the call.
+enum On<'a> {
+    /// Nothing in particular (`list`, `snapshot list`, the event stream): no targets.
+    Nothing,
+    /// A VM reference (id, name or id prefix): targets are the reference and the id and name
+    /// it resolves to; args start with `"vm"`.
+    Vm(&'a str),
+    /// A snapshot name: the target; args start with `"name"`.
+    Snapshot(&'a str),
+    /// A snapshot saved from a VM: the name, then the VM's targets; args `"name"`, `"vm"`.
+    SnapshotOf { name: &'a str, vm: &'a str },
+    /// An image reference: the target; args start with `"image"`.
+    Image(&'a str),
+    /// A new VM: its name and its source (image or snapshot); the args are the request alone.
+    New { name: &'a str, source: &'a str },
+}
+
+/// A call past its prologue ([`Inner::begin`]).
+struct Begun<'a> {
+    inner: &'a Inner,
+    verb: Verb,
+    /// The names the call was matched by (injected failures, blocks).
+    targets: Vec<String>,
+}
+
+impl Begun<'_> {
+    /// Waits the verb's configured latency.
+    async fn pace(&self) {
+        self.inner.pace(self.verb).await;
+    }
+}
+
 impl Inner {
     fn st(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
@@ -275,9 +309,36 @@ impl Inner {
         t
     }
 
-    /// Call entry: refresh leases, record the call, apply an injected failure, wait out a
-    /// block. Latencies are applied by each operation at its own point.
-    async fn enter(&self, verb: Verb, targets: Vec<String>, args: serde_json::Value) -> Result<()> {
+    /// Every verb's prologue: names the call's targets after its subject, then refreshes the
+    /// leases, records the call, applies an injected failure and waits out a block. `extra`
+    /// holds the verb's own arguments (an object, or null); the recorded args are the
+    /// subject's fields followed by them. Latencies are applied by each verb at its own point
+    /// ([`Begun::pace`]).
+    async fn begin(&self, verb: Verb, on: On<'_>, extra: serde_json::Value) -> Result<Begun<'_>> {
+        let (targets, fields) = match on {
+            On::Nothing => (Vec::new(), Vec::new()),
+            On::Vm(r) => (self.vm_targets(r), vec![("vm", r)]),
+            On::Snapshot(name) => (vec![name.to_owned()], vec![("name", name)]),
+            On::SnapshotOf { name, vm } => {
+                let mut t = vec![name.to_owned()];
+                t.extend(self.vm_targets(vm));
+                (t, vec![("name", name), ("vm", vm)])
+            }
+            On::Image(r) => (vec![r.to_owned()], vec![("image", r)]),
+            On::New { name, source } => (vec![name.to_owned(), source.to_owned()], Vec::new()),
+        };
+        let args = if fields.is_empty() {
+            extra
+        } else {
+            let mut m: serde_json::Map<String, serde_json::Value> = fields
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.into()))
+                .collect();
+            if let serde_json::Value::Object(e) = extra {
+                m.extend(e);
+            }
+            serde_json::Value::Object(m)
+        };
         self.refresh_leases();
         let (failure, start_gen) = {
             let mut c = self.ctl();
@@ -304,7 +365,11 @@ impl Inner {
                     )));
                 }
                 if !c.is_blocked(verb, &targets) {
-                    return Ok(());
+                    return Ok(Begun {
+                        inner: self,
+                        verb,
+                        targets,
+                    });
                 }
                 if counted.is_none() {
                     *c.blocked_now.entry(verb).or_default() += 1;
@@ -316,6 +381,19 @@ impl Inner {
                 return Err(RuntimeError::Cancelled("simulator shut down".into()));
             }
         }
+    }
+
+    /// The VM `r` names (id, name or unique id prefix), as it is now.
+    fn vm(&self, r: &str) -> Result<SimVm> {
+        self.st()
+            .resolve_vm(r)
+            .cloned()
+            .ok_or_else(|| vm_not_found(r))
+    }
+
+    /// Waits `verb`'s configured latency.
+    async fn pace(&self, verb: Verb) {
+        self.delay(self.latency(verb)).await;
     }
 
     fn latency(&self, verb: Verb) -> Duration {

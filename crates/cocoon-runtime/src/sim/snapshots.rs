@@ -15,7 +15,10 @@ use super::guest::{MEMORY_PAGE, MemoryFill, write_realistic_memory};
 use super::state::{SimSnapshot, State, random_hex};
 use super::transfer::{AbortOnDrop, Throttle, import_handle};
 use super::vm::GIB;
-use super::{Inner, PIPE_BUFFER, blocking, guest, io_err, lock, snapshot_not_found, vm_not_found};
+use super::{
+    Inner, NO_ARGS, On, PIPE_BUFFER, blocking, guest, io_err, lock, snapshot_not_found,
+    vm_not_found,
+};
 use crate::error::{Result, RuntimeError, classify};
 use crate::heal::{RawSnapshotVerbs, save_healing};
 use crate::io::{ExportHandle, ImportHandle};
@@ -267,7 +270,7 @@ impl RawSnapshotVerbs for Inner {
     }
 
     async fn raw_rm(&self, r: &str) -> Result<()> {
-        self.delay(self.latency(Verb::SnapshotRemove)).await;
+        self.pace(Verb::SnapshotRemove).await;
         let dir = {
             let mut st = self.st();
             if st.snapshots.get(r).is_some_and(|s| s.pending) {
@@ -297,13 +300,11 @@ impl RawSnapshotVerbs for Inner {
 }
 
 pub(super) async fn snapshot_save(inner: &Arc<Inner>, name: &str, vm_id: &str) -> Result<()> {
-    let mut targets = inner.vm_targets(vm_id);
-    targets.insert(0, name.to_owned());
     inner
-        .enter(
+        .begin(
             Verb::SnapshotSave,
-            targets,
-            serde_json::json!({ "name": name, "vm": vm_id }),
+            On::SnapshotOf { name, vm: vm_id },
+            NO_ARGS,
         )
         .await?;
     save_healing(inner.as_ref(), name, vm_id, inner.save_retry).await
@@ -311,24 +312,17 @@ pub(super) async fn snapshot_save(inner: &Arc<Inner>, name: &str, vm_id: &str) -
 
 pub(super) async fn snapshot_remove_if_exists(inner: &Arc<Inner>, name: &str) -> Result<()> {
     inner
-        .enter(
-            Verb::SnapshotRemove,
-            vec![name.to_owned()],
-            serde_json::json!({ "name": name }),
-        )
+        .begin(Verb::SnapshotRemove, On::Snapshot(name), NO_ARGS)
         .await?;
     inner.rm_if_exists(name).await
 }
 
 pub(super) async fn snapshot_inspect(inner: &Arc<Inner>, name: &str) -> Result<SnapshotRecord> {
     inner
-        .enter(
-            Verb::SnapshotInspect,
-            vec![name.to_owned()],
-            serde_json::json!({ "name": name }),
-        )
-        .await?;
-    inner.delay(inner.latency(Verb::SnapshotInspect)).await;
+        .begin(Verb::SnapshotInspect, On::Snapshot(name), NO_ARGS)
+        .await?
+        .pace()
+        .await;
     inner
         .st()
         .resolve_snapshot(name)
@@ -338,9 +332,10 @@ pub(super) async fn snapshot_inspect(inner: &Arc<Inner>, name: &str) -> Result<S
 
 pub(super) async fn snapshot_list(inner: &Arc<Inner>) -> Result<Vec<SnapshotRecord>> {
     inner
-        .enter(Verb::SnapshotList, Vec::new(), serde_json::Value::Null)
-        .await?;
-    inner.delay(inner.latency(Verb::SnapshotList)).await;
+        .begin(Verb::SnapshotList, On::Nothing, NO_ARGS)
+        .await?
+        .pace()
+        .await;
     Ok(inner
         .st()
         .snapshots
@@ -352,11 +347,7 @@ pub(super) async fn snapshot_list(inner: &Arc<Inner>) -> Result<Vec<SnapshotReco
 
 pub(super) async fn snapshot_import(inner: &Arc<Inner>, name: &str) -> Result<ImportHandle> {
     inner
-        .enter(
-            Verb::SnapshotImport,
-            vec![name.to_owned()],
-            serde_json::json!({ "name": name }),
-        )
+        .begin(Verb::SnapshotImport, On::Snapshot(name), NO_ARGS)
         .await?;
     if !is_valid_snapshot_name(name) {
         return Err(RuntimeError::Other(format!(
@@ -404,11 +395,7 @@ pub(super) async fn snapshot_import(inner: &Arc<Inner>, name: &str) -> Result<Im
 
 pub(super) async fn snapshot_export(inner: &Arc<Inner>, name: &str) -> Result<ExportHandle> {
     inner
-        .enter(
-            Verb::SnapshotExport,
-            vec![name.to_owned()],
-            serde_json::json!({ "name": name }),
-        )
+        .begin(Verb::SnapshotExport, On::Snapshot(name), NO_ARGS)
         .await?;
     let (record, dir, hold) = {
         let mut st = inner.st();

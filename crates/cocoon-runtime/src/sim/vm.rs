@@ -16,8 +16,8 @@ use super::net::Lease;
 use super::snapshots::{Hold, find_snapshot_disk};
 use super::state::{SimNic, SimVm, State, random_hex};
 use super::{
-    Inner, MAX_EXEC_STDIN, blocking, guest, io_err, lock, net, snapshot_not_found, to_json,
-    vm_not_found,
+    Inner, MAX_EXEC_STDIN, NO_ARGS, On, blocking, guest, io_err, lock, net, snapshot_not_found,
+    to_json, vm_not_found,
 };
 use crate::args::{exec_args, quantity_bytes};
 use crate::error::{Result, RuntimeError, classify};
@@ -359,10 +359,13 @@ impl Inner {
 
 pub(super) async fn clone_vm(inner: &Arc<Inner>, req: CloneRequest) -> Result<VmRecord> {
     let source = req.from.label();
-    inner
-        .enter(
+    let call = inner
+        .begin(
             Verb::Clone,
-            vec![req.to.clone(), source.clone()],
+            On::New {
+                name: &req.to,
+                source: &source,
+            },
             to_json(&req),
         )
         .await?;
@@ -485,7 +488,7 @@ pub(super) async fn clone_vm(inner: &Arc<Inner>, req: CloneRequest) -> Result<Vm
             return Err(e);
         }
     };
-    inner.delay(inner.latency(Verb::Clone)).await;
+    call.pace().await;
     drop(hold);
     let line = if restored {
         format!("boot: restored from snapshot {source}")
@@ -496,10 +499,13 @@ pub(super) async fn clone_vm(inner: &Arc<Inner>, req: CloneRequest) -> Result<Vm
 }
 
 pub(super) async fn run(inner: &Arc<Inner>, req: RunRequest) -> Result<VmRecord> {
-    inner
-        .enter(
+    let call = inner
+        .begin(
             Verb::Run,
-            vec![req.name.clone(), req.image.clone()],
+            On::New {
+                name: &req.name,
+                source: &req.image,
+            },
             to_json(&req),
         )
         .await?;
@@ -566,7 +572,7 @@ pub(super) async fn run(inner: &Arc<Inner>, req: RunRequest) -> Result<VmRecord>
         let _ = inner.delete_vm(&id);
         return Err(e);
     }
-    inner.delay(inner.latency(Verb::Run)).await;
+    call.pace().await;
     inner.boot(
         &id,
         &format!("boot: first boot of {name} from image {}", req.image),
@@ -575,48 +581,35 @@ pub(super) async fn run(inner: &Arc<Inner>, req: RunRequest) -> Result<VmRecord>
 
 pub(super) async fn inspect(inner: &Arc<Inner>, vm: &str) -> Result<VmRecord> {
     inner
-        .enter(
-            Verb::Inspect,
-            inner.vm_targets(vm),
-            serde_json::json!({ "vm": vm }),
-        )
-        .await?;
-    inner.delay(inner.latency(Verb::Inspect)).await;
-    inner
-        .st()
-        .resolve_vm(vm)
-        .map(SimVm::reported)
-        .ok_or_else(|| vm_not_found(vm))
+        .begin(Verb::Inspect, On::Vm(vm), NO_ARGS)
+        .await?
+        .pace()
+        .await;
+    inner.vm(vm).map(|v| v.reported())
 }
 
 pub(super) async fn list(inner: &Arc<Inner>) -> Result<Vec<VmRecord>> {
     inner
-        .enter(Verb::List, Vec::new(), serde_json::Value::Null)
-        .await?;
-    inner.delay(inner.latency(Verb::List)).await;
+        .begin(Verb::List, On::Nothing, NO_ARGS)
+        .await?
+        .pace()
+        .await;
     Ok(inner.list_reported())
 }
 
 pub(super) async fn remove(inner: &Arc<Inner>, id: &str) -> Result<()> {
-    let targets = inner.vm_targets(id);
-    inner
-        .enter(
-            Verb::Remove,
-            targets.clone(),
-            serde_json::json!({ "vm": id }),
-        )
-        .await?;
+    let call = inner.begin(Verb::Remove, On::Vm(id), NO_ARGS).await?;
     let resolved = inner
         .st()
         .resolve_vm_id(id)
         .ok_or_else(|| vm_not_found(id))?;
-    inner.delay(inner.latency(Verb::Remove)).await;
+    call.pace().await;
     inner.delete_vm(&resolved).map_err(|e| match e {
         RuntimeError::VmNotFound(_) => vm_not_found(id),
         e => e,
     })?;
     // A failure injected after the effect: the VM is gone, the call still fails.
-    let late = inner.ctl().take_failure_after(Verb::Remove, &targets);
+    let late = inner.ctl().take_failure_after(Verb::Remove, &call.targets);
     match late {
         Some(message) => Err(classify(message)),
         None => Ok(()),
@@ -624,25 +617,15 @@ pub(super) async fn remove(inner: &Arc<Inner>, id: &str) -> Result<()> {
 }
 
 pub(super) async fn start(inner: &Arc<Inner>, id: &str) -> Result<()> {
-    inner
-        .enter(
-            Verb::Start,
-            inner.vm_targets(id),
-            serde_json::json!({ "vm": id }),
-        )
-        .await?;
-    let vm = inner
-        .st()
-        .resolve_vm(id)
-        .cloned()
-        .ok_or_else(|| vm_not_found(id))?;
+    let call = inner.begin(Verb::Start, On::Vm(id), NO_ARGS).await?;
+    let vm = inner.vm(id)?;
     if vm.record.state == STATE_CREATING {
         return Err(RuntimeError::Other(format!(
             "vm {} is still being created",
             vm.record.id
         )));
     }
-    inner.delay(inner.latency(Verb::Start)).await;
+    call.pace().await;
     if vm.record.state == STATE_RUNNING && vm.alive {
         return Ok(());
     }
@@ -662,14 +645,14 @@ pub(super) async fn exec(inner: &Arc<Inner>, req: ExecRequest) -> Result<()> {
     } = req;
     // Same validation as the CLI argv, before anything runs.
     exec_args(&id, &argv, &env, stdin.is_some())?;
-    inner
-        .enter(
+    let call = inner
+        .begin(
             Verb::Exec,
-            inner.vm_targets(&id),
-            serde_json::json!({ "vm": id, "argv": argv, "env": env, "stdin": stdin.is_some() }),
+            On::Vm(&id),
+            serde_json::json!({ "argv": argv, "env": env, "stdin": stdin.is_some() }),
         )
         .await?;
-    let vm = inner.st().resolve_vm(&id).cloned();
+    let vm = inner.vm(&id).ok();
     let refuse = match &vm {
         None => Some(format!("Error: VM not found: {id}\n")),
         Some(v) if !(v.record.state == STATE_RUNNING && v.alive) => Some(format!(
@@ -688,7 +671,7 @@ pub(super) async fn exec(inner: &Arc<Inner>, req: ExecRequest) -> Result<()> {
     let Some(vm) = vm.filter(|_| refuse.is_none()) else {
         return Err(RuntimeError::exit(&id, 1));
     };
-    inner.delay(inner.latency(Verb::Exec)).await;
+    call.pace().await;
     let mut input = Vec::new();
     if let Some(r) = stdin {
         r.take(MAX_EXEC_STDIN)
@@ -738,18 +721,11 @@ pub(super) async fn logs(
     max_bytes: usize,
 ) -> Result<Vec<u8>> {
     inner
-        .enter(
-            Verb::Logs,
-            inner.vm_targets(id),
-            serde_json::json!({ "vm": id, "tail": tail }),
-        )
-        .await?;
-    inner.delay(inner.latency(Verb::Logs)).await;
-    let vm = inner
-        .st()
-        .resolve_vm(id)
-        .cloned()
-        .ok_or_else(|| vm_not_found(id))?;
+        .begin(Verb::Logs, On::Vm(id), serde_json::json!({ "tail": tail }))
+        .await?
+        .pace()
+        .await;
+    let vm = inner.vm(id)?;
     let path = inner.vm_dir(&vm).join("console.log");
     // As the real backend: only the newest `max_bytes` of the log are ever held, however much
     // the guest printed (the read starts that far from the end, at a line start when there is
@@ -794,18 +770,14 @@ async fn read_last_bytes(path: &std::path::Path, max_bytes: usize) -> std::io::R
 }
 
 pub(super) async fn net_resize(inner: &Arc<Inner>, id: &str, nics: u32) -> Result<()> {
-    inner
-        .enter(
+    let call = inner
+        .begin(
             Verb::NetResize,
-            inner.vm_targets(id),
-            serde_json::json!({ "vm": id, "nics": nics }),
+            On::Vm(id),
+            serde_json::json!({ "nics": nics }),
         )
         .await?;
-    let vm = inner
-        .st()
-        .resolve_vm(id)
-        .cloned()
-        .ok_or_else(|| vm_not_found(id))?;
+    let vm = inner.vm(id)?;
     if vm.record.hypervisor == HYPERVISOR_FC {
         return Err(RuntimeError::Unsupported(format!(
             "cocoon vm net {id}: NIC hot-resize is only supported for cloud-hypervisor"
@@ -816,7 +788,7 @@ pub(super) async fn net_resize(inner: &Arc<Inner>, id: &str, nics: u32) -> Resul
             "cocoon vm net {id}: hot-plug failed: device busy (simulated; start the VM to clear)"
         )));
     }
-    inner.delay(inner.latency(Verb::NetResize)).await;
+    call.pace().await;
     let due = Utc::now()
         + chrono::Duration::from_std(inner.lease_delay).unwrap_or(chrono::Duration::zero());
     {
@@ -866,11 +838,7 @@ pub(super) async fn reconcile_stale_create(
     id: &str,
 ) -> Result<StaleCreateOutcome> {
     inner
-        .enter(
-            Verb::ReconcileStaleCreate,
-            inner.vm_targets(id),
-            serde_json::json!({ "vm": id }),
-        )
+        .begin(Verb::ReconcileStaleCreate, On::Vm(id), NO_ARGS)
         .await?;
     if let Some(o) = inner.ctl().stale_create_script.pop_front() {
         return Ok(o);
@@ -897,14 +865,7 @@ pub(super) async fn reconcile_stale_create(
 }
 
 pub(super) async fn vm_stats(inner: &Arc<Inner>, vm: &VmRecord) -> Result<VmStats> {
-    inner
-        .enter(
-            Verb::Stats,
-            inner.vm_targets(&vm.id),
-            serde_json::json!({ "vm": vm.id }),
-        )
-        .await?;
-    let st = inner.st();
-    let v = st.resolve_vm(&vm.id).ok_or_else(|| vm_not_found(&vm.id))?;
-    Ok(Inner::synthetic_stats(v, Utc::now()))
+    inner.begin(Verb::Stats, On::Vm(&vm.id), NO_ARGS).await?;
+    let v = inner.vm(&vm.id)?;
+    Ok(Inner::synthetic_stats(&v, Utc::now()))
 }
