@@ -15,7 +15,7 @@ use cocoon_api::crd::set::{
 };
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_toolbox};
 use cocoon_node::runtime::sim::{FailRule, Verb};
-use cocoon_operator::cocoonset::plan::Timing;
+use cocoon_operator::cocoonset::Timing;
 use cocoon_operator::metrics::SetLabels;
 use cocoon_testsupport::{
     Agent, AgentOptions, BoxError, Operator, OperatorOptions, all_vms, node_of, push_tag,

@@ -16,8 +16,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::plan::Timing;
-use super::{Caches, Context, pods, walk};
+use super::{Caches, Context, Timing, pods, walk};
 use crate::metrics::Metrics;
 use crate::registry::OciTagRegistry;
 

@@ -4,31 +4,38 @@
 //! Where things are:
 //! * this file — the shell: the controller's [`Context`], its watches and caches, the
 //!   per-pass wrapper (leadership, metrics, retry backoff);
-//! * [`steps`] — one pure planner per seed step (`plan(&Observed) -> StepPlan`) with its
-//!   table test: teardown (2), finalizer (3), classify (4), stamp (5), suspend (6),
-//!   failed_main (7), migrate (8), release_wake (9), unsuspend (10), main (11), sub_agents
-//!   (12), toolboxes (13), status (14), and the §6 triage they share; a step that needs a
-//!   registry probe, a manifest read or a read past the cache asks for it and plans again on
-//!   the answer;
-//! * `walk` — one pass over one set: the step order, the view every step observes, and the
-//!   executor that applies a plan's writes in order, each durable before the next, and
-//!   fetches the reads a step asks for;
-//!   steps 6, 8, 9 and 10 keep their pure rules in a `rules` submodule beside the planner
-//!   (`steps/suspend/rules.rs`, ...), with their tables in `rules_tests.rs`;
-//! * [`pods`] and [`plan`] — the pure rules the planners use (factories, drift,
-//!   classification, triage, create protocol, status, teardown GC).
+//! * [`steps`] — seed step N in one place, `steps/<name>`: its planner
+//!   (`plan(&Observed, ...) -> StepPlan`), its pure rules and their table tests. Teardown (2),
+//!   finalizer (3), classify (4), stamp (5), suspend (6), failed_main (7), migrate (8),
+//!   release_wake (9), unsuspend (10), main_agent (11), sub_agents (12), toolboxes (13),
+//!   status (14); beside them the rules several steps share: `create` (the §7 create
+//!   protocol and §8 restore intent) and `triage` (the §6 rebuild budget). A step that needs
+//!   a registry probe, a manifest read or a read past the cache asks for it and plans again
+//!   on the answer;
+//! * `walk` — one pass over one set: the order of the steps and the view every step
+//!   observes (`walk/mod.rs`), and the executor that applies a plan's writes in order, each
+//!   durable before the next, with the write primitives they are made of, and fetches the
+//!   reads a step asks for (`walk/executor.rs`);
+//! * [`pods`] — pod construction, drift and classification (§3–§5), and the pod facts the
+//!   steps read; [`Timing`] — the loop's intervals and rebuild budget;
+//! * [`fresh`] and [`expected`] — what this controller remembers of its own writes while the
+//!   caches do not show them yet.
 
 pub mod expected;
+#[cfg(test)]
+mod fixtures;
 pub mod fresh;
 #[cfg(test)]
 mod fresh_tests;
-pub mod plan;
 pub mod pods;
+#[cfg(test)]
+mod pods_tests;
 pub mod quantity;
 pub mod steps;
-#[cfg(test)]
-mod tests;
+mod timing;
 mod walk;
+
+pub use self::timing::Timing;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -50,7 +57,6 @@ use kube::runtime::watcher::{self, Event as WatchEvent, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{debug, warn};
 
-use self::plan::Timing;
 use crate::controller;
 use crate::metrics::{Metrics, SetLabels};
 use crate::ownership::LegacyNames;
