@@ -1,13 +1,16 @@
-//! The executor: applies a step's [`StepPlan`] to the API server and the registry, with the
-//! write primitives it is made of (set and pod annotation patches, the status patch, pod
-//! deletes and posts, registry tag deletes) and the ownership gate every registry call asks.
+//! The executor: runs a step's rounds (plan on the pass's view, apply the writes, fetch the
+//! reads, plan again: [`Walk::run_step`], [`Walk::run_replayed`]) and applies each
+//! [`StepPlan`] to the API server and the registry, with the write primitives it is made of
+//! (set and pod annotation patches, the status patch, pod deletes and posts, registry tag
+//! deletes) and the ownership gate every registry call asks.
 //!
 //! Writes go out in the plan's order, each durable before the next, and the first error ends
 //! the pass (the runtime retries it with backoff). What a write changed is mirrored into the
 //! walk's view of the set before the next step plans, so a later step observes the earlier
 //! steps' results without reading the API again. Its only knowledge is generic: apply a
-//! write, fetch a read (the manifest reads of one round at once); a post that creates a
-//! pod leaves it expected until the cache shows it ([`crate::cocoonset::expected`]).
+//! write, fetch a read (the manifest reads of one round at once). What the writes return,
+//! the pods it creates and the last status it wrote are kept in the controller's
+//! [`WriteMemory`](crate::cocoonset::WriteMemory) for the next passes.
 
 use std::time::Duration;
 
@@ -481,7 +484,7 @@ impl Walk<'_> {
                 // The pass goes on from the set as written (step 3 hands over).
                 self.versions.extend(patched.resource_version());
                 self.cs.metadata.finalizers = patched.metadata.finalizers.clone();
-                self.ctx.wrote_set(self.set_base.as_deref(), patched);
+                self.ctx.memory.wrote_set(self.set_base.as_deref(), patched);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 && gone_ok => Ok(()),
@@ -529,13 +532,6 @@ impl Walk<'_> {
 // ----- the write primitives the writes are made of ----------------------------------------
 
 impl Walk<'_> {
-    /// A deleted set's last written status is no longer needed to skip a write.
-    pub(super) fn forget_written_status(&self) {
-        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
-            m.remove(&uid);
-        }
-    }
-
     fn set_labels(&self) -> SetLabels {
         SetLabels {
             namespace: self.ns.clone(),
@@ -590,7 +586,7 @@ impl Walk<'_> {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         self.versions.extend(patched.resource_version());
-        self.ctx.wrote_set(self.set_base.as_deref(), patched);
+        self.ctx.memory.wrote_set(self.set_base.as_deref(), patched);
         cocoon_api::contract::apply_delta(self.cs.annotations_mut(), &delta);
         Ok(())
     }
@@ -611,11 +607,9 @@ impl Walk<'_> {
     /// pass.)
     fn status_body(&self, status: CocoonSetStatus) -> Option<(Value, CocoonSetStatus)> {
         let status = status_rules::status_patch(&self.cs, status)?;
-        let (uid, cached) = (self.cs.uid()?, self.cs.resource_version()?);
+        let (_uid, cached) = (self.cs.uid()?, self.cs.resource_version()?);
         let already =
-            self.ctx.written_status.lock().ok().is_some_and(|m| {
-                status_rules::status_already_written(m.get(&uid), &cached, &status)
-            });
+            status_rules::status_already_written(self.last_status.as_ref(), &cached, &status);
         if already {
             debug!(name = %self.name, "status already written; the cache has not caught up");
             return None;
@@ -641,10 +635,13 @@ impl Walk<'_> {
     /// and for the next ones.
     fn status_written(&mut self, status: CocoonSetStatus, written: CocoonSet) {
         self.versions.extend(written.resource_version());
-        self.ctx.wrote_set(self.set_base.as_deref(), written);
-        if let (Some(uid), Ok(mut m)) = (self.cs.uid(), self.ctx.written_status.lock()) {
-            let seen = status_rules::versions_seen(m.remove(&uid).map(|(v, _)| v), &self.versions);
-            m.insert(uid, (seen, status.clone()));
+        self.ctx.memory.wrote_set(self.set_base.as_deref(), written);
+        if let Some(uid) = self.cs.uid() {
+            let last = self
+                .ctx
+                .memory
+                .wrote_status(&uid, &self.versions, status.clone());
+            self.last_status = Some(last);
         }
         self.cs.status = Some(status);
     }
@@ -678,14 +675,15 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// Keeps what a pod patch returned for the next passes ([`super::fresh`]).
+    /// Keeps what a pod patch returned for the next passes
+    /// ([`crate::cocoonset::memory::fresh`]).
     fn pod_written(&self, pod: &str, written: Option<Pod>) {
         if self.cs.metadata.deletion_timestamp.is_some() {
             return;
         }
         if let Some(w) = written {
             let base = self.pod_bases.get(pod).map(String::as_str);
-            self.ctx.wrote_pod(self.cs.uid().as_deref(), base, w);
+            self.ctx.memory.wrote_pod(self.cs.uid().as_deref(), base, w);
         }
     }
 
@@ -844,7 +842,7 @@ impl Walk<'_> {
             return true;
         }
         let uid = self.cs.uid().unwrap_or_default();
-        if self.ctx.first_foreign_report(&uid, source, vm) {
+        if self.ctx.memory.first_foreign_report(&uid, source, vm) {
             warn!(namespace = %self.ns, name = %self.name, vm, source, "a VM name that is not one of this set's VMs: no registry call");
             let message = ev::foreign_vm_name_message(source, vm, &gate.owner());
             self.event(true, ev::operator::FOREIGN_VM_NAME_IGNORED, message)
@@ -885,7 +883,7 @@ async fn post_pod(
     match api.create(&PostParams::default(), pod).await {
         Ok(created) => {
             if let (Some(set), Some(uid)) = (set_uid, created.uid()) {
-                ctx.expect_created(&set, &created.name_any(), &uid);
+                ctx.memory.created(&set, &created.name_any(), &uid);
             }
             Ok(Created::Yes)
         }

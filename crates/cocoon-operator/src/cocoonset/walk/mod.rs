@@ -28,6 +28,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 
+use super::memory::WrittenStatus;
 use super::pods::Classified;
 use super::steps::{self, Next};
 use super::{Caches, Context, Error};
@@ -66,28 +67,20 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
     }
     ctx.count(|s| &s.passes);
     let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
-    // The set and (below) its pods as this controller's own writes left them, where the
-    // caches do not show those writes yet.
-    let set_base = cs.resource_version();
-    let cs = &ctx.fresh_set(cs);
-    // Step 4's listing (and step 2's, terminating pods included) comes from the cache.
-    let mut owned = steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p));
-    let pod_bases = owned
-        .iter()
-        .filter_map(|p| Some((p.name_any(), p.resource_version()?)))
-        .collect();
-    ctx.fresh_pods(cs, &mut owned);
-    let mut walk = Walk::new(ctx, caches, cs.clone(), ns);
-    walk.set_base = set_base;
-    walk.pod_bases = pod_bases;
+    // The set and its pods as this controller's own writes left them, where the caches do
+    // not show those writes yet, in one read of its memory. Step 4's listing (and step 2's,
+    // terminating pods included) comes from the cache.
+    let recall = ctx.memory.recall(cs, |cs| {
+        steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p))
+    });
+    let owned = recall.owned;
+    let mut walk = Walk::new(ctx, caches, recall.cs, ns);
+    walk.set_base = recall.set_base;
+    walk.pod_bases = recall.pod_bases;
+    walk.last_status = recall.last_status;
 
     // Step 2 — teardown.
-    if cs.metadata.deletion_timestamp.is_some() {
-        walk.forget_written_status();
-        ctx.forget_expected(cs);
-        if let Some(uid) = cs.uid() {
-            ctx.forget_fresh(&uid);
-        }
+    if walk.cs.metadata.deletion_timestamp.is_some() {
         let plan = steps::teardown::plan(&walk.observed(&owned));
         return Ok(walk
             .apply_step(plan)
@@ -104,7 +97,7 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
     // Step 4 — classify, with the pods this controller created a moment ago that the cache does not
     // show yet.
     walk.classified = steps::classify::by_role(&owned);
-    walk.classified.pending_creates = ctx.pending_creates(cs, &owned);
+    walk.classified.pending_creates = recall.pending_creates;
     // Step 5 — stamp: planned here, written with the first patch steps 6–10 make to each pod (the
     // hibernate annotation of a suspend, its clear on unsuspend), the rest right after them.
     walk.stamp_generation();
@@ -169,9 +162,12 @@ struct Walk<'a> {
     /// for [`steps::Write::FailProbe`].
     probe_error: Option<(String, RegistryError)>,
     /// The resourceVersions the caches showed the set and (by name) its pods at when the
-    /// pass began: the base of what its writes return ([`super::fresh`]).
+    /// pass began: the base of what its writes return ([`super::memory::fresh`]).
     set_base: Option<String>,
     pod_bases: HashMap<String, String>,
+    /// The last status this controller wrote to the set, as the pass began and as its own
+    /// status writes leave it.
+    last_status: Option<WrittenStatus>,
 }
 
 impl<'a> Walk<'a> {
@@ -195,6 +191,7 @@ impl<'a> Walk<'a> {
             probe_error: None,
             set_base: None,
             pod_bases: HashMap::new(),
+            last_status: None,
         }
     }
 
