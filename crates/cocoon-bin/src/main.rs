@@ -213,9 +213,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             recorder,
             metrics.clone(),
             registry,
-            cocoonset::plan::Timing {
+            cocoonset::Timing {
                 suspend_deadline: config.suspend_timeout,
-                ..cocoonset::plan::Timing::default()
+                ..cocoonset::Timing::default()
             },
         )
         .with_leadership(leadership.clone())

@@ -14,7 +14,7 @@ use cocoon_api::crd::set::{
     AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
 };
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_toolbox};
-use cocoon_operator::cocoonset::plan::Timing;
+use cocoon_operator::cocoonset::Timing;
 use cocoon_operator::metrics::SetLabels;
 use cocoon_runtime::sim::{FailRule, Verb};
 use cocoon_testsupport::{

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, ToolboxSpec};
-use cocoon_operator::cocoonset::plan::Timing;
+use cocoon_operator::cocoonset::Timing;
 use cocoon_testsupport::{Agent, AgentOptions, BoxError, Operator, OperatorOptions};
 use kube::api::{Api, PostParams};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec, HibernatePolicy};
 use cocoon_api::naming::vm_name_for_agent;
-use cocoon_operator::cocoonset::{self, plan::Timing};
+use cocoon_operator::cocoonset::{self, Timing};
 use cocoon_operator::metrics::{Metrics, PlacementLabels};
 use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
 use cocoon_testsupport::BoxError;

@@ -237,10 +237,10 @@ async fn a_write_after_the_lease_is_lost_is_skipped_and_the_next_acquisition_rec
                 recorder,
                 metrics.clone(),
                 tags.clone(),
-                cocoonset::plan::Timing {
+                cocoonset::Timing {
                     requeue_after_write: Duration::from_millis(200),
                     wait_for_main: Duration::from_millis(500),
-                    ..cocoonset::plan::Timing::default()
+                    ..cocoonset::Timing::default()
                 },
             )
             .with_stats(stats.clone())

@@ -94,10 +94,10 @@ async fn set_teardown_leaves_a_foreign_vm_named_in_its_annotations() {
             recorder(&client),
             Arc::new(Metrics::new()),
             oci(env.registry_addr()),
-            cocoonset::plan::Timing {
+            cocoonset::Timing {
                 wait_for_main: Duration::from_millis(500),
                 requeue_after_write: Duration::from_millis(200),
-                ..cocoonset::plan::Timing::default()
+                ..cocoonset::Timing::default()
             },
         ));
         let (_stop, _task) = spawn_sets(ctx, &tenant);

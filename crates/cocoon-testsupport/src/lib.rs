@@ -52,7 +52,7 @@ pub fn registry(addr: &str) -> RegistryClient {
 #[derive(Clone, Debug)]
 pub struct OperatorOptions {
     /// CocoonSet controller timings.
-    pub sets: cocoonset::plan::Timing,
+    pub sets: cocoonset::Timing,
     /// CocoonHibernation controller timings.
     pub hibernation: hibernation::decide::Timing,
     /// Concurrent reconciles per controller.
@@ -63,7 +63,7 @@ impl Default for OperatorOptions {
     /// Production timings, concurrency 4.
     fn default() -> Self {
         OperatorOptions {
-            sets: cocoonset::plan::Timing::default(),
+            sets: cocoonset::Timing::default(),
             hibernation: hibernation::decide::Timing::default(),
             concurrency: 4,
         }
@@ -75,10 +75,10 @@ impl OperatorOptions {
     /// pending main re-checked every second).
     pub fn fast() -> Self {
         OperatorOptions {
-            sets: cocoonset::plan::Timing {
+            sets: cocoonset::Timing {
                 requeue_after_write: Duration::from_millis(300),
                 wait_for_main: Duration::from_secs(1),
-                ..cocoonset::plan::Timing::default()
+                ..cocoonset::Timing::default()
             },
             ..OperatorOptions::default()
         }

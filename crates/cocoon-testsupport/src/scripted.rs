@@ -56,14 +56,14 @@ pub fn recorder(client: &Client) -> Recorder {
 
 /// The CocoonSet controller timings of the suspend and migrate tests: short requeues, 300 ms
 /// suspend and migrate polls, one quick rebuild.
-pub fn suspend_timing() -> cocoonset::plan::Timing {
-    cocoonset::plan::Timing {
+pub fn suspend_timing() -> cocoonset::Timing {
+    cocoonset::Timing {
         requeue_after_write: Duration::from_millis(200),
         wait_for_main: Duration::from_millis(500),
         suspend_poll: Duration::from_millis(300),
         migrate_poll: Duration::from_millis(300),
         rebuild_backoff: vec![Duration::ZERO, Duration::from_millis(200)],
-        ..cocoonset::plan::Timing::default()
+        ..cocoonset::Timing::default()
     }
 }
 

@@ -4,41 +4,45 @@
 //! Where things are:
 //! * this file — the shell: the controller's [`Context`], its watches and caches, the
 //!   per-pass wrapper (leadership, metrics, retry backoff);
-//! * [`steps`] — one pure planner per seed step (`plan(&Observed) -> StepPlan`) with its
-//!   table test: teardown (2), finalizer (3), classify (4), stamp (5), suspend (6),
-//!   failed_main (7), migrate (8), release_wake (9), unsuspend (10), main (11), sub_agents
-//!   (12), toolboxes (13), status (14), and the §6 triage they share; a step that needs a
-//!   registry probe, a manifest read or a read past the cache asks for it and plans again on
-//!   the answer;
-//! * `walk` — one pass over one set: the step order, the view every step observes, and the
-//!   executor that applies a plan's writes in order, each durable before the next, and
-//!   fetches the reads a step asks for;
-//!   steps 6, 8, 9 and 10 keep their pure rules in a `rules` submodule beside the planner
-//!   (`steps/suspend/rules.rs`, ...), with their tables in `rules_tests.rs`;
-//! * [`pods`] and [`plan`] — the pure rules the planners use (factories, drift,
-//!   classification, triage, create protocol, status, teardown GC).
+//! * [`steps`] — seed step N in one place, `steps/<name>`: its planner
+//!   (`plan(&Observed, ...) -> StepPlan`), its pure rules and their table tests. Teardown (2),
+//!   finalizer (3), classify (4), stamp (5), suspend (6), failed_main (7), migrate (8),
+//!   release_wake (9), unsuspend (10), main_agent (11), sub_agents (12), toolboxes (13),
+//!   status (14); beside them the rules several steps share: `create` (the §7 create
+//!   protocol and §8 restore intent) and `triage` (the §6 rebuild budget). A step that needs
+//!   a registry probe, a manifest read or a read past the cache asks for it and plans again
+//!   on the answer;
+//! * `walk` — one pass over one set: the order of the steps and the view every step
+//!   observes (`walk/mod.rs`), and the executor that applies a plan's writes in order, each
+//!   durable before the next, with the write primitives they are made of, and fetches the
+//!   reads a step asks for (`walk/executor.rs`);
+//! * [`pods`] — pod construction, drift and classification (§3–§5), and the pod facts the
+//!   steps read; [`Timing`] — the loop's intervals and rebuild budget;
+//! * [`memory`] — what this controller remembers of its own writes while the caches do not
+//!   show them yet, per set, in one [`WriteMemory`].
 
-pub mod expected;
-pub mod fresh;
 #[cfg(test)]
-mod fresh_tests;
-pub mod plan;
+mod fixtures;
+pub mod memory;
 pub mod pods;
+#[cfg(test)]
+mod pods_tests;
 pub mod quantity;
 pub mod steps;
-#[cfg(test)]
-mod tests;
+mod timing;
 mod walk;
 
-use std::collections::{BTreeSet, HashMap};
+pub use self::memory::WriteMemory;
+pub use self::timing::Timing;
+
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use cocoon_api::contract::labels;
 use cocoon_api::crd::hibernation::CocoonHibernation;
-use cocoon_api::crd::set::{CocoonSet, CocoonSetStatus};
+use cocoon_api::crd::set::CocoonSet;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -50,7 +54,6 @@ use kube::runtime::watcher::{self, Event as WatchEvent, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{debug, warn};
 
-use self::plan::Timing;
 use crate::controller;
 use crate::metrics::{Metrics, SetLabels};
 use crate::ownership::LegacyNames;
@@ -160,23 +163,10 @@ pub struct Context {
     retries: watch_retry::RetryBackoff,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
-    /// Per set (by UID): the resourceVersions this controller saw or produced up to its last
-    /// status write, that write's own included, and the status it wrote; see
-    /// [`Walk::status_body`].
-    written_status: Mutex<HashMap<String, (Vec<String>, CocoonSetStatus)>>,
-    /// Per set (by UID): its metric labels, so its series go when the set does.
-    tracked: Mutex<HashMap<String, SetLabels>>,
-    /// The pods this controller created that the cache has not shown yet ([`expected`]).
-    expected: Mutex<expected::Expected>,
-    /// The sets and pods as this controller's last writes returned them, while the caches
-    /// do not show those writes yet ([`fresh`]).
-    fresh_sets: Mutex<fresh::Fresh<CocoonSet>>,
-    fresh_pods: Mutex<fresh::Fresh<Pod>>,
+    /// What this controller remembers of its own writes and reports, per set.
+    memory: WriteMemory,
     /// Whether the ownership gate accepts legacy unhashed VM names ([`crate::ownership`]).
     legacy_vm_names: LegacyNames,
-    /// Per set (by UID): the (source, VM name) pairs the gate refused and that were
-    /// reported, so each is reported once.
-    foreign_reported: Mutex<HashMap<String, BTreeSet<(&'static str, String)>>>,
 }
 
 impl Context {
@@ -196,13 +186,8 @@ impl Context {
             stats: None,
             retries: watch_retry::RetryBackoff::default(),
             leadership: crate::leader::Leadership::always(),
-            written_status: Mutex::default(),
-            tracked: Mutex::default(),
-            expected: Mutex::default(),
-            fresh_sets: Mutex::default(),
-            fresh_pods: Mutex::default(),
+            memory: WriteMemory::default(),
             legacy_vm_names: LegacyNames::default(),
-            foreign_reported: Mutex::default(),
         }
     }
 
@@ -211,111 +196,6 @@ impl Context {
     pub fn with_legacy_vm_names(mut self, legacy: LegacyNames) -> Self {
         self.legacy_vm_names = legacy;
         self
-    }
-
-    /// True the first time the set `uid` reports `vm` from `source` as not its own.
-    fn first_foreign_report(&self, uid: &str, source: &'static str, vm: &str) -> bool {
-        self.foreign_reported.lock().is_ok_and(|mut m| {
-            m.entry(uid.to_string())
-                .or_default()
-                .insert((source, vm.to_string()))
-        })
-    }
-
-    /// The set a pass reads: the one this controller last wrote while the cache still shows
-    /// the version that write started from, else the cached one.
-    fn fresh_set(&self, cached: &CocoonSet) -> CocoonSet {
-        let now = std::time::Instant::now();
-        let (Some(uid), Ok(mut f)) = (cached.uid(), self.fresh_sets.lock()) else {
-            return cached.clone();
-        };
-        f.prune(&uid, |_, _| cached.resource_version(), now);
-        f.view(cached, now).unwrap_or_else(|| cached.clone())
-    }
-
-    /// `owned` (from the pod cache) with each pod this controller wrote a moment ago that the
-    /// cache still shows from before that write replaced by the written copy; the set's other
-    /// kept pods leave.
-    fn fresh_pods(&self, cs: &CocoonSet, owned: &mut [Pod]) {
-        let (Some(uid), Ok(mut f)) = (cs.uid(), self.fresh_pods.lock()) else {
-            return;
-        };
-        let now = std::time::Instant::now();
-        let cached: HashMap<(Option<&str>, String), Option<String>> = owned
-            .iter()
-            .map(|p| {
-                (
-                    (p.metadata.namespace.as_deref(), p.name_any()),
-                    p.resource_version(),
-                )
-            })
-            .collect();
-        f.prune(
-            &uid,
-            |ns, name| cached.get(&(ns, name.to_string())).cloned().flatten(),
-            now,
-        );
-        if f.is_empty() {
-            return;
-        }
-        for p in owned.iter_mut() {
-            if let Some(kept) = f.view(p, now) {
-                *p = kept;
-            }
-        }
-    }
-
-    /// A write of the set returned `written`; the cache showed it at `base`. Nothing is kept
-    /// of a set being deleted: its teardown forgets it, and no later pass needs it.
-    fn wrote_set(&self, base: Option<&str>, written: CocoonSet) {
-        if written.metadata.deletion_timestamp.is_some() {
-            return;
-        }
-        if let (Some(base), Some(uid), Ok(mut f)) = (base, written.uid(), self.fresh_sets.lock()) {
-            f.wrote(&uid, base, written, std::time::Instant::now());
-        }
-    }
-
-    /// A write of a pod of the set `set_uid` returned `written`; the cache showed it at `base`.
-    fn wrote_pod(&self, set_uid: Option<&str>, base: Option<&str>, written: Pod) {
-        if let (Some(set), Some(base), Ok(mut f)) = (set_uid, base, self.fresh_pods.lock()) {
-            f.wrote(set, base, written, std::time::Instant::now());
-        }
-    }
-
-    /// A create of `pod` (UID `pod_uid`) for the set `set_uid` returned Created.
-    fn expect_created(&self, set_uid: &str, pod: &str, pod_uid: &str) {
-        if let Ok(mut e) = self.expected.lock() {
-            e.created(set_uid, pod, pod_uid, std::time::Instant::now());
-        }
-    }
-
-    /// The set's pods created a moment ago that `owned` (from the cache) does not show yet,
-    /// with the time their expectation has left; the ones it shows are no longer expected.
-    fn pending_creates(
-        &self,
-        cs: &CocoonSet,
-        owned: &[Pod],
-    ) -> std::collections::BTreeMap<String, std::time::Duration> {
-        let (Some(uid), Ok(mut e)) = (cs.uid(), self.expected.lock()) else {
-            return Default::default();
-        };
-        let cached = owned
-            .iter()
-            .filter_map(|p| Some((p.metadata.name.as_deref()?, p.metadata.uid.as_deref()?)));
-        e.observe(&uid, cached, std::time::Instant::now())
-    }
-
-    /// Nothing of a set being torn down is expected any more.
-    fn forget_expected(&self, cs: &CocoonSet) {
-        if let (Some(uid), Ok(mut e)) = (cs.uid(), self.expected.lock()) {
-            e.forget_set(&uid);
-        }
-    }
-
-    /// Pods created and not yet seen in the cache, over all sets (tests).
-    pub fn expected_creates(&self) -> usize {
-        self.expected.lock().map_or(0, |e| e.len())
     }
 
     /// The write gate of every API write: checked right before the request goes out, and
@@ -352,57 +232,27 @@ impl Context {
 
     /// Whether the per-set memory holds anything about the set with this UID (tests).
     pub fn remembers(&self, uid: &str) -> bool {
-        let written = self
-            .written_status
-            .lock()
-            .is_ok_and(|m| m.contains_key(uid));
-        let tracked = self.tracked.lock().is_ok_and(|m| m.contains_key(uid));
-        let expected = self.expected.lock().is_ok_and(|e| e.has_set(uid));
-        let fresh = self.fresh_sets.lock().is_ok_and(|f| f.has_set(uid))
-            || self.fresh_pods.lock().is_ok_and(|f| f.has_set(uid));
-        written || tracked || expected || fresh
+        self.memory.remembers(uid)
     }
 
-    /// Nothing written for the set `uid` is kept any more.
-    fn forget_fresh(&self, uid: &str) {
-        if let Ok(mut f) = self.fresh_sets.lock() {
-            f.forget_set(uid);
-        }
-        if let Ok(mut f) = self.fresh_pods.lock() {
-            f.forget_set(uid);
-        }
+    /// Pods created and not yet seen in the cache, over all sets (tests).
+    pub fn expected_creates(&self) -> usize {
+        self.memory.expected_creates()
     }
 
+    /// Remembers the metric labels of `cs`, whose series start at zero the first time.
     fn track(&self, cs: &CocoonSet) {
-        if let (Some(uid), Some(ns), Ok(mut m)) = (cs.uid(), cs.namespace(), self.tracked.lock()) {
-            m.entry(uid).or_insert_with(|| {
-                let labels = SetLabels {
-                    namespace: ns,
-                    cocoonset: cs.name_any(),
-                };
-                self.metrics.init_set(&labels);
-                labels
-            });
+        if let Some(labels) = self.memory.track(cs) {
+            self.metrics.init_set(&labels);
         }
     }
 
-    /// Drops what this controller remembers about a deleted set: its last written status,
+    /// Drops what this controller remembers about a deleted set: its memory of its writes,
     /// its retry backoff and its metric series.
     fn forget_set(&self, cs: &CocoonSet) {
         let key = watch_retry::object_key(cs);
         self.retries.succeeded(&key);
-        if let Ok(mut m) = self.written_status.lock() {
-            m.remove(&key);
-        }
-        if let Ok(mut e) = self.expected.lock() {
-            e.forget_set(&key);
-        }
-        self.forget_fresh(&key);
-        if let Ok(mut m) = self.foreign_reported.lock() {
-            m.remove(&key);
-        }
-        let labels = self.tracked.lock().ok().and_then(|mut m| m.remove(&key));
-        let labels = labels.unwrap_or_else(|| SetLabels {
+        let labels = self.memory.forget(&key).unwrap_or_else(|| SetLabels {
             namespace: cs.namespace().unwrap_or_default(),
             cocoonset: cs.name_any(),
         });
@@ -413,35 +263,9 @@ impl Context {
     /// happened while the watch was down, and a relist reports no deletes).
     fn forget_missing(&self, live: &Store<CocoonSet>) {
         let present: BTreeSet<String> = live.state().iter().filter_map(|cs| cs.uid()).collect();
-        let gone: Vec<(String, SetLabels)> = self
-            .tracked
-            .lock()
-            .map(|m| {
-                m.iter()
-                    .filter(|(uid, _)| !present.contains(*uid))
-                    .map(|(u, l)| (u.clone(), l.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        for (uid, labels) in gone {
-            if let Ok(mut m) = self.tracked.lock() {
-                m.remove(&uid);
-            }
-            if let Ok(mut m) = self.written_status.lock() {
-                m.remove(&uid);
-            }
-            if let Ok(mut e) = self.expected.lock() {
-                e.forget_set(&uid);
-            }
-            self.forget_fresh(&uid);
+        for (uid, labels) in self.memory.forget_all_but(&present) {
             self.retries.succeeded(&uid);
             self.metrics.forget_set(&labels);
-        }
-        if let Ok(mut m) = self.written_status.lock() {
-            m.retain(|uid, _| present.contains(uid));
-        }
-        if let Ok(mut m) = self.foreign_reported.lock() {
-            m.retain(|uid, _| present.contains(uid));
         }
     }
 

@@ -510,7 +510,8 @@ pub struct Classified {
     pub sub: BTreeMap<i32, Pod>,
     pub toolbox: BTreeMap<String, Pod>,
     /// Pods this controller created a moment ago that the cache does not show yet
-    /// ([`super::expected`]), with the time their expectation has left: they exist, pending.
+    /// ([`super::memory::expected`]), with the time their expectation has left: they exist,
+    /// pending.
     pub pending_creates: BTreeMap<String, std::time::Duration>,
 }
 

@@ -19,8 +19,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
-use kube::runtime::reflector::store::{Writer, WriterDropped};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::store::WriterDropped;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -31,7 +31,7 @@ use self::decide::{
     Announced, EventPlan, Finish, Observed, PhaseMetric, PodFacts, PodView, Probe, Timing,
 };
 use self::pod_index::PodIndex;
-use crate::controller::{self as shared, has_finalizer};
+use crate::controller::{self, has_finalizer};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::ownership::LegacyNames;
 use crate::registry::{RegistryError, TagRegistry};
@@ -90,24 +90,27 @@ pub struct Context {
     observed: Mutex<HashMap<String, Announced>>,
     /// Per-CR retry backoff after failed passes.
     retries: crate::watch_retry::RetryBackoff,
-    /// The CR cache (deletes look for other holders in it).
-    crs: Store<CocoonHibernation>,
-    /// The pod cache (passes read the named pod from it).
-    pods: Store<Pod>,
-    /// The CRs by the pod they name, kept from the CR watch.
-    pod_index: PodIndex,
-    /// The writers of the two caches, taken once by [`run`].
-    feeds: Mutex<Option<Feeds>>,
     /// Only the Lease holder reconciles; the others keep their caches warm.
     leadership: crate::leader::Leadership,
     /// Whether the ownership gate accepts legacy unhashed VM names ([`crate::ownership`]).
     legacy_vm_names: LegacyNames,
 }
 
-/// The writing halves of the caches, fed by [`run`]'s watches.
-struct Feeds {
-    crs: Writer<CocoonHibernation>,
-    pods: Writer<Pod>,
+/// The caches one run of the controller reads: built by [`run`] before the controller
+/// starts, fed by its watches, and only read by its passes.
+struct Caches {
+    /// The CR cache (deletes look for other holders in it).
+    crs: Store<CocoonHibernation>,
+    /// The pod cache (passes read the named pod from it).
+    pods: Store<Pod>,
+    /// The CRs by the pod they name, kept from the CR watch.
+    pod_index: PodIndex,
+}
+
+/// What every pass of one run gets: the controller's context and the run's caches.
+struct Shared {
+    ctx: Arc<Context>,
+    caches: Caches,
 }
 
 impl Context {
@@ -118,8 +121,6 @@ impl Context {
         registry: Arc<dyn TagRegistry>,
         timing: Timing,
     ) -> Self {
-        let (crs, cr_writer) = kube::runtime::reflector::store::<CocoonHibernation>();
-        let (pods, pod_writer) = kube::runtime::reflector::store::<Pod>();
         Context {
             client,
             recorder,
@@ -129,13 +130,6 @@ impl Context {
             stripes: Stripes::default(),
             observed: Mutex::default(),
             retries: crate::watch_retry::RetryBackoff::default(),
-            crs,
-            pods,
-            pod_index: PodIndex::default(),
-            feeds: Mutex::new(Some(Feeds {
-                crs: cr_writer,
-                pods: pod_writer,
-            })),
             leadership: crate::leader::Leadership::always(),
             legacy_vm_names: LegacyNames::default(),
         }
@@ -210,8 +204,7 @@ impl Context {
 }
 
 /// Runs the controller until `shutdown` resolves: over every namespace, or over one
-/// (`namespace`), which is how tests keep their controllers apart on a shared cluster. A
-/// context runs once: a second call returns at once.
+/// (`namespace`), which is how tests keep their controllers apart on a shared cluster.
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<&str>,
@@ -219,15 +212,21 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     readiness: Arc<crate::admin::Readiness>,
 ) {
-    let Some(feeds) = ctx.feeds.lock().ok().and_then(|mut f| f.take()) else {
-        error!("the CocoonHibernation controller runs once per context");
-        return;
-    };
+    let (cr_reader, cr_writer) = reflector::store::<CocoonHibernation>();
+    let (pod_reader, pod_writer) = reflector::store::<Pod>();
+    let shared = Arc::new(Shared {
+        ctx: ctx.clone(),
+        caches: Caches {
+            crs: cr_reader,
+            pods: pod_reader,
+            pod_index: PodIndex::default(),
+        },
+    });
     ctx.metrics
         .init_controller(CONTROLLER, &["kube", "registry", "invalid", "cache"]);
     ctx.metrics.count_phases(
         cocoon_api::contract::metrics::operator::KIND_COCOONHIBERNATION,
-        ctx.crs.clone(),
+        shared.caches.crs.clone(),
         |cr| cr.status.as_ref()?.phase.map(|p| p.as_str()),
     );
     let client = ctx.client.clone();
@@ -244,14 +243,14 @@ pub async fn run(
     // Standbys keep their caches warm but run no pass until they lead; then every CR once.
     let standby = crate::leader::StandbyFilter::new(ctx.leadership.clone());
     let (cr_standby, pod_standby, lists) = (standby.clone(), standby.clone(), standby.clone());
-    let index_ctx = ctx.clone();
+    let index = shared.clone();
     let cr_events = watcher(crs, watcher::Config::default().any_semantic())
         .default_backoff()
-        .modify(shared::slim)
-        .reflect(feeds.crs)
+        .modify(controller::slim)
+        .reflect(cr_writer)
         .inspect(move |ev| {
             if let Ok(ev) = ev {
-                index_ctx.pod_index.apply(ev);
+                index.caches.pod_index.apply(ev);
             }
             if matches!(ev, Ok(WatchEvent::InitDone)) {
                 crs_synced();
@@ -260,12 +259,12 @@ pub async fn run(
         })
         .applied_objects()
         .filter(move |_| futures::future::ready(cr_standby.pass()));
-    let controller = Controller::for_stream(cr_events, ctx.crs.clone())
+    let controller = Controller::for_stream(cr_events, shared.caches.crs.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency));
     let pod_events = watcher(pods, watcher::Config::default().any_semantic())
         .default_backoff()
         .modify(pod_for_cache)
-        .reflect(feeds.pods)
+        .reflect(pod_writer)
         .inspect(move |ev| {
             if matches!(ev, Ok(WatchEvent::InitDone)) {
                 pods_synced();
@@ -273,14 +272,14 @@ pub async fn run(
         });
     let pod_changes =
         annotation_changes(pod_events).filter(move |_| futures::future::ready(pod_standby.pass()));
-    let index_ctx = ctx.clone();
+    let index = shared.clone();
     controller
         .watches_stream(pod_changes, move |pod| {
-            crs_for_pod(&index_ctx.pod_index, &pod)
+            crs_for_pod(&index.caches.pod_index, &pod)
         })
         .reconcile_all_on(standby.reconcile_all())
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, shared)
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => debug!(object = %obj, "reconciled"),
@@ -305,26 +304,28 @@ fn annotation_changes(
     })
 }
 
-fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(cr: Arc<CocoonHibernation>, err: &Error, shared: Arc<Shared>) -> Action {
+    let ctx = &shared.ctx;
     let delay = ctx
         .retries
         .failed(crate::watch_retry::object_key(cr.as_ref()));
-    shared::count_error(CONTROLLER, &ctx.metrics, err.kind());
-    warn!(name = %cr.name_any(), namespace = ?cr.namespace(), error = %shared::chain(err), retry_in = ?delay, "reconcile failed");
+    controller::count_error(CONTROLLER, &ctx.metrics, err.kind());
+    warn!(name = %cr.name_any(), namespace = ?cr.namespace(), error = %controller::chain(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
 
-async fn reconcile(cr: Arc<CocoonHibernation>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(cr: Arc<CocoonHibernation>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let (ctx, caches) = (&shared.ctx, &shared.caches);
     if !ctx.leadership.is_leader() {
         // A standby (or a replica that just lost the lease): nothing until it leads, when
         // every CR gets a pass.
         return Ok(Action::await_change());
     }
-    let result = match shared::pass(
+    let result = match controller::pass(
         CONTROLLER,
         &ctx.metrics,
         cr.as_ref(),
-        reconcile_inner(&cr, &ctx),
+        reconcile_inner(&cr, ctx, caches),
     )
     .await
     {
@@ -339,12 +340,16 @@ async fn reconcile(cr: Arc<CocoonHibernation>, ctx: Arc<Context>) -> Result<Acti
     result
 }
 
-async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(
+    cr: &CocoonHibernation,
+    ctx: &Context,
+    caches: &Caches,
+) -> Result<Action, Error> {
     let ns = cr.namespace().ok_or(Error::Missing("namespace"))?;
     let name = cr.name_any();
     let crs: Api<CocoonHibernation> = Api::namespaced(ctx.client.clone(), &ns);
     if cr.metadata.deletion_timestamp.is_some() {
-        return delete(cr, ctx, &crs).await;
+        return delete(cr, ctx, caches, &crs).await;
     }
     let has_finalizer = has_finalizer(cr, finalizers::COCOONHIBERNATION);
     let uid = cr.uid().unwrap_or_default();
@@ -353,8 +358,9 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
     let pod = if has_finalizer && !cr.spec.pod_ref.name.is_empty() {
         // From the cache, once it holds a complete list (a pass before that would take a
         // pod not listed yet for a missing one).
-        ctx.pods.wait_until_ready().await?;
-        ctx.pods
+        caches.pods.wait_until_ready().await?;
+        caches
+            .pods
             .get(&ObjectRef::new(&cr.spec.pod_ref.name).within(&ns))
     } else {
         None
@@ -399,7 +405,7 @@ async fn reconcile_inner(cr: &CocoonHibernation, ctx: &Context) -> Result<Action
     );
 
     if plan.add_finalizer {
-        let patch = shared::add_finalizer_patch(cr, finalizers::COCOONHIBERNATION);
+        let patch = controller::add_finalizer_patch(cr, finalizers::COCOONHIBERNATION);
         ctx.write("cocoonhibernation finalizer add")?;
         crs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
@@ -550,6 +556,7 @@ fn container_running(pod: &Pod) -> bool {
 async fn delete(
     cr: &CocoonHibernation,
     ctx: &Context,
+    caches: &Caches,
     crs: &Api<CocoonHibernation>,
 ) -> Result<Action, Error> {
     if !has_finalizer(cr, finalizers::COCOONHIBERNATION) {
@@ -562,8 +569,8 @@ async fn delete(
         .unwrap_or_default();
     if !vm.is_empty() {
         let _guard = ctx.stripes.lock(&vm).await;
-        ctx.crs.wait_until_ready().await?;
-        let others: Vec<CocoonHibernation> = ctx
+        caches.crs.wait_until_ready().await?;
+        let others: Vec<CocoonHibernation> = caches
             .crs
             .state()
             .iter()
@@ -598,7 +605,7 @@ async fn delete(
         }
     }
     ctx.forget(&cr.uid().unwrap_or_default());
-    let patch = shared::remove_finalizer_patch(cr, finalizers::COCOONHIBERNATION);
+    let patch = controller::remove_finalizer_patch(cr, finalizers::COCOONHIBERNATION);
     ctx.write("cocoonhibernation finalizer removal")?;
     match crs
         .patch(

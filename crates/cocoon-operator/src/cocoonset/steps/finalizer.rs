@@ -1,4 +1,4 @@
-//! Step 3 — `cocoonset.cocoonstack.io/finalizer` is in place.
+//! Seed step 3 — `cocoonset.cocoonstack.io/finalizer` is in place.
 //!
 //! A set without it gets it (a precondition-safe patch of the list) and the pass goes on in
 //! the same pass, as the Go operator's does. Ending the pass here cost every create a full
@@ -26,24 +26,17 @@ pub fn plan(o: &Observed<'_>) -> StepPlan {
 
 #[cfg(test)]
 mod tests {
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
-
     use super::*;
-    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{observe, set};
     use crate::cocoonset::pods::Classified;
 
     fn run(finalizers: &[&str]) -> StepPlan {
-        let mut cs = CocoonSet::new("demo", CocoonSetSpec::with_image("img:1"));
+        let mut cs = set();
         cs.metadata.resource_version = Some("7".into());
         cs.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
         let (classified, timing) = (Classified::default(), Timing::default());
-        plan(&Observed {
-            cs: &cs,
-            ns: "ns",
-            owned: &[],
-            classified: &classified,
-            timing: &timing,
-        })
+        plan(&observe(&cs, &classified, &timing))
     }
 
     #[test]

@@ -1,4 +1,10 @@
-//! The seed's reconcile steps as pure planners, one module per step.
+//! The seed's reconcile steps as pure planners, one module per step: teardown (2),
+//! finalizer (3), classify (4), stamp (5), suspend (6), failed_main (7), migrate (8),
+//! release_wake (9), unsuspend (10), main_agent (11), sub_agents (12), toolboxes (13) and
+//! status (14). A step with rules of its own is a folder: `mod.rs` the planner, `rules.rs`
+//! the pure rules, `rules_tests.rs` their table tests. Two folders hold rules several steps
+//! share: [`create`] (the create protocol, §7, and restore intent, §8: steps 6, 8, 9 and
+//! 11–13) and [`triage`] (the rebuild budget, §6: steps 7 and 11–13).
 //!
 //! Each step reads what the pass has observed so far ([`Observed`]) and returns a
 //! [`StepPlan`]: the writes to make, in order, the reads it needs, and what the pass does
@@ -10,9 +16,10 @@
 //! to the API server or the registry.
 
 pub mod classify;
+pub mod create;
 pub mod failed_main;
 pub mod finalizer;
-pub mod main;
+pub mod main_agent;
 pub mod migrate;
 pub mod release_wake;
 pub mod stamp;
@@ -24,18 +31,19 @@ pub mod toolboxes;
 pub mod triage;
 pub mod unsuspend;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cocoon_api::contract::{AnnotationCodec, AnnotationDelta, ReclaimRecord, apply_delta};
-use cocoon_api::crd::hibernation::{CocoonHibernation, HibernationPhase};
+use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus};
-use cocoon_api::naming::Role;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::plan::{self, CreateFacts, CreatePlan, GcItem, TagRead, Timing};
-use super::pods::{self, Classified};
+use self::create::rules::TagRead;
+use self::teardown::rules::GcItem;
+use super::Timing;
+use super::pods::Classified;
 
 /// What a step sees: the set as this pass knows it (its own writes mirrored in), the
 /// controller-owned pods from the cache (terminating ones included), their step-4
@@ -308,169 +316,24 @@ pub fn log(message: impl Into<String>) -> Write {
     }
 }
 
-/// The create facts of `pod` (its role, its VM's standing in the reclaim record, restore
-/// intent); [`create_protocol`] fills in the image and the tag read.
-pub fn create_facts(
-    o: &Observed<'_>,
-    pod: &Pod,
-    role: Role,
-    restorable: &BTreeSet<String>,
-    unconditional: bool,
-) -> CreateFacts<'static> {
-    let record = ReclaimRecord::from_meta(&o.cs.metadata);
-    let vm = pods::vm_name(pod);
-    CreateFacts {
-        role,
-        image: "",
-        tag: TagRead::Skipped,
-        recorded: record.contains_vm(vm),
-        owed_restore: record.owes_restore(vm),
-        cr_restorable: restorable.contains(&pod.name_any()),
-        unconditional_intent: unconditional,
-    }
-}
-
-/// §7 for a pod a step posts itself (the migration's and the wake's recreate): the tag read
-/// it needs first, or what the protocol decided.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Protocol {
-    /// Read the VM's `:hibernate` manifest first.
-    Read(Read),
-    /// The pod (marked for restore when so decided), the writes that go before its post
-    /// (the image rule's tag drop, the VM leaving the record), what the read found, and the
-    /// decision.
-    Decided {
-        pod: Box<Pod>,
-        writes: Vec<Write>,
-        tag: TagRead,
-        decision: CreatePlan,
-    },
-}
-
-/// [`Protocol`] for `pod`: its tag read from `answers` (none for an unmanaged pod or one
-/// without a VM), then [`plan::plan_create`].
-pub fn create_protocol(
-    answers: &Answers,
-    mut pod: Pod,
-    facts: CreateFacts<'static>,
-    step: &'static str,
-) -> Protocol {
-    let vm = pods::vm_name(&pod).to_string();
-    let image = pod
-        .annotations()
-        .get(cocoon_api::contract::annotations::IMAGE)
-        .cloned()
-        .unwrap_or_default();
-    let tag = if !pods::is_managed(&pod) || vm.is_empty() {
-        TagRead::Skipped
-    } else {
-        match answers.manifests.get(&vm) {
-            Some(t) => t.clone(),
-            None => return Protocol::Read(Read::Manifest { vm, step }),
-        }
-    };
-    let decision = plan::plan_create(&CreateFacts {
-        image: &image,
-        tag: tag.clone(),
-        ..facts
-    });
-    let mut writes = Vec::new();
-    if decision.drop_tag {
-        writes.push(Write::DropTag {
-            vm: vm.clone(),
-            tag: cocoon_api::contract::tags::HIBERNATE,
-            step,
-        });
-        writes.push(log(format!(
-            "dropped the :hibernate tag of {vm}: the new pod could not boot over it"
-        )));
-    }
-    if decision.forget {
-        writes.push(Write::ForgetVms(vec![vm]));
-    }
-    if decision.restore {
-        pods::mark_restore(&mut pod);
-    }
-    Protocol::Decided {
-        pod: Box::new(pod),
-        writes,
-        tag,
-        decision,
-    }
-}
-
-/// §7 for several pods a step creates at once (the sub-agents' fan-out): the manifest reads
-/// still missing, all at once, or the writes that go before the posts (each image-rule or
-/// pre-create tag drop, then the dropped VMs leaving the record in one patch) and the pods to
-/// post, each marked for restore when so decided.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Protocols {
-    Read(Vec<Read>),
-    Decided { writes: Vec<Write>, pods: Vec<Pod> },
-}
-
-/// [`Protocols`] for `jobs`, in their order.
-pub fn create_protocols(
-    answers: &Answers,
-    jobs: Vec<(Pod, CreateFacts<'static>)>,
-    step: &'static str,
-) -> Protocols {
-    let mut reads = Vec::new();
-    let (mut writes, mut forget, mut pods) = (Vec::new(), Vec::new(), Vec::new());
-    for (pod, facts) in jobs {
-        match create_protocol(answers, pod, facts, step) {
-            Protocol::Read(read) => reads.push(read),
-            Protocol::Decided { pod, writes: w, .. } => {
-                for w in w {
-                    match w {
-                        Write::ForgetVms(vms) => forget.extend(vms),
-                        other => writes.push(other),
-                    }
-                }
-                pods.push(*pod);
-            }
-        }
-    }
-    if !reads.is_empty() {
-        return Protocols::Read(reads);
-    }
-    if !forget.is_empty() {
-        writes.push(Write::ForgetVms(forget));
-    }
-    Protocols::Decided { writes, pods }
-}
-
-/// §8: the pods a Hibernated or Waking CocoonHibernation names.
-pub fn cr_restorable(crs: &[CocoonHibernation]) -> BTreeSet<String> {
-    crs.iter()
-        .filter(|h| {
-            matches!(
-                h.status.as_ref().and_then(|s| s.phase),
-                Some(HibernationPhase::Hibernated | HibernationPhase::Waking)
-            )
-        })
-        .map(|h| h.spec.pod_ref.name.clone())
-        .collect()
-}
-
-/// The writes a step plans over several pods in a row, with the set as they leave it: the
-/// annotation writes planned so far applied to a copy, as the executor mirrors them, so a
+/// A draft of a step's writes over several pods in a row, with the set as they leave it: the
+/// annotation writes drafted so far applied to a copy, as the executor mirrors them, so a
 /// decision on one pod reads the rebuild history the writes before it changed.
 #[derive(Debug, Clone)]
-pub struct Planned {
+pub struct Draft {
     pub cs: CocoonSet,
     pub writes: Vec<Write>,
 }
 
-impl Planned {
+impl Draft {
     pub fn new(cs: &CocoonSet) -> Self {
-        Planned {
+        Draft {
             cs: cs.clone(),
             writes: Vec::new(),
         }
     }
 
-    /// `o` with the set as the planned writes leave it.
+    /// `o` with the set as the drafted writes leave it.
     pub fn observed<'a>(&'a self, o: &Observed<'a>) -> Observed<'a> {
         Observed { cs: &self.cs, ..*o }
     }
@@ -496,31 +359,4 @@ impl Planned {
             self.push(w);
         }
     }
-}
-
-/// The writes of a plan as short words, for the table tests of steps 12 and 13.
-#[cfg(test)]
-pub(crate) fn write_kinds(writes: &[Write]) -> Vec<String> {
-    use cocoon_api::contract::annotations as ann;
-    use kube::ResourceExt;
-    writes
-        .iter()
-        .map(|w| match w {
-            Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => "history".into(),
-            Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES) => "stash".into(),
-            Write::DeletePod(n) => format!("delete {n}"),
-            Write::PostPod(p) => format!("post {}", p.name_any()),
-            Write::PostPods { pods, .. } => {
-                let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
-                format!("post {}", names.join(","))
-            }
-            Write::Event { reason, .. } => (*reason).into(),
-            Write::Count(_) => "count".into(),
-            Write::Log { .. } => "log".into(),
-            Write::Changed => "changed".into(),
-            Write::Backoff(d) => format!("backoff {}s", d.as_secs()),
-            Write::Fail(m) => format!("fail: {m}"),
-            other => panic!("unexpected write {other:?}"),
-        })
-        .collect()
 }

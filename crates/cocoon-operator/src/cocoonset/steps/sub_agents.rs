@@ -1,4 +1,4 @@
-//! Step 12 — sub-agents: ensure slots `[1..Replicas]`, delete extras above the count.
+//! Seed step 12 — sub-agents: ensure slots `[1..Replicas]`, delete extras above the count.
 //!
 //! An existing sub-agent is triaged (§6: terminal or drifted pods take the rebuild budget);
 //! a missing one whose budget is not spent at this generation is created, all at once (at
@@ -8,7 +8,7 @@
 //! VM names first (so teardown still GCs their tags), then deletes them.
 //!
 //! The step plans every pod in slot order on the set as the writes before it leave it
-//! ([`Planned`]): each triage and budget check reads the rebuild history the last wrote. It
+//! ([`Draft`]): each triage and budget check reads the rebuild history the last wrote. It
 //! plans from the view it started from and its answers so far, and each round returns every
 //! write up to the first answer it still lacks (the CocoonHibernation list, the manifests,
 //! the posts' outcomes); the executor applies the ones it has not applied yet
@@ -23,12 +23,12 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::{
-    Answers, Created, Next, Observed, Planned, Protocols, Read, StepPlan, Write, cr_restorable,
-    create_facts, create_protocols, triage,
-};
-use crate::cocoonset::plan::CreateFacts;
-use crate::cocoonset::{plan, pods};
+use super::create::rules::{CreateFacts, cr_restorable};
+use super::create::{self, Protocols};
+use super::teardown::rules::stash_names;
+use super::triage::{self, rules::rebuild_reason};
+use super::{Answers, Created, Draft, Next, Observed, Read, StepPlan, Write};
+use crate::cocoonset::pods;
 
 /// The step's name in a registry error.
 pub const STEP: &str = "sub-agents";
@@ -38,10 +38,10 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
     let Some(survey) = survey(o) else {
         return StepPlan::proceed();
     };
-    let mut acc = Planned::new(o.cs);
+    let mut acc = Draft::new(o.cs);
     // 12.1: one pod at a time, in slot order.
     for (pod, reason) in &survey.existing {
-        let triaged = triage::plan(&acc.observed(o), pod, reason.clone(), now);
+        let triaged = triage::existing(&acc.observed(o), pod, reason.clone(), now);
         let writes = triaged.into_writes(&acc.observed(o), &pod.name_any());
         acc.extend(writes);
     }
@@ -63,7 +63,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
             return StepPlan::read(acc.writes, vec![Read::CachedHibernations]);
         };
         let jobs = creates(&acc.observed(o), &slots, &cr_restorable(crs));
-        match create_protocols(answers, jobs, STEP) {
+        match create::protocols(answers, jobs, STEP) {
             Protocols::Read(reads) => return StepPlan::read(acc.writes, reads),
             Protocols::Decided { writes, pods } => {
                 acc.extend(writes);
@@ -111,7 +111,7 @@ pub fn survey(o: &Observed<'_>) -> Option<Survey> {
             Some(p) => {
                 let drifted = pods::agent_drift(o.cs, o.ns, slot, p).is_some();
                 out.existing
-                    .push((p.clone(), plan::rebuild_reason(p, true, drifted)));
+                    .push((p.clone(), rebuild_reason(p, true, drifted)));
             }
             None => out.missing.push(slot),
         }
@@ -141,7 +141,7 @@ pub fn creates(
         .iter()
         .map(|slot| {
             let pod = pods::build_agent_pod(o.cs, o.ns, *slot, main_vm, Some(main_node));
-            let facts = create_facts(o, &pod, Role::SubAgent, restorable, false);
+            let facts = create::facts(o, &pod, Role::SubAgent, restorable, false);
             (pod, facts)
         })
         .collect()
@@ -153,7 +153,7 @@ pub fn remove(o: &Observed<'_>, leaving: &[Pod]) -> Vec<Write> {
     if leaving.is_empty() {
         return Vec::new();
     }
-    let stash = plan::stash_names(o.cs, leaving);
+    let stash = stash_names(o.cs, leaving);
     let mut writes = vec![Write::SetAnnotations(stash.delta(o.cs.annotations()))];
     writes.extend(leaving.iter().map(|p| Write::DeletePod(p.name_any())));
     writes
@@ -162,49 +162,22 @@ pub fn remove(o: &Observed<'_>, leaving: &[Pod]) -> Vec<Write> {
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::annotations as ann;
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
-    use k8s_openapi::api::core::v1::PodSpec;
+    use cocoon_api::crd::set::CocoonSet;
 
     use super::*;
-    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, SetFixture, observe, on, set, write_kinds as kinds};
     use crate::cocoonset::pods::Classified;
-    use crate::cocoonset::steps::write_kinds as kinds;
-
-    const NS: &str = "ns";
-
-    fn set(replicas: i32) -> CocoonSet {
-        let mut spec = CocoonSetSpec::with_image("img:1");
-        spec.agent.replicas = replicas;
-        let mut cs = CocoonSet::new("demo", spec);
-        cs.metadata.namespace = Some(NS.into());
-        cs.metadata.uid = Some("uid".into());
-        cs.metadata.generation = Some(1);
-        cs
-    }
+    use crate::cocoonset::steps::create::rules::TagRead;
 
     fn bound_main(cs: &CocoonSet) -> Pod {
-        let mut main = pods::build_agent_pod(cs, NS, 0, "", None);
-        main.spec = Some(PodSpec {
-            node_name: Some("node-a".into()),
-            ..main.spec.unwrap_or_default()
-        });
-        main
-    }
-
-    fn observe<'a>(cs: &'a CocoonSet, c: &'a Classified, t: &'a Timing) -> Observed<'a> {
-        Observed {
-            cs,
-            ns: NS,
-            owned: &[],
-            classified: c,
-            timing: t,
-        }
+        on(pods::build_agent_pod(cs, NS, 0, "", None), "node-a")
     }
 
     #[test]
     fn ensure_slots_1_to_replicas_and_delete_extras_above_the_count() {
         let t = Timing::default();
-        let cs = set(3);
+        let cs = set().with_replicas(3).at_generation(1);
         let main = bound_main(&cs);
         let main_vm = pods::vm_name(&main).to_string();
         let sub = |slot| pods::build_agent_pod(&cs, NS, slot, &main_vm, Some("node-a"));
@@ -236,7 +209,7 @@ mod tests {
             create_fanout: 8,
             ..Timing::default()
         };
-        let cs = set(2);
+        let cs = set().with_replicas(2).at_generation(1);
         let main = bound_main(&cs);
         let c = Classified::from_owned([&main]);
         let jobs = creates(&observe(&cs, &c, &t), &[1, 2], &BTreeSet::new());
@@ -269,7 +242,7 @@ mod tests {
         };
         for slot in slots {
             let vm = naming::vm_name_for_agent(NS, &cs.name_any(), *slot);
-            a.manifests.insert(vm, plan::TagRead::Absent);
+            a.manifests.insert(vm, TagRead::Absent);
         }
         a
     }
@@ -278,7 +251,7 @@ mod tests {
     fn each_slot_in_ascending_order_is_triaged_or_created_unless_its_budget_is_spent_then_extras_go()
      {
         let t = Timing::default();
-        let mut cs = set(4);
+        let mut cs = set().with_replicas(4).at_generation(1);
         let main = bound_main(&cs);
         let main_vm = pods::vm_name(&main).to_string();
         // Slot 1 runs an older image (drifted); slot 2 was dead-lettered at an older
@@ -386,7 +359,7 @@ mod tests {
     #[test]
     fn already_exists_is_success_but_no_change_and_a_pod_created_a_moment_ago_is_not_posted() {
         let t = Timing::default();
-        let cs = set(2);
+        let cs = set().with_replicas(2).at_generation(1);
         let main = bound_main(&cs);
         let mut c = Classified::from_owned([&main]);
         let mut a = all_read(&cs, &[1, 2]);
@@ -410,7 +383,7 @@ mod tests {
     #[test]
     fn scale_down_stashes_the_leaving_vms_first_then_deletes() {
         let t = Timing::default();
-        let cs = set(0);
+        let cs = set().with_replicas(0).at_generation(1);
         let c = Classified::default();
         let leaving = pods::build_agent_pod(&cs, NS, 3, "vm", Some("n"));
         let w = remove(&observe(&cs, &c, &t), std::slice::from_ref(&leaving));

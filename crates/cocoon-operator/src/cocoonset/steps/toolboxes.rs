@@ -1,4 +1,4 @@
-//! Step 13 — toolboxes: validate the whole list first (13.1), then per toolbox in spec
+//! Seed step 13 — toolboxes: validate the whole list first (13.1), then per toolbox in spec
 //! order triage the existing pod (§6) or create the missing one through the create protocol
 //! (§7), and remove the toolboxes that left the spec (stash, then delete) (13.2–13.3). A pod
 //! of the toolbox's name that is not that toolbox is a name collision and fails the pass.
@@ -7,7 +7,7 @@
 //! [`INVALID_TOOLBOXES`], the message naming `spec.toolboxes`) and a Warning Event, and the
 //! set waits for a spec change.
 //!
-//! Each toolbox is planned on the set as the writes before it leave it ([`Planned`]), and the
+//! Each toolbox is planned on the set as the writes before it leave it ([`Draft`]), and the
 //! step plans from the view it started from and its answers so far: each round returns
 //! every write up to the first answer it still lacks (the CocoonHibernation list, a
 //! manifest, a post's outcome, the live pod behind an AlreadyExists), so the toolboxes go
@@ -23,11 +23,10 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::{
-    Answers, Created, Next, Observed, Planned, Protocol, Read, StepPlan, Write, cr_restorable,
-    create_facts, create_protocol, sub_agents, triage,
-};
-use crate::cocoonset::{plan, pods};
+use super::create::{self, Protocol, rules::cr_restorable};
+use super::triage::{self, rules::rebuild_reason};
+use super::{Answers, Created, Draft, Next, Observed, Read, StepPlan, Write, sub_agents};
+use crate::cocoonset::pods;
 
 /// The step's name in a registry error.
 pub const STEP: &str = "toolboxes";
@@ -49,7 +48,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
     }
     // 13.2, in spec order.
     let (each, leaving) = survey(o);
-    let mut acc = Planned::new(o.cs);
+    let mut acc = Draft::new(o.cs);
     let mut posts = 0;
     for toolbox in each {
         let (t, pod_name) = match toolbox {
@@ -58,7 +57,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
                 return StepPlan::then(acc.writes, Next::Continue);
             }
             Toolbox::Existing(pod, reason) => {
-                let triaged = triage::plan(&acc.observed(o), &pod, reason, now);
+                let triaged = triage::existing(&acc.observed(o), &pod, reason, now);
                 let writes = triaged.into_writes(&acc.observed(o), &pod.name_any());
                 acc.extend(writes);
                 continue;
@@ -77,14 +76,14 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
             return StepPlan::read(acc.writes, vec![Read::CachedHibernations]);
         };
         let pod = pods::build_toolbox_pod(o.cs, o.ns, &t);
-        let facts = create_facts(
+        let facts = create::facts(
             &acc.observed(o),
             &pod,
             Role::Toolbox,
             &cr_restorable(crs),
             false,
         );
-        match create_protocol(answers, pod, facts, STEP) {
+        match create::protocol(answers, pod, facts, STEP) {
             Protocol::Read(read) => return StepPlan::read(acc.writes, vec![read]),
             Protocol::Decided { pod, writes, .. } => {
                 acc.extend(writes);
@@ -157,29 +156,28 @@ pub enum Toolbox {
 /// the spec, in name order (13.3).
 pub fn survey(o: &Observed<'_>) -> (Vec<Toolbox>, Vec<Pod>) {
     let name = o.cs.name_any();
-    let each = o
-        .cs
-        .spec
-        .toolboxes
-        .iter()
-        .map(|t| {
-            let pod_name = naming::pod_name_for_toolbox(&name, &t.name);
-            let ours = o.classified.toolbox.get(&t.name);
-            match o.classified.all_by_name.get(&pod_name) {
-                Some(_) if ours.map(|q| q.name_any()) != Some(pod_name.clone()) => {
-                    Toolbox::Collision(format!(
-                        "create toolbox {}: name collision with existing pod {pod_name}",
-                        t.name
-                    ))
+    let each =
+        o.cs.spec
+            .toolboxes
+            .iter()
+            .map(|t| {
+                let pod_name = naming::pod_name_for_toolbox(&name, &t.name);
+                let ours = o.classified.toolbox.get(&t.name);
+                match o.classified.all_by_name.get(&pod_name) {
+                    Some(_) if ours.map(|q| q.name_any()) != Some(pod_name.clone()) => {
+                        Toolbox::Collision(format!(
+                            "create toolbox {}: name collision with existing pod {pod_name}",
+                            t.name
+                        ))
+                    }
+                    Some(p) => {
+                        let drifted = pods::toolbox_drift(o.cs, o.ns, t, p).is_some();
+                        Toolbox::Existing(Box::new(p.clone()), rebuild_reason(p, true, drifted))
+                    }
+                    None => Toolbox::Missing(Box::new(t.clone()), pod_name),
                 }
-                Some(p) => {
-                    let drifted = pods::toolbox_drift(o.cs, o.ns, t, p).is_some();
-                    Toolbox::Existing(Box::new(p.clone()), plan::rebuild_reason(p, true, drifted))
-                }
-                None => Toolbox::Missing(Box::new(t.clone()), pod_name),
-            }
-        })
-        .collect();
+            })
+            .collect();
     let wanted: BTreeSet<&str> =
         o.cs.spec
             .toolboxes
@@ -248,35 +246,25 @@ pub fn validate(toolboxes: &[ToolboxSpec]) -> Result<(), InvalidSpec> {
 
 #[cfg(test)]
 mod tests {
-    use cocoon_api::crd::set::CocoonSetSpec;
-
     use super::*;
-    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, SetFixture, observe, set, write_kinds as kinds};
     use crate::cocoonset::pods::Classified;
-    use crate::cocoonset::steps::write_kinds as kinds;
+    use crate::cocoonset::steps::create::rules::TagRead;
 
     #[test]
     fn each_toolbox_is_triaged_or_created_a_foreign_pod_of_its_name_collides_and_leavers_go() {
-        let mut cs = CocoonSet::new("demo", CocoonSetSpec::with_image("img:1"));
-        cs.metadata.namespace = Some("ns".into());
-        cs.metadata.uid = Some("uid".into());
-        cs.spec.agent.replicas = 0;
+        let mut cs = set();
         let old = tb("old");
         cs.spec.toolboxes = vec![old.clone()];
-        let leaving = pods::build_toolbox_pod(&cs, "ns", &old);
+        let leaving = pods::build_toolbox_pod(&cs, NS, &old);
         cs.spec.toolboxes = vec![tb("a"), tb("b"), tb("1")];
-        let existing = pods::build_toolbox_pod(&cs, "ns", &cs.spec.toolboxes[0]);
+        let existing = pods::build_toolbox_pod(&cs, NS, &cs.spec.toolboxes[0]);
         // An agent pod named like toolbox "1" would be: demo-1.
-        let agent = pods::build_agent_pod(&cs, "ns", 1, "vm", Some("n"));
+        let agent = pods::build_agent_pod(&cs, NS, 1, "vm", Some("n"));
         let c = Classified::from_owned([&existing, &leaving, &agent]);
         let t = Timing::default();
-        let o = Observed {
-            cs: &cs,
-            ns: "ns",
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        };
+        let o = observe(&cs, &c, &t);
         let (each, gone) = survey(&o);
         assert_eq!(
             each,
@@ -291,12 +279,9 @@ mod tests {
         assert_eq!(gone, [leaving]);
     }
 
+    /// A set of these toolboxes (image `tb:1`) at generation 2.
     fn toolbox_set(names: &[&str]) -> CocoonSet {
-        let mut cs = CocoonSet::new("demo", CocoonSetSpec::with_image("img:1"));
-        cs.metadata.namespace = Some("ns".into());
-        cs.metadata.uid = Some("uid".into());
-        cs.metadata.generation = Some(2);
-        cs.spec.agent.replicas = 0;
+        let mut cs = set().at_generation(2);
         cs.spec.toolboxes = names.iter().map(|n| tb(n)).collect();
         for t in &mut cs.spec.toolboxes {
             t.image = "tb:1".into();
@@ -305,7 +290,7 @@ mod tests {
     }
 
     fn vm_of(cs: &CocoonSet, t: &ToolboxSpec) -> String {
-        pods::vm_name(&pods::build_toolbox_pod(cs, "ns", t)).to_string()
+        pods::vm_name(&pods::build_toolbox_pod(cs, NS, t)).to_string()
     }
 
     #[test]
@@ -313,21 +298,15 @@ mod tests {
         let cs = toolbox_set(&["a", "b", "c"]);
         let mut old = cs.clone();
         old.spec.toolboxes[0].image = "tb:0".into();
-        let drifted = pods::build_toolbox_pod(&old, "ns", &old.spec.toolboxes[0]);
+        let drifted = pods::build_toolbox_pod(&old, NS, &old.spec.toolboxes[0]);
         let c = Classified::from_owned([&drifted]);
         let t = Timing::default();
-        let o = Observed {
-            cs: &cs,
-            ns: "ns",
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        };
+        let o = observe(&cs, &c, &t);
         let (vm_b, vm_c) = (
             vm_of(&cs, &cs.spec.toolboxes[1]),
             vm_of(&cs, &cs.spec.toolboxes[2]),
         );
-        let ours_c = pods::build_toolbox_pod(&cs, "ns", &cs.spec.toolboxes[2]);
+        let ours_c = pods::build_toolbox_pod(&cs, NS, &cs.spec.toolboxes[2]);
         let rebuild = [
             "log",
             "history",
@@ -366,7 +345,7 @@ mod tests {
             (
                 "b posted",
                 |a, b, _, _| {
-                    a.manifests.insert(b.into(), plan::TagRead::Absent);
+                    a.manifests.insert(b.into(), TagRead::Absent);
                 },
                 [&rebuild[..], &["post demo-b"]].concat(),
                 vec![],
@@ -385,7 +364,7 @@ mod tests {
             (
                 "c posted",
                 |a, _, c, _| {
-                    a.manifests.insert(c.into(), plan::TagRead::Absent);
+                    a.manifests.insert(c.into(), TagRead::Absent);
                 },
                 [&rebuild[..], &["post demo-b", "changed", "post demo-c"]].concat(),
                 vec![],
@@ -442,13 +421,7 @@ mod tests {
         c.pending_creates
             .insert("demo-tb".into(), std::time::Duration::from_secs(12));
         let t = Timing::default();
-        let o = Observed {
-            cs: &cs,
-            ns: "ns",
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        };
+        let o = observe(&cs, &c, &t);
         let p = plan(&o, &Answers::default(), Utc::now());
         assert_eq!(kinds(&p.writes), ["backoff 12s"]);
         assert_eq!((p.reads, p.next), (vec![], Next::Continue));
@@ -458,13 +431,7 @@ mod tests {
     fn an_invalid_list_changes_nothing_and_is_reported_not_retried() {
         let cs = toolbox_set(&["a", "a"]);
         let (c, t) = (Classified::default(), Timing::default());
-        let o = Observed {
-            cs: &cs,
-            ns: "ns",
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        };
+        let o = observe(&cs, &c, &t);
         let p = plan(&o, &Answers::default(), Utc::now());
         assert!(matches!(
             &p.writes[..],
@@ -502,5 +469,25 @@ mod tests {
                 assert!(e.condition_message().starts_with("spec.toolboxes: "));
             }
         }
+    }
+
+    #[test]
+    fn toolbox_validation() {
+        let tb = |n: &str| ToolboxSpec {
+            name: n.into(),
+            ..ToolboxSpec::default()
+        };
+        assert!(validate(&[tb("a"), tb("b")]).is_ok());
+        assert_eq!(
+            validate(&[tb("a"), tb("a")]).map_err(|e| e.to_string()),
+            Err("duplicate toolbox name \"a\" in spec".to_string())
+        );
+        assert_eq!(
+            validate(&[tb("7")]).map_err(|e| e.to_string()),
+            Err(
+                "toolbox name \"7\" must not be an integer: collides with agent slot pod naming"
+                    .to_string()
+            )
+        );
     }
 }

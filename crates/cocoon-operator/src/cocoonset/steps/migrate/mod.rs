@@ -1,4 +1,4 @@
-//! Step 8 — the cross-node migration of the main (slot 0), `reconcileMigration`.
+//! Seed step 8 — the cross-node migration of the main (slot 0), `reconcileMigration`.
 //!
 //! When `spec.nodeName` pins the main to a node it is not on: mark Migrating, quiesce the old
 //! pod (hibernate annotation), wait for its snapshot and for vk-cocoon to report it
@@ -8,7 +8,7 @@
 //! waits while a CocoonHibernation owns or tracks the main (a [`Read::FreshHibernations`]).
 //! The tag probe is a [`Read::Probe`]; before a tag drop the main is read past the cache
 //! ([`Read::Pod`]) so the drop is decided on the VM that runs now. The recreate goes through
-//! the create protocol ([`super::create_protocol`]): when the image rule drops the snapshot,
+//! the create protocol ([`create::protocol`]): when the image rule drops the snapshot,
 //! step 11 boots the main fresh. The pure rules are [`rules`].
 //!
 //! Crash safety: `Migrating` is written before the quiesce, the old pod dies only after its
@@ -24,10 +24,9 @@ use cocoon_api::crd::set::CocoonSetPhase;
 use cocoon_api::naming::{self, Role};
 use kube::ResourceExt;
 
-use self::rules::{self as migrate, Advance, Engage};
-use super::{
-    Answers, Counter, Created, Next, Observed, Protocol, Read, StepPlan, Write, create_facts, log,
-};
+use self::rules::{Advance, Engage};
+use super::create::{self, Protocol, rules::wake_boots_fresh};
+use super::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write, log};
 use crate::cocoonset::pods;
 
 pub mod rules;
@@ -43,7 +42,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     let main = o.classified.main.as_ref();
     let name = o.cs.name_any();
     let main_name = naming::pod_name_for_agent(&name, 0);
-    match migrate::engage(desired, migrating, main) {
+    match rules::engage(desired, migrating, main) {
         Engage::HandOver => return StepPlan::proceed(),
         Engage::DeleteStalePin => {
             return StepPlan::requeue(
@@ -62,7 +61,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     let Some(crs) = &answers.fresh_hibernations else {
         return StepPlan::read(Vec::new(), vec![Read::FreshHibernations]);
     };
-    if migrate::hibernation_blocks(crs, &main_name) {
+    if rules::hibernation_blocks(crs, &main_name) {
         return StepPlan::proceed();
     }
     let vm = naming::vm_name_for_agent(o.ns, &name, 0);
@@ -77,7 +76,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         );
     };
     let tag = probed.exists.get(&vm).copied().unwrap_or(false);
-    let mut decision = migrate::advance(desired, migrating, main, tag);
+    let mut decision = rules::advance(desired, migrating, main, tag);
     if matches!(decision, Advance::DropLeftover | Advance::DropSnapshot) {
         // The cache was read before the probe. Once the tag exists the node agent has written
         // `hibernating`, so a pod read now shows whether the VM that runs is the one the
@@ -86,7 +85,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         let Some(now) = answers.pods.get(&main_name) else {
             return StepPlan::read(Vec::new(), vec![Read::Pod(main_name)]);
         };
-        if migrate::advance(desired, migrating, now.as_ref(), tag) != decision {
+        if rules::advance(desired, migrating, now.as_ref(), tag) != decision {
             decision = if migrating {
                 Advance::AwaitLive {
                     unschedulable: None,
@@ -159,7 +158,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         Advance::AwaitLive { unschedulable } => {
             let mut writes = Vec::new();
             if let Some(msg) = unschedulable {
-                let msg = migrate::redact_target(&msg, desired);
+                let msg = rules::redact_target(&msg, desired);
                 writes.push(Write::Count(Counter::MigrateUnschedulable));
                 writes.push(Write::Event {
                     warning: true,
@@ -210,8 +209,8 @@ fn recreate(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         None => {}
     }
     let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
-    let facts = create_facts(o, &pod, Role::Main, &BTreeSet::new(), true);
-    match super::create_protocol(answers, pod, facts, STEP) {
+    let facts = create::facts(o, &pod, Role::Main, &BTreeSet::new(), true);
+    match create::protocol(answers, pod, facts, STEP) {
         Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
         Protocol::Decided {
             pod,
@@ -219,7 +218,7 @@ fn recreate(o: &Observed<'_>, answers: &Answers) -> StepPlan {
             tag,
             decision,
         } => {
-            if crate::cocoonset::plan::wake_boots_fresh(&tag, &decision) {
+            if wake_boots_fresh(&tag, &decision) {
                 writes.push(log(
                     "no snapshot to migrate onto (image changed); the main boots fresh",
                 ));
@@ -233,65 +232,26 @@ fn recreate(o: &Observed<'_>, answers: &Answers) -> StepPlan {
 
 #[cfg(test)]
 mod tests {
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
-    use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodStatus,
-    };
+    use cocoon_api::crd::set::CocoonSet;
+    use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::cocoonset::plan::{TagRead, Timing};
-    use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{
+        NS, SetFixture, classify, live, observe, on, phase, set, unschedulable, vm, with,
+    };
     use crate::cocoonset::steps::Probed;
+    use crate::cocoonset::steps::create::rules::TagRead;
 
-    const NS: &str = "ns";
-
-    fn set(pin: &str, migrating: bool) -> CocoonSet {
-        let mut spec = CocoonSetSpec::with_image("img:1");
-        spec.node_name = pin.into();
-        spec.agent.replicas = 0;
-        let mut cs = CocoonSet::new("demo", spec);
-        cs.metadata.namespace = Some(NS.into());
-        cs.metadata.uid = Some("uid".into());
-        cs.metadata.generation = Some(3);
-        cs.status = migrating.then(|| CocoonSetStatus {
-            phase: Some(CocoonSetPhase::Migrating),
-            ..CocoonSetStatus::default()
-        });
+    /// The set pinned to `pin`, Migrating already with `migrating`.
+    fn pinned(pin: &str, migrating: bool) -> CocoonSet {
+        let mut cs = set().in_phase(migrating.then_some(CocoonSetPhase::Migrating));
+        cs.spec.node_name = pin.into();
         cs
     }
 
     fn main_on(cs: &CocoonSet, node: &str) -> Pod {
-        let mut p = pods::build_agent_pod(cs, NS, 0, "", None);
-        if let Some(s) = p.spec.as_mut() {
-            s.node_name = Some(node.into());
-        }
-        p
-    }
-
-    fn with(mut p: Pod, k: &str, v: &str) -> Pod {
-        p.annotations_mut().insert(k.into(), v.into());
-        p
-    }
-
-    fn live(p: Pod) -> Pod {
-        let mut p = with(with(p, ann::VM_ID, "vm-id"), ann::LIFECYCLE_STATE, "ready");
-        p.status = Some(PodStatus {
-            phase: Some("Running".into()),
-            container_statuses: Some(vec![ContainerStatus {
-                name: "agent".into(),
-                state: Some(ContainerState {
-                    running: Some(ContainerStateRunning::default()),
-                    ..ContainerState::default()
-                }),
-                ..ContainerStatus::default()
-            }]),
-            ..PodStatus::default()
-        });
-        p
-    }
-
-    fn vm() -> String {
-        naming::vm_name_for_agent(NS, "demo", 0)
+        on(pods::build_agent_pod(cs, NS, 0, "", None), node)
     }
 
     /// The answers of a pass past the CocoonHibernation guard and the tag probe.
@@ -299,7 +259,7 @@ mod tests {
         Answers {
             fresh_hibernations: Some(Vec::new()),
             probed: Some(Probed {
-                exists: [(vm(), tag)].into(),
+                exists: [(vm(0), tag)].into(),
                 error: None,
             }),
             ..Answers::default()
@@ -307,18 +267,9 @@ mod tests {
     }
 
     fn run(cs: &CocoonSet, main: Option<&Pod>, answers: &Answers) -> StepPlan {
-        let c = Classified::from_owned(main);
+        let c = classify(main);
         let t = Timing::default();
-        plan(
-            &Observed {
-                cs,
-                ns: NS,
-                owned: &[],
-                classified: &c,
-                timing: &t,
-            },
-            answers,
-        )
+        plan(&observe(cs, &c, &t), answers)
     }
 
     fn poll() -> Next {
@@ -327,8 +278,8 @@ mod tests {
 
     #[test]
     fn it_short_circuits_on_a_cocoon_hibernation_read_past_the_cache_then_probes_the_tag() {
-        let cs = set("node-b", false);
-        let main = live(main_on(&cs, "node-a"));
+        let cs = pinned("node-b", false);
+        let main = live(main_on(&cs, "node-a"), 3);
         let p = run(&cs, Some(&main), &Answers::default());
         assert_eq!(p, StepPlan::read(Vec::new(), vec![Read::FreshHibernations]));
         let a = Answers {
@@ -338,14 +289,14 @@ mod tests {
         assert_eq!(
             run(&cs, Some(&main), &a).reads,
             vec![Read::Probe {
-                vms: vec![vm()],
+                vms: vec![vm(0)],
                 tag: tags::HIBERNATE,
                 fail: Some(STEP)
             }],
             "a refused probe fails the pass"
         );
         // A settled main on its pin: no read at all.
-        let home = live(main_on(&cs, "node-b"));
+        let home = live(main_on(&cs, "node-b"), 3);
         assert_eq!(
             run(&cs, Some(&home), &Answers::default()),
             StepPlan::proceed()
@@ -354,8 +305,8 @@ mod tests {
 
     #[test]
     fn quiesce_the_old_pod_with_migrating_written_first() {
-        let cs = set("node-b", false);
-        let main = live(main_on(&cs, "node-a"));
+        let cs = pinned("node-b", false);
+        let main = live(main_on(&cs, "node-a"), 3);
         let p = run(&cs, Some(&main), &probed(false));
         assert_eq!(
             p.writes[0],
@@ -371,7 +322,7 @@ mod tests {
 
     #[test]
     fn snapshot_it_delete_it_flagged_keep_snapshot_on_delete_best_effort() {
-        let cs = set("node-b", true);
+        let cs = pinned("node-b", true);
         let main = with(
             with(main_on(&cs, "node-a"), ann::HIBERNATE, "true"),
             ann::LIFECYCLE_STATE,
@@ -393,19 +344,19 @@ mod tests {
 
     #[test]
     fn recreate_on_the_target_node_with_restore_from_hibernate() {
-        let cs = set("node-b", true);
+        let cs = pinned("node-b", true);
         let p = run(&cs, None, &probed(true));
         assert_eq!(
             p.reads,
             vec![Read::Manifest {
-                vm: vm(),
+                vm: vm(0),
                 step: STEP
             }],
             "the create protocol reads the tag first"
         );
         let mut a = probed(true);
         a.manifests.insert(
-            vm(),
+            vm(0),
             TagRead::Present {
                 base_image: String::new(),
             },
@@ -434,10 +385,10 @@ mod tests {
 
     #[test]
     fn when_the_snapshot_image_rule_drops_a_snapshot_the_recreate_is_left_to_step_11() {
-        let cs = set("node-b", true);
+        let cs = pinned("node-b", true);
         let mut a = probed(true);
         a.manifests.insert(
-            vm(),
+            vm(0),
             TagRead::Present {
                 base_image: "img:0".into(),
             },
@@ -450,8 +401,8 @@ mod tests {
 
     #[test]
     fn the_snapshot_drops_only_once_the_new_vm_runs_confirmed_past_the_cache() {
-        let cs = set("node-b", true);
-        let restored = live(main_on(&cs, "node-b"));
+        let cs = pinned("node-b", true);
+        let restored = live(main_on(&cs, "node-b"), 3);
         let name = restored.name_any();
         let p = run(&cs, Some(&restored), &probed(true));
         assert_eq!(p, StepPlan::read(Vec::new(), vec![Read::Pod(name.clone())]));
@@ -470,19 +421,11 @@ mod tests {
     #[test]
     fn while_the_restored_main_is_unschedulable_the_set_emits_migrate_no_capacity_and_keeps_polling()
      {
-        let cs = set("node-b", true);
-        let mut pending = main_on(&cs, "");
-        pending.status = Some(PodStatus {
-            phase: Some("Pending".into()),
-            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
-                type_: "PodScheduled".into(),
-                status: "False".into(),
-                reason: Some("Unschedulable".into()),
-                message: Some("0/3 nodes: node-b is full".into()),
-                ..Default::default()
-            }]),
-            ..PodStatus::default()
-        });
+        let cs = pinned("node-b", true);
+        let pending = phase(
+            unschedulable(main_on(&cs, ""), "0/3 nodes: node-b is full"),
+            "Pending",
+        );
         let pending = with(pending, ann::RESTORE_FROM_HIBERNATE, "true");
         let p = run(&cs, Some(&pending), &probed(true));
         assert!(
@@ -499,9 +442,9 @@ mod tests {
 
     #[test]
     fn a_main_unscheduled_under_a_pin_the_set_no_longer_names_is_deleted_reading_the_pod_only() {
-        let old = set("node-a", false);
+        let old = pinned("node-a", false);
         let stale = main_on(&old, "");
-        let cs = set("node-b", false);
+        let cs = pinned("node-b", false);
         let p = run(&cs, Some(&stale), &Answers::default());
         assert!(p.reads.is_empty(), "no read");
         assert!(p.writes.contains(&Write::DeletePod(stale.name_any())));

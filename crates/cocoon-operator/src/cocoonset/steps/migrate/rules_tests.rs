@@ -1,62 +1,29 @@
 //! Table tests of step 8 (cross-node migration of the main) of `cocoonset.md`.
 
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::crd::hibernation::{
-    CocoonHibernation, CocoonHibernationSpec, CocoonHibernationStatus, Desire, HibernationPhase,
-    PodRef,
-};
-use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodStatus,
-};
+use cocoon_api::crd::hibernation::{CocoonHibernation, Desire, HibernationPhase};
+use cocoon_api::crd::set::CocoonSet;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::rules::{self as migrate, Advance, Engage};
+use super::rules::{self, Advance, Engage};
+use crate::cocoonset::fixtures::{self, NS, live, on, phase, set, unschedulable, with};
 use crate::cocoonset::pods;
 
-const NS: &str = "ns";
-
-fn set(pin: &str) -> CocoonSet {
-    let mut spec = CocoonSetSpec::with_image("img:1");
-    spec.node_name = pin.into();
-    let mut cs = CocoonSet::new("demo", spec);
-    cs.metadata.namespace = Some(NS.into());
-    cs.metadata.uid = Some("uid-1".into());
-    cs.metadata.generation = Some(3);
+/// The set pinned to `pin` ("" = no pin).
+fn pinned(pin: &str) -> CocoonSet {
+    let mut cs = set();
+    cs.spec.node_name = pin.into();
     cs
 }
 
 /// The main as the factory builds it under `pin`, bound to `node` ("" = unscheduled).
 fn main_pod(pin: &str, node: &str) -> Pod {
-    let mut p = pods::build_agent_pod(&set(pin), NS, 0, "", None);
-    if !node.is_empty()
-        && let Some(s) = p.spec.as_mut()
-    {
-        s.node_name = Some(node.into());
+    let p = pods::build_agent_pod(&pinned(pin), NS, 0, "", None);
+    if node.is_empty() {
+        return p;
     }
-    p
-}
-
-fn with(mut p: Pod, k: &str, v: &str) -> Pod {
-    p.annotations_mut().insert(k.into(), v.into());
-    p
-}
-
-fn live(mut p: Pod) -> Pod {
-    p = with(p, ann::VM_ID, "vm-id");
-    p = with(p, ann::LIFECYCLE_STATE, "ready");
-    p = with(p, ann::LIFECYCLE_OBSERVED_GENERATION, "3");
-    let st = p.status.get_or_insert_with(PodStatus::default);
-    st.phase = Some("Running".into());
-    st.container_statuses = Some(vec![ContainerStatus {
-        name: "agent".into(),
-        state: Some(ContainerState {
-            running: Some(ContainerStateRunning::default()),
-            ..ContainerState::default()
-        }),
-        ..ContainerStatus::default()
-    }]);
-    p
+    on(p, node)
 }
 
 fn quiesced(p: Pod) -> Pod {
@@ -64,29 +31,15 @@ fn quiesced(p: Pod) -> Pod {
 }
 
 /// Quiesced, and the node agent reported `hibernated` (VM id cleared).
-fn hibernated(p: Pod, generation: &str) -> Pod {
+fn hibernated(p: Pod, generation: i64) -> Pod {
     let mut p = quiesced(p);
     p.annotations_mut().remove(ann::VM_ID);
-    p = with(p, ann::LIFECYCLE_STATE, "hibernated");
-    with(p, ann::LIFECYCLE_OBSERVED_GENERATION, generation)
+    fixtures::hibernated(p, generation)
 }
 
 /// The node agent's first hibernate write (lifecycle `hibernating`); the VM still runs.
 fn hibernating(p: Pod) -> Pod {
     with(p, ann::LIFECYCLE_STATE, "hibernating")
-}
-
-fn unschedulable(mut p: Pod, msg: &str) -> Pod {
-    let st = p.status.get_or_insert_with(PodStatus::default);
-    st.phase = Some("Pending".into());
-    st.conditions = Some(vec![PodCondition {
-        type_: "PodScheduled".into(),
-        status: "False".into(),
-        reason: Some("Unschedulable".into()),
-        message: Some(msg.into()),
-        ..PodCondition::default()
-    }]);
-    p
 }
 
 #[test]
@@ -120,7 +73,7 @@ fn stale_pin_reads_only_the_pod() {
         ("no affinity, no pin", main_pod("", ""), "", false),
     ];
     for (what, pod, desired, want) in cases {
-        assert_eq!(migrate::stale_pin(desired, &pod), want, "{what}");
+        assert_eq!(rules::stale_pin(desired, &pod), want, "{what}");
     }
 }
 
@@ -146,7 +99,7 @@ fn engage_table() {
             "no pin, not migrating",
             "",
             false,
-            Some(live(main_pod("", "n1"))),
+            Some(live(main_pod("", "n1"), 3)),
             HandOver,
         ),
         ("no pin, no main", "", false, None, HandOver),
@@ -154,7 +107,7 @@ fn engage_table() {
             "pin, main settled on target",
             "n1",
             false,
-            Some(live(main_pod("n1", "n1"))),
+            Some(live(main_pod("n1", "n1"), 3)),
             HandOver,
         ),
         (
@@ -168,7 +121,7 @@ fn engage_table() {
             "pin, main elsewhere",
             "n2",
             false,
-            Some(live(main_pod("", "n1"))),
+            Some(live(main_pod("", "n1"), 3)),
             Probe,
         ),
         (
@@ -183,39 +136,34 @@ fn engage_table() {
             "migrating, main on target",
             "n1",
             true,
-            Some(live(main_pod("n1", "n1"))),
+            Some(live(main_pod("n1", "n1"), 3)),
             Probe,
         ),
         ("migrating, pin removed mid-flight", "", true, None, Probe),
     ];
     for (what, desired, migrating, main, want) in cases {
         assert_eq!(
-            migrate::engage(desired, migrating, main.as_ref()),
+            rules::engage(desired, migrating, main.as_ref()),
             want,
             "{what}"
         );
     }
 }
 
-fn cr(
+/// A CocoonHibernation `h` of `pod` at generation 2 whose status has observed generation
+/// `observed`.
+fn observed_cr(
     pod: &str,
     desire: Desire,
     phase: Option<HibernationPhase>,
     observed: i64,
 ) -> CocoonHibernation {
-    let mut h = CocoonHibernation::new(
-        "h",
-        CocoonHibernationSpec {
-            pod_ref: PodRef { name: pod.into() },
-            desire,
-        },
-    );
+    let mut h = fixtures::cr(pod, desire, phase);
+    h.metadata.name = Some("h".into());
     h.metadata.generation = Some(2);
-    h.status = Some(CocoonHibernationStatus {
-        observed_generation: observed,
-        phase,
-        ..CocoonHibernationStatus::default()
-    });
+    if let Some(s) = h.status.as_mut() {
+        s.observed_generation = observed;
+    }
     h
 }
 
@@ -226,47 +174,52 @@ fn hibernation_guards() {
         ("none", vec![], false),
         (
             "another pod's CR",
-            vec![cr("other", Desire::Hibernate, Some(Hibernated), 2)],
+            vec![observed_cr("other", Desire::Hibernate, Some(Hibernated), 2)],
             false,
         ),
         (
             "desire Hibernate",
-            vec![cr("demo-0", Desire::Hibernate, Some(Hibernated), 2)],
+            vec![observed_cr(
+                "demo-0",
+                Desire::Hibernate,
+                Some(Hibernated),
+                2,
+            )],
             true,
         ),
         (
             "desire Hibernate, no status yet",
-            vec![cr("demo-0", Desire::Hibernate, None, 0)],
+            vec![observed_cr("demo-0", Desire::Hibernate, None, 0)],
             true,
         ),
         (
             "Hibernating",
-            vec![cr("demo-0", Desire::Wake, Some(Hibernating), 2)],
+            vec![observed_cr("demo-0", Desire::Wake, Some(Hibernating), 2)],
             true,
         ),
         (
             "wake in flight",
-            vec![cr("demo-0", Desire::Wake, Some(Waking), 2)],
+            vec![observed_cr("demo-0", Desire::Wake, Some(Waking), 2)],
             true,
         ),
         (
             "failed wake still retrying",
-            vec![cr("demo-0", Desire::Wake, Some(Hibernated), 2)],
+            vec![observed_cr("demo-0", Desire::Wake, Some(Hibernated), 2)],
             true,
         ),
         (
             "Active but spec change unobserved",
-            vec![cr("demo-0", Desire::Wake, Some(Active), 1)],
+            vec![observed_cr("demo-0", Desire::Wake, Some(Active), 1)],
             true,
         ),
         (
             "settled Active",
-            vec![cr("demo-0", Desire::Wake, Some(Active), 2)],
+            vec![observed_cr("demo-0", Desire::Wake, Some(Active), 2)],
             false,
         ),
     ];
     for (what, crs, want) in cases {
-        assert_eq!(migrate::hibernation_blocks(&crs, "demo-0"), want, "{what}");
+        assert_eq!(rules::hibernation_blocks(&crs, "demo-0"), want, "{what}");
     }
 }
 
@@ -284,7 +237,7 @@ fn advance_table() {
             "no tag, no pin (aborted)",
             "",
             true,
-            Some(live(on_old())),
+            Some(live(on_old(), 3)),
             false,
             HandOver,
         ),
@@ -301,7 +254,7 @@ fn advance_table() {
             "no tag, main on target",
             "n2",
             true,
-            Some(live(on_target())),
+            Some(live(on_target(), 3)),
             false,
             HandOver,
         ),
@@ -309,7 +262,7 @@ fn advance_table() {
             "no tag, main elsewhere: start",
             "n2",
             false,
-            Some(live(on_old())),
+            Some(live(on_old(), 3)),
             false,
             Quiesce,
         ),
@@ -317,7 +270,7 @@ fn advance_table() {
             "no tag, quiesce set, snapshot not landed",
             "n2",
             true,
-            Some(quiesced(live(on_old()))),
+            Some(quiesced(live(on_old(), 3))),
             false,
             Quiesce,
         ),
@@ -326,7 +279,7 @@ fn advance_table() {
             "leftover tag, live main",
             "n2",
             false,
-            Some(live(on_old())),
+            Some(live(on_old(), 3)),
             true,
             DropLeftover,
         ),
@@ -334,7 +287,7 @@ fn advance_table() {
             "migrating, quiesce not yet in the cache: re-assert, never drop",
             "n2",
             true,
-            Some(live(on_old())),
+            Some(live(on_old(), 3)),
             true,
             Quiesce,
         ),
@@ -350,7 +303,7 @@ fn advance_table() {
             "leftover tag, main live but hibernating: its snapshot may be that tag",
             "n2",
             false,
-            Some(hibernating(live(on_old()))),
+            Some(hibernating(live(on_old(), 3))),
             true,
             HandOver,
         ),
@@ -358,7 +311,7 @@ fn advance_table() {
             "quiesced, tag landed, not yet hibernated",
             "n2",
             true,
-            Some(quiesced(live(on_old()))),
+            Some(quiesced(live(on_old(), 3))),
             true,
             AwaitQuiesce,
         ),
@@ -366,7 +319,7 @@ fn advance_table() {
             "quiesced and hibernated",
             "n2",
             true,
-            Some(hibernated(on_old(), "3")),
+            Some(hibernated(on_old(), 3)),
             true,
             EvictOld,
         ),
@@ -374,7 +327,7 @@ fn advance_table() {
             "unsuspend + pin edit: hibernated at an older generation",
             "n2",
             false,
-            Some(hibernated(on_old(), "2")),
+            Some(hibernated(on_old(), 2)),
             true,
             EvictOld,
         ),
@@ -393,7 +346,7 @@ fn advance_table() {
             "re-target back mid-migration",
             "n1",
             true,
-            Some(hibernated(main_pod("n1", "n1"), "3")),
+            Some(hibernated(main_pod("n1", "n1"), 3)),
             true,
             WakeInPlace,
         ),
@@ -401,7 +354,7 @@ fn advance_table() {
             "pin removed mid-quiesce",
             "",
             true,
-            Some(quiesced(live(on_old()))),
+            Some(quiesced(live(on_old(), 3))),
             true,
             WakeInPlace,
         ),
@@ -409,7 +362,7 @@ fn advance_table() {
             "plain unsuspend of a pinned set",
             "n1",
             false,
-            Some(hibernated(main_pod("n1", "n1"), "3")),
+            Some(hibernated(main_pod("n1", "n1"), 3)),
             true,
             HandOver,
         ),
@@ -428,7 +381,10 @@ fn advance_table() {
             "restored main unschedulable",
             "n2",
             true,
-            Some(unschedulable(main_pod("n2", ""), "0/3 nodes are available")),
+            Some(phase(
+                unschedulable(main_pod("n2", ""), "0/3 nodes are available"),
+                "Pending",
+            )),
             true,
             AwaitLive {
                 unschedulable: Some("0/3 nodes are available".into()),
@@ -446,7 +402,7 @@ fn advance_table() {
             "restored VM up, lifecycle still creating",
             "n2",
             true,
-            Some(with(live(on_target()), ann::LIFECYCLE_STATE, "creating")),
+            Some(with(live(on_target(), 3), ann::LIFECYCLE_STATE, "creating")),
             true,
             AwaitLive {
                 unschedulable: None,
@@ -456,7 +412,7 @@ fn advance_table() {
             "re-target back cleared the quiesce mid-save: tag pushed, VM id not yet cleared",
             "n1",
             true,
-            Some(hibernating(live(main_pod("n1", "n1")))),
+            Some(hibernating(live(main_pod("n1", "n1"), 3))),
             true,
             AwaitLive {
                 unschedulable: None,
@@ -466,7 +422,7 @@ fn advance_table() {
             "the same once the set no longer reads Migrating",
             "n1",
             false,
-            Some(hibernating(live(main_pod("n1", "n1")))),
+            Some(hibernating(live(main_pod("n1", "n1"), 3))),
             true,
             HandOver,
         ),
@@ -475,7 +431,7 @@ fn advance_table() {
             "woken in place after the re-target back",
             "n1",
             true,
-            Some(live(main_pod("n1", "n1"))),
+            Some(live(main_pod("n1", "n1"), 3)),
             true,
             DropSnapshot,
         ),
@@ -483,7 +439,7 @@ fn advance_table() {
             "restored and live",
             "n2",
             true,
-            Some(live(on_target())),
+            Some(live(on_target(), 3)),
             true,
             DropSnapshot,
         ),
@@ -491,14 +447,14 @@ fn advance_table() {
             "restored and live, no pin",
             "",
             true,
-            Some(live(main_pod("", "n3"))),
+            Some(live(main_pod("", "n3"), 3)),
             true,
             DropSnapshot,
         ),
     ];
     for (what, desired, migrating, main, tag, want) in cases {
         assert_eq!(
-            migrate::advance(desired, migrating, main.as_ref(), tag),
+            rules::advance(desired, migrating, main.as_ref(), tag),
             want,
             "{what}"
         );
@@ -508,8 +464,8 @@ fn advance_table() {
 #[test]
 fn no_capacity_message_does_not_name_the_target() {
     assert_eq!(
-        migrate::redact_target("0/2 nodes are available: node n2 is full", "n2"),
+        rules::redact_target("0/2 nodes are available: node n2 is full", "n2"),
         "0/2 nodes are available: node <target node> is full"
     );
-    assert_eq!(migrate::redact_target("0/2 nodes", ""), "0/2 nodes");
+    assert_eq!(rules::redact_target("0/2 nodes", ""), "0/2 nodes");
 }

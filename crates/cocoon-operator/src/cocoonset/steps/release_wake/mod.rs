@@ -1,4 +1,4 @@
-//! Step 9 — the release-policy wake (`reconcileWake`).
+//! Seed step 9 — the release-policy wake (`reconcileWake`).
 //!
 //! It engages while the set is Waking or Suspended, while it is Suspending with a node hint
 //! stashed, or whenever a restore-marked main that is not hibernating still carries a hint
@@ -19,9 +19,10 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use self::rules::{self as suspend, WakeStep};
-use super::{Answers, Counter, Next, Observed, Protocol, Read, StepPlan, Write, create_facts, log};
-use crate::cocoonset::plan;
+use self::rules::WakeStep;
+use super::create::{self, Protocol, rules::wake_boots_fresh};
+use super::status::rules::build_status;
+use super::{Answers, Counter, Next, Observed, Read, StepPlan, Write, log};
 use crate::cocoonset::pods;
 
 pub mod rules;
@@ -35,9 +36,9 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, status_time: Timestamp) -> Step
     let hint = HibernatedOnNode::from_meta(&o.cs.metadata).0;
     let main = o.classified.main.as_ref();
     let phase = o.cs.status.as_ref().and_then(|s| s.phase);
-    let status = |phase| Write::Status(plan::build_status(o.cs, o.classified, phase, status_time));
+    let status = |phase| Write::Status(build_status(o.cs, o.classified, phase, status_time));
     let poll = Next::RequeueAfter(o.timing.migrate_poll);
-    match suspend::wake_step(phase, &hint, main) {
+    match rules::wake_step(phase, &hint, main) {
         WakeStep::HandOver => StepPlan::proceed(),
         WakeStep::Start => start(o, answers, &hint),
         WakeStep::ConfirmGone => {
@@ -94,8 +95,8 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, status_time: Timestamp) -> Step
 /// wake in flight: written before the create.
 fn start(o: &Observed<'_>, answers: &Answers, hint: &str) -> StepPlan {
     let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
-    let facts = create_facts(o, &pod, Role::Main, &BTreeSet::new(), true);
-    match super::create_protocol(answers, pod, facts, STEP) {
+    let facts = create::facts(o, &pod, Role::Main, &BTreeSet::new(), true);
+    match create::protocol(answers, pod, facts, STEP) {
         Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
         Protocol::Decided {
             mut pod,
@@ -103,7 +104,7 @@ fn start(o: &Observed<'_>, answers: &Answers, hint: &str) -> StepPlan {
             tag,
             decision,
         } => {
-            if plan::wake_boots_fresh(&tag, &decision) {
+            if wake_boots_fresh(&tag, &decision) {
                 writes.push(Write::SetAnnotations(
                     HibernatedOnNode::default().delta(o.cs.annotations()),
                 ));
@@ -126,34 +127,23 @@ fn start(o: &Observed<'_>, answers: &Answers, hint: &str) -> StepPlan {
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::annotations as ann;
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus, HibernatePolicy};
-    use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodStatus,
-    };
+    use cocoon_api::crd::set::{CocoonSet, HibernatePolicy};
+    use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::cocoonset::plan::{TagRead, Timing};
-    use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, SetFixture, classify, live, observe, on, ready, set};
+    use crate::cocoonset::steps::create::rules::TagRead;
 
-    const NS: &str = "ns";
-
-    fn set(phase: Option<CocoonSetPhase>, hint: &str) -> CocoonSet {
-        let mut spec = CocoonSetSpec::with_image("img:1");
-        spec.hibernate_policy = HibernatePolicy::Release;
-        spec.agent.replicas = 0;
-        let mut cs = CocoonSet::new("demo", spec);
-        cs.metadata.namespace = Some(NS.into());
-        cs.metadata.uid = Some("uid".into());
-        cs.metadata.generation = Some(2);
-        cs.status = phase.map(|p| CocoonSetStatus {
-            phase: Some(p),
-            ..CocoonSetStatus::default()
-        });
-        if !hint.is_empty() {
-            cs.annotations_mut()
-                .insert(ann::HIBERNATED_ON_NODE.into(), hint.into());
+    /// A release-policy set at generation 2 in `phase`, its main's node stashed as `hint`
+    /// (none when empty).
+    fn released(phase: Option<CocoonSetPhase>, hint: &str) -> CocoonSet {
+        let mut cs = set().at_generation(2).in_phase(phase);
+        cs.spec.hibernate_policy = HibernatePolicy::Release;
+        if hint.is_empty() {
+            return cs;
         }
-        cs
+        cs.with_annotation(ann::HIBERNATED_ON_NODE, hint)
     }
 
     fn decide(cs: &CocoonSet, main: Option<&Pod>) -> StepPlan {
@@ -161,19 +151,9 @@ mod tests {
     }
 
     fn decide_on(cs: &CocoonSet, main: Option<&Pod>, answers: &Answers) -> StepPlan {
-        let c = Classified::from_owned(main);
+        let c = classify(main);
         let t = Timing::default();
-        plan(
-            &Observed {
-                cs,
-                ns: NS,
-                owned: &[],
-                classified: &c,
-                timing: &t,
-            },
-            answers,
-            Timestamp::UNIX_EPOCH,
-        )
+        plan(&observe(cs, &c, &t), answers, Timestamp::UNIX_EPOCH)
     }
 
     fn with_tag(tag: TagRead) -> Answers {
@@ -190,40 +170,16 @@ mod tests {
         })
     }
 
-    fn restored_main(cs: &CocoonSet, node: &str, live: bool) -> Pod {
+    fn restored_main(cs: &CocoonSet, node: &str, is_live: bool) -> Pod {
         let mut p = pods::build_agent_pod(cs, NS, 0, "", None);
         pods::mark_restore(&mut p);
-        if let Some(s) = p.spec.as_mut() {
-            s.node_name = Some(node.into());
-        }
-        if live {
-            p.annotations_mut()
-                .insert(ann::VM_ID.into(), "vm-id-1".into());
-            p.annotations_mut()
-                .insert(ann::LIFECYCLE_STATE.into(), "ready".into());
-            p.status = Some(PodStatus {
-                phase: Some("Running".into()),
-                container_statuses: Some(vec![ContainerStatus {
-                    state: Some(ContainerState {
-                        running: Some(ContainerStateRunning::default()),
-                        ..ContainerState::default()
-                    }),
-                    ..ContainerStatus::default()
-                }]),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: "True".into(),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            });
-        }
-        p
+        let p = on(p, node);
+        if is_live { ready(live(p, 2)) } else { p }
     }
 
     #[test]
     fn once_the_released_main_is_gone_the_wake_takes_over_and_recreates_it() {
-        let cs = set(Some(CocoonSetPhase::Suspended), "node-a");
+        let cs = released(Some(CocoonSetPhase::Suspended), "node-a");
         let vm = naming::vm_name_for_agent(NS, "demo", 0);
         assert_eq!(
             decide(&cs, None),
@@ -250,7 +206,7 @@ mod tests {
         assert!(affinity.contains("preferred"), "preferred only: {affinity}");
         assert_eq!(p.next, Next::RequeueAfter(Timing::default().migrate_poll));
         assert_eq!(
-            decide(&set(Some(CocoonSetPhase::Running), ""), None),
+            decide(&released(Some(CocoonSetPhase::Running), ""), None),
             StepPlan::proceed(),
             "not engaged: the normal flow"
         );
@@ -259,7 +215,7 @@ mod tests {
     #[test]
     fn when_no_snapshot_is_left_to_restore_it_clears_the_hint_and_the_normal_flow_boots_the_main_fresh()
      {
-        let cs = set(Some(CocoonSetPhase::Suspended), "node-a");
+        let cs = released(Some(CocoonSetPhase::Suspended), "node-a");
         let vm = naming::vm_name_for_agent(NS, "demo", 0);
         // Never booted: no tag.
         let p = decide_on(&cs, None, &with_tag(TagRead::Absent));
@@ -292,7 +248,7 @@ mod tests {
     #[test]
     fn while_the_original_main_is_still_being_deleted_it_waits_and_only_a_live_undeleted_main_falls_through()
      {
-        let cs = set(Some(CocoonSetPhase::Suspended), "node-a");
+        let cs = released(Some(CocoonSetPhase::Suspended), "node-a");
         let main = pods::build_agent_pod(&cs, NS, 0, "", None);
         let name = main.name_any();
         assert_eq!(
@@ -323,7 +279,7 @@ mod tests {
 
     #[test]
     fn keeps_the_reconcile_while_the_recreated_main_comes_up() {
-        let cs = set(Some(CocoonSetPhase::Waking), "node-a");
+        let cs = released(Some(CocoonSetPhase::Waking), "node-a");
         let main = restored_main(&cs, "node-b", false);
         let p = decide(&cs, Some(&main));
         assert!(matches!(
@@ -335,7 +291,7 @@ mod tests {
 
     #[test]
     fn clears_the_hint_on_completion_after_dropping_the_snapshot() {
-        let cs = set(Some(CocoonSetPhase::Waking), "node-a");
+        let cs = released(Some(CocoonSetPhase::Waking), "node-a");
         let main = restored_main(&cs, "node-a", true);
         let p = decide(&cs, Some(&main));
         let vm = naming::vm_name_for_agent(NS, "demo", 0);

@@ -1,87 +1,15 @@
 //! Table tests of the rules of step 9 (the release-policy wake) of `cocoonset.md`.
 
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec};
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodStatus,
-};
-use kube::ResourceExt;
+use cocoon_api::crd::set::CocoonSetPhase;
+use k8s_openapi::api::core::v1::Pod;
 
-use super::rules::{self as suspend, WakeStep};
-use crate::cocoonset::plan::{self, CreatePlan, TagRead};
-use crate::cocoonset::pods::{self};
-
-const NS: &str = "ns";
-
-fn set() -> CocoonSet {
-    let mut spec = CocoonSetSpec::with_image("img:1");
-    spec.agent.replicas = 1;
-    let mut cs = CocoonSet::new("demo", spec);
-    cs.metadata.namespace = Some(NS.into());
-    cs.metadata.uid = Some("uid-1".into());
-    cs.metadata.generation = Some(3);
-    cs
-}
-
-fn agent(slot: i32) -> Pod {
-    let cs = set();
-    let main_vm = pods::vm_name(&pods::build_agent_pod(&cs, NS, 0, "", None)).to_string();
-    pods::build_agent_pod(&cs, NS, slot, &main_vm, Some("node-a"))
-}
-
-fn with(mut p: Pod, k: &str, v: &str) -> Pod {
-    p.annotations_mut().insert(k.into(), v.into());
-    p
-}
-
-fn live(mut p: Pod, generation: i64) -> Pod {
-    p = with(p, ann::VM_ID, "vm-id");
-    p = with(p, ann::LIFECYCLE_STATE, "ready");
-    p = with(
-        p,
-        ann::LIFECYCLE_OBSERVED_GENERATION,
-        &generation.to_string(),
-    );
-    let st = p.status.get_or_insert_with(PodStatus::default);
-    st.phase = Some("Running".into());
-    st.container_statuses = Some(vec![ContainerStatus {
-        name: "agent".into(),
-        state: Some(ContainerState {
-            running: Some(ContainerStateRunning::default()),
-            ..ContainerState::default()
-        }),
-        ..ContainerStatus::default()
-    }]);
-    p
-}
-
-fn phase(mut p: Pod, ph: &str) -> Pod {
-    p.status.get_or_insert_with(PodStatus::default).phase = Some(ph.into());
-    p
-}
-
-// ----- step 9 -------------------------------------------------------------------------------
+use super::rules::{self, WakeStep};
+use crate::cocoonset::fixtures::{agent, live, on, phase, unschedulable, with};
+use crate::cocoonset::pods;
 
 fn restored(p: Pod) -> Pod {
     with(p, ann::RESTORE_FROM_HIBERNATE, "true")
-}
-
-fn unschedulable(mut p: Pod, msg: &str) -> Pod {
-    p.status.get_or_insert_with(PodStatus::default).conditions = Some(vec![PodCondition {
-        type_: "PodScheduled".into(),
-        status: "False".into(),
-        reason: Some("Unschedulable".into()),
-        message: Some(msg.into()),
-        ..PodCondition::default()
-    }]);
-    p
-}
-
-fn on(mut p: Pod, node: &str) -> Pod {
-    if let Some(s) = p.spec.as_mut() {
-        s.node_name = Some(node.into());
-    }
-    p
 }
 
 /// (what, status phase, hint, main, expected step).
@@ -229,25 +157,9 @@ fn wake_step_table() {
         ),
     ];
     for (what, ph, hint, main, want) in cases {
-        assert_eq!(suspend::wake_step(ph, hint, main.as_ref()), want, "{what}");
+        assert_eq!(rules::wake_step(ph, hint, main.as_ref()), want, "{what}");
     }
-    let present = TagRead::Present {
-        base_image: "img:1".into(),
-    };
-    assert!(plan::wake_boots_fresh(
-        &TagRead::Absent,
-        &CreatePlan::default()
-    ));
-    assert!(!plan::wake_boots_fresh(&present, &CreatePlan::default()));
-    let dropped = CreatePlan {
-        drop_tag: true,
-        forget: true,
-        restore: false,
-    };
-    assert!(plan::wake_boots_fresh(&present, &dropped));
 }
-
-// ----- step 10 ------------------------------------------------------------------------------
 
 #[test]
 fn unschedulable_reads_the_scheduler_message() {

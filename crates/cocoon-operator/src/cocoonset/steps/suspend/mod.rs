@@ -1,4 +1,4 @@
-//! Step 6 — suspend (`spec.suspend == true`), including the release policy's seat release.
+//! Seed step 6 — suspend (`spec.suspend == true`), including the release policy's seat release.
 //!
 //! Every managed VM of the owned pods goes into the reclaim record (and its suspended list)
 //! before any hibernate annotation is written; then every owned pod is asked to hibernate,
@@ -23,11 +23,10 @@ use cocoon_api::crd::set::{CocoonSetPhase, HibernatePolicy};
 use cocoon_api::naming::Role;
 use kube::ResourceExt;
 
-use self::rules::{self as suspend, Deadline, GateItem};
-use super::{
-    Answers, Counter, Created, Next, Observed, Protocol, Read, StepPlan, Write, create_facts,
-};
-use crate::cocoonset::plan;
+use self::rules::{Deadline, GateItem};
+use super::create::{self, Protocol};
+use super::teardown::rules::stash_names;
+use super::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write};
 use crate::cocoonset::pods;
 
 pub mod rules;
@@ -49,7 +48,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
     if release {
         // 6B.1: nothing live to snapshot (a set suspended before its first boot has no
         // snapshot, and needs none).
-        if !suspend::release_has_live_pod(o.classified) {
+        if !rules::release_has_live_pod(o.classified) {
             return StepPlan::then(
                 vec![
                     clear_suspending_since(o),
@@ -62,7 +61,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         return create_main(o, answers);
     }
     let phase = o.cs.status.as_ref().and_then(|s| s.phase);
-    let deadline = suspend::suspend_deadline(
+    let deadline = rules::suspend_deadline(
         phase,
         SuspendingSince::from_meta(&o.cs.metadata),
         now,
@@ -72,9 +71,9 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
     // that asks for hibernates while (re-)entering Suspending writes `suspending-since` in
     // the same patch as the record: the deadline starts before any hibernate.
     let record = ReclaimRecord::from_meta(&o.cs.metadata);
-    let next = suspend::record_for_suspend(&record, o.classified);
+    let next = rules::record_for_suspend(&record, o.classified);
     let mut delta = next.delta(o.cs.annotations());
-    let targets = suspend::hibernate_targets(o.classified);
+    let targets = rules::hibernate_targets(o.classified);
     if !targets.is_empty() {
         if let Deadline::Restart(stamp) = deadline {
             delta.extend(stamp.desired());
@@ -103,7 +102,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
     let mut probes = Vec::new();
     let mut incomplete = false;
     for pod in o.classified.all_by_name.values() {
-        match suspend::gate_item(pod, o.generation()) {
+        match rules::gate_item(pod, o.generation()) {
             GateItem::Skip => {}
             GateItem::Incomplete => {
                 incomplete = true;
@@ -165,8 +164,8 @@ fn create_main(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     if o.classified.pending_creates.contains_key(&pod.name_any()) {
         return StepPlan::requeue(Vec::new(), o.timing.wait_for_main);
     }
-    let facts = create_facts(o, &pod, Role::Main, &BTreeSet::new(), true);
-    match super::create_protocol(answers, pod, facts, STEP) {
+    let facts = create::facts(o, &pod, Role::Main, &BTreeSet::new(), true);
+    match create::protocol(answers, pod, facts, STEP) {
         Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
         Protocol::Decided {
             pod, mut writes, ..
@@ -206,7 +205,7 @@ fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String
         o.cs.spec.desired_agents(),
         i32::try_from(o.cs.spec.toolboxes.len()).unwrap_or(i32::MAX),
     );
-    if !suspend::suspending_reported(o.cs.status.as_ref(), o.generation(), desired) {
+    if !rules::suspending_reported(o.cs.status.as_ref(), o.generation(), desired) {
         writes.push(Write::Phase(Some(CocoonSetPhase::Suspending)));
     }
     if probe_error.is_some() {
@@ -221,7 +220,7 @@ fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String
 /// exists to free) and deleted, then Suspended.
 fn release_seats(o: &Observed<'_>) -> Vec<Write> {
     let mut writes = vec![Write::SetAnnotations(
-        plan::stash_names(o.cs, o.classified.all_by_name.values()).delta(o.cs.annotations()),
+        stash_names(o.cs, o.classified.all_by_name.values()).delta(o.cs.annotations()),
     )];
     if let Some(node) = o
         .classified
@@ -234,7 +233,7 @@ fn release_seats(o: &Observed<'_>) -> Vec<Write> {
             HibernatedOnNode(node).delta(o.cs.annotations()),
         ));
     }
-    for name in suspend::release_victims(o.classified) {
+    for name in rules::release_victims(o.classified) {
         writes.push(Write::FlagPod {
             name: name.clone(),
             delta: bool_delta(ann::KEEP_SNAPSHOT_ON_DELETE, true),
@@ -251,69 +250,46 @@ fn release_seats(o: &Observed<'_>) -> Vec<Write> {
 
 #[cfg(test)]
 mod tests {
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
-    use k8s_openapi::api::core::v1::{Pod, PodStatus};
+    use cocoon_api::crd::set::CocoonSet;
+    use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::cocoonset::plan::Timing;
-    use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{
+        self, NS, SetFixture, at, classify, observe, on, phase, set, vm, with,
+    };
     use crate::cocoonset::steps::Probed;
+    use crate::cocoonset::steps::create::rules::TagRead;
 
-    const NS: &str = "ns";
-
-    fn set(release: bool, phase: Option<CocoonSetPhase>) -> CocoonSet {
-        let mut spec = CocoonSetSpec::with_image("img:1");
-        spec.suspend = true;
-        spec.agent.replicas = 0;
+    /// The set suspended (under the release policy with `release`), in `phase`.
+    fn suspended(release: bool, phase: Option<CocoonSetPhase>) -> CocoonSet {
+        let mut cs = set().in_phase(phase);
+        cs.spec.suspend = true;
         if release {
-            spec.hibernate_policy = HibernatePolicy::Release;
+            cs.spec.hibernate_policy = HibernatePolicy::Release;
         }
-        let mut cs = CocoonSet::new("demo", spec);
-        cs.metadata.namespace = Some(NS.into());
-        cs.metadata.uid = Some("uid".into());
-        cs.metadata.generation = Some(3);
-        cs.status = phase.map(|p| CocoonSetStatus {
-            phase: Some(p),
-            ..CocoonSetStatus::default()
-        });
         cs
     }
 
     fn main(cs: &CocoonSet) -> Pod {
-        let mut p = pods::build_agent_pod(cs, NS, 0, "", None);
-        if let Some(s) = p.spec.as_mut() {
-            s.node_name = Some("node-a".into());
-        }
-        p.status = Some(PodStatus {
-            phase: Some("Running".into()),
-            ..PodStatus::default()
-        });
-        p
+        on(
+            phase(pods::build_agent_pod(cs, NS, 0, "", None), "Running"),
+            "node-a",
+        )
     }
 
     /// Asked, and vk-cocoon reports it hibernated at generation 3.
-    fn hibernated(mut p: Pod) -> Pod {
-        let a = p.annotations_mut();
-        a.insert(ann::HIBERNATE.into(), "true".into());
-        a.insert(ann::LIFECYCLE_STATE.into(), "hibernated".into());
-        a.insert(ann::LIFECYCLE_OBSERVED_GENERATION.into(), "3".into());
-        p
-    }
-
-    fn now() -> DateTime<Utc> {
-        DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
+    fn hibernated(p: Pod) -> Pod {
+        fixtures::hibernated(with(p, ann::HIBERNATE, "true"), 3)
     }
 
     fn run(cs: &CocoonSet, owned: &[Pod], answers: &Answers, now: DateTime<Utc>) -> StepPlan {
-        let c = Classified::from_owned(owned);
+        let c = classify(owned);
         let t = Timing::default();
         plan(
             &Observed {
-                cs,
-                ns: NS,
                 owned,
-                classified: &c,
-                timing: &t,
+                ..observe(cs, &c, &t)
             },
             answers,
             now,
@@ -321,7 +297,7 @@ mod tests {
     }
 
     fn probed(exists: bool, error: Option<&str>) -> Answers {
-        let vm = naming_vm();
+        let vm = vm(0);
         Answers {
             probed: Some(Probed {
                 exists: [(vm, exists)].into(),
@@ -331,18 +307,14 @@ mod tests {
         }
     }
 
-    fn naming_vm() -> String {
-        cocoon_api::naming::vm_name_for_agent(NS, "demo", 0)
-    }
-
     fn position(p: &StepPlan, f: impl Fn(&Write) -> bool) -> usize {
         p.writes.iter().position(f).expect("the write is planned")
     }
 
     #[test]
     fn the_record_is_written_before_any_hibernate_annotation_so_a_restart_mid_suspend_keeps_it() {
-        let cs = set(false, Some(CocoonSetPhase::Running));
-        let p = run(&cs, &[main(&cs)], &Answers::default(), now());
+        let cs = suspended(false, Some(CocoonSetPhase::Running));
+        let p = run(&cs, &[main(&cs)], &Answers::default(), at(0));
         let Write::SetAnnotations(record) = &p.writes[0] else {
             panic!("the record first: {p:?}");
         };
@@ -352,8 +324,8 @@ mod tests {
                 .and_then(|v| v.as_deref())
                 .unwrap_or_default(),
         );
-        assert_eq!(written.vms, vec![naming_vm()]);
-        assert_eq!(written.suspended, vec![naming_vm()], "listed as suspended");
+        assert_eq!(written.vms, vec![vm(0)]);
+        assert_eq!(written.suspended, vec![vm(0)], "listed as suspended");
         assert!(
             record.contains_key(ann::SUSPENDING_SINCE),
             "the deadline starts with the record, before any hibernate"
@@ -369,27 +341,27 @@ mod tests {
     #[test]
     fn suspended_once_every_managed_vm_reports_hibernated_at_this_generation_and_its_tag_is_in_the_registry()
      {
-        let cs = set(false, Some(CocoonSetPhase::Suspending));
+        let cs = suspended(false, Some(CocoonSetPhase::Suspending));
         let owned = [hibernated(main(&cs))];
-        let p = run(&cs, &owned, &Answers::default(), now());
+        let p = run(&cs, &owned, &Answers::default(), at(0));
         assert_eq!(
             p.reads,
             vec![Read::Probe {
-                vms: vec![naming_vm()],
+                vms: vec![vm(0)],
                 tag: tags::HIBERNATE,
                 fail: None
             }],
             "the tag is probed"
         );
         assert_eq!(p.next, Next::Replan);
-        let p = run(&cs, &owned, &probed(true, None), now());
+        let p = run(&cs, &owned, &probed(true, None), at(0));
         assert_eq!(
             p.writes.last(),
             Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
         );
         assert_eq!(p.next, Next::AwaitChange);
         // The tag is not there yet: stay Suspending, polling.
-        let p = run(&cs, &owned, &probed(false, None), now());
+        let p = run(&cs, &owned, &probed(false, None), at(0));
         assert!(
             p.writes
                 .contains(&Write::Phase(Some(CocoonSetPhase::Suspending)))
@@ -400,17 +372,17 @@ mod tests {
         stale
             .annotations_mut()
             .insert(ann::LIFECYCLE_OBSERVED_GENERATION.into(), "2".into());
-        let p = run(&cs, &[stale], &Answers::default(), now());
+        let p = run(&cs, &[stale], &Answers::default(), at(0));
         assert!(p.reads.is_empty());
         assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
     }
 
     #[test]
     fn a_suspending_status_reported_at_this_generation_is_not_written_again_while_pods_hibernate() {
-        let mut cs = set(false, Some(CocoonSetPhase::Suspending));
+        let mut cs = suspended(false, Some(CocoonSetPhase::Suspending));
         cs.annotations_mut().insert(
             ann::SUSPENDING_SINCE.into(),
-            SuspendingSince::at(now()).desired()[ann::SUSPENDING_SINCE]
+            SuspendingSince::at(at(0)).desired()[ann::SUSPENDING_SINCE]
                 .clone()
                 .unwrap_or_default(),
         );
@@ -431,7 +403,7 @@ mod tests {
             &cs,
             std::slice::from_ref(&asked),
             &Answers::default(),
-            now(),
+            at(0),
         );
         assert!(
             p.writes
@@ -447,13 +419,13 @@ mod tests {
             &cs,
             std::slice::from_ref(&asked),
             &Answers::default(),
-            now(),
+            at(0),
         );
         assert_eq!(status_writes(&p), 0, "{p:?}");
         assert_eq!(p.next, Next::RequeueAfter(Timing::default().suspend_poll));
         // The end of the wait is written.
         let owned = [hibernated(main(&cs))];
-        let p = run(&cs, &owned, &probed(true, None), now());
+        let p = run(&cs, &owned, &probed(true, None), at(0));
         assert_eq!(
             p.writes.last(),
             Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
@@ -462,8 +434,8 @@ mod tests {
 
     #[test]
     fn a_registry_probe_that_keeps_failing_counts_against_the_deadline() {
-        let mut cs = set(false, Some(CocoonSetPhase::Suspending));
-        let since = SuspendingSince::at(now());
+        let mut cs = suspended(false, Some(CocoonSetPhase::Suspending));
+        let since = SuspendingSince::at(at(0));
         cs.annotations_mut().extend(
             since
                 .desired()
@@ -473,12 +445,12 @@ mod tests {
         let owned = [hibernated(main(&cs))];
         let refused = probed(false, Some("registry down"));
         // Within the deadline: Suspending, then the error fails the pass (backoff).
-        let p = run(&cs, &owned, &refused, now());
+        let p = run(&cs, &owned, &refused, at(0));
         let suspending = position(&p, |w| *w == Write::Phase(Some(CocoonSetPhase::Suspending)));
         let fail = position(&p, |w| matches!(w, Write::FailProbe { step: GATE, .. }));
         assert!(suspending < fail);
         // Past it: Failed with SuspendTimedOut naming the error, and no error (requeue).
-        let late = now() + chrono::Duration::minutes(4);
+        let late = at(0) + chrono::Duration::minutes(4);
         let p = run(&cs, &owned, &refused, late);
         assert!(p.writes.iter().any(|w| matches!(
             w,
@@ -499,29 +471,20 @@ mod tests {
 
     #[test]
     fn pods_in_phase_failed_are_skipped_a_lifecycle_failed_one_is_waited_for() {
-        let cs = set(false, Some(CocoonSetPhase::Suspending));
-        let mut failed = main(&cs);
-        failed
-            .annotations_mut()
-            .insert(ann::HIBERNATE.into(), "true".into());
-        failed.status = Some(PodStatus {
-            phase: Some("Failed".into()),
-            ..PodStatus::default()
-        });
-        let p = run(&cs, &[failed], &Answers::default(), now());
+        let cs = suspended(false, Some(CocoonSetPhase::Suspending));
+        let failed = phase(with(main(&cs), ann::HIBERNATE, "true"), "Failed");
+        let p = run(&cs, &[failed], &Answers::default(), at(0));
         assert!(p.reads.is_empty(), "nothing to probe");
         assert!(
             p.writes
                 .contains(&Write::Phase(Some(CocoonSetPhase::Suspended)))
         );
-        let mut lifecycle_failed = main(&cs);
-        lifecycle_failed
-            .annotations_mut()
-            .insert(ann::HIBERNATE.into(), "true".into());
-        lifecycle_failed
-            .annotations_mut()
-            .insert(ann::LIFECYCLE_STATE.into(), "failed".into());
-        let p = run(&cs, &[lifecycle_failed], &Answers::default(), now());
+        let lifecycle_failed = with(
+            with(main(&cs), ann::HIBERNATE, "true"),
+            ann::LIFECYCLE_STATE,
+            "failed",
+        );
+        let p = run(&cs, &[lifecycle_failed], &Answers::default(), at(0));
         assert!(
             p.writes
                 .contains(&Write::Phase(Some(CocoonSetPhase::Suspending)))
@@ -530,10 +493,10 @@ mod tests {
 
     #[test]
     fn a_main_deleted_while_suspended_is_created_from_its_snapshot() {
-        let cs = set(false, Some(CocoonSetPhase::Suspended));
+        let cs = suspended(false, Some(CocoonSetPhase::Suspended));
         // §7.1: the manifest read first, then the post of a pod restore-marked on the tag.
-        let p = run(&cs, &[], &Answers::default(), now());
-        let vm = naming_vm();
+        let p = run(&cs, &[], &Answers::default(), at(0));
+        let vm = vm(0);
         assert_eq!(
             p,
             StepPlan::read(
@@ -547,11 +510,11 @@ mod tests {
         let mut a = Answers::default();
         a.manifests.insert(
             vm,
-            crate::cocoonset::plan::TagRead::Present {
+            TagRead::Present {
                 base_image: String::new(),
             },
         );
-        let p = run(&cs, &[], &a, now());
+        let p = run(&cs, &[], &a, at(0));
         assert!(matches!(
             &p.writes[..],
             [Write::PostPod(pod)] if pods::is_restore_marked(pod)
@@ -566,15 +529,15 @@ mod tests {
                 created: vec![c],
                 ..Answers::default()
             };
-            assert_eq!(run(&cs, &[], &a, now()).next, Next::RequeueAfter(d));
+            assert_eq!(run(&cs, &[], &a, at(0)).next, Next::RequeueAfter(d));
         }
     }
 
     #[test]
     fn with_release_the_gate_is_followed_by_a_slot_release_flagged_keep_snapshot_then_deleted() {
-        let cs = set(true, Some(CocoonSetPhase::Suspending));
+        let cs = suspended(true, Some(CocoonSetPhase::Suspending));
         let owned = [hibernated(main(&cs))];
-        let p = run(&cs, &owned, &probed(true, None), now());
+        let p = run(&cs, &owned, &probed(true, None), at(0));
         let name = owned[0].name_any();
         let stash = position(
             &p,
@@ -599,7 +562,7 @@ mod tests {
             Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))
         );
         // Nothing live to snapshot: Suspended at once.
-        let p = run(&cs, &[], &Answers::default(), now());
+        let p = run(&cs, &[], &Answers::default(), at(0));
         assert_eq!(
             p.writes.last(),
             Some(&Write::Phase(Some(CocoonSetPhase::Suspended)))

@@ -2,89 +2,15 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use cocoon_api::contract::{ReclaimRecord, SuspendingSince, annotations as ann};
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec};
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodStatus,
-};
-use kube::ResourceExt;
+use cocoon_api::crd::set::CocoonSetPhase;
+use k8s_openapi::api::core::v1::Pod;
 
-use super::rules::{self as suspend, Deadline, GateItem};
-use crate::cocoonset::pods::{self, Classified};
-
-const NS: &str = "ns";
-
-fn set() -> CocoonSet {
-    let mut spec = CocoonSetSpec::with_image("img:1");
-    spec.agent.replicas = 1;
-    let mut cs = CocoonSet::new("demo", spec);
-    cs.metadata.namespace = Some(NS.into());
-    cs.metadata.uid = Some("uid-1".into());
-    cs.metadata.generation = Some(3);
-    cs
-}
-
-fn agent(slot: i32) -> Pod {
-    let cs = set();
-    let main_vm = pods::vm_name(&pods::build_agent_pod(&cs, NS, 0, "", None)).to_string();
-    pods::build_agent_pod(&cs, NS, slot, &main_vm, Some("node-a"))
-}
-
-fn with(mut p: Pod, k: &str, v: &str) -> Pod {
-    p.annotations_mut().insert(k.into(), v.into());
-    p
-}
-
-fn hibernated(p: Pod, generation: i64) -> Pod {
-    let p = with(p, ann::LIFECYCLE_STATE, "hibernated");
-    with(
-        p,
-        ann::LIFECYCLE_OBSERVED_GENERATION,
-        &generation.to_string(),
-    )
-}
-
-fn live(mut p: Pod, generation: i64) -> Pod {
-    p = with(p, ann::VM_ID, "vm-id");
-    p = with(p, ann::LIFECYCLE_STATE, "ready");
-    p = with(
-        p,
-        ann::LIFECYCLE_OBSERVED_GENERATION,
-        &generation.to_string(),
-    );
-    let st = p.status.get_or_insert_with(PodStatus::default);
-    st.phase = Some("Running".into());
-    st.container_statuses = Some(vec![ContainerStatus {
-        name: "agent".into(),
-        state: Some(ContainerState {
-            running: Some(ContainerStateRunning::default()),
-            ..ContainerState::default()
-        }),
-        ..ContainerStatus::default()
-    }]);
-    p
-}
-
-fn phase(mut p: Pod, ph: &str) -> Pod {
-    p.status.get_or_insert_with(PodStatus::default).phase = Some(ph.into());
-    p
-}
+use super::rules::{self, Deadline, GateItem};
+use crate::cocoonset::fixtures::{agent, at, classify, hibernated, live, phase, vm, with};
 
 fn unmanaged(p: Pod) -> Pod {
     with(p, ann::MANAGED, "false")
-}
-
-fn classify(pods: &[Pod]) -> Classified {
-    Classified::from_owned(pods)
-}
-
-fn at(s: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap_or_default()
-}
-
-fn vm(slot: i32) -> String {
-    pods::vm_name(&agent(slot)).to_string()
 }
 
 // ----- 6A.2 record, then hibernate ----------------------------------------------------------
@@ -101,16 +27,16 @@ fn suspend_record_merges_every_managed_vm() {
         agent(0),
         unmanaged(with(agent(2), ann::VM_NAME, "vk-x")),
     ]);
-    let r = suspend::record_for_suspend(&earlier, &c);
+    let r = rules::record_for_suspend(&earlier, &c);
     // Pod-name order (demo-0, demo-1), the unmanaged pod left out, earlier VMs kept.
     assert_eq!(r.vms, vec!["vk-old".to_string(), vm(0), vm(1)]);
     assert_eq!(r.suspended, vec![vm(0), vm(1)]);
     assert_eq!(r.generation, 1);
     // Idempotent: a second pass over the same pods changes nothing (no write).
-    assert_eq!(suspend::record_for_suspend(&r, &c), r);
+    assert_eq!(rules::record_for_suspend(&r, &c), r);
     // Only pods without the annotation are patched.
     let c = classify(&[with(agent(0), ann::HIBERNATE, "true"), agent(1)]);
-    assert_eq!(suspend::hibernate_targets(&c), vec!["demo-1".to_string()]);
+    assert_eq!(rules::hibernate_targets(&c), vec!["demo-1".to_string()]);
 }
 
 // ----- 6A.3 completion gate -----------------------------------------------------------------
@@ -153,7 +79,7 @@ fn suspend_gate_table() {
         ),
     ];
     for (what, pod, want) in cases {
-        assert_eq!(suspend::gate_item(&pod, g), want, "{what}");
+        assert_eq!(rules::gate_item(&pod, g), want, "{what}");
     }
 }
 
@@ -197,7 +123,7 @@ fn suspend_deadline_table() {
     ];
     for (what, ph, since, now, want) in cases {
         assert_eq!(
-            suspend::suspend_deadline(ph, since, at(now), d),
+            rules::suspend_deadline(ph, since, at(now), d),
             want,
             "{what}"
         );
@@ -213,11 +139,11 @@ fn suspend_deadline_table() {
 #[test]
 fn release_keeps_failed_pods_and_needs_a_live_one() {
     let c = classify(&[phase(agent(0), "Failed")]);
-    assert!(!suspend::release_has_live_pod(&c));
-    assert!(suspend::release_victims(&c).is_empty());
+    assert!(!rules::release_has_live_pod(&c));
+    assert!(rules::release_victims(&c).is_empty());
     let c = classify(&[agent(0), phase(agent(1), "Failed")]);
-    assert!(suspend::release_has_live_pod(&c));
-    assert_eq!(suspend::release_victims(&c), vec!["demo-0".to_string()]);
+    assert!(rules::release_has_live_pod(&c));
+    assert_eq!(rules::release_victims(&c), vec!["demo-0".to_string()]);
 }
 
 #[test]
@@ -260,7 +186,7 @@ fn a_suspending_status_at_this_generation_is_not_rewritten_while_pods_hibernate(
     ];
     for (current, generation, desired, want) in table {
         assert_eq!(
-            suspend::suspending_reported(current.as_ref(), *generation, *desired),
+            rules::suspending_reported(current.as_ref(), *generation, *desired),
             *want,
             "{current:?} at generation {generation}, desired {desired:?}"
         );

@@ -1,4 +1,4 @@
-//! Step 10 — unsuspend bookkeeping and reclaim (`spec.suspend == false`).
+//! Seed step 10 — unsuspend bookkeeping and reclaim (`spec.suspend == false`).
 //!
 //! [`bookkeeping`] (10.1–10.5): the first pass that finds the suspended list of step 6 (or a
 //! hibernate annotation without one) sets the record's generation to the set's, records every
@@ -16,7 +16,7 @@ use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, annotations as ann, b
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use self::rules::{self as suspend, Reclaim};
+use self::rules::Reclaim;
 use super::{Answers, Next, Observed, Read, StepPlan, Write, log};
 use crate::cocoonset::pods;
 
@@ -41,23 +41,23 @@ pub fn bookkeeping(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     let owned_by_cr = if any_annotated {
         match &answers.cached_hibernations {
             None => return StepPlan::read(Vec::new(), vec![Read::CachedHibernations]),
-            Some(crs) => suspend::hibernation_owned(crs),
+            Some(crs) => rules::hibernation_owned(crs),
         }
     } else {
         Default::default()
     };
-    let mut hibernated = suspend::unsuspend_targets(o.classified, &owned_by_cr);
-    if suspend::unsuspend_needs_fresh_crs(&record, &hibernated) {
+    let mut hibernated = rules::unsuspend_targets(o.classified, &owned_by_cr);
+    if rules::unsuspend_needs_fresh_crs(&record, &hibernated) {
         let Some(fresh) = &answers.fresh_hibernations else {
             return StepPlan::read(Vec::new(), vec![Read::FreshHibernations]);
         };
-        hibernated = suspend::unsuspend_targets(o.classified, &suspend::hibernation_owned(fresh));
+        hibernated = rules::unsuspend_targets(o.classified, &rules::hibernation_owned(fresh));
     }
     if hibernated.is_empty() && record.suspended.is_empty() {
         return StepPlan::proceed();
     }
-    let present = suspend::present_vms(o.classified);
-    let first = suspend::unsuspend_first_write(&record, &hibernated, &present, o.generation());
+    let present = rules::present_vms(o.classified);
+    let first = rules::unsuspend_first_write(&record, &hibernated, &present, o.generation());
     let names: Vec<String> = hibernated.iter().map(|p| p.name_any()).collect();
     let woken = format!("unsuspended: woken {names:?}");
     let mut writes = vec![Write::Record(first)];
@@ -73,12 +73,12 @@ pub fn bookkeeping(o: &Observed<'_>, answers: &Answers) -> StepPlan {
 }
 
 /// 10.6: drop the tags of recorded VMs whose pods have woken, together once the set's other
-/// recorded VMs have woken too or the hold has passed ([`suspend::reclaim_decision`]). A
+/// recorded VMs have woken too or the hold has passed ([`rules::reclaim_decision`]). A
 /// refused delete keeps the VM recorded and fails the pass, so scaling and the status wait
 /// for the retry.
 pub fn reclaim(o: &Observed<'_>, now: Timestamp) -> StepPlan {
     let record = ReclaimRecord::from_meta(&o.cs.metadata);
-    match suspend::reclaim_decision(&record, o.classified, now) {
+    match rules::reclaim_decision(&record, o.classified, now) {
         Reclaim::Nothing => StepPlan::proceed(),
         Reclaim::Hold(left) => StepPlan::then(vec![Write::Backoff(left)], Next::Continue),
         Reclaim::Now(vms) => {
@@ -90,49 +90,37 @@ pub fn reclaim(o: &Observed<'_>, now: Timestamp) -> StepPlan {
 #[cfg(test)]
 mod tests {
     use cocoon_api::crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, Desire, PodRef};
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
+    use cocoon_api::crd::set::CocoonSet;
     use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, SetFixture, classify, live, observe, set, with};
     use crate::cocoonset::pods::{self, Classified};
 
-    const NS: &str = "ns";
-
-    fn set(record: &ReclaimRecord) -> CocoonSet {
-        let mut spec = CocoonSetSpec::with_image("img:1");
-        spec.agent.replicas = 1;
-        let mut cs = CocoonSet::new("demo", spec);
-        cs.metadata.namespace = Some(NS.into());
-        cs.metadata.generation = Some(4);
-        for (k, v) in record.delta(&Default::default()) {
-            if let Some(v) = v {
-                cs.annotations_mut().insert(k, v);
-            }
-        }
+    /// A set of one sub-agent at generation 4 carrying `record`.
+    fn recording(record: &ReclaimRecord) -> CocoonSet {
+        let mut cs = set().with_replicas(1).at_generation(4);
+        record.apply_to(cs.annotations_mut());
         cs
     }
 
     fn agent(cs: &CocoonSet, slot: i32, annotated: bool) -> Pod {
         let main_vm = pods::vm_name(&pods::build_agent_pod(cs, NS, 0, "", None)).to_string();
-        let mut p = pods::build_agent_pod(cs, NS, slot, &main_vm, Some("node-a"));
+        let p = pods::build_agent_pod(cs, NS, slot, &main_vm, Some("node-a"));
         if annotated {
-            p.annotations_mut()
-                .insert(ann::HIBERNATE.into(), "true".into());
+            return with(p, ann::HIBERNATE, "true");
         }
         p
     }
 
     fn run(cs: &CocoonSet, owned: &[Pod], answers: &Answers) -> StepPlan {
-        let c = Classified::from_owned(owned);
+        let c = classify(owned);
         let t = Timing::default();
         bookkeeping(
             &Observed {
-                cs,
-                ns: NS,
                 owned,
-                classified: &c,
-                timing: &t,
+                ..observe(cs, &c, &t)
             },
             answers,
         )
@@ -148,7 +136,7 @@ mod tests {
     #[test]
     fn a_pass_with_neither_an_annotation_to_clear_nor_a_suspended_list_skips_it_without_an_api_call()
      {
-        let cs = set(&ReclaimRecord::default());
+        let cs = recording(&ReclaimRecord::default());
         let owned = [agent(&cs, 0, false)];
         assert_eq!(run(&cs, &owned, &Answers::default()), StepPlan::proceed());
     }
@@ -156,7 +144,7 @@ mod tests {
     #[test]
     fn sets_the_generation_records_missing_pods_as_owed_a_restore_clears_the_annotations_and_the_list_last()
      {
-        let probe = set(&ReclaimRecord::default());
+        let probe = recording(&ReclaimRecord::default());
         let (main_vm, sub_vm) = (
             pods::vm_name(&agent(&probe, 0, false)).to_string(),
             pods::vm_name(&agent(&probe, 1, false)).to_string(),
@@ -166,7 +154,7 @@ mod tests {
             record.add_vm(vm);
             record.add_suspended(vm);
         }
-        let cs = set(&record);
+        let cs = recording(&record);
         // The sub-agent was deleted while suspended.
         let owned = [agent(&cs, 0, true)];
         let p = run(&cs, &owned, &Answers::default());
@@ -191,12 +179,12 @@ mod tests {
 
     #[test]
     fn pods_that_are_the_target_of_a_desire_hibernate_cocoon_hibernation_are_skipped() {
-        let probe = set(&ReclaimRecord::default());
+        let probe = recording(&ReclaimRecord::default());
         let vm = pods::vm_name(&agent(&probe, 0, false)).to_string();
         let mut record = ReclaimRecord::default();
         record.add_vm(&vm);
         record.add_suspended(&vm);
-        let cs = set(&record);
+        let cs = recording(&record);
         let owned = [agent(&cs, 0, true)];
         let cr = CocoonHibernation::new(
             "h",
@@ -211,7 +199,7 @@ mod tests {
         assert!(!p.writes.iter().any(|w| matches!(w, Write::MarkPods { .. })));
         assert_eq!(p.writes.last(), Some(&log("unsuspended: woken []")));
         // An annotation the set did not write itself: a fresh list decides.
-        let cs = set(&ReclaimRecord::default());
+        let cs = recording(&ReclaimRecord::default());
         let owned = [agent(&cs, 0, true)];
         assert_eq!(
             run(&cs, &owned, &cached(Vec::new())),
@@ -221,52 +209,22 @@ mod tests {
 
     #[test]
     fn every_pass_drops_the_tag_of_a_recorded_vm_once_its_pod_has_woken() {
-        let probe = set(&ReclaimRecord::default());
+        let probe = recording(&ReclaimRecord::default());
         let vm = pods::vm_name(&agent(&probe, 0, false)).to_string();
         let mut record = ReclaimRecord::default();
         record.add_vm(&vm);
         record.generation = 4;
-        let cs = set(&record);
+        let cs = recording(&record);
         let c = Classified::default();
         let t = Timing::default();
-        let o = Observed {
-            cs: &cs,
-            ns: NS,
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        };
+        let o = observe(&cs, &c, &t);
         assert_eq!(
             reclaim(&o, Timestamp::UNIX_EPOCH),
             StepPlan::proceed(),
             "its pod is missing"
         );
-        let mut woken = agent(&cs, 0, false);
-        for (k, v) in [
-            (ann::VM_ID, "vm-id"),
-            (ann::LIFECYCLE_STATE, "ready"),
-            (ann::LIFECYCLE_OBSERVED_GENERATION, "4"),
-        ] {
-            woken.annotations_mut().insert(k.into(), v.into());
-        }
-        woken.status = Some(k8s_openapi::api::core::v1::PodStatus {
-            phase: Some("Running".into()),
-            container_statuses: Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
-                name: "agent".into(),
-                state: Some(k8s_openapi::api::core::v1::ContainerState {
-                    running: Some(Default::default()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
-        let still_asked = {
-            let mut p = woken.clone();
-            p.annotations_mut()
-                .insert(ann::HIBERNATE.into(), "true".into());
-            p
-        };
+        let woken = live(agent(&cs, 0, false), 4);
+        let still_asked = with(woken.clone(), ann::HIBERNATE, "true");
         for (pod, want) in [
             (
                 woken,
@@ -280,7 +238,7 @@ mod tests {
             ),
             (still_asked, StepPlan::proceed()),
         ] {
-            let c = Classified::from_owned([&pod]);
+            let c = classify([&pod]);
             let o = Observed {
                 classified: &c,
                 ..o

@@ -3,86 +3,12 @@
 use std::collections::BTreeSet;
 
 use cocoon_api::contract::{ReclaimRecord, annotations as ann};
-use cocoon_api::crd::hibernation::{
-    CocoonHibernation, CocoonHibernationSpec, CocoonHibernationStatus, Desire, HibernationPhase,
-    PodRef,
-};
-use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodStatus,
-};
+use cocoon_api::crd::hibernation::{Desire, HibernationPhase};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 
-use super::rules::{self as suspend};
-use crate::cocoonset::pods::{self, Classified};
-
-const NS: &str = "ns";
-
-fn set() -> CocoonSet {
-    let mut spec = CocoonSetSpec::with_image("img:1");
-    spec.agent.replicas = 1;
-    let mut cs = CocoonSet::new("demo", spec);
-    cs.metadata.namespace = Some(NS.into());
-    cs.metadata.uid = Some("uid-1".into());
-    cs.metadata.generation = Some(3);
-    cs
-}
-
-fn agent(slot: i32) -> Pod {
-    let cs = set();
-    let main_vm = pods::vm_name(&pods::build_agent_pod(&cs, NS, 0, "", None)).to_string();
-    pods::build_agent_pod(&cs, NS, slot, &main_vm, Some("node-a"))
-}
-
-fn with(mut p: Pod, k: &str, v: &str) -> Pod {
-    p.annotations_mut().insert(k.into(), v.into());
-    p
-}
-
-fn live(mut p: Pod, generation: i64) -> Pod {
-    p = with(p, ann::VM_ID, "vm-id");
-    p = with(p, ann::LIFECYCLE_STATE, "ready");
-    p = with(
-        p,
-        ann::LIFECYCLE_OBSERVED_GENERATION,
-        &generation.to_string(),
-    );
-    let st = p.status.get_or_insert_with(PodStatus::default);
-    st.phase = Some("Running".into());
-    st.container_statuses = Some(vec![ContainerStatus {
-        name: "agent".into(),
-        state: Some(ContainerState {
-            running: Some(ContainerStateRunning::default()),
-            ..ContainerState::default()
-        }),
-        ..ContainerStatus::default()
-    }]);
-    p
-}
-
-fn classify(pods: &[Pod]) -> Classified {
-    Classified::from_owned(pods)
-}
-
-fn vm(slot: i32) -> String {
-    pods::vm_name(&agent(slot)).to_string()
-}
-
-fn cr(pod: &str, desire: Desire, ph: Option<HibernationPhase>) -> CocoonHibernation {
-    let mut h = CocoonHibernation::new(
-        pod,
-        CocoonHibernationSpec {
-            pod_ref: PodRef { name: pod.into() },
-            desire,
-        },
-    );
-    h.status = Some(CocoonHibernationStatus {
-        phase: ph,
-        ..CocoonHibernationStatus::default()
-    });
-    h
-}
+use super::rules;
+use crate::cocoonset::fixtures::{agent, classify, cr, live, vm, with};
 
 #[test]
 fn unsuspend_skips_pods_a_hibernation_owns() {
@@ -95,7 +21,7 @@ fn unsuspend_skips_pods_a_hibernation_owns() {
         cr("demo-1", Desire::Wake, Some(HibernationPhase::Hibernating)),
         cr("demo-2", Desire::Wake, Some(HibernationPhase::Waking)),
     ];
-    let owned = suspend::hibernation_owned(&crs);
+    let owned = rules::hibernation_owned(&crs);
     assert_eq!(
         owned,
         BTreeSet::from(["demo-0".to_string(), "demo-1".to_string()])
@@ -106,8 +32,8 @@ fn unsuspend_skips_pods_a_hibernation_owns() {
         with(agent(2), ann::HIBERNATE, "true"),
         agent(3),
     ]);
-    let targets = suspend::unsuspend_targets(&c, &owned);
-    assert_eq!(suspend::names(&targets), vec!["demo-2".to_string()]);
+    let targets = rules::unsuspend_targets(&c, &owned);
+    assert_eq!(rules::names(&targets), vec!["demo-2".to_string()]);
 }
 
 #[test]
@@ -127,10 +53,10 @@ fn unsuspend_looks_again_only_for_pods_the_set_did_not_suspend() {
     ];
     for (suspended, targets, fresh) in table {
         assert_eq!(
-            suspend::unsuspend_needs_fresh_crs(&record(suspended), &targets),
+            rules::unsuspend_needs_fresh_crs(&record(suspended), &targets),
             fresh,
             "suspended {suspended:?}, targets {:?}",
-            suspend::names(&targets)
+            rules::names(&targets)
         );
     }
 }
@@ -146,7 +72,7 @@ fn unsuspend_first_write_table() {
     let annotated = with(agent(0), ann::HIBERNATE, "true");
     // demo-1 was deleted while suspended: owed a restore. The earlier cycle's VM is not.
     let present = BTreeSet::from([vm(0)]);
-    let r = suspend::unsuspend_first_write(&record, std::slice::from_ref(&annotated), &present, 5);
+    let r = rules::unsuspend_first_write(&record, std::slice::from_ref(&annotated), &present, 5);
     assert_eq!(r.generation, 5);
     assert_eq!(r.restore, vec![vm(1)]);
     assert!(!r.owes_restore("vk-earlier"));
@@ -154,13 +80,13 @@ fn unsuspend_first_write_table() {
     assert_eq!(r.suspended, record.suspended);
     // No annotated pod left (all cleared by an earlier pass that died before its second
     // write): the suspended list goes in this same write.
-    let r = suspend::unsuspend_first_write(&record, &[], &present, 5);
+    let r = rules::unsuspend_first_write(&record, &[], &present, 5);
     assert!(r.suspended.is_empty());
     assert_eq!(r.restore, vec![vm(1)]);
     // A pod annotated without a suspended list (an earlier operator, an abandoned quiesce)
     // is recorded.
     let bare = ReclaimRecord::default();
-    let r = suspend::unsuspend_first_write(
+    let r = rules::unsuspend_first_write(
         &bare,
         &[with(agent(2), ann::HIBERNATE, "true")],
         &present,
@@ -184,10 +110,10 @@ fn reclaim_waits_for_a_woken_pod() {
         with(agent(3), ann::LIFECYCLE_STATE, "ready"),   // no live VM
                                                          // demo-4 missing: stays recorded.
     ]);
-    assert_eq!(suspend::reclaimable(&record, &c), vec![vm(0)]);
-    assert!(suspend::is_woken(&live(agent(0), 9), 4));
+    assert_eq!(rules::reclaimable(&record, &c), vec![vm(0)]);
+    assert!(rules::is_woken(&live(agent(0), 9), 4));
     // Nothing recorded: no registry call.
-    assert!(suspend::reclaimable(&ReclaimRecord::default(), &c).is_empty());
+    assert!(rules::reclaimable(&ReclaimRecord::default(), &c).is_empty());
 }
 
 /// `p` Ready since `at` (seconds after the epoch).
@@ -209,7 +135,7 @@ fn secs(s: i64) -> Timestamp {
 
 #[test]
 fn woken_vms_are_reclaimed_together_once_no_other_recorded_pod_is_coming_up_or_the_hold_passed() {
-    use suspend::{RECLAIM_HOLD, Reclaim};
+    use rules::{RECLAIM_HOLD, Reclaim};
     let hold = RECLAIM_HOLD.as_secs() as i64;
     let record = ReclaimRecord {
         generation: 4,
@@ -281,7 +207,7 @@ fn woken_vms_are_reclaimed_together_once_no_other_recorded_pod_is_coming_up_or_t
     ];
     for (what, pods, now, want) in table {
         assert_eq!(
-            suspend::reclaim_decision(&record, &classify(&pods), secs(now)),
+            rules::reclaim_decision(&record, &classify(&pods), secs(now)),
             want,
             "{what}"
         );

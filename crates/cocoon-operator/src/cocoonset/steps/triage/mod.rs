@@ -1,5 +1,7 @@
-//! §6 triage applied to one existing pod (steps 7, 11, 12 and 13 share it): the writes of
-//! the decision of [`plan::triage`], and a missing pod's rebuild budget.
+//! Triage and the rebuild budget (`cocoonset.md` §6) applied to one pod (steps 7, 11, 12 and
+//! 13 share it): the writes of the decision of [`rules::decide`] for an existing pod
+//! ([`existing`]), and a missing pod's rebuild budget ([`may_recreate`]). The pure rules are
+//! [`rules`].
 //!
 //! The rebuild history is durable before the delete it counts, so a crash cannot refund an
 //! attempt; a dead-lettered pod is marked at this generation and left until the spec changes.
@@ -12,13 +14,17 @@ use cocoon_api::contract::{AnnotationCodec, DeadLetter, RebuildHistory};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use self::rules::Triage;
 use super::{Counter, Observed, Write};
-use crate::cocoonset::plan::{self, Triage};
 use crate::cocoonset::pods;
+
+pub mod rules;
+#[cfg(test)]
+mod rules_tests;
 
 /// One pod's triage: the decision, and what applying it takes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TriagePlan {
+pub struct Triaged {
     pub decision: Triage,
     pub writes: Vec<Write>,
     /// The writes change a pod (a delete).
@@ -29,16 +35,21 @@ pub struct TriagePlan {
 
 /// The history write: GC'd of entries outside the desired pod names, as an annotation delta.
 pub fn history_write(o: &Observed<'_>, mut history: RebuildHistory) -> Write {
-    history.retain_desired(&plan::desired_names(o.cs));
+    history.retain_desired(&rules::desired_names(o.cs));
     Write::SetAnnotations(history.delta(o.cs.annotations()))
 }
 
 /// §6 for `pod`, rebuilt for `reason` (none: leave it).
-pub fn plan(o: &Observed<'_>, pod: &Pod, reason: Option<String>, now: DateTime<Utc>) -> TriagePlan {
+pub fn existing(
+    o: &Observed<'_>,
+    pod: &Pod,
+    reason: Option<String>,
+    now: DateTime<Utc>,
+) -> Triaged {
     let name = pod.name_any();
     let generation = o.generation();
     let mut history = RebuildHistory::from_meta(&o.cs.metadata);
-    let decision = plan::triage(
+    let decision = rules::decide(
         reason,
         pods::dead_letter(pod),
         history.get(&name),
@@ -56,7 +67,7 @@ pub fn plan(o: &Observed<'_>, pod: &Pod, reason: Option<String>, now: DateTime<U
             (writes, true, None)
         }
         Triage::DeadLetter { reason } => {
-            plan::mark_exhausted(&mut history, &name, generation);
+            rules::mark_exhausted(&mut history, &name, generation);
             let writes = vec![
                 Write::PatchPod {
                     name: name.clone(),
@@ -88,7 +99,7 @@ pub fn plan(o: &Observed<'_>, pod: &Pod, reason: Option<String>, now: DateTime<U
             (writes, true, None)
         }
     };
-    TriagePlan {
+    Triaged {
         decision,
         writes,
         changed,
@@ -96,7 +107,7 @@ pub fn plan(o: &Observed<'_>, pod: &Pod, reason: Option<String>, now: DateTime<U
     }
 }
 
-impl TriagePlan {
+impl Triaged {
     /// Everything applying the decision takes, in order: its log line, its writes, then the
     /// pass's bookkeeping (a backoff still running, a change made).
     pub fn into_writes(self, o: &Observed<'_>, pod: &str) -> Vec<Write> {
@@ -129,10 +140,10 @@ impl TriagePlan {
 pub fn may_recreate(o: &Observed<'_>, pod_name: &str) -> Option<Vec<Write>> {
     let mut history = RebuildHistory::from_meta(&o.cs.metadata);
     let generation = o.generation();
-    if plan::exhausted(&history, pod_name, generation) {
+    if rules::exhausted(&history, pod_name, generation) {
         return None;
     }
-    if plan::exhausted_earlier(&history, pod_name, generation) {
+    if rules::exhausted_earlier(&history, pod_name, generation) {
         history.reset(pod_name);
         return Some(vec![history_write(o, history)]);
     }
@@ -142,26 +153,20 @@ pub fn may_recreate(o: &Observed<'_>, pod_name: &str) -> Option<Vec<Write>> {
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::annotations as ann;
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
+    use cocoon_api::crd::set::CocoonSet;
 
     use super::*;
-    use crate::cocoonset::plan::Timing;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, SetFixture, observe, set};
     use crate::cocoonset::pods::Classified;
 
-    const NS: &str = "ns";
-
-    fn set(history: &str) -> CocoonSet {
-        let mut spec = CocoonSetSpec::with_image("img:1");
-        spec.agent.replicas = 2;
-        let mut cs = CocoonSet::new("demo", spec);
-        cs.metadata.namespace = Some(NS.into());
-        cs.metadata.uid = Some("uid".into());
-        cs.metadata.generation = Some(3);
-        if !history.is_empty() {
-            cs.annotations_mut()
-                .insert(ann::REBUILD_HISTORY.into(), history.into());
+    /// A set of two sub-agents with this rebuild history (none when empty).
+    fn with_history(history: &str) -> CocoonSet {
+        let cs = set().with_replicas(2);
+        if history.is_empty() {
+            return cs;
         }
-        cs
+        cs.with_annotation(ann::REBUILD_HISTORY, history)
     }
 
     fn timing() -> Timing {
@@ -169,16 +174,6 @@ mod tests {
             rebuild_budget: 2,
             rebuild_backoff: vec![Duration::ZERO, Duration::from_secs(10)],
             ..Timing::default()
-        }
-    }
-
-    fn observe<'a>(cs: &'a CocoonSet, c: &'a Classified, t: &'a Timing) -> Observed<'a> {
-        Observed {
-            cs,
-            ns: NS,
-            owned: &[],
-            classified: c,
-            timing: t,
         }
     }
 
@@ -204,9 +199,13 @@ mod tests {
         let now = DateTime::<Utc>::from_timestamp(1_000, 0).unwrap_or_default();
         let (c, t) = (Classified::default(), timing());
         let (empty, one, spent) = (
-            set(""),
-            set(r#"{"demo-1":{"count":1,"lastDeleted":"1970-01-01T00:16:35Z","generation":3}}"#),
-            set(r#"{"demo-1":{"count":2,"lastDeleted":"1970-01-01T00:00:00Z","generation":3}}"#),
+            with_history(""),
+            with_history(
+                r#"{"demo-1":{"count":1,"lastDeleted":"1970-01-01T00:16:35Z","generation":3}}"#,
+            ),
+            with_history(
+                r#"{"demo-1":{"count":2,"lastDeleted":"1970-01-01T00:00:00Z","generation":3}}"#,
+            ),
         );
         let drifted = Some(ev::REASON_SPEC_DRIFTED.to_string());
         // (what, set, reason, writes, changed, backoff)
@@ -257,7 +256,7 @@ mod tests {
         ];
         for (what, cs, reason, want, changed, backoff) in cases {
             let pod = pods::build_agent_pod(cs, NS, 1, "vm", Some("n"));
-            let p = plan(&observe(cs, &c, &t), &pod, reason, now);
+            let p = existing(&observe(cs, &c, &t), &pod, reason, now);
             assert_eq!(kinds(&p.writes), want, "{what}");
             assert_eq!((p.changed, p.backoff), (changed, backoff), "{what}");
         }
@@ -265,12 +264,12 @@ mod tests {
 
     #[test]
     fn a_pod_dead_lettered_at_an_older_generation_is_reset_and_deleted() {
-        let cs = set(r#"{"demo-1":{"count":2,"generation":2}}"#);
+        let cs = with_history(r#"{"demo-1":{"count":2,"generation":2}}"#);
         let mut pod = pods::build_agent_pod(&cs, NS, 1, "vm", Some("n"));
         pod.annotations_mut()
             .insert(ann::DEAD_LETTER.into(), "2".into());
         let (c, t) = (Classified::default(), timing());
-        let p = plan(
+        let p = existing(
             &observe(&cs, &c, &t),
             &pod,
             Some(ev::REASON_SPEC_DRIFTED.into()),
@@ -283,13 +282,14 @@ mod tests {
     #[test]
     fn a_missing_pod_spent_at_this_generation_is_not_recreated_an_older_mark_is_cleared() {
         let (c, t) = (Classified::default(), timing());
-        let mark = |g: i64| set(&format!(r#"{{"demo-1":{{"count":2,"exhaustedAt":{g}}}}}"#));
+        let mark =
+            |g: i64| with_history(&format!(r#"{{"demo-1":{{"count":2,"exhaustedAt":{g}}}}}"#));
         let cs = mark(3);
         assert_eq!(may_recreate(&observe(&cs, &c, &t), "demo-1"), None);
         let cs = mark(2);
         let writes = may_recreate(&observe(&cs, &c, &t), "demo-1").expect("recreated");
         assert_eq!(kinds(&writes), ["history"]);
-        let cs = set("");
+        let cs = with_history("");
         assert_eq!(may_recreate(&observe(&cs, &c, &t), "demo-1"), Some(vec![]));
     }
 }

@@ -16,8 +16,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::plan::Timing;
-use super::{Caches, Context, pods, walk};
+use crate::cocoonset::{Caches, Context, Timing, pods, walk};
 use crate::metrics::Metrics;
 use crate::registry::OciTagRegistry;
 
@@ -139,9 +138,7 @@ async fn a_pass_over_caches_that_do_not_show_its_own_writes_yet_does_not_write_t
         pod_writer.apply_watcher_event(&watcher::Event::Apply(touched));
         walk::walk(&sets.get("demo").await?, &ctx, &caches).await?;
         assert!(
-            !ctx.fresh_pods
-                .lock()
-                .is_ok_and(|f| f.has_set(&cs.uid().unwrap_or_default())),
+            !ctx.memory.keeps_pods_of(&cs.uid().unwrap_or_default()),
             "nothing kept once the cache moved"
         );
 

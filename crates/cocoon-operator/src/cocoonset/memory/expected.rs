@@ -76,6 +76,11 @@ impl Expected {
         self.sets.remove(set_uid);
     }
 
+    /// Only the sets `keep` names are expected for.
+    pub fn retain_sets(&mut self, keep: impl Fn(&str) -> bool) {
+        self.sets.retain(|uid, _| keep(uid));
+    }
+
     /// Whether a pod of the set `set_uid` is expected.
     pub fn has_set(&self, set_uid: &str) -> bool {
         self.sets.contains_key(set_uid)

@@ -1,4 +1,4 @@
-//! Step 7 — the main's failed state.
+//! Seed step 7 — the main's failed state.
 //!
 //! A main in a terminal state (`Pod.Phase=Failed`, or lifecycle `failed` from vk-cocoon while
 //! still Running) that still matches its spec makes the set `Phase=Failed`, announced once by
@@ -6,7 +6,7 @@
 //! rebuild budget of step 11 instead. Before either, step 10's un-suspend clears a hibernate
 //! annotation a prior suspend left (unless a migration is pending, whose quiesce it is). The
 //! Failed phase is recoverable: a main Ready again is announced with `RecoveredFromFailure`
-//! and the pass goes on.
+//! and the pass goes on. The pure rules are [`rules`].
 
 use chrono::{DateTime, Utc};
 use cocoon_api::contract::events::operator as reasons;
@@ -15,9 +15,14 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::{Answers, Counter, Next, Observed, StepPlan, Write, triage, unsuspend};
-use crate::cocoonset::plan::{self, FailedStep, Triage};
+use self::rules::Verdict;
+use super::triage::{self, rules::Triage};
+use super::{Answers, Counter, Next, Observed, StepPlan, Write, status, unsuspend};
 use crate::cocoonset::pods;
+
+pub mod rules;
+#[cfg(test)]
+mod rules_tests;
 
 /// The step's decision.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,14 +36,15 @@ pub enum FailedMain {
     ClearThenRebuild { reason: String },
 }
 
-pub fn plan(o: &Observed<'_>) -> FailedMain {
+/// The step's decision on the main as the pass observed it.
+pub fn decide(o: &Observed<'_>) -> FailedMain {
     let Some(main) = &o.classified.main else {
         return FailedMain::Proceed(StepPlan::proceed());
     };
     let drifted = pods::agent_drift(o.cs, o.ns, 0, main).is_some();
-    match plan::failed_step(o.cs, o.ns, Some(main), drifted) {
-        FailedStep::Continue => FailedMain::Proceed(StepPlan::proceed()),
-        FailedStep::Recovered { message } => FailedMain::Proceed(StepPlan::then(
+    match rules::verdict(o.cs, o.ns, Some(main), drifted) {
+        Verdict::Continue => FailedMain::Proceed(StepPlan::proceed()),
+        Verdict::Recovered { message } => FailedMain::Proceed(StepPlan::then(
             vec![Write::Event {
                 warning: false,
                 reason: reasons::RECOVERED_FROM_FAILURE,
@@ -46,22 +52,22 @@ pub fn plan(o: &Observed<'_>) -> FailedMain {
             }],
             Next::Continue,
         )),
-        FailedStep::Rebuild { reason } => FailedMain::ClearThenRebuild { reason },
-        FailedStep::Fail(_) => FailedMain::ClearThenReport,
+        Verdict::Rebuild { reason } => FailedMain::ClearThenRebuild { reason },
+        Verdict::Fail(_) => FailedMain::ClearThenReport,
     }
 }
 
-/// Step 7 on the pass's view and the step's answers so far: [`plan`], then for a terminal
+/// Step 7 on the pass's view and the step's answers so far: [`decide`], then for a terminal
 /// main first step 10's bookkeeping (its reads, then its writes, each round planned again on
 /// the view they leave) unless a migration is pending, then [`report`] or the rebuild triage
 /// and [`after_triage`].
-pub fn step(
+pub fn plan(
     o: &Observed<'_>,
     answers: &Answers,
     now: DateTime<Utc>,
     status_time: Timestamp,
 ) -> StepPlan {
-    let rebuild = match plan(o) {
+    let rebuild = match decide(o) {
         FailedMain::Proceed(p) => return p,
         FailedMain::ClearThenReport => None,
         FailedMain::ClearThenRebuild { reason } => Some(reason),
@@ -81,7 +87,7 @@ pub fn step(
     let Some(reason) = rebuild else {
         return report(o, main, status_time);
     };
-    let triaged = triage::plan(o, main, Some(reason), now);
+    let triaged = triage::existing(o, main, Some(reason), now);
     let decision = triaged.decision.clone();
     let mut writes = triaged.into_writes(o, &main.name_any());
     let after = after_triage(o, &decision, main, status_time);
@@ -101,7 +107,7 @@ fn clears_leftover_hibernate(o: &Observed<'_>, main: &Pod) -> bool {
 /// 7.3: `Phase=Failed`, announced (event and metric) only on entering it; then wait for a
 /// change of the main.
 pub fn report(o: &Observed<'_>, main: &Pod, status_time: Timestamp) -> StepPlan {
-    let report = plan::failed_report(o.cs, o.ns, main);
+    let report = rules::failed_report(o.cs, o.ns, main);
     let mut writes = Vec::new();
     if report.announce {
         writes.push(Write::Event {
@@ -113,7 +119,7 @@ pub fn report(o: &Observed<'_>, main: &Pod, status_time: Timestamp) -> StepPlan 
             writes.push(Write::Count(Counter::LifecycleStateFailed { phase }));
         }
     }
-    writes.push(Write::Status(plan::build_status(
+    writes.push(Write::Status(status::rules::build_status(
         o.cs,
         o.classified,
         Some(CocoonSetPhase::Failed),
@@ -145,83 +151,50 @@ mod tests {
     use std::time::Duration;
 
     use cocoon_api::contract::annotations as ann;
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-    use kube::ResourceExt;
+    use cocoon_api::crd::set::CocoonSet;
 
     use super::*;
-    use crate::cocoonset::plan::Timing;
-    use crate::cocoonset::pods::Classified;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, SetFixture, classify, observe, phase, ready, set, with};
 
-    const NS: &str = "ns";
-
-    fn set(phase: Option<CocoonSetPhase>) -> CocoonSet {
-        let mut cs = CocoonSet::new("demo", CocoonSetSpec::with_image("img:1"));
-        cs.metadata.namespace = Some(NS.into());
-        cs.metadata.uid = Some("uid".into());
-        cs.metadata.generation = Some(2);
-        cs.status = phase.map(|p| CocoonSetStatus {
-            phase: Some(p),
-            ..CocoonSetStatus::default()
-        });
-        cs
-    }
-
-    fn status(p: &mut Pod, phase: &str, ready: bool) {
-        p.status = Some(PodStatus {
-            phase: Some(phase.into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        });
-    }
-
-    fn decide(cs: &CocoonSet, main: Option<&Pod>) -> FailedMain {
-        let c = Classified::from_owned(main);
+    fn decided(cs: &CocoonSet, main: Option<&Pod>) -> FailedMain {
+        let c = classify(main);
         let t = Timing::default();
-        plan(&Observed {
-            cs,
-            ns: NS,
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        })
+        decide(&observe(cs, &c, &t))
     }
 
     #[test]
     fn a_terminal_main_matching_its_spec_fails_a_drifted_one_is_rebuilt_a_ready_one_recovers() {
-        let cs = set(Some(CocoonSetPhase::Running));
+        let cs = set()
+            .at_generation(2)
+            .in_phase(Some(CocoonSetPhase::Running));
         let built = pods::build_agent_pod(&cs, NS, 0, "", None);
-        let mut failed = built.clone();
-        status(&mut failed, "Failed", false);
-        let mut lifecycle_failed = built.clone();
-        status(&mut lifecycle_failed, "Running", false);
-        lifecycle_failed
-            .annotations_mut()
-            .insert(ann::LIFECYCLE_STATE.into(), "failed".into());
-        let mut healthy = built.clone();
-        status(&mut healthy, "Running", true);
+        let failed = phase(built.clone(), "Failed");
+        let lifecycle_failed = with(
+            phase(built.clone(), "Running"),
+            ann::LIFECYCLE_STATE,
+            "failed",
+        );
+        let healthy = ready(built.clone());
         let mut drifted_set = cs.clone();
         drifted_set.spec.agent.image = "img:2".into();
 
-        assert_eq!(decide(&cs, None), FailedMain::Proceed(StepPlan::proceed()));
+        assert_eq!(decided(&cs, None), FailedMain::Proceed(StepPlan::proceed()));
         assert_eq!(
-            decide(&cs, Some(&healthy)),
+            decided(&cs, Some(&healthy)),
             FailedMain::Proceed(StepPlan::proceed())
         );
-        assert_eq!(decide(&cs, Some(&failed)), FailedMain::ClearThenReport);
+        assert_eq!(decided(&cs, Some(&failed)), FailedMain::ClearThenReport);
         assert_eq!(
-            decide(&cs, Some(&lifecycle_failed)),
+            decided(&cs, Some(&lifecycle_failed)),
             FailedMain::ClearThenReport
         );
         assert!(matches!(
-            decide(&drifted_set, Some(&failed)),
+            decided(&drifted_set, Some(&failed)),
             FailedMain::ClearThenRebuild { .. }
         ));
-        match decide(&set(Some(CocoonSetPhase::Failed)), Some(&healthy)) {
+        let was_failed = cs.clone().in_phase(Some(CocoonSetPhase::Failed));
+        match decided(&was_failed, Some(&healthy)) {
             FailedMain::Proceed(p) => {
                 assert!(matches!(
                     &p.writes[..],
@@ -244,18 +217,10 @@ mod tests {
             (Some(CocoonSetPhase::Running), true),
             (Some(CocoonSetPhase::Failed), false),
         ] {
-            let cs = set(before);
-            let mut main = pods::build_agent_pod(&cs, NS, 0, "", None);
-            status(&mut main, "Failed", false);
-            let c = Classified::from_owned([&main]);
-            let o = Observed {
-                cs: &cs,
-                ns: NS,
-                owned: &[],
-                classified: &c,
-                timing: &t,
-            };
-            let p = report(&o, &main, Timestamp::UNIX_EPOCH);
+            let cs = set().at_generation(2).in_phase(before);
+            let main = phase(pods::build_agent_pod(&cs, NS, 0, "", None), "Failed");
+            let c = classify([&main]);
+            let p = report(&observe(&cs, &c, &t), &main, Timestamp::UNIX_EPOCH);
             let events = p
                 .writes
                 .iter()
@@ -272,17 +237,12 @@ mod tests {
     #[test]
     fn a_drifted_failed_main_dead_lettered_reports_failed_otherwise_the_rebuild_decides() {
         let t = Timing::default();
-        let cs = set(Some(CocoonSetPhase::Running));
-        let mut main = pods::build_agent_pod(&cs, NS, 0, "", None);
-        status(&mut main, "Failed", false);
-        let c = Classified::from_owned([&main]);
-        let o = Observed {
-            cs: &cs,
-            ns: NS,
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        };
+        let cs = set()
+            .at_generation(2)
+            .in_phase(Some(CocoonSetPhase::Running));
+        let main = phase(pods::build_agent_pod(&cs, NS, 0, "", None), "Failed");
+        let c = classify([&main]);
+        let o = observe(&cs, &c, &t);
         let now = Timestamp::UNIX_EPOCH;
         let dead = after_triage(
             &o,
@@ -307,40 +267,20 @@ mod tests {
     #[test]
     fn before_either_the_unsuspend_clears_a_leftover_hibernate_unless_a_migration_is_pending() {
         let t = Timing::default();
-        let cs = set(Some(CocoonSetPhase::Running));
-        let mut main = pods::build_agent_pod(&cs, NS, 0, "", None);
-        status(&mut main, "Failed", false);
+        let cs = set()
+            .at_generation(2)
+            .in_phase(Some(CocoonSetPhase::Running));
+        let mut main = phase(pods::build_agent_pod(&cs, NS, 0, "", None), "Failed");
         main.spec.get_or_insert_default().node_name = Some("node-a".into());
-        let mut annotated = main.clone();
-        annotated
-            .annotations_mut()
-            .insert(ann::HIBERNATE.into(), "true".into());
+        let annotated = with(main.clone(), ann::HIBERNATE, "true");
         let (now, st) = (Utc::now(), Timestamp::UNIX_EPOCH);
         let run = |cs: &CocoonSet, main: &Pod, a: &Answers| {
-            let c = Classified::from_owned([main]);
-            step(
-                &Observed {
-                    cs,
-                    ns: NS,
-                    owned: &[],
-                    classified: &c,
-                    timing: &t,
-                },
-                a,
-                now,
-                st,
-            )
+            let c = classify([main]);
+            plan(&observe(cs, &c, &t), a, now, st)
         };
         let reported = |cs: &CocoonSet, main: &Pod| {
-            let c = Classified::from_owned([main]);
-            let o = Observed {
-                cs,
-                ns: NS,
-                owned: &[],
-                classified: &c,
-                timing: &t,
-            };
-            report(&o, main, st)
+            let c = classify([main]);
+            report(&observe(cs, &c, &t), main, st)
         };
         // The bookkeeping's read, then its writes, and the step plans again.
         let p = run(&cs, &annotated, &Answers::default());

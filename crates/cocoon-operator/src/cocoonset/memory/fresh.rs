@@ -129,6 +129,11 @@ impl<K: Resource + Clone> Fresh<K> {
         self.entries.retain(|_, e| e.set_uid != set_uid);
     }
 
+    /// Only the sets `keep` names are kept.
+    pub fn retain_sets(&mut self, keep: impl Fn(&str) -> bool) {
+        self.entries.retain(|_, e| keep(&e.set_uid));
+    }
+
     /// Whether anything of the set `set_uid` is kept.
     pub fn has_set(&self, set_uid: &str) -> bool {
         self.entries.values().any(|e| e.set_uid == set_uid)

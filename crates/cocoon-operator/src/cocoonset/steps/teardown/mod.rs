@@ -1,4 +1,4 @@
-//! Step 2 — teardown: `deletionTimestamp` is set.
+//! Seed step 2 — teardown: `deletionTimestamp` is set.
 //!
 //! Stash the VM names of every owned pod (with the status's and the reclaim record's) onto
 //! `delete-vm-names`, delete the pods, and once they are gone GC the registry tags of every
@@ -10,20 +10,23 @@ use cocoon_api::contract::{AnnotationCodec, finalizers};
 use kube::ResourceExt;
 
 use super::{Next, Observed, StepPlan, Write};
-use crate::cocoonset::plan;
+
+pub mod rules;
+#[cfg(test)]
+mod rules_tests;
 
 pub fn plan(o: &Observed<'_>) -> StepPlan {
     if !o.cs.finalizers().iter().any(|f| f == finalizers::COCOONSET) {
         return StepPlan::then(Vec::new(), Next::AwaitChange);
     }
-    let names = plan::stash_names(o.cs, o.owned);
+    let names = rules::stash_names(o.cs, o.owned);
     let mut writes = vec![Write::SetAnnotations(names.delta(o.cs.annotations()))];
     if !o.owned.is_empty() {
         // Tag GC waits for the pods: the node agent may push :latest while they go.
         writes.extend(o.owned.iter().map(|p| Write::DeletePod(p.name_any())));
         return StepPlan::then(writes, Next::RequeueAfter(o.timing.wait_for_main));
     }
-    writes.push(Write::GcTags(plan::gc_plan(o.cs, o.ns, &names)));
+    writes.push(Write::GcTags(rules::gc_items(o.cs, o.ns, &names)));
     writes.push(Write::Finalizers {
         patch: crate::controller::remove_finalizer_patch(o.cs, finalizers::COCOONSET),
         gone_ok: true,
@@ -34,21 +37,20 @@ pub fn plan(o: &Observed<'_>) -> StepPlan {
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::{DeleteVmNames, annotations as ann};
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, SnapshotPolicy};
+    use cocoon_api::crd::set::{CocoonSet, SnapshotPolicy};
     use cocoon_api::naming;
     use k8s_openapi::api::core::v1::Pod;
 
+    use super::rules::GcItem;
     use super::*;
-    use crate::cocoonset::plan::{GcItem, Timing};
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, observe, set};
     use crate::cocoonset::pods::{self, Classified};
 
-    const NS: &str = "ns";
-
+    /// The set being deleted, with these finalizers.
     fn deleting(finalizers: &[&str], policy: SnapshotPolicy) -> CocoonSet {
-        let mut spec = CocoonSetSpec::with_image("img:1");
-        spec.snapshot_policy = policy;
-        let mut cs = CocoonSet::new("demo", spec);
-        cs.metadata.namespace = Some(NS.into());
+        let mut cs = set();
+        cs.spec.snapshot_policy = policy;
         cs.metadata.resource_version = Some("42".into());
         cs.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
         cs
@@ -57,11 +59,8 @@ mod tests {
     fn run(cs: &CocoonSet, owned: &[Pod]) -> StepPlan {
         let (classified, timing) = (Classified::default(), Timing::default());
         plan(&Observed {
-            cs,
-            ns: NS,
             owned,
-            classified: &classified,
-            timing: &timing,
+            ..observe(cs, &classified, &timing)
         })
     }
 

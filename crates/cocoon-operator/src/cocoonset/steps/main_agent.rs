@@ -1,4 +1,4 @@
-//! Step 11 — the main agent (slot 0).
+//! Seed step 11 — the main agent (slot 0).
 //!
 //! A main that drifted from the spec takes the rebuild budget (§6). A main that is not Ready
 //! ends the pass with `Phase=Pending` and a requeue in 5 s — or keeps `Failed` while a set
@@ -16,11 +16,10 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::{
-    Answers, Created, Next, Observed, Protocol, Read, StepPlan, Write, cr_restorable, create_facts,
-    create_protocol, triage,
-};
-use crate::cocoonset::plan::{self, Triage};
+use super::create::{self, Protocol, rules::cr_restorable};
+use super::status::rules::build_status;
+use super::triage::{self, rules::Triage};
+use super::{Answers, Created, Next, Observed, Read, StepPlan, Write};
 use crate::cocoonset::pods;
 
 /// The step's name in a registry error.
@@ -35,14 +34,7 @@ pub fn plan(
     status_time: Timestamp,
 ) -> StepPlan {
     let t = o.timing;
-    let status = |phase| {
-        Write::Status(plan::build_status(
-            o.cs,
-            o.classified,
-            Some(phase),
-            status_time,
-        ))
-    };
+    let status = |phase| Write::Status(build_status(o.cs, o.classified, Some(phase), status_time));
     let Some(main) = &o.classified.main else {
         // 11.2: the create's outcome decides the requeue: a main that already exists (the
         // old one still terminating) is waited for.
@@ -63,8 +55,8 @@ pub fn plan(
             return StepPlan::read(Vec::new(), vec![Read::CachedHibernations]);
         };
         let pod = pods::build_agent_pod(o.cs, o.ns, 0, "", None);
-        let facts = create_facts(o, &pod, Role::Main, &cr_restorable(crs), false);
-        return match create_protocol(answers, pod, facts, STEP) {
+        let facts = create::facts(o, &pod, Role::Main, &cr_restorable(crs), false);
+        return match create::protocol(answers, pod, facts, STEP) {
             Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
             Protocol::Decided { pod, writes: w, .. } => {
                 writes.extend(w);
@@ -75,7 +67,7 @@ pub fn plan(
     };
     let mut writes = Vec::new();
     if pods::agent_drift(o.cs, o.ns, 0, main).is_some() {
-        let triaged = triage::plan(o, main, Some(ev::REASON_SPEC_DRIFTED.to_string()), now);
+        let triaged = triage::existing(o, main, Some(ev::REASON_SPEC_DRIFTED.to_string()), now);
         match triaged.decision {
             Triage::ResetAndDelete | Triage::Rebuild { .. } => {
                 return StepPlan::then(triaged.writes, Next::RequeueAfter(t.requeue_after_write));
@@ -91,7 +83,7 @@ pub fn plan(
         } else {
             CocoonSetPhase::Pending
         };
-        let new = plan::build_status(o.cs, o.classified, Some(phase), status_time);
+        let new = build_status(o.cs, o.classified, Some(phase), status_time);
         // While Pending, a main (or any pod) coming up moves its entry more often than the
         // counts move: that is held back as in step 14.
         if !super::status::held(o, &new) {
@@ -105,55 +97,28 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::{annotations as ann, labels};
-    use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
-    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+    use cocoon_api::crd::set::CocoonSet;
+    use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
-    use crate::cocoonset::plan::{TagRead, Timing};
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, SetFixture, classify, observe, ready, set};
     use crate::cocoonset::pods::Classified;
-
-    const NS: &str = "ns";
-
-    fn set(phase: Option<CocoonSetPhase>) -> CocoonSet {
-        let mut cs = CocoonSet::new("demo", CocoonSetSpec::with_image("img:1"));
-        cs.metadata.namespace = Some(NS.into());
-        cs.metadata.uid = Some("uid".into());
-        cs.metadata.generation = Some(4);
-        cs.status = phase.map(|p| CocoonSetStatus {
-            phase: Some(p),
-            ..CocoonSetStatus::default()
-        });
-        cs
-    }
-
-    fn ready(mut p: Pod) -> Pod {
-        p.status = Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        });
-        p
-    }
+    use crate::cocoonset::steps::create::rules::TagRead;
 
     fn run(cs: &CocoonSet, main: Option<Pod>) -> StepPlan {
         run_with(cs, main, &Answers::default())
     }
 
     fn run_with(cs: &CocoonSet, main: Option<Pod>, answers: &Answers) -> StepPlan {
-        let c = Classified::from_owned(main.iter());
+        let c = classify(main.iter());
         let t = Timing::default();
-        let o = Observed {
-            cs,
-            ns: NS,
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        };
-        plan(&o, answers, Utc::now(), Timestamp::UNIX_EPOCH)
+        plan(
+            &observe(cs, &c, &t),
+            answers,
+            Utc::now(),
+            Timestamp::UNIX_EPOCH,
+        )
     }
 
     fn phase_written(p: &StepPlan) -> Option<CocoonSetPhase> {
@@ -172,7 +137,7 @@ mod tests {
             (Some(CocoonSetPhase::Failed), CocoonSetPhase::Failed),
         ];
         for (before, want) in cases {
-            let cs = set(before);
+            let cs = set().at_generation(4).in_phase(before);
             let main = pods::build_agent_pod(&cs, NS, 0, "", None);
             let p = run(&cs, Some(main));
             assert_eq!(phase_written(&p), Some(want), "from {before:?}");
@@ -189,7 +154,7 @@ mod tests {
         let pending = |cs: &CocoonSet, main: &Pod| {
             let mut cs = cs.clone();
             let c = Classified::from_owned([main]);
-            cs.status = Some(plan::build_status(
+            cs.status = Some(build_status(
                 &cs,
                 &c,
                 Some(CocoonSetPhase::Pending),
@@ -197,7 +162,7 @@ mod tests {
             ));
             cs
         };
-        let cs = set(None);
+        let cs = set().at_generation(4);
         let main = pods::build_agent_pod(&cs, NS, 0, "", None);
         let reported = pending(&cs, &main);
         // The main's VM id arrives while it is not Ready: nothing to write, still waiting.
@@ -215,7 +180,9 @@ mod tests {
             phase_written(&run(&cs, Some(booted.clone()))),
             Some(CocoonSetPhase::Pending)
         );
-        let running = set(Some(CocoonSetPhase::Running));
+        let running = set()
+            .at_generation(4)
+            .in_phase(Some(CocoonSetPhase::Running));
         assert_eq!(
             phase_written(&run(&running, Some(booted))),
             Some(CocoonSetPhase::Pending)
@@ -237,14 +204,18 @@ mod tests {
 
     #[test]
     fn a_ready_main_matching_the_spec_hands_over_without_a_write() {
-        let cs = set(Some(CocoonSetPhase::Running));
+        let cs = set()
+            .at_generation(4)
+            .in_phase(Some(CocoonSetPhase::Running));
         let main = ready(pods::build_agent_pod(&cs, NS, 0, "", None));
         assert_eq!(run(&cs, Some(main)), StepPlan::then(vec![], Next::Continue));
     }
 
     #[test]
     fn a_drifted_main_takes_the_rebuild_budget() {
-        let mut cs = set(Some(CocoonSetPhase::Running));
+        let mut cs = set()
+            .at_generation(4)
+            .in_phase(Some(CocoonSetPhase::Running));
         let main = ready(pods::build_agent_pod(&cs, NS, 0, "", None));
         cs.spec.agent.image = "img:2".into();
         let p = run(&cs, Some(main));
@@ -257,7 +228,7 @@ mod tests {
 
     #[test]
     fn a_missing_main_is_created_through_the_create_protocol() {
-        let cs = set(None);
+        let cs = set().at_generation(4);
         // §8: the CocoonHibernation list (from the cache), then §7.1: the manifest read.
         assert_eq!(
             run(&cs, None),
@@ -309,25 +280,19 @@ mod tests {
 
     #[test]
     fn a_main_created_a_moment_ago_and_not_cached_yet_is_waited_for_not_posted_again() {
-        let cs = set(None);
+        let cs = set().at_generation(4);
         let mut c = Classified::default();
         c.pending_creates
             .insert("demo-0".into(), std::time::Duration::from_secs(20));
         let t = Timing::default();
-        let o = Observed {
-            cs: &cs,
-            ns: NS,
-            owned: &[],
-            classified: &c,
-            timing: &t,
-        };
+        let o = observe(&cs, &c, &t);
         let p = plan(&o, &Answers::default(), Utc::now(), Timestamp::UNIX_EPOCH);
         assert_eq!(p, StepPlan::requeue(Vec::new(), t.wait_for_main));
     }
 
     #[test]
     fn a_missing_main_whose_budget_is_spent_reports_failed_until_the_spec_changes() {
-        let mut cs = set(None);
+        let mut cs = set().at_generation(4);
         cs.annotations_mut().insert(
             ann::REBUILD_HISTORY.into(),
             r#"{"demo-0":{"count":3,"exhaustedAt":4}}"#.into(),
