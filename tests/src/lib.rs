@@ -1,8 +1,8 @@
 //! End-to-end scenarios live in tests/; this library holds the few helpers the shipping tests
-//! (image, krew) share: the workspace's root, version and git revision, and running a command
-//! to completion with its output in the failure message.
+//! (image, krew, helm) share: the workspace's root, version and git revision, running a command
+//! to completion with its output in the failure message, and helm.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The workspace root (the directory holding `Cargo.toml`, `scripts/`, `manifests/`).
@@ -49,4 +49,48 @@ pub fn run_ok(cmd: &mut Command) -> Output {
 /// A command's stdout as text.
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The helm binary: `COCOON_HELM` when set (it must be executable), else the one
+/// scripts/helm.sh builds into the cache (once) and prints.
+pub fn helm_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("COCOON_HELM").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "COCOON_HELM={} is not a file (unset it to use scripts/helm.sh)",
+            path.display()
+        );
+        return path;
+    }
+    let script = workspace_root().join("scripts/helm.sh");
+    let out = Command::new(&script).output().unwrap_or_else(|e| {
+        panic!(
+            "cannot run {} to find helm ({e}); set COCOON_HELM to a helm v3 binary",
+            script.display()
+        )
+    });
+    assert!(
+        out.status.success(),
+        "{} could not provide helm (set COCOON_HELM to a helm v3 binary):\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = PathBuf::from(stdout(&out).trim());
+    assert!(
+        path.is_file(),
+        "helm.sh printed {}, which is not a file",
+        path.display()
+    );
+    path
+}
+
+/// `helm` with its config, cache and data inside `home` (nothing outside it is touched).
+pub fn helm(home: &Path) -> Command {
+    let mut cmd = Command::new(helm_bin());
+    cmd.env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG");
+    cmd
 }

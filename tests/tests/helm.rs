@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use cocoon_e2e::{run_ok, stdout, workspace_root, workspace_version};
+use cocoon_e2e::{helm, run_ok, stdout, workspace_root, workspace_version};
 use cocoon_testenv::{Shared, unique_name};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -42,50 +42,6 @@ const CRDS: [&str; 2] = [
 
 fn chart() -> PathBuf {
     workspace_root().join("charts/cocoon")
-}
-
-/// The helm binary: `COCOON_HELM` when set (it must be executable), else the one
-/// scripts/helm.sh builds into the cache (once) and prints.
-fn helm_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("COCOON_HELM").filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "COCOON_HELM={} is not a file (unset it to use scripts/helm.sh)",
-            path.display()
-        );
-        return path;
-    }
-    let script = workspace_root().join("scripts/helm.sh");
-    let out = Command::new(&script).output().unwrap_or_else(|e| {
-        panic!(
-            "cannot run {} to find helm ({e}); set COCOON_HELM to a helm v3 binary",
-            script.display()
-        )
-    });
-    assert!(
-        out.status.success(),
-        "{} could not provide helm (set COCOON_HELM to a helm v3 binary):\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = PathBuf::from(stdout(&out).trim());
-    assert!(
-        path.is_file(),
-        "helm.sh printed {}, which is not a file",
-        path.display()
-    );
-    path
-}
-
-/// `helm` with its config, cache and data inside `home` (nothing outside it is touched).
-fn helm(home: &Path) -> Command {
-    let mut cmd = Command::new(helm_bin());
-    cmd.env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBECONFIG");
-    cmd
 }
 
 /// Numbers compared as numbers: the generated CRDs write `minimum: 0.0`, which kustomize
@@ -901,7 +857,7 @@ fn the_schema_covers_every_value() {
         ".metrics.service",
         ".podDisruptionBudget",
         ".networkPolicy.apiServer",
-        ".tests.image",
+        ".tests",
         ".admissionPolicies",
     ] {
         assert!(
@@ -956,6 +912,11 @@ fn the_schema_refuses_mistyped_values_by_name() {
             "at '/networkPolicy': additional properties 'enable' not allowed",
         ),
         ("crds.create=maybe", "at '/crds/create'"),
+        ("tests.timeout=soon", "at '/tests/timeout'"),
+        (
+            "tests.image.tag=1.37",
+            "at '/tests': additional properties 'image' not allowed",
+        ),
         ("namespace.name=Cocoon_System", "at '/namespace/name'"),
         ("concurrency.cocoonset=many", "at '/concurrency/cocoonset'"),
     ] {
@@ -1162,46 +1123,86 @@ fn network_policy_admits_metrics_in_and_dns_api_registry_out() {
     );
 }
 
-/// The `helm test` hook: a pod (only ever created by `helm test`) fetching /metrics through the
-/// release's metrics Service and looking for cocoon_operator_build_info. It is not selected by
-/// the operator's Service, budget or NetworkPolicy. (The test cluster's kubelet has no pod
-/// network or cluster DNS, so `helm test` itself cannot run here: see charts/cocoon/README.md.)
+/// The `helm test` hook: `cocoon-operator check-metrics` in the operator's image, under a
+/// ServiceAccount of its own that may only get the metrics Service and list pods (all
+/// four objects exist only while `helm test` runs). The pod is not selected by the operator's
+/// Service, budget or NetworkPolicy. `in_cluster.rs` runs `helm test` itself.
 #[test]
-fn helm_test_hook_fetches_the_metrics() {
+fn helm_test_hook_checks_the_metrics_endpoints() {
     let home = tempfile::tempdir().unwrap();
     let objs = render(
         home.path(),
         &[
             "--set",
-            "namePrefix=blue-,namespace.name=ops,metrics.port=9090",
+            "namePrefix=blue-,namespace.name=ops,metrics.port=9090,image.tag=v9,tests.timeout=2m",
         ],
     );
-    let pod = &objs["v1/Pod/ops/blue-cocoon-operator-test-metrics"];
-    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let name = "blue-cocoon-operator-test-metrics";
+    for kind in [
+        "v1/ServiceAccount",
+        "rbac.authorization.k8s.io/v1/Role",
+        "rbac.authorization.k8s.io/v1/RoleBinding",
+        "v1/Pod",
+    ] {
+        let obj = &objs[&format!("{kind}/ops/{name}")];
+        assert_eq!(
+            obj["metadata"]["annotations"]["helm.sh/hook"], "test",
+            "{kind}"
+        );
+        assert_eq!(
+            obj["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded",
+            "{kind}"
+        );
+    }
+    let role = &objs[&format!("rbac.authorization.k8s.io/v1/Role/ops/{name}")];
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["services"], "resourceNames": ["blue-cocoon-operator-metrics"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        ])
+    );
+    let binding = &objs[&format!("rbac.authorization.k8s.io/v1/RoleBinding/ops/{name}")];
+    assert_eq!(binding["roleRef"]["name"], name);
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": name, "namespace": "ops"}])
+    );
+    let pod = &objs[&format!("v1/Pod/ops/{name}")];
     assert_ne!(
         pod["metadata"]["labels"]["app.kubernetes.io/name"],
         "cocoon-operator"
     );
     assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert_eq!(pod["spec"]["serviceAccountName"], name);
     let c = &pod["spec"]["containers"][0];
-    assert_eq!(c["image"], "docker.io/library/busybox:1.37");
+    let deploy = deployment(&objs, "ops", "blue-cocoon-operator");
     assert_eq!(
-        c["env"][0],
-        serde_json::json!({"name": "URL", "value": "http://blue-cocoon-operator-metrics.ops.svc:9090/metrics"})
+        c["image"],
+        deploy["spec"]["template"]["spec"]["containers"][0]["image"]
     );
-    let script = c["command"][2].as_str().unwrap();
-    assert!(script.contains("^cocoon_operator_build_info{"), "{script}");
+    assert_eq!(
+        c["args"],
+        serde_json::json!([
+            "check-metrics",
+            "--service=blue-cocoon-operator-metrics",
+            "--namespace=ops",
+            "--port-name=metrics",
+            "--timeout=2m"
+        ])
+    );
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-    // The Service it goes through serves that port.
-    assert_eq!(
-        objs["v1/Service/ops/blue-cocoon-operator-metrics"]["spec"]["ports"][0]["port"],
-        9090
+    // The Service it checks names that port.
+    let svc = &objs["v1/Service/ops/blue-cocoon-operator-metrics"];
+    assert_eq!(svc["spec"]["ports"][0]["name"], "metrics");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 9090);
+    let objs = render(home.path(), &["--set", "tests.enabled=false"]);
+    assert!(
+        objs.keys().all(|k| !k.contains("-test-metrics")),
+        "{:?}",
+        objs.keys().collect::<Vec<_>>()
     );
-    let objs = render(
-        home.path(),
-        &["--set", "tests.enabled=false,tests.image.tag=x"],
-    );
-    assert!(objs.keys().all(|k| !k.starts_with("v1/Pod/")));
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {

@@ -27,7 +27,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
-use cocoon_e2e::{run_ok, stdout, workspace_root};
+use cocoon_e2e::{helm, run_ok, stdout, workspace_root};
 use cocoon_testenv::{KUBELET_TAINT_KEY, Kubelet, Shared, TestNode};
 use cocoon_testsupport::{Agent, AgentOptions, BoxError};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -35,7 +35,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt as _;
 
 const WAIT: Duration = Duration::from_secs(120);
 const SET: &str = "demo";
@@ -93,10 +94,7 @@ impl InCluster {
         // The manifests' namespace, renamed by the overlay (and so the suffix is the name).
         let ns = suffix.clone();
         let fail = |e: BoxError| (e, ns.clone());
-        let image = tokio::task::spawn_blocking(move || load_image(kubelet))
-            .await
-            .map_err(|e| fail(e.into()))?
-            .map_err(fail)?;
+        let image = shared_image(kubelet).await.map_err(fail)?;
         let overlay = tempfile::tempdir().map_err(|e| fail(e.into()))?;
         let api = env.client_config().cluster_url.clone();
         let api_port = api.port_u16().unwrap_or(443);
@@ -305,6 +303,19 @@ async fn delete_run_objects(env: &Shared, suffix: &str) -> Result<(), BoxError> 
     let client = env.client()?;
     cocoon_testenv::delete_namespace(&client, suffix).await?;
     Ok(())
+}
+
+/// The operator image in the kubelet's containerd, built once for the tests of this binary.
+async fn shared_image(kubelet: &'static Kubelet) -> Result<String, BoxError> {
+    static IMAGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    IMAGE
+        .get_or_try_init(|| async move {
+            tokio::task::spawn_blocking(move || load_image(kubelet))
+                .await
+                .map_err(|e| -> BoxError { e.into() })?
+        })
+        .await
+        .cloned()
 }
 
 /// Builds the image (scripts/image.sh, under a name of this run's own), saves it with podman
@@ -519,4 +530,318 @@ async fn lease_transitions(leases: &Api<Lease>) -> i32 {
         .flatten()
         .and_then(|l| l.spec?.lease_transitions)
         .unwrap_or(0)
+}
+
+/// `helm test` for real: the chart installed with the operator running as one pod on the
+/// kubelet's node (the image above), then the chart's test hook (`cocoon-operator
+/// check-metrics` in the same image, under its own ServiceAccount and Role) run by `helm test`
+/// against it. This kubelet gives pods no address, so the hook cannot fetch /metrics here; what
+/// it proves is everything up to that: the hook objects, the Role, the Service's selection of
+/// the release's Ready pod, and a failure that names what is missing (no address; with the
+/// Deployment scaled to zero, no pod at all).
+///
+/// What a shared test host needs, and nothing else, is changed for the operator and the hook
+/// pod alike: host network and the API server on 127.0.0.1 (the kubelet's node has no pod
+/// network and no kube-proxy) and the service-account token volume (the test API server runs
+/// without the ServiceAccount admission plugin); for the operator also the listeners on
+/// 127.0.0.1. The operator Deployment gets them from a post-renderer (kustomize, as Helm
+/// documents), the hook pod from the `tests.*` values (Helm does not post-render hooks).
+/// Placement (node selector, toleration), image, pull policy, the watched namespace and the
+/// unbound webhook-rule policies are ordinary values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn helm_test_runs_the_hook_which_sees_the_release_pods() {
+    cocoon_testenv::run_test(|env| async move {
+        let kubelet = env.kubelet().await?;
+        let image = shared_image(kubelet).await?;
+        let run = HelmRun::new(env, kubelet, &image)?;
+        let outcome = run.scenario().await;
+        if outcome.is_err() {
+            eprintln!("{}", kubelet.log_tails(&run.ns, 40));
+        }
+        let cleanup = run.uninstall().await;
+        outcome.and(cleanup)
+    })
+    .await;
+}
+
+struct HelmRun {
+    env: &'static Shared,
+    kubelet: &'static Kubelet,
+    ns: String,
+    home: tempfile::TempDir,
+    values: PathBuf,
+    renderer: PathBuf,
+}
+
+impl HelmRun {
+    fn new(env: &'static Shared, kubelet: &'static Kubelet, image: &str) -> Result<Self, BoxError> {
+        let ns = cocoon_testenv::unique_name("helmt");
+        let home = tempfile::tempdir()?;
+        let (repo, tag) = image
+            .rsplit_once(':')
+            .ok_or_else(|| format!("image reference {image} has no tag"))?;
+        let ports = cocoon_testenv::free_ports(2)?;
+        let (metrics, probe) = (ports[0], ports[1]);
+        let values = home.path().join("values.yaml");
+        let (api_env, volumes, mounts) = api_access(env);
+        std::fs::write(
+            &values,
+            format!(
+                r#"namespace: {{name: {ns}}}
+namePrefix: {ns}-
+replicas: 1
+crds: {{create: false}}
+image: {{repository: "{repo}", tag: "{tag}", pullPolicy: Never}}
+watchNamespace: {ns}
+registry: {{base: "{registry}"}}
+metrics: {{port: {metrics}}}
+probes: {{port: {probe}}}
+nodeSelector: {{kubernetes.io/hostname: {node}}}
+tolerations: [{{key: {taint}, operator: Exists, effect: NoSchedule}}]
+admissionPolicies: {{namespaceSelector: {{matchLabels: {{cocoon-helm-test: {ns}}}}}}}
+tests:
+  timeout: 20s
+  hostNetwork: true
+  extraEnv: {api_env}
+  extraVolumes: {volumes}
+  extraVolumeMounts: {mounts}
+"#,
+                registry = env.registry_addr(),
+                node = kubelet.node_name(),
+                taint = KUBELET_TAINT_KEY,
+            ),
+        )?;
+        let renderer = write_post_renderer(home.path(), env, &ns, metrics, probe)?;
+        Ok(HelmRun {
+            env,
+            kubelet,
+            ns,
+            home,
+            values,
+            renderer,
+        })
+    }
+
+    fn helm(&self) -> Command {
+        let mut cmd = helm(self.home.path());
+        cmd.arg("--kubeconfig").arg(self.env.kubeconfig_path());
+        cmd
+    }
+
+    /// `helm test` of the release: its exit status and combined output.
+    async fn helm_test(&self) -> Result<(bool, String), BoxError> {
+        let mut cmd = self.helm();
+        cmd.args([
+            "test",
+            &self.ns,
+            "--namespace",
+            "default",
+            "--timeout",
+            "2m",
+        ]);
+        let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+        let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+        Ok((out.status.success(), text))
+    }
+
+    async fn scenario(&self) -> Result<(), BoxError> {
+        let mut install = self.helm();
+        install
+            .args(["install", &self.ns])
+            .arg(workspace_root().join("charts/cocoon"))
+            .args(["--namespace", "default", "--values"])
+            .arg(&self.values)
+            .arg("--post-renderer")
+            .arg(&self.renderer)
+            .args(["--wait", "--timeout", "3m"]);
+        let out = tokio::task::spawn_blocking(move || install.output()).await??;
+        ensure(out.status.success(), || {
+            format!("helm install: {}", String::from_utf8_lossy(&out.stderr))
+        })?;
+
+        let client = self.env.client()?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.ns);
+        let running = running_pods(&pods).await?;
+        ensure(running.len() == 1, || {
+            format!("one operator pod: {running:?}")
+        })?;
+        let operator = &running[0];
+        let hook = format!("{}-cocoon-operator-test-metrics", self.ns);
+        let service = format!("Service {ns}/{ns}-cocoon-operator-metrics", ns = self.ns);
+
+        // The hook runs under its own ServiceAccount, reads the Service and the pods it selects
+        // and finds the release's operator pod Ready. This kubelet gives pods no address (its
+        // node address is loopback), so the fetch cannot happen here: the check says exactly
+        // that, and `helm test` fails. (The fetch and the build-info verdict are unit-tested.)
+        let (ok, out) = self.helm_test().await?;
+        ensure(!ok, || {
+            format!("helm test passed without a pod address:\n{out}")
+        })?;
+        self.expect_failed_hook(&pods, &hook).await?;
+        let log = self.hook_log(&hook);
+        let seen = format!(
+            "{service}: no ready pod for port \"metrics\" (1 pods match \
+             app.kubernetes.io/name=cocoon-operator: {operator} (Ready, no IP))"
+        );
+        ensure(
+            log.contains(&seen) && log.contains("gave up after --timeout 20s"),
+            || format!("the check reports {seen:?}:\n{log}"),
+        )?;
+        ensure(!log.to_lowercase().contains("forbidden"), || {
+            format!("the hook's Role is enough:\n{log}")
+        })?;
+
+        // No operator pod: the Service selects none, and the check says so.
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &self.ns);
+        deployments
+            .patch(
+                &format!("{}-cocoon-operator", self.ns),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 0}})),
+            )
+            .await?;
+        cocoon_testenv::wait_until("the operator pod is gone", WAIT, || async {
+            let left = pods
+                .list(&ListParams::default().labels(POD_SELECTOR))
+                .await
+                .ok()?;
+            left.items.is_empty().then_some(())
+        })
+        .await?;
+        // before-hook-creation: the failed pod of the first run is replaced.
+        let (ok, out) = self.helm_test().await?;
+        ensure(!ok, || {
+            format!("helm test passes with no operator running:\n{out}")
+        })?;
+        self.expect_failed_hook(&pods, &hook).await?;
+        let log = self.hook_log(&hook);
+        let seen = format!(
+            "{service}: no ready pod for port \"metrics\" (0 pods match \
+             app.kubernetes.io/name=cocoon-operator)"
+        );
+        ensure(log.contains(&seen), || {
+            format!("the check reports {seen:?}:\n{log}")
+        })?;
+        Ok(())
+    }
+
+    /// The container log of the hook pod (the kubelet's log sections of that pod only).
+    fn hook_log(&self, hook: &str) -> String {
+        let all = self.kubelet.log_tails(&self.ns, 40);
+        let header = format!("==> pod log {}_{hook}_", self.ns);
+        all.split("==> ")
+            .filter(|section| format!("==> {section}").starts_with(&header))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The hook pod `helm test` left behind (hook-succeeded keeps a failed one) is Failed.
+    async fn expect_failed_hook(&self, pods: &Api<Pod>, hook: &str) -> Result<(), BoxError> {
+        let failed = pods.get(hook).await?;
+        let phase = failed.status.as_ref().and_then(|s| s.phase.clone());
+        ensure(phase.as_deref() == Some("Failed"), || {
+            format!("{hook} is {phase:?}, not Failed")
+        })
+    }
+
+    async fn uninstall(self) -> Result<(), BoxError> {
+        let mut cmd = self.helm();
+        cmd.args(["uninstall", &self.ns, "--namespace", "default", "--wait"]);
+        let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+        let client = self.env.client()?;
+        cocoon_testenv::delete_namespace(&client, &self.ns).await?;
+        if !out.status.success() {
+            return Err(format!(
+                "helm uninstall: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// What a pod here needs to reach the API server with its service-account token: the API
+/// server's address on 127.0.0.1 (no kube-proxy) and the token volume (no ServiceAccount
+/// admission plugin). Returns (env, volumes, volume mounts).
+fn api_access(env: &Shared) -> (Value, Value, Value) {
+    let api_port = env.client_config().cluster_url.port_u16().unwrap_or(443);
+    (
+        json!([
+            {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+            {"name": "KUBERNETES_SERVICE_PORT", "value": api_port.to_string()},
+        ]),
+        json!([{
+            "name": "kube-api-access",
+            "projected": {"sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ]},
+        }]),
+        json!([{
+            "name": "kube-api-access",
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": true,
+        }]),
+    )
+}
+
+/// Writes the post-renderer (a script running `kubectl kustomize` over what Helm renders) and
+/// its kustomization, which patches the operator Deployment; returns the script. (Helm 3.22
+/// does not post-render hooks: the test pod gets the same through `tests.*` values.)
+fn write_post_renderer(
+    dir: &Path,
+    env: &Shared,
+    ns: &str,
+    metrics: u16,
+    probe: u16,
+) -> Result<PathBuf, BoxError> {
+    let kdir = dir.join("post-render");
+    std::fs::create_dir_all(&kdir)?;
+    let (api_env, volumes, mounts) = api_access(env);
+    let deployment = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": format!("{ns}-cocoon-operator"), "namespace": ns},
+        "spec": {"template": {"spec": {
+            "hostNetwork": true,
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "manager",
+                "args": [
+                    "run",
+                    format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+                    format!("--health-probe-bind-address=127.0.0.1:{probe}"),
+                    "--leader-elect=true",
+                ],
+                "env": api_env,
+                "volumeMounts": mounts,
+            }],
+            "volumes": volumes,
+        }}},
+    });
+    // YAML is a superset of JSON.
+    std::fs::write(kdir.join("deployment.yaml"), deployment.to_string())?;
+    std::fs::write(
+        kdir.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [all.yaml]\n\
+         patches:\n- path: deployment.yaml\n",
+    )?;
+    let script = dir.join("post-render.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nset -e\ncat > '{dir}/all.yaml'\nexec '{kubectl}' kustomize '{dir}'\n",
+            dir = kdir.display(),
+            kubectl = env.kubectl_bin().display(),
+        ),
+    )?;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+    Ok(script)
+}
+
+/// A failed check as an error (not a panic), so the caller still cleans up.
+fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), BoxError> {
+    if ok { Ok(()) } else { Err(what().into()) }
 }

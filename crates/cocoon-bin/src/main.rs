@@ -1,6 +1,7 @@
 //! `cocoon-operator`: one binary, three modes. `run` reconciles the CRDs, `node` is the
 //! per-host node agent, `crd` prints the CustomResourceDefinitions.
 
+mod check;
 mod simctl;
 
 use std::path::PathBuf;
@@ -45,6 +46,9 @@ enum Command {
     },
     /// Drive the simulated runtime under a running node agent (VK_RUNTIME=sim only).
     Sim(simctl::SimArgs),
+    /// Check that the metrics Service's ready endpoints answer with this version's build info
+    /// (the chart's `helm test`).
+    CheckMetrics(check::CheckArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -323,6 +327,7 @@ fn main() -> anyhow::Result<()> {
             .block_on(run(*args)),
         Command::Node => node(),
         Command::Sim(args) => simctl::main(args),
+        Command::CheckMetrics(args) => check::main(args),
     }
 }
 

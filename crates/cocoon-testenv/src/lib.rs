@@ -31,6 +31,7 @@ pub use error::{Error, Result};
 pub use kubeconfig::client_for;
 pub use kubelet::{KUBELET_TAINT_KEY, Kubelet, KubeletOptions};
 pub use node::TestNode;
+pub use process::free_ports;
 pub use registry::{Registry, RegistryAuth};
 pub use rundir::log_tails_in;
 pub use shared::{

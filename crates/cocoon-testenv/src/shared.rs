@@ -381,6 +381,11 @@ current-context: node
         Ok(kubelet)
     }
 
+    /// The upstream `kubectl` binary (see [`Shared::kubectl`] for a command aimed at this env).
+    pub fn kubectl_bin(&self) -> std::path::PathBuf {
+        self.bin_dir.join("kubectl")
+    }
+
     /// The upstream `kubectl` with `--kubeconfig` pointing at this env.
     pub fn kubectl(&self) -> std::process::Command {
         let mut cmd = std::process::Command::new(self.bin_dir.join("kubectl"));
