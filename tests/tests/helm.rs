@@ -241,7 +241,15 @@ async fn default_render_is_the_kustomization() {
             .keys()
             .filter(|k| !want.contains_key(*k))
             .collect();
-        assert_eq!(extra, ["v1/Pod/cocoon-system/cocoon-operator-test-metrics"]);
+        assert_eq!(
+            extra,
+            [
+                "rbac.authorization.k8s.io/v1/Role/cocoon-system/cocoon-operator-test-metrics",
+                "rbac.authorization.k8s.io/v1/RoleBinding/cocoon-system/cocoon-operator-test-metrics",
+                "v1/Pod/cocoon-system/cocoon-operator-test-metrics",
+                "v1/ServiceAccount/cocoon-system/cocoon-operator-test-metrics",
+            ]
+        );
         Ok::<_, BoxError>(())
     })
     .await;
@@ -487,11 +495,15 @@ fn values_show_in_the_render() {
     );
     // The metrics Service is on by default and follows namePrefix and namespace.name.
     assert!(objs.contains_key("v1/Service/ops/blue-cocoon-operator-metrics"));
-    // So do the PodDisruptionBudget (3 replicas) and the helm test pod; the CRDs keep their
-    // names. 21 objects, the 2 CRDs, the budget and the test pod.
+    // So do the PodDisruptionBudget (3 replicas) and the helm test's four objects; the CRDs
+    // keep their names. 21 objects, the 2 CRDs, the budget and the test's pod, ServiceAccount,
+    // Role and RoleBinding.
     for key in [
         "policy/v1/PodDisruptionBudget/ops/blue-cocoon-operator",
         "v1/Pod/ops/blue-cocoon-operator-test-metrics",
+        "v1/ServiceAccount/ops/blue-cocoon-operator-test-metrics",
+        "rbac.authorization.k8s.io/v1/Role/ops/blue-cocoon-operator-test-metrics",
+        "rbac.authorization.k8s.io/v1/RoleBinding/ops/blue-cocoon-operator-test-metrics",
         "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonsets.cocoonset.cocoonstack.io",
         "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonhibernations.cocoonset.cocoonstack.io",
     ] {
@@ -501,7 +513,7 @@ fn values_show_in_the_render() {
             objs.keys()
         );
     }
-    assert_eq!(objs.len(), 25, "{:?}", objs.keys());
+    assert_eq!(objs.len(), 28, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.
