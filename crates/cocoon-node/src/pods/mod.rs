@@ -42,6 +42,7 @@ pub mod host_reach;
 pub mod intent;
 pub mod lease_watch;
 mod owned;
+mod plan;
 pub mod probe;
 pub mod reconcile;
 pub mod rules;
