@@ -375,7 +375,12 @@ impl Handler {
         }
     }
 
-    fn clone_request(&self, from: CloneSource, spec: &VmSpec, policy: CpuPolicy) -> CloneRequest {
+    pub(crate) fn clone_request(
+        &self,
+        from: CloneSource,
+        spec: &VmSpec,
+        policy: CpuPolicy,
+    ) -> CloneRequest {
         CloneRequest {
             from,
             to: spec.vm_name.clone(),

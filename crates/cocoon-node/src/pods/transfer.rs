@@ -131,7 +131,7 @@ impl Handler {
 
     /// A Normal `SnapshotPushed` / `SnapshotPulled` Event on the pod of VM `vm` saying how
     /// much moved (additive to the Go contract; the plugin shows it).
-    async fn transfer_event(
+    pub(crate) async fn transfer_event(
         &self,
         vm: &str,
         push: bool,

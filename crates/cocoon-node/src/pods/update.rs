@@ -6,20 +6,19 @@
 //! The pod stays alive while hibernated, so no controller recreates it.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use cocoon_api::contract::events::{node as ev, woken_message};
+use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{
     AnnotationCodec, GenerationStamp, HibernateFlags, LifecycleState, VmRuntime, VmSpec,
 };
 use k8s_openapi::api::core::v1::Pod;
-use tracing::{info, warn};
+use tracing::info;
 
-use super::create::FollowUp;
+use super::create::ch_windows;
 use super::owned::Owner;
-use super::plan::{self, StepFailed, effects::PodOp};
-use super::rules::PodResources;
+use super::plan::effects::{PodOp, read_wake_source};
+use super::plan::{self, StepFailed};
 use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, Result, failed, pod_key, uid};
@@ -165,12 +164,7 @@ impl Handler {
             Ok(steps) => steps,
             Err(refused) => return self.hibernate_fail(key, pod, refused).await,
         };
-        let op = PodOp {
-            h: self,
-            key,
-            pod,
-            vm: Some(&vm),
-        };
+        let op = PodOp::new(self, key, pod, spec, Some(&vm));
         if let Err(f) = plan::exec::run(&op, &steps).await {
             return self.hibernate_fail(key, pod, f).await;
         }
@@ -178,7 +172,15 @@ impl Handler {
         Ok(())
     }
 
-    /// Wake (§8.3).
+    /// A failed wake: `cocoon_vk_wake_total{failed}` and failOp.
+    async fn wake_fail(&self, pod: &Pod, f: StepFailed) -> Result<()> {
+        self.metrics.wake(m::RESULT_FAILED);
+        let reason = f.reason.unwrap_or_default();
+        self.fail_op(pod, reason, ev::OP_UPDATE, &f.message).await;
+        Err(failed(f.message))
+    }
+
+    /// Wake (§8.3): the plan of [`plan::wake`], its source read in between.
     pub(crate) async fn wake(self: &Arc<Self>, key: &str, pod: &Pod, spec: &VmSpec) -> Result<()> {
         if spec.vm_name.is_empty() {
             return Ok(());
@@ -197,45 +199,23 @@ impl Handler {
             }
             return Ok(());
         }
-        self.set_lifecycle(pod, LifecycleState::Creating, "").await;
-        if let Err(e) = self.clear_runtime(pod).await {
-            warn!(pod = %key, error = %e, "clearing runtime annotations at wake failed");
+        let op = PodOp::new(self, key, pod, spec, None);
+        if let Err(f) = plan::exec::run(&op, &plan::wake::begin()).await {
+            return self.wake_fail(pod, f).await;
         }
-        let src = match self
-            .resolve_wake_source(&spec.vm_name, &Owner::of(pod))
-            .await
-        {
+        let vm = spec.vm_name.as_str();
+        let source = match read_wake_source(self, vm, &Owner::of(pod)).await {
             Ok(s) => s,
             Err(e) => {
-                self.metrics.wake(m::RESULT_FAILED);
-                self.fail_op(pod, ev::WAKE_PULL_FAILED, ev::OP_UPDATE, &e)
-                    .await;
-                return Err(failed(e));
+                let f = StepFailed::refused(plan::wake::WAKE.source, e);
+                return self.wake_fail(pod, f).await;
             }
         };
-        let label = src.local.clone();
-        let started = Instant::now();
-        let policy = PodResources::of(pod).cpu_policy();
-        let vm = match self.clone_from_hibernate(spec, src, policy).await {
-            Ok(vm) => vm,
-            Err(e) => {
-                self.metrics.wake(m::RESULT_FAILED);
-                self.fail_op(pod, ev::WAKE_CLONE_FAILED, ev::OP_UPDATE, &e)
-                    .await;
-                return Err(failed(e));
-            }
-        };
-        self.metrics.vm_boot(
-            "clone",
-            spec.effective_backend().as_str(),
-            started.elapsed().as_secs_f64(),
-        );
-        // §8.3 step 6's order: the runtime annotations, tracking, probe and post-restore step
-        // first, the Event last (it is nothing the operator waits on).
-        self.finish_bring_up(key, pod, spec, vm, FollowUp::Restore)
-            .await;
-        self.event(pod, false, ev::WOKEN, &woken_message(&label))
-            .await;
+        op.clone_from(&source);
+        let steps = plan::wake::plan(vm, &source, ch_windows(spec));
+        if let Err(f) = plan::exec::run(&op, &steps).await {
+            return self.wake_fail(pod, f).await;
+        }
         info!(pod = %key, vm = %spec.vm_name, "woken");
         Ok(())
     }

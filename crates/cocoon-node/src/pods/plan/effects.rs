@@ -2,28 +2,141 @@
 //! runtime, the registry and the API, with the counters the spec gives each. The only place
 //! the plans reach the runtime.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cocoon_api::contract::metrics::node as m;
+use cocoon_api::contract::{VmSpec, tags};
 use k8s_openapi::api::core::v1::Pod;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::exec::Effects;
-use super::{Action, AfterFailedRemove, Undo, after_failed_remove, removed};
+use super::wake::{
+    ArtifactRead, LocalRead, Source, SourceFacts, SourceNext, SourceRead, VerifyRead,
+};
+use super::{Action, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove, removed};
 use crate::pods::Handler;
-use crate::pods::owned::Owner;
+use crate::pods::owned::{GateError, Owner};
+use crate::pods::rules::PodResources;
 use crate::pods::state::TrackedVm;
-use crate::runtime::{Runtime, exec_capture};
+use crate::pods::tenant::ArtifactUse;
+use crate::runtime::{CloneSource, Runtime, SnapshotRecord, VmRecord, exec_capture};
 
-/// One pod operation's view of the handler: the pod, and the VM it acts on.
+/// One pod operation's view of the handler: the pod, its spec, the VM it acts on, and what
+/// the steps so far handed on.
 pub(crate) struct PodOp<'a> {
-    pub h: &'a Arc<Handler>,
-    pub key: &'a str,
-    pub pod: &'a Pod,
+    h: &'a Arc<Handler>,
+    key: &'a str,
+    pod: &'a Pod,
+    spec: &'a VmSpec,
     /// The tracked VM (its id and IP are what [`Undo::RestoreRuntime`] writes back).
-    pub vm: Option<&'a TrackedVm>,
+    vm: Option<&'a TrackedVm>,
+    carry: Mutex<Carry>,
+}
+
+/// What a step hands on to the later ones.
+#[derive(Default)]
+struct Carry {
+    /// The snapshot the next clone is from.
+    snapshot: Option<SnapshotRecord>,
+    /// The VM the bring-up brought up.
+    brought_up: Option<VmRecord>,
+    /// When the boot clock started.
+    boot_started: Option<Instant>,
+}
+
+impl<'a> PodOp<'a> {
+    /// An operation on `pod` (`key`), acting on the tracked `vm` if any.
+    pub(crate) fn new(
+        h: &'a Arc<Handler>,
+        key: &'a str,
+        pod: &'a Pod,
+        spec: &'a VmSpec,
+        vm: Option<&'a TrackedVm>,
+    ) -> Self {
+        PodOp {
+            h,
+            key,
+            pod,
+            spec,
+            vm,
+            carry: Mutex::default(),
+        }
+    }
+
+    /// The operation clones from `source`: a local copy is the snapshot of the next clone.
+    pub(crate) fn clone_from(&self, source: &Source) {
+        if let Source::Local(snapshot) = source {
+            self.carry().snapshot = Some(SnapshotRecord::clone(snapshot));
+        }
+    }
+
+    fn carry(&self) -> MutexGuard<'_, Carry> {
+        self.carry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `resolveWakeSource(vm)`'s reads (§8.3), as [`super::wake::source`] asks for them, for the
+/// pod `owner`: the registry's `:hibernate` is used (and trusted to verify the local copy)
+/// only when it is the owner's. Counts `cocoon_vk_snapshot_verify_total`.
+pub(crate) async fn read_wake_source(
+    h: &Handler,
+    vm: &str,
+    owner: &Owner,
+) -> Result<Source, String> {
+    let mut f = SourceFacts {
+        registry: h.registry.is_some(),
+        ..SourceFacts::default()
+    };
+    loop {
+        match super::wake::source(vm, &f) {
+            SourceNext::Use(source) => return Ok(source),
+            SourceNext::Fail(e) => return Err(e),
+            SourceNext::Read(SourceRead::Artifact) => {
+                let read = h
+                    .owned_artifact(ArtifactUse::OwnVm, vm, tags::HIBERNATE, owner)
+                    .await;
+                f.artifact = Some(match read {
+                    Ok(Some(a)) => ArtifactRead::Owned { digest: a.digest },
+                    Ok(None) => ArtifactRead::Absent,
+                    Err(GateError::Refused(r)) => ArtifactRead::Refused(r.to_string()),
+                    Err(GateError::Failed(_)) => ArtifactRead::Unreadable,
+                });
+            }
+            SourceNext::Read(SourceRead::Local) => {
+                f.local = Some(match h.snapshot_exact(vm).await {
+                    Ok(s) => LocalRead::Present(Box::new(s)),
+                    Err(e) if e.is_snapshot_not_found() => LocalRead::Absent,
+                    Err(e) => LocalRead::Failed(e.to_string()),
+                });
+            }
+            SourceNext::Read(SourceRead::Verify) => {
+                let local = match &f.local {
+                    Some(LocalRead::Present(s)) => s.id.clone(),
+                    _ => String::new(),
+                };
+                let verdict = match &h.registry {
+                    None => VerifyRead::Matches,
+                    Some(reg) => match reg.snapshot_info(vm, tags::HIBERNATE).await {
+                        Ok(None) => VerifyRead::Stale,
+                        Ok(Some(i)) if i.snapshot_id != local => {
+                            info!(vm, registry = %i.snapshot_id, %local, "local snapshot is stale");
+                            VerifyRead::Stale
+                        }
+                        Ok(Some(_)) => VerifyRead::Matches,
+                        Err(e) => VerifyRead::Failed(e.to_string()),
+                    },
+                };
+                h.metrics.snapshot_verify(match verdict {
+                    VerifyRead::Matches => "ok",
+                    VerifyRead::Stale => "stale",
+                    VerifyRead::Failed(_) => "error",
+                });
+                f.verify = Some(verdict);
+            }
+        }
+    }
 }
 
 const RENEW: [&str; 4] = ["cmd", "/c", "ipconfig", "/renew"];
@@ -69,6 +182,62 @@ impl PodOp<'_> {
                 Err(e.to_string())
             }
         }
+    }
+
+    fn remove_snapshot_detached(&self, name: &str) {
+        let rt = self.h.rt.clone();
+        let name = name.to_owned();
+        self.h.spawn(async move {
+            if let Err(e) = rt.snapshot_remove_if_exists(&name).await {
+                warn!(snapshot = %name, error = %e, "removing the wake import failed");
+            }
+        });
+    }
+
+    async fn pull(&self, repo: &str, reference: &str, into: &str) -> Result<(), String> {
+        let res = self.h.shared_pull(repo, reference, into).await;
+        self.h.metrics.snapshot_pull(if res.is_ok() {
+            m::RESULT_OK
+        } else {
+            m::RESULT_FAILED
+        });
+        let pulled = res?;
+        let r = &pulled.report;
+        self.h
+            .transfer_event(
+                repo,
+                false,
+                &r.format,
+                r.bytes_downloaded,
+                r.data_bytes,
+                pulled.took,
+            )
+            .await;
+        Ok(())
+    }
+
+    async fn clone_vm(
+        &self,
+        from: &CloneFrom,
+        pull: ClonePull,
+        nics: Option<u32>,
+    ) -> Result<(), String> {
+        let from = match from {
+            CloneFrom::Snapshot(s) => CloneSource::Snapshot(s.clone()),
+        };
+        let policy = PodResources::of(self.pod).cpu_policy();
+        let mut req = self.h.clone_request(from, self.spec, policy);
+        req.pull = match pull {
+            ClonePull::IfSnapshotHasImage => self
+                .carry()
+                .snapshot
+                .as_ref()
+                .is_some_and(|s| !s.image.is_empty()),
+        };
+        req.nics = nics;
+        let vm = self.h.rt.clone_vm(req).await.map_err(|e| e.to_string())?;
+        self.carry().brought_up = Some(vm);
+        Ok(())
     }
 
     async fn push(&self, name: &str, tag: &str, base_image: &str) -> Result<(), String> {
@@ -127,6 +296,38 @@ impl Effects for PodOp<'_> {
                 reason,
                 message,
             } => h.event(self.pod, *warning, reason, message).await,
+            Action::DropLocalSnapshots { vm } => h.drop_local_snapshots(vm).await,
+            Action::PullSnapshot {
+                repo,
+                reference,
+                into,
+            } => return self.pull(repo, reference, into).await,
+            Action::InspectSnapshot { name } => {
+                let s = h.snapshot_exact(name).await.map_err(|e| e.to_string())?;
+                self.carry().snapshot = Some(s);
+            }
+            Action::EnsureBaseImage => {
+                let snapshot = self.carry().snapshot.clone();
+                return h.ensure_snapshot_base_image(snapshot.as_ref()).await;
+            }
+            Action::CloneVm { from, pull, nics } => return self.clone_vm(from, *pull, *nics).await,
+            Action::RemoveSnapshotDetached { name } => self.remove_snapshot_detached(name),
+            Action::StartBootClock => self.carry().boot_started = Some(Instant::now()),
+            Action::ObserveBoot { mode } => {
+                let started = self.carry().boot_started;
+                if let Some(started) = started {
+                    let backend = self.spec.effective_backend();
+                    h.metrics
+                        .vm_boot(mode, backend.as_str(), started.elapsed().as_secs_f64());
+                }
+            }
+            Action::FinishBringUp(follow) => {
+                let vm = self.carry().brought_up.take();
+                if let Some(vm) = vm {
+                    h.finish_bring_up(self.key, self.pod, self.spec, vm, *follow)
+                        .await;
+                }
+            }
         }
         Ok(())
     }
@@ -154,6 +355,7 @@ impl Effects for PodOp<'_> {
                     self.h.write_runtime(self.pod, vm, 0).await;
                 }
             }
+            Undo::RemoveSnapshot { name } => self.remove_snapshot_detached(name),
         }
     }
 

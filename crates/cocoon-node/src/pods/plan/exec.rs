@@ -62,9 +62,14 @@ pub(crate) async fn run<E: Effects + ?Sized>(fx: &E, steps: &[Step]) -> Result<(
                 for undo in compensations(steps, i, after) {
                     fx.undo(&undo).await;
                 }
+                let message = if f.context.is_empty() {
+                    error
+                } else {
+                    format!("{}: {error}", f.context)
+                };
                 return Err(StepFailed {
                     reason: f.reason,
-                    message: format!("{}: {error}", f.context),
+                    message,
                 });
             }
         }

@@ -7,13 +7,16 @@
 //! reaches the runtime, the registry and the API only through [`exec::Effects`], which the
 //! handler implements in [`effects`].
 //!
-//! Planned: hibernate ([`hibernate`]).
+//! Planned: hibernate ([`hibernate`]), wake ([`wake`]).
 
 pub(crate) mod effects;
 pub(crate) mod exec;
 pub(crate) mod hibernate;
+pub(crate) mod wake;
 
 use cocoon_api::contract::LifecycleState;
+
+use super::create::FollowUp;
 
 /// One thing an operation does. The executor applies a plan's actions in their order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +55,48 @@ pub(crate) enum Action {
         reason: &'static str,
         message: String,
     },
+    /// Remove the local snapshots `<vm>` and `fork-<vm>` (errors are logged).
+    DropLocalSnapshots { vm: String },
+    /// Pull `<repo>@<reference>` into the local snapshot `into`, one transfer for every
+    /// concurrent caller (pull counters, the `SnapshotPulled` Event).
+    PullSnapshot {
+        repo: String,
+        reference: String,
+        into: String,
+    },
+    /// `snapshot inspect <name>` by exact name: the snapshot the next steps clone from.
+    InspectSnapshot { name: String },
+    /// `ensureSnapshotBaseImage` (§6.6) of the snapshot the next clone is from.
+    EnsureBaseImage,
+    /// Clone the pod's VM (its network, backend, restore mode and CPU policy) from `from`.
+    CloneVm {
+        from: CloneFrom,
+        pull: ClonePull,
+        /// `--nics`.
+        nics: Option<u32>,
+    },
+    /// Remove the local snapshot `name` in the background (errors are logged).
+    RemoveSnapshotDetached { name: String },
+    /// Start the clock of `cocoon_vk_vm_boot_duration_seconds`.
+    StartBootClock,
+    /// Observe `cocoon_vk_vm_boot_duration_seconds{mode, backend}`.
+    ObserveBoot { mode: String },
+    /// §6.1 steps 9–15 with the VM just brought up, then `follow`.
+    FinishBringUp(FollowUp),
+}
+
+/// What a clone starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CloneFrom {
+    /// A local snapshot.
+    Snapshot(String),
+}
+
+/// The clone's `--pull`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClonePull {
+    /// When the snapshot the clone is from records a base image.
+    IfSnapshotHasImage,
 }
 
 /// What undoes a step (or, as a failed step's cleanup, its own half-done part).
@@ -70,6 +115,8 @@ pub(crate) enum Undo {
     KeepTag { repo: String, tag: &'static str },
     /// Re-apply the runtime annotations (`id`, `ip`) of the tracked VM.
     RestoreRuntime,
+    /// Remove the local snapshot `name` in the background (errors are logged).
+    RemoveSnapshot { name: String },
 }
 
 impl Undo {
@@ -85,7 +132,8 @@ impl Undo {
 pub(crate) struct Failure {
     /// The failOp reason (§12.3); `None`: the operation returns the error without one.
     pub reason: Option<&'static str>,
-    /// The error's context: the operation fails with `<context>: <error>`.
+    /// The error's context: the operation fails with `<context>: <error>` (with the error
+    /// alone when empty).
     pub context: String,
     /// The `cocoon_vk_hibernate_total` phase counted `failed`.
     pub phase: Option<&'static str>,
@@ -106,6 +154,11 @@ impl Failure {
             cleanup: None,
             gone_is_done: false,
         }
+    }
+
+    /// Fails the operation with `reason` and the error as the action words it.
+    pub(crate) fn bare(reason: &'static str) -> Self {
+        Failure::new(reason, "")
     }
 
     /// Counts `cocoon_vk_hibernate_total{phase, failed}`.

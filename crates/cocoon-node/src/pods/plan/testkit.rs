@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::exec::Effects;
-use super::{Action, AfterFailedRemove, Failure, OnFailure, Step, Undo};
+use super::{Action, AfterFailedRemove, CloneFrom, ClonePull, Failure, OnFailure, Step, Undo};
 
 /// An action as a short sentence.
 pub(crate) fn action(a: &Action) -> String {
@@ -30,6 +30,30 @@ pub(crate) fn action(a: &Action) -> String {
             let kind = if *warning { "warning " } else { "" };
             format!("{kind}event {reason}: {message}")
         }
+        Action::DropLocalSnapshots { vm } => format!("drop local snapshots {vm} and fork-{vm}"),
+        Action::PullSnapshot {
+            repo,
+            reference,
+            into,
+        } => format!("pull {repo}@{reference} into {into}"),
+        Action::InspectSnapshot { name } => format!("inspect snapshot {name}"),
+        Action::EnsureBaseImage => "ensure the snapshot's base image".into(),
+        Action::CloneVm { from, pull, nics } => {
+            let from = match from {
+                CloneFrom::Snapshot(s) => s.clone(),
+            };
+            let pull = match pull {
+                ClonePull::IfSnapshotHasImage => " (--pull if the snapshot has an image)",
+            };
+            let nics = nics.map(|n| format!(" --nics {n}")).unwrap_or_default();
+            format!("clone from {from}{pull}{nics}")
+        }
+        Action::RemoveSnapshotDetached { name } => {
+            format!("remove snapshot {name} in the background")
+        }
+        Action::StartBootClock => "start the boot clock".into(),
+        Action::ObserveBoot { mode } => format!("observe boot {mode}"),
+        Action::FinishBringUp(follow) => format!("finish bring-up, then {follow:?}"),
     }
 }
 
@@ -43,11 +67,15 @@ pub(crate) fn undo(u: &Undo) -> String {
         }
         Undo::KeepTag { repo, tag } => format!("keep {repo}:{tag}"),
         Undo::RestoreRuntime => "re-apply id/ip".into(),
+        Undo::RemoveSnapshot { name } => format!("remove snapshot {name} in the background"),
     }
 }
 
 fn failure(f: &Failure) -> String {
-    let mut s = format!("fail {}: {}", f.reason.unwrap_or("-"), f.context);
+    let mut s = format!("fail {}", f.reason.unwrap_or("-"));
+    if !f.context.is_empty() {
+        s.push_str(&format!(": {}", f.context));
+    }
     if let Some(p) = f.phase {
         s.push_str(&format!(" [count {p} failed]"));
     }
