@@ -8,19 +8,20 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{VmSpec, tags};
+use cocoon_api::naming::fork_snapshot_name;
 use k8s_openapi::api::core::v1::Pod;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::exec::Effects;
 use super::wake::{
     ArtifactRead, LocalRead, Source, SourceFacts, SourceNext, SourceRead, VerifyRead,
 };
 use super::{Action, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove, removed};
-use crate::pods::Handler;
 use crate::pods::owned::{GateError, Owner};
 use crate::pods::rules::PodResources;
 use crate::pods::state::TrackedVm;
 use crate::pods::tenant::ArtifactUse;
+use crate::pods::{Handler, status};
 use crate::runtime::{CloneSource, Runtime, SnapshotRecord, VmRecord, exec_capture};
 
 /// One pod operation's view of the handler: the pod, its spec, the VM it acts on, and what
@@ -75,6 +76,28 @@ impl<'a> PodOp<'a> {
     fn carry(&self) -> MutexGuard<'_, Carry> {
         self.carry.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Removes `<vm>` and `fork-<vm>` concurrently, each within its own 10 s, in a task of its
+/// own (detached from the caller) that is awaited, so an immediate recreate cannot race them.
+async fn drop_local_snapshots_bounded(h: &Handler, vm: &str) {
+    let rt = h.rt.clone();
+    let (a, b) = (vm.to_owned(), fork_snapshot_name(vm));
+    let task = tokio::spawn(async move {
+        let limit = Duration::from_secs(10);
+        let (ra, rb) = tokio::join!(
+            tokio::time::timeout(limit, rt.snapshot_remove_if_exists(&a)),
+            tokio::time::timeout(limit, rt.snapshot_remove_if_exists(&b))
+        );
+        for r in [ra, rb] {
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(error = %e, "snapshot cleanup on delete failed"),
+                Err(_) => warn!("snapshot cleanup on delete timed out"),
+            }
+        }
+    });
+    let _ = task.await;
 }
 
 /// `resolveWakeSource(vm)`'s reads (§8.3), as [`super::wake::source`] asks for them, for the
@@ -240,6 +263,31 @@ impl PodOp<'_> {
         Ok(())
     }
 
+    /// §7 step 5: save, then push to `:latest`; failures are counted and logged.
+    async fn routine_snapshot(&self, name: &str, id: &str, base_image: &str) {
+        if let Err(e) = self.save(name, id).await {
+            warn!(pod = %self.key, vm = %name, error = %e, "routine snapshot save failed");
+            return;
+        }
+        if let Err(e) = self.push(name, tags::LATEST, base_image).await {
+            warn!(pod = %self.key, vm = %name, error = %e, "routine snapshot push failed");
+        }
+    }
+
+    /// Forgets the pod and writes its final status `Succeeded`.
+    async fn finish_delete(&self) {
+        let previous = self
+            .h
+            .tracked_pod(self.key)
+            .and_then(|p| p.status)
+            .or_else(|| self.pod.status.clone());
+        self.h.forget(self.key);
+        let st = status::succeeded(previous.as_ref());
+        if let Err(e) = self.h.write_status(self.pod, &st).await {
+            debug!(pod = %self.key, error = %e, "final status write failed");
+        }
+    }
+
     async fn push(&self, name: &str, tag: &str, base_image: &str) -> Result<(), String> {
         let res = self
             .h
@@ -327,6 +375,18 @@ impl Effects for PodOp<'_> {
                     h.finish_bring_up(self.key, self.pod, self.spec, vm, *follow)
                         .await;
                 }
+            }
+            Action::Warn(message) => warn!(pod = %self.key, "{message}"),
+            Action::RoutineSnapshot {
+                name,
+                id,
+                base_image,
+            } => self.routine_snapshot(name, id, base_image).await,
+            Action::DropLocalSnapshotsBounded { vm } => drop_local_snapshots_bounded(h, vm).await,
+            Action::Forget => h.forget(self.key),
+            Action::FinishDelete => self.finish_delete().await,
+            Action::CountLifecycle { op, result, reason } => {
+                h.metrics.pod_lifecycle(op, result, reason);
             }
         }
         Ok(())

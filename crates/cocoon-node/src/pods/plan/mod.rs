@@ -7,8 +7,9 @@
 //! reaches the runtime, the registry and the API only through [`exec::Effects`], which the
 //! handler implements in [`effects`].
 //!
-//! Planned: hibernate ([`hibernate`]), wake ([`wake`]).
+//! Planned: hibernate ([`hibernate`]), wake ([`wake`]), delete ([`delete`]).
 
+pub(crate) mod delete;
 pub(crate) mod effects;
 pub(crate) mod exec;
 pub(crate) mod hibernate;
@@ -83,6 +84,28 @@ pub(crate) enum Action {
     ObserveBoot { mode: String },
     /// §6.1 steps 9–15 with the VM just brought up, then `follow`.
     FinishBringUp(FollowUp),
+    /// A warning log line about the pod.
+    Warn(String),
+    /// The routine snapshot of §7 step 5: save `<name>` from `id`, then push it to
+    /// `<name>:latest` recording `base_image`; failures are counted and logged, never fatal.
+    RoutineSnapshot {
+        name: String,
+        id: String,
+        base_image: String,
+    },
+    /// Remove the local snapshots `<vm>` and `fork-<vm>` concurrently, each within its own
+    /// 10 s detached from the caller, and wait for both (errors are logged).
+    DropLocalSnapshotsBounded { vm: String },
+    /// Forget the pod: its VM, probe and lifecycle intent.
+    Forget,
+    /// [`Action::Forget`], then the status `Succeeded`.
+    FinishDelete,
+    /// `cocoon_vk_pod_lifecycle_total{op, result, reason}` += 1.
+    CountLifecycle {
+        op: &'static str,
+        result: &'static str,
+        reason: &'static str,
+    },
 }
 
 /// What a clone starts from.
@@ -153,6 +176,14 @@ impl Failure {
             phase: None,
             cleanup: None,
             gone_is_done: false,
+        }
+    }
+
+    /// Fails the operation with `<context>: <error>` and no failOp reason.
+    pub(crate) fn unreported(context: impl Into<String>) -> Self {
+        Failure {
+            reason: None,
+            ..Failure::new("", context)
         }
     }
 

@@ -54,6 +54,22 @@ pub(crate) fn action(a: &Action) -> String {
         Action::StartBootClock => "start the boot clock".into(),
         Action::ObserveBoot { mode } => format!("observe boot {mode}"),
         Action::FinishBringUp(follow) => format!("finish bring-up, then {follow:?}"),
+        Action::Warn(message) => format!("warn: {message}"),
+        Action::RoutineSnapshot {
+            name,
+            id,
+            base_image,
+        } => format!(
+            "routine snapshot: save {name} from {id}, push {name}:latest (base image {base_image})"
+        ),
+        Action::DropLocalSnapshotsBounded { vm } => {
+            format!("drop local snapshots {vm} and fork-{vm} (10 s each, awaited)")
+        }
+        Action::Forget => "forget the pod".into(),
+        Action::FinishDelete => "forget the pod, status Succeeded".into(),
+        Action::CountLifecycle { op, result, reason } => {
+            format!("count {op} {result} {reason:?}")
+        }
     }
 }
 
