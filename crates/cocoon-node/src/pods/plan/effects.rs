@@ -18,11 +18,11 @@ use super::wake::{
 };
 use super::{Action, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove, removed};
 use crate::pods::owned::{GateError, Owner};
-use crate::pods::rules::PodResources;
+use crate::pods::rules::{self, PodResources};
 use crate::pods::state::TrackedVm;
 use crate::pods::tenant::ArtifactUse;
 use crate::pods::{Handler, status};
-use crate::runtime::{CloneSource, Runtime, SnapshotRecord, VmRecord, exec_capture};
+use crate::runtime::{CloneSource, RunRequest, Runtime, SnapshotRecord, VmRecord, exec_capture};
 
 /// One pod operation's view of the handler: the pod, its spec, the VM it acts on, and what
 /// the steps so far handed on.
@@ -45,6 +45,12 @@ struct Carry {
     brought_up: Option<VmRecord>,
     /// When the boot clock started.
     boot_started: Option<Instant>,
+    /// The clone base was imported by this bring-up.
+    imported: bool,
+    /// The ref `vm run` boots.
+    run_image: String,
+    /// The indexed VM an adoption takes.
+    adopt: Option<TrackedVm>,
 }
 
 impl<'a> PodOp<'a> {
@@ -71,6 +77,11 @@ impl<'a> PodOp<'a> {
         if let Source::Local(snapshot) = source {
             self.carry().snapshot = Some(SnapshotRecord::clone(snapshot));
         }
+    }
+
+    /// The operation adopts `vm` (from the by-name index).
+    pub(crate) fn adopting(&self, vm: TrackedVm) {
+        self.carry().adopt = Some(vm);
     }
 
     fn carry(&self) -> MutexGuard<'_, Carry> {
@@ -247,6 +258,7 @@ impl PodOp<'_> {
     ) -> Result<(), String> {
         let from = match from {
             CloneFrom::Snapshot(s) => CloneSource::Snapshot(s.clone()),
+            CloneFrom::Dir(d) => CloneSource::Dir(d.clone()),
         };
         let policy = PodResources::of(self.pod).cpu_policy();
         let mut req = self.h.clone_request(from, self.spec, policy);
@@ -256,11 +268,79 @@ impl PodOp<'_> {
                 .snapshot
                 .as_ref()
                 .is_some_and(|s| !s.image.is_empty()),
+            ClonePull::Always => true,
+            ClonePull::Never => false,
         };
         req.nics = nics;
-        let vm = self.h.rt.clone_vm(req).await.map_err(|e| e.to_string())?;
+        let dir = matches!(req.from, CloneSource::Dir(_));
+        let res = self.h.rt.clone_vm(req).await;
+        if dir {
+            self.h.metrics.clone_from_dir(if res.is_ok() {
+                m::RESULT_OK
+            } else {
+                m::RESULT_FAILED
+            });
+        }
+        self.carry().brought_up = Some(res.map_err(|e| e.to_string())?);
+        Ok(())
+    }
+
+    async fn run_vm(&self) -> Result<(), String> {
+        let res = PodResources::of(self.pod);
+        let spec = self.spec;
+        let req = RunRequest {
+            image: self.carry().run_image.clone(),
+            name: spec.vm_name.clone(),
+            cpu: res.vcpus(),
+            memory: res.memory.clone(),
+            storage: spec.storage.clone(),
+            network: spec.network.clone(),
+            os: spec.os.map(|o| o.as_str().to_owned()).unwrap_or_default(),
+            backend: spec.backend,
+            no_direct_io: spec.no_direct_io,
+            cpu_policy: res.cpu_policy(),
+        };
+        let vm = self.h.rt.run(req).await.map_err(|e| e.to_string())?;
         self.carry().brought_up = Some(vm);
         Ok(())
+    }
+
+    async fn ensure_clone_base(&self, repo: &str, tag: &str, local: &str) -> Result<(), String> {
+        let owner = Owner::of(self.pod);
+        match self.h.ensure_snapshot(repo, tag, local, &owner).await {
+            Ok((snapshot, imported)) => {
+                self.h.metrics.snapshot_pull(m::RESULT_OK);
+                let mut c = self.carry();
+                c.snapshot = snapshot;
+                c.imported = imported;
+                Ok(())
+            }
+            Err(e) => {
+                self.h.metrics.snapshot_pull(m::RESULT_FAILED);
+                Err(e)
+            }
+        }
+    }
+
+    async fn collect_clone_bases_if_imported(&self) {
+        let imported = self.carry().imported;
+        if imported {
+            // A new clone base landed: older unused ones beyond the limit go.
+            self.h.collect_clone_bases().await;
+        }
+    }
+
+    fn track_synthetic(&self, id: &str, ip: &str) {
+        let mut record = VmRecord {
+            id: id.to_owned(),
+            state: "running".into(),
+            ..Default::default()
+        };
+        record.config.name = self.spec.vm_name.clone();
+        let mut tv = TrackedVm::new(record);
+        tv.ip = ip.to_owned();
+        tv.synthetic = true;
+        self.h.track_vm(self.key, tv);
     }
 
     /// §7 step 5: save, then push to `:latest`; failures are counted and logged.
@@ -388,6 +468,43 @@ impl Effects for PodOp<'_> {
             Action::CountLifecycle { op, result, reason } => {
                 h.metrics.pod_lifecycle(op, result, reason);
             }
+            Action::TrackSynthetic { id, ip } => self.track_synthetic(id, ip),
+            Action::Adopt => {
+                let vm = self.carry().adopt.take();
+                if let Some(vm) = vm {
+                    h.write_runtime(self.pod, &vm, 0).await;
+                    h.track_vm(self.key, vm);
+                }
+            }
+            Action::StartProbe => h.start_probe(self.key).await,
+            Action::PublishReady => {
+                h.publish_ready(self.key).await;
+            }
+            Action::RemoveLocalSnapshot { name } => {
+                return h
+                    .rt
+                    .snapshot_remove_if_exists(name)
+                    .await
+                    .map_err(|e| e.to_string());
+            }
+            Action::EnsureForkSnapshot { src } => {
+                return h.ensure_fork_snapshot(src).await.map(|_| ());
+            }
+            Action::EnsureRunImage { image, force } => {
+                let image = h.ensure_run_image(image, *force).await?;
+                self.carry().run_image = image;
+            }
+            Action::RunVm => return self.run_vm().await,
+            Action::EnsureCloneBase { repo, tag, local } => {
+                return self.ensure_clone_base(repo, tag, local).await;
+            }
+            Action::AssertBackend { local } => {
+                let hypervisor = self.carry().snapshot.as_ref().map(|s| s.hypervisor.clone());
+                if let Some(hypervisor) = hypervisor {
+                    rules::assert_snapshot_backend(local, &hypervisor, self.spec.backend)?;
+                }
+            }
+            Action::CollectCloneBasesIfImported => self.collect_clone_bases_if_imported().await,
         }
         Ok(())
     }
@@ -416,6 +533,7 @@ impl Effects for PodOp<'_> {
                 }
             }
             Undo::RemoveSnapshot { name } => self.remove_snapshot_detached(name),
+            Undo::CollectCloneBasesIfImported => self.collect_clone_bases_if_imported().await,
         }
     }
 

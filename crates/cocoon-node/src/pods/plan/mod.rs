@@ -7,8 +7,10 @@
 //! reaches the runtime, the registry and the API only through [`exec::Effects`], which the
 //! handler implements in [`effects`].
 //!
-//! Planned: hibernate ([`hibernate`]), wake ([`wake`]), delete ([`delete`]).
+//! Planned: hibernate ([`hibernate`]), wake ([`wake`]), delete ([`delete`]), create from
+//! the mode dispatch on ([`create`]).
 
+pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod effects;
 pub(crate) mod exec;
@@ -106,6 +108,35 @@ pub(crate) enum Action {
         result: &'static str,
         reason: &'static str,
     },
+    /// Track an unmanaged pod's synthetic record `{id, name, ip, running}` (never a runtime
+    /// VM).
+    TrackSynthetic { id: String, ip: String },
+    /// Adopt the VM of the pod's name from the by-name index: write its runtime annotations
+    /// and track it.
+    Adopt,
+    /// Start the readiness probe (its first probe runs now).
+    StartProbe,
+    /// The ready publication of §5.3 (status first, then the annotation).
+    PublishReady,
+    /// Remove the local snapshot `name` if it exists.
+    RemoveLocalSnapshot { name: String },
+    /// `ensureForkSnapshot(src)` (§6.5): one save of `fork-<src>` per lineage.
+    EnsureForkSnapshot { src: String },
+    /// `ensureRunImage(image, force)` (§6.6): the ref the run boots.
+    EnsureRunImage { image: String, force: bool },
+    /// `vm run` of the pod's VM from that ref, with the pod's resources (§6.8).
+    RunVm,
+    /// `ensureSnapshot(repo, tag, local)` (§6.4): the clone base, pulled if need be (pull
+    /// counters, even on a local hit).
+    EnsureCloneBase {
+        repo: String,
+        tag: String,
+        local: String,
+    },
+    /// `assertSnapshotBackend` (§6.7) of that clone base, named `local`.
+    AssertBackend { local: String },
+    /// When the clone base was just imported: collect the unused older ones.
+    CollectCloneBasesIfImported,
 }
 
 /// What a clone starts from.
@@ -113,6 +144,8 @@ pub(crate) enum Action {
 pub(crate) enum CloneFrom {
     /// A local snapshot.
     Snapshot(String),
+    /// A `snapshot export --to-dir` directory (`cocoon_vk_clone_from_dir_total`).
+    Dir(std::path::PathBuf),
 }
 
 /// The clone's `--pull`.
@@ -120,6 +153,10 @@ pub(crate) enum CloneFrom {
 pub(crate) enum ClonePull {
     /// When the snapshot the clone is from records a base image.
     IfSnapshotHasImage,
+    /// Always (a directory source).
+    Always,
+    /// Never.
+    Never,
 }
 
 /// What undoes a step (or, as a failed step's cleanup, its own half-done part).
@@ -140,6 +177,8 @@ pub(crate) enum Undo {
     RestoreRuntime,
     /// Remove the local snapshot `name` in the background (errors are logged).
     RemoveSnapshot { name: String },
+    /// [`Action::CollectCloneBasesIfImported`], after a clone that failed.
+    CollectCloneBasesIfImported,
 }
 
 impl Undo {

@@ -41,9 +41,12 @@ pub(crate) fn action(a: &Action) -> String {
         Action::CloneVm { from, pull, nics } => {
             let from = match from {
                 CloneFrom::Snapshot(s) => s.clone(),
+                CloneFrom::Dir(d) => format!("dir {}", d.display()),
             };
             let pull = match pull {
                 ClonePull::IfSnapshotHasImage => " (--pull if the snapshot has an image)",
+                ClonePull::Always => " --pull",
+                ClonePull::Never => "",
             };
             let nics = nics.map(|n| format!(" --nics {n}")).unwrap_or_default();
             format!("clone from {from}{pull}{nics}")
@@ -70,6 +73,22 @@ pub(crate) fn action(a: &Action) -> String {
         Action::CountLifecycle { op, result, reason } => {
             format!("count {op} {result} {reason:?}")
         }
+        Action::TrackSynthetic { id, ip } => format!("track synthetic VM {id} at {ip}"),
+        Action::Adopt => "adopt the indexed VM: runtime annotations, track".into(),
+        Action::StartProbe => "start the probe".into(),
+        Action::PublishReady => "publish ready (status first)".into(),
+        Action::RemoveLocalSnapshot { name } => format!("remove snapshot {name}"),
+        Action::EnsureForkSnapshot { src } => format!("ensure fork-{src}"),
+        Action::EnsureRunImage { image, force } => {
+            let force = if *force { " (forced)" } else { "" };
+            format!("ensure run image {image}{force}")
+        }
+        Action::RunVm => "run the VM".into(),
+        Action::EnsureCloneBase { repo, tag, local } => {
+            format!("ensure clone base {local} (pulled from {repo}:{tag} if absent)")
+        }
+        Action::AssertBackend { local } => format!("assert the backend of {local}"),
+        Action::CollectCloneBasesIfImported => "collect clone bases if one was imported".into(),
     }
 }
 
@@ -84,6 +103,7 @@ pub(crate) fn undo(u: &Undo) -> String {
         Undo::KeepTag { repo, tag } => format!("keep {repo}:{tag}"),
         Undo::RestoreRuntime => "re-apply id/ip".into(),
         Undo::RemoveSnapshot { name } => format!("remove snapshot {name} in the background"),
+        Undo::CollectCloneBasesIfImported => "collect clone bases if one was imported".into(),
     }
 }
 
