@@ -1,7 +1,9 @@
 //! CreatePod (`node.md` §6): validation, unmanaged and adopt paths, the restore decision with
 //! its evidence guards, the bring-up paths, and the background ready/post-clone steps.
 //!
-//! The decision order lives in `rules`; this module performs the calls in that order.
+//! The decision order lives in `rules`; from the mode dispatch on, the unmanaged, adopt and
+//! bring-up paths are plans ([`super::plan::create`]) run by the executor; this module admits
+//! the pod, decides the restore and runs the background steps.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,18 +15,19 @@ use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{
     AnnotationCodec, Backend, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec,
 };
-use cocoon_api::naming::fork_snapshot_name;
-use cocoon_runtime::{CloneRequest, CloneSource, CpuPolicy, RunRequest, VmRecord};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
 use super::owned::Owner;
-use super::rules::{self, BringUp, NicInfo, PodResources, Verdict};
+use super::plan::create::{BringUpPlan, Route};
+use super::plan::effects::{PodOp, read_wake_source};
+use super::plan::{self, StepFailed};
+use super::rules::{self, NicInfo, Verdict};
 use super::state::TrackedVm;
 use super::tenant;
-use super::transfer::WakeSource;
 use super::{Handler, Result, annotation, failed, pod_key, uid};
+use cocoon_runtime::{CloneRequest, CloneSource, CpuPolicy, VmRecord};
 
 /// Which background step follows a bring-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,23 +101,40 @@ impl Handler {
         // pre-assigned id fixed (see `tenant::Admitted`).
         self.tables().admit(&key, &pod);
 
-        if !spec.managed {
-            return self.create_unmanaged(&key, &pod, &spec).await;
-        }
-        let adoptable = self.tables().vms_by_name.get(&spec.vm_name).cloned();
-        if let Some(vm) = adoptable {
-            info!(pod = %key, vm = %spec.vm_name, id = %vm.id(), "adopting existing VM");
-            self.write_runtime(&pod, &vm, 0).await;
-            self.track_vm(&key, vm);
-            self.start_probe(&key).await;
-            self.publish_ready(&key).await;
-            self.metrics
-                .pod_lifecycle(ev::OP_CREATE, m::RESULT_OK, m::REASON_ADOPTED);
-            return Ok(());
+        // The mode dispatch and the bring-up are planned (`plan::create`).
+        let adopt = if spec.managed {
+            self.tables().vms_by_name.get(&spec.vm_name).cloned()
+        } else {
+            None
+        };
+        let pre = VmRuntime::from_meta(&pod.metadata);
+        let clone_dir = annotation(&pod, ann::CLONE_FROM_DIR).map(str::to_owned);
+        let mode = annotation(&pod, ann::MODE).unwrap_or("").to_owned();
+        let facts = plan::create::Facts {
+            spec: &spec,
+            mode: &mode,
+            clone_dir: clone_dir.as_deref(),
+            pre_id: &pre.id,
+            pre_ip: &pre.ip,
+            adoptable: adopt.is_some(),
+        };
+        let op = PodOp::new(self, &key, &pod, &spec, None);
+        match plan::create::route(&facts) {
+            Route::Refused(f) => return self.fail_create_with(&pod, false, f).await,
+            Route::Steps(steps) => {
+                if let Some(vm) = adopt {
+                    info!(pod = %key, vm = %spec.vm_name, id = %vm.id(), "adopting existing VM");
+                    op.adopting(vm);
+                }
+                if let Err(f) = plan::exec::run(&op, &steps).await {
+                    return self.fail_create_with(&pod, false, f).await;
+                }
+                return Ok(());
+            }
+            Route::BringUp => {}
         }
 
         let flags = HibernateFlags::from_meta(&pod.metadata);
-        let clone_dir = annotation(&pod, ann::CLONE_FROM_DIR).map(str::to_owned);
         let restoring = match self
             .restore_decision(
                 &pod,
@@ -131,33 +151,29 @@ impl Handler {
                     .await;
             }
         };
-        let started = Instant::now();
-        let vm = match self
-            .bring_up(&pod, &spec, restoring, clone_dir.as_deref())
-            .await
-        {
-            Ok(vm) => vm,
-            Err(e) => {
-                return self
-                    .fail_create(&pod, restoring, ev::CREATE_BRING_UP_FAILED, &e)
-                    .await;
+        let steps = match plan::create::bring_up(&facts, restoring) {
+            Err(f) => return self.fail_create_with(&pod, restoring, f).await,
+            Ok(BringUpPlan::Fresh(steps)) => steps,
+            Ok(BringUpPlan::Restore) => {
+                // The boot clock spans the wake source's reads and pull.
+                let _ = plan::exec::run(&op, &plan::create::restore_begin()).await;
+                let vm = spec.vm_name.as_str();
+                match read_wake_source(self, vm, &Owner::of(&pod)).await {
+                    Ok(source) => {
+                        op.clone_from(&source);
+                        plan::create::restore(&facts, &source)
+                    }
+                    Err(e) => {
+                        return self
+                            .fail_create(&pod, true, ev::CREATE_BRING_UP_FAILED, &e)
+                            .await;
+                    }
+                }
             }
         };
-        let mode = if restoring {
-            "clone".to_owned()
-        } else {
-            annotation(&pod, ann::MODE).unwrap_or("").to_owned()
-        };
-        self.observe_boot(&mode, &spec, started);
-        let follow = if restoring {
-            FollowUp::Restore
-        } else if rules::is_cloned(&spec, clone_dir.as_deref()) {
-            FollowUp::Clone
-        } else {
-            FollowUp::None
-        };
-        self.finish_bring_up(&key, &pod, &spec, vm, follow).await;
-        self.metrics.pod_lifecycle(ev::OP_CREATE, m::RESULT_OK, "");
+        if let Err(f) = plan::exec::run(&op, &steps).await {
+            return self.fail_create_with(&pod, restoring, f).await;
+        }
         Ok(())
     }
 
@@ -195,38 +211,6 @@ impl Handler {
         } else {
             self.notify(key).await;
         }
-    }
-
-    fn observe_boot(&self, mode: &str, spec: &VmSpec, started: Instant) {
-        self.metrics.vm_boot(
-            mode,
-            spec.effective_backend().as_str(),
-            started.elapsed().as_secs_f64(),
-        );
-    }
-
-    async fn create_unmanaged(self: &Arc<Self>, key: &str, pod: &Pod, spec: &VmSpec) -> Result<()> {
-        let rt = VmRuntime::from_meta(&pod.metadata);
-        if rt.id.is_empty() || rt.ip.is_empty() {
-            let e = format!("unmanaged vm {} missing pre-assigned IP/VMID", spec.vm_name);
-            return self
-                .fail_create(pod, false, ev::CREATE_BRING_UP_FAILED, &e)
-                .await;
-        }
-        let mut record = VmRecord {
-            id: rt.id.clone(),
-            state: "running".into(),
-            ..Default::default()
-        };
-        record.config.name = spec.vm_name.clone();
-        let mut tv = TrackedVm::new(record);
-        tv.ip = rt.ip;
-        tv.synthetic = true;
-        self.track_vm(key, tv);
-        self.start_probe(key).await;
-        self.publish_ready(key).await;
-        self.metrics.pod_lifecycle(ev::OP_CREATE, m::RESULT_OK, "");
-        Ok(())
     }
 
     /// The tenant-isolation decision of a CreatePod ([`tenant::check_create`]) over this
@@ -309,6 +293,12 @@ impl Handler {
         verdict
     }
 
+    /// [`Handler::fail_create`] of a refused or failed plan.
+    async fn fail_create_with(&self, pod: &Pod, restoring: bool, f: StepFailed) -> Result<()> {
+        let reason = f.reason.unwrap_or(ev::CREATE_BRING_UP_FAILED);
+        self.fail_create(pod, restoring, reason, &f.message).await
+    }
+
     /// failCreate (§6.1): failOp, then untrack the incarnation so the retry starts clean.
     async fn fail_create(&self, pod: &Pod, restoring: bool, reason: &str, err: &str) -> Result<()> {
         if restoring {
@@ -375,7 +365,12 @@ impl Handler {
         }
     }
 
-    fn clone_request(&self, from: CloneSource, spec: &VmSpec, policy: CpuPolicy) -> CloneRequest {
+    pub(crate) fn clone_request(
+        &self,
+        from: CloneSource,
+        spec: &VmSpec,
+        policy: CpuPolicy,
+    ) -> CloneRequest {
         CloneRequest {
             from,
             to: spec.vm_name.clone(),
@@ -387,145 +382,6 @@ impl Handler {
             cpu_policy: policy,
             nics: None,
         }
-    }
-
-    /// bringUpVM (§6.2).
-    async fn bring_up(
-        &self,
-        pod: &Pod,
-        spec: &VmSpec,
-        restoring: bool,
-        clone_dir: Option<&str>,
-    ) -> Result<VmRecord, String> {
-        let vm = &spec.vm_name;
-        let res = PodResources::of(pod);
-        let policy = res.cpu_policy();
-        let path = rules::bring_up_path(spec, restoring, clone_dir)?;
-        let owner = Owner::of(pod);
-        if path == BringUp::Restore {
-            let src = self.resolve_wake_source(vm, &owner).await?;
-            return self.clone_from_hibernate(spec, src, policy).await;
-        }
-        // A fresh bring-up starts a new lineage: never hand a dead incarnation's fork baseline
-        // to new sub-agents.
-        if let Err(e) = self
-            .rt
-            .snapshot_remove_if_exists(&fork_snapshot_name(vm))
-            .await
-        {
-            warn!(vm, error = %e, "dropping the fork baseline failed");
-        }
-        match path {
-            BringUp::Restore => Err("unreachable restore".into()),
-            BringUp::CloneFromDir(dir) => {
-                let mut req = self.clone_request(CloneSource::Dir(dir.clone()), spec, policy);
-                req.pull = true;
-                let r = self.rt.clone_vm(req).await;
-                self.metrics.clone_from_dir(if r.is_ok() {
-                    m::RESULT_OK
-                } else {
-                    m::RESULT_FAILED
-                });
-                r.map_err(|e| format!("clone vm {vm} from dir {}: {e}", dir.display()))
-            }
-            BringUp::Fork(src) => {
-                let snap = self.ensure_fork_snapshot(&src).await?;
-                let req = self.clone_request(CloneSource::Snapshot(snap.clone()), spec, policy);
-                self.rt
-                    .clone_vm(req)
-                    .await
-                    .map_err(|e| format!("clone vm {vm} from {snap}: {e}"))
-            }
-            BringUp::Run => {
-                let image = self
-                    .ensure_run_image(&spec.image, spec.force_pull)
-                    .await
-                    .map_err(|e| format!("ensure image {}: {e}", spec.image))?;
-                let req = RunRequest {
-                    image,
-                    name: vm.clone(),
-                    cpu: res.vcpus(),
-                    memory: res.memory.clone(),
-                    storage: spec.storage.clone(),
-                    network: spec.network.clone(),
-                    os: spec.os.map(|o| o.as_str().to_owned()).unwrap_or_default(),
-                    backend: spec.backend,
-                    no_direct_io: spec.no_direct_io,
-                    cpu_policy: policy,
-                };
-                self.rt
-                    .run(req)
-                    .await
-                    .map_err(|e| format!("run vm {vm}: {e}"))
-            }
-            BringUp::Clone => {
-                let (repo, tag) = rules::parse_ref(&spec.image);
-                let local = rules::local_snapshot_name(&repo, &tag);
-                let (snap, imported) = match self.ensure_snapshot(&repo, &tag, &local, &owner).await
-                {
-                    Ok(s) => {
-                        self.metrics.snapshot_pull(m::RESULT_OK);
-                        s
-                    }
-                    Err(e) => {
-                        self.metrics.snapshot_pull(m::RESULT_FAILED);
-                        return Err(format!("ensure snapshot {local}: {e}"));
-                    }
-                };
-                if let Some(s) = &snap {
-                    rules::assert_snapshot_backend(&local, &s.hypervisor, spec.backend)
-                        .map_err(|e| format!("clone vm {vm} from {local}: {e}"))?;
-                }
-                self.ensure_snapshot_base_image(snap.as_ref()).await?;
-                let mut req =
-                    self.clone_request(CloneSource::Snapshot(local.clone()), spec, policy);
-                req.pull = snap.as_ref().is_some_and(|s| !s.image.is_empty());
-                let cloned = self
-                    .rt
-                    .clone_vm(req)
-                    .await
-                    .map_err(|e| format!("clone vm {vm} from {local}: {e}"));
-                if imported {
-                    // A new clone base landed: older unused ones beyond the limit go.
-                    self.collect_clone_bases().await;
-                }
-                cloned
-            }
-        }
-    }
-
-    /// cloneFromHibernate (§8.3): base image, clone, and cleanup of a one-shot import.
-    pub(crate) async fn clone_from_hibernate(
-        &self,
-        spec: &VmSpec,
-        src: WakeSource,
-        policy: CpuPolicy,
-    ) -> Result<VmRecord, String> {
-        let vm = &spec.vm_name;
-        let result = async {
-            self.ensure_snapshot_base_image(Some(&src.snapshot)).await?;
-            let mut req =
-                self.clone_request(CloneSource::Snapshot(src.local.clone()), spec, policy);
-            req.pull = !src.snapshot.image.is_empty();
-            if ch_windows(spec) {
-                req.nics = Some(1);
-            }
-            self.rt
-                .clone_vm(req)
-                .await
-                .map_err(|e| format!("clone vm {vm} from {}: {e}", src.local))
-        }
-        .await;
-        if src.import {
-            let rt = self.rt.clone();
-            let name = src.local.clone();
-            self.spawn(async move {
-                if let Err(e) = rt.snapshot_remove_if_exists(&name).await {
-                    warn!(snapshot = %name, error = %e, "removing the wake import failed");
-                }
-            });
-        }
-        result
     }
 
     /// The post-restore / post-clone step (§6.9, §8.3), in the background.

@@ -3,7 +3,9 @@
 //!
 //! Shape: pure rules ([`rules`], [`intent`], [`status`], the probe state machine in [`probe`])
 //! decide; the [`Handler`] methods in the sibling modules observe (API, runtime, registry) and
-//! act. The [`controller`] feeds pods bound to this node into the handler, serialised per pod.
+//! act. Hibernate, wake, delete and the create's bring-up are planned pipelines (`plan`): pure
+//! planners return ordered steps with their compensations, one executor runs them. The
+//! [`controller`] feeds pods bound to this node into the handler, serialised per pod.
 //!
 //! Choices for points the spec leaves open:
 //! * Hibernated pods report phase `Running`, Ready `False`, container `waiting` (reason
@@ -42,6 +44,7 @@ pub mod host_reach;
 pub mod intent;
 pub mod lease_watch;
 mod owned;
+mod plan;
 pub mod probe;
 pub mod reconcile;
 pub mod rules;

@@ -1,6 +1,7 @@
 //! Snapshot sources and transfers for bring-up and wake (`node.md` §6.4–§6.6, §8.3): registry
 //! push/pull through the runtime's export/import streams, clone-base and fork snapshots,
-//! image materialisation, hibernate evidence and the wake source.
+//! image materialisation and hibernate evidence (the wake source is decided in
+//! `plan::wake`, read in `plan::effects`).
 //!
 //! Single flights are per-key async locks whose holder re-checks the local store first;
 //! registry pulls are additionally shared ([`Handler::shared_pull`]): one spawned task per
@@ -9,9 +10,8 @@
 use cocoon_api::contract::metrics::node::{DIRECTION_PULL, DIRECTION_PUSH};
 use std::time::Instant;
 
-use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::tags;
-use cocoon_api::naming::{fork_snapshot_name, hibernate_import_snapshot_name};
+use cocoon_api::naming::fork_snapshot_name;
 use cocoon_registry::{Kind, PushOptions, Reference, RegistryClient, classify};
 use cocoon_runtime::{ImportHandle, Runtime, SnapshotRecord};
 use futures::FutureExt;
@@ -24,16 +24,6 @@ use super::rules::{Evidence, parse_ref};
 use super::tenant::ArtifactUse;
 use super::{Handler, PodError, Result, failed};
 use crate::metrics::NodeMetrics;
-
-/// Where a wake or restore clones from.
-pub struct WakeSource {
-    /// Local snapshot name.
-    pub local: String,
-    /// Its record.
-    pub snapshot: SnapshotRecord,
-    /// A one-shot import, removed after the clone.
-    pub import: bool,
-}
 
 impl Handler {
     /// Pulls `<repo>:<tag>` into the local snapshot `local` once for all concurrent callers.
@@ -131,7 +121,7 @@ impl Handler {
 
     /// A Normal `SnapshotPushed` / `SnapshotPulled` Event on the pod of VM `vm` saying how
     /// much moved (additive to the Go contract; the plugin shows it).
-    async fn transfer_event(
+    pub(crate) async fn transfer_event(
         &self,
         vm: &str,
         push: bool,
@@ -218,95 +208,6 @@ impl Handler {
                 warn!(vm, error = %e, "removing a local snapshot failed");
             }
         }
-    }
-
-    /// `resolveWakeSource(vm)` (§8.3) for the pod `owner`: the registry's `:hibernate` is
-    /// used (and trusted to verify the local copy) only when it is the owner's.
-    pub(crate) async fn resolve_wake_source(
-        &self,
-        vm: &str,
-        owner: &Owner,
-    ) -> Result<WakeSource, String> {
-        let artifact = match self
-            .owned_artifact(ArtifactUse::OwnVm, vm, tags::HIBERNATE, owner)
-            .await
-        {
-            Ok(a) => a,
-            Err(GateError::Refused(r)) => return Err(format!("wake {vm}: {r}")),
-            // The verification below reports registry trouble in the spec's words.
-            Err(GateError::Failed(_)) => None,
-        };
-        match self.snapshot_exact(vm).await {
-            Ok(local) => {
-                let verdict = match &self.registry {
-                    None => Ok(true),
-                    Some(reg) => match reg.snapshot_info(vm, tags::HIBERNATE).await {
-                        Ok(None) => Ok(false),
-                        Ok(Some(info)) if info.snapshot_id != local.id => {
-                            info!(vm, registry = %info.snapshot_id, local = %local.id, "local snapshot is stale");
-                            Ok(false)
-                        }
-                        Ok(Some(_)) => Ok(true),
-                        Err(e) => Err(e.to_string()),
-                    },
-                };
-                match verdict {
-                    Ok(true) => {
-                        self.metrics.snapshot_verify("ok");
-                        return Ok(WakeSource {
-                            local: vm.to_owned(),
-                            snapshot: local,
-                            import: false,
-                        });
-                    }
-                    Ok(false) => {
-                        self.metrics.snapshot_verify("stale");
-                        self.drop_local_snapshots(vm).await;
-                    }
-                    Err(e) => {
-                        self.metrics.snapshot_verify("error");
-                        return Err(format!("verify local snapshot {vm}: {e}"));
-                    }
-                }
-            }
-            Err(e) if e.is_snapshot_not_found() => {}
-            Err(e) => return Err(format!("inspect local snapshot {vm}: {e}")),
-        }
-        if self.registry.is_none() {
-            return Err(format!(
-                "wake {vm}: no local snapshot and no puller configured"
-            ));
-        }
-        let import = hibernate_import_snapshot_name(vm);
-        // The digest whose owner was checked, so the bytes pulled are those.
-        let reference = artifact
-            .as_ref()
-            .map_or(tags::HIBERNATE, |a| a.digest.as_str());
-        let res = self.shared_pull(vm, reference, &import).await;
-        self.metrics.snapshot_pull(if res.is_ok() {
-            m::RESULT_OK
-        } else {
-            m::RESULT_FAILED
-        });
-        let pulled = res.map_err(|e| format!("pull hibernation snapshot {vm}: {e}"))?;
-        self.transfer_event(
-            vm,
-            false,
-            &pulled.report.format,
-            pulled.report.bytes_downloaded,
-            pulled.report.data_bytes,
-            pulled.took,
-        )
-        .await;
-        let snapshot = self
-            .snapshot_exact(&import)
-            .await
-            .map_err(|e| format!("inspect imported snapshot {import}: {e}"))?;
-        Ok(WakeSource {
-            local: import,
-            snapshot,
-            import: true,
-        })
     }
 
     /// `ensureSnapshot(repo, tag, local)` (§6.4) for a clone base of pod `owner`; `local` is

@@ -1,50 +1,27 @@
 //! UpdatePod (`node.md` §8): only the hibernate transition matters. Hibernate saves, pushes
-//! `:hibernate`, clears the runtime annotations and removes the VM (compensating on failure);
-//! wake pulls (or reuses a verified local copy) and clones.
+//! `:hibernate`, clears the runtime annotations and removes the VM (compensating on failure):
+//! planned in [`super::plan::hibernate`], run by the executor; wake pulls (or reuses a
+//! verified local copy) and clones.
 //!
 //! The pod stays alive while hibernated, so no controller recreates it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use cocoon_api::contract::events::{node as ev, woken_message};
+use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{
-    AnnotationCodec, GenerationStamp, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec, tags,
+    AnnotationCodec, GenerationStamp, HibernateFlags, LifecycleState, VmRuntime, VmSpec,
 };
 use k8s_openapi::api::core::v1::Pod;
-use tracing::{info, warn};
+use tracing::info;
 
-use super::create::{FollowUp, ch_windows};
+use super::create::ch_windows;
 use super::owned::Owner;
-use super::rules::PodResources;
+use super::plan::effects::{PodOp, read_wake_source};
+use super::plan::{self, StepFailed};
 use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, Result, failed, pod_key, uid};
-
-/// What the inspect after a failed `vm rm` says about the hibernating VM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AfterFailedRemove {
-    /// The VM still exists: its disk and memory are intact, so `:hibernate` is the stale
-    /// duplicate the compensation deletes.
-    StillThere,
-    /// The VM is gone (the remove took effect before failing): `:hibernate` is now the only
-    /// copy of its state, so the hibernate stands.
-    Gone,
-    /// Unknown (the inspect failed otherwise): keep `:hibernate` and fail the hibernate.
-    Unknown,
-}
-
-/// Decides the compensation of a failed `vm rm` from an inspect of the VM.
-pub(crate) fn after_failed_remove<T>(
-    inspect: &std::result::Result<T, cocoon_runtime::RuntimeError>,
-) -> AfterFailedRemove {
-    match inspect {
-        Ok(_) => AfterFailedRemove::StillThere,
-        Err(e) if e.is_vm_not_found() => AfterFailedRemove::Gone,
-        Err(_) => AfterFailedRemove::Unknown,
-    }
-}
 
 impl Handler {
     /// UpdatePod (§8.1).
@@ -156,7 +133,8 @@ impl Handler {
         Ok(())
     }
 
-    async fn hibernate_fail(&self, key: &str, pod: &Pod, reason: &str, err: String) -> Result<()> {
+    async fn hibernate_fail(&self, key: &str, pod: &Pod, f: StepFailed) -> Result<()> {
+        let (reason, err) = (f.reason.unwrap_or_default(), f.message);
         self.fail_op(pod, reason, ev::OP_UPDATE, &err).await;
         if let Some(i) = self.tables().intents.get_mut(key)
             && i.lifecycle.is_failed()
@@ -167,11 +145,8 @@ impl Handler {
         Err(failed(err))
     }
 
-    fn count_phase(&self, phase: &str, result: &str) {
-        self.metrics.hibernate(phase, result);
-    }
-
-    /// Hibernate (§8.2).
+    /// Hibernate (§8.2): the plan of [`plan::hibernate`], run by the executor; a refusal or a
+    /// failed step fails the hibernate (its compensations already run).
     pub(crate) async fn hibernate(
         self: &Arc<Self>,
         key: &str,
@@ -179,194 +154,33 @@ impl Handler {
         spec: &VmSpec,
         vm: TrackedVm,
     ) -> Result<()> {
-        let name = spec.vm_name.clone();
-        if vm.synthetic {
-            // An unmanaged pod's record is synthetic: no runtime verb ever runs against it.
-            let e = format!("vm {name} is unmanaged; it cannot be hibernated");
-            return self
-                .hibernate_fail(key, pod, ev::TENANT_ISOLATION_REFUSED, e)
-                .await;
-        }
-        if spec.effective_os() == Os::Macos {
-            let e = format!("macOS guest {name} does not support hibernate");
-            return self
-                .hibernate_fail(key, pod, ev::HIBERNATE_UNSUPPORTED, e)
-                .await;
-        }
-        self.set_lifecycle(pod, LifecycleState::Hibernating, "")
-            .await;
-        let id = vm.id().to_owned();
-        let nic_dropped = ch_windows(spec);
-        if nic_dropped {
-            let release = self
-                .exec_bounded(
-                    &id,
-                    &["cmd", "/c", "ipconfig", "/release"],
-                    Duration::from_secs(20),
-                )
-                .await;
-            self.count_phase(
-                "dhcp_release",
-                if release {
-                    m::RESULT_OK
-                } else {
-                    m::RESULT_FAILED
-                },
-            );
-            if let Err(e) = self.rt.net_resize(&id, 0).await {
-                self.count_phase("netresize", m::RESULT_FAILED);
-                let rt = self.rt.clone();
-                let vid = id.clone();
-                self.spawn(async move {
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(30),
-                        cocoon_runtime::exec_capture(
-                            rt.as_ref(),
-                            &vid,
-                            &["cmd", "/c", "ipconfig", "/renew"],
-                            None,
-                        ),
-                    )
-                    .await;
-                });
-                return self
-                    .hibernate_fail(
-                        key,
-                        pod,
-                        ev::HIBERNATE_NET_RESIZE_FAILED,
-                        format!("drop NIC pre-hibernate {name}: {e}"),
-                    )
-                    .await;
-            }
-        }
-        let start = Instant::now();
-        if let Err(e) = self.rt.snapshot_save(&name, &id).await {
-            self.metrics.snapshot_save(m::RESULT_FAILED);
-            self.count_phase("snapshot", m::RESULT_FAILED);
-            self.nic_rollback(nic_dropped, &id);
-            return self
-                .hibernate_fail(
-                    key,
-                    pod,
-                    ev::HIBERNATE_SNAPSHOT_FAILED,
-                    format!("snapshot save {name}: {e}"),
-                )
-                .await;
-        }
-        self.metrics
-            .snapshot_save_duration
-            .observe(start.elapsed().as_secs_f64());
-        self.metrics.snapshot_save(m::RESULT_OK);
-        if self.registry.is_some() {
-            if let Err(e) = self
-                .push_owned(&name, &name, tags::HIBERNATE, &spec.image, &Owner::of(pod))
-                .await
-            {
-                self.metrics.snapshot_push(m::RESULT_FAILED);
-                self.count_phase("push", m::RESULT_FAILED);
-                self.nic_rollback(nic_dropped, &id);
-                return self
-                    .hibernate_fail(
-                        key,
-                        pod,
-                        ev::HIBERNATE_PUSH_FAILED,
-                        format!("push hibernation snapshot {name}: {e}"),
-                    )
-                    .await;
-            }
-            self.metrics.snapshot_push(m::RESULT_OK);
-        }
-        // Clear the VMID before Remove: the operator's manifest+VMID window shrinks to one RTT.
-        let cleared = self.clear_runtime(pod).await.is_ok();
-        if let Err(e) = self.rt.remove(&id).await
-            && !e.is_vm_not_found()
-        {
-            // The compensation deletes `:hibernate` only while the VM provably still exists:
-            // a remove that took effect and then failed leaves the tag as the only copy.
-            let after = after_failed_remove(&self.rt.inspect(&id).await);
-            if after == AfterFailedRemove::Gone {
-                warn!(vm = %name, id = %id, error = %e, "vm rm failed but the VM is gone; the hibernate stands");
-            } else {
-                self.count_phase("remove", m::RESULT_FAILED);
-                if after == AfterFailedRemove::StillThere {
-                    if let Some(reg) = &self.registry
-                        && let Err(de) = reg.delete_tag_if_present(&name, tags::HIBERNATE).await
-                    {
-                        warn!(vm = %name, error = %de, "compensating tag delete failed");
-                    }
-                } else {
-                    warn!(vm = %name, id = %id, "vm rm failed and the VM could not be inspected; keeping :hibernate, which may be its only copy");
-                }
-                self.nic_rollback(nic_dropped, &id);
-                self.write_runtime(pod, &vm, 0).await;
-                return self
-                    .hibernate_fail(
-                        key,
-                        pod,
-                        ev::HIBERNATE_REMOVE_FAILED,
-                        format!("remove vm {id}: {e}"),
-                    )
-                    .await;
-            }
-        }
-        self.count_phase("remove", m::RESULT_OK);
-        if !cleared && let Err(e) = self.clear_runtime(pod).await {
-            warn!(pod = %key, error = %e, "clearing runtime annotations after remove failed");
-        }
-        self.probes.forget(key);
-        {
-            let mut t = self.tables();
-            t.untrack_vm(key);
-            self.metrics.set_vm_table_size(t.vms_by_pod.len());
-        }
-        // The status (not Ready, no IP) goes out before `hibernated`: the operator's pass
-        // woken by `hibernated` then sees the pod's final status, and its `Suspended` needs
-        // no second write for a readiness flip that lands after it. (§8.1 step 5's refresh
-        // still follows the hibernate.)
-        self.notify(key).await;
-        self.set_lifecycle(pod, LifecycleState::Hibernated, "")
-            .await;
-        let msg = if self.registry.is_some() {
-            ev::MSG_HIBERNATED_PUSHED
-        } else {
-            ev::MSG_HIBERNATED_LOCAL
+        let facts = plan::hibernate::Facts {
+            spec,
+            vm_id: vm.id(),
+            synthetic: vm.synthetic,
+            registry: self.registry.is_some(),
         };
-        self.event(pod, false, ev::HIBERNATED, msg).await;
-        info!(pod = %key, vm = %name, "hibernated");
+        let steps = match plan::hibernate::plan(&facts) {
+            Ok(steps) => steps,
+            Err(refused) => return self.hibernate_fail(key, pod, refused).await,
+        };
+        let op = PodOp::new(self, key, pod, spec, Some(&vm));
+        if let Err(f) = plan::exec::run(&op, &steps).await {
+            return self.hibernate_fail(key, pod, f).await;
+        }
+        info!(pod = %key, vm = %spec.vm_name, "hibernated");
         Ok(())
     }
 
-    async fn exec_bounded(&self, id: &str, argv: &[&str], limit: Duration) -> bool {
-        matches!(
-            tokio::time::timeout(limit, cocoon_runtime::exec_capture(self.rt.as_ref(), id, argv, None)).await,
-            Ok(out) if out.result.is_ok()
-        )
+    /// A failed wake: `cocoon_vk_wake_total{failed}` and failOp.
+    async fn wake_fail(&self, pod: &Pod, f: StepFailed) -> Result<()> {
+        self.metrics.wake(m::RESULT_FAILED);
+        let reason = f.reason.unwrap_or_default();
+        self.fail_op(pod, reason, ev::OP_UPDATE, &f.message).await;
+        Err(failed(f.message))
     }
 
-    fn nic_rollback(&self, dropped: bool, id: &str) {
-        if !dropped {
-            return;
-        }
-        let rt = self.rt.clone();
-        let id = id.to_owned();
-        self.spawn(async move {
-            let work = async {
-                if let Err(e) = rt.net_resize(&id, 1).await {
-                    warn!(vm = %id, error = %e, "NIC rollback failed");
-                }
-                let _ = cocoon_runtime::exec_capture(
-                    rt.as_ref(),
-                    &id,
-                    &["cmd", "/c", "ipconfig", "/renew"],
-                    None,
-                )
-                .await;
-            };
-            let _ = tokio::time::timeout(Duration::from_secs(30), work).await;
-        });
-    }
-
-    /// Wake (§8.3).
+    /// Wake (§8.3): the plan of [`plan::wake`], its source read in between.
     pub(crate) async fn wake(self: &Arc<Self>, key: &str, pod: &Pod, spec: &VmSpec) -> Result<()> {
         if spec.vm_name.is_empty() {
             return Ok(());
@@ -385,70 +199,24 @@ impl Handler {
             }
             return Ok(());
         }
-        self.set_lifecycle(pod, LifecycleState::Creating, "").await;
-        if let Err(e) = self.clear_runtime(pod).await {
-            warn!(pod = %key, error = %e, "clearing runtime annotations at wake failed");
+        let op = PodOp::new(self, key, pod, spec, None);
+        if let Err(f) = plan::exec::run(&op, &plan::wake::begin()).await {
+            return self.wake_fail(pod, f).await;
         }
-        let src = match self
-            .resolve_wake_source(&spec.vm_name, &Owner::of(pod))
-            .await
-        {
+        let vm = spec.vm_name.as_str();
+        let source = match read_wake_source(self, vm, &Owner::of(pod)).await {
             Ok(s) => s,
             Err(e) => {
-                self.metrics.wake(m::RESULT_FAILED);
-                self.fail_op(pod, ev::WAKE_PULL_FAILED, ev::OP_UPDATE, &e)
-                    .await;
-                return Err(failed(e));
+                let f = StepFailed::refused(plan::wake::WAKE.source, e);
+                return self.wake_fail(pod, f).await;
             }
         };
-        let label = src.local.clone();
-        let started = Instant::now();
-        let policy = PodResources::of(pod).cpu_policy();
-        let vm = match self.clone_from_hibernate(spec, src, policy).await {
-            Ok(vm) => vm,
-            Err(e) => {
-                self.metrics.wake(m::RESULT_FAILED);
-                self.fail_op(pod, ev::WAKE_CLONE_FAILED, ev::OP_UPDATE, &e)
-                    .await;
-                return Err(failed(e));
-            }
-        };
-        self.metrics.vm_boot(
-            "clone",
-            spec.effective_backend().as_str(),
-            started.elapsed().as_secs_f64(),
-        );
-        // §8.3 step 6's order: the runtime annotations, tracking, probe and post-restore step
-        // first, the Event last (it is nothing the operator waits on).
-        self.finish_bring_up(key, pod, spec, vm, FollowUp::Restore)
-            .await;
-        self.event(pod, false, ev::WOKEN, &woken_message(&label))
-            .await;
+        op.clone_from(&source);
+        let steps = plan::wake::plan(vm, &source, ch_windows(spec));
+        if let Err(f) = plan::exec::run(&op, &steps).await {
+            return self.wake_fail(pod, f).await;
+        }
         info!(pod = %key, vm = %spec.vm_name, "woken");
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use cocoon_runtime::RuntimeError;
-
-    #[test]
-    fn a_failed_remove_deletes_the_tag_only_while_the_vm_exists() {
-        let rows: [(std::result::Result<(), RuntimeError>, AfterFailedRemove); 3] = [
-            (Ok(()), AfterFailedRemove::StillThere),
-            (
-                Err(RuntimeError::VmNotFound("vm x: VM not found".into())),
-                AfterFailedRemove::Gone,
-            ),
-            (
-                Err(RuntimeError::Other("connection reset".into())),
-                AfterFailedRemove::Unknown,
-            ),
-        ];
-        for (inspect, want) in rows {
-            assert_eq!(after_failed_remove(&inspect), want, "{inspect:?}");
-        }
     }
 }
