@@ -9,7 +9,7 @@
 //! controller passes, registry calls (counted by a `TagRegistry` adapter), controller writes and
 //! CocoonSet objects changed. The goal for the settled window is zero of the last three.
 //!
-//! Run: `cargo bench -p cocoon-operator --bench cocoonset_scale` (`COCOON_BENCH_SETS` sets the
+//! Run: `cargo bench -p cocoon-e2e --bench cocoonset_scale` (`COCOON_BENCH_SETS` sets the
 //! number of sets, default 30). Under `cargo test` it only prints how to run it.
 
 use std::collections::BTreeMap;
@@ -42,7 +42,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if !args.iter().any(|a| a == "--bench") {
         println!(
-            "cocoonset_scale: run with `cargo bench -p cocoon-operator --bench cocoonset_scale` \
+            "cocoonset_scale: run with `cargo bench -p cocoon-e2e --bench cocoonset_scale` \
              (COCOON_BENCH_SETS=<n>, default {DEFAULT_SETS})"
         );
         return;

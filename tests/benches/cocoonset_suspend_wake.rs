@@ -17,7 +17,7 @@
 //! * **controller overhead** = total − agents: the controller's passes, its writes, and the
 //!   watch hops between it and the agents.
 //!
-//! Run: `cargo bench -p cocoon-operator --bench cocoonset_suspend_wake`
+//! Run: `cargo bench -p cocoon-e2e --bench cocoonset_suspend_wake`
 //! (`COCOON_BENCH_SETS` sets the size of the second scenario, default 50;
 //! `COCOON_BENCH_ROUNDS` the rounds of the first, default 5). The controller runs at the
 //! `COCOONSET_CONCURRENCY` the shipped Deployment (`manifests/operator/deployment.yaml`) sets,
@@ -54,7 +54,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if !args.iter().any(|a| a == "--bench") {
         println!(
-            "cocoonset_suspend_wake: run with `cargo bench -p cocoon-operator --bench \
+            "cocoonset_suspend_wake: run with `cargo bench -p cocoon-e2e --bench \
              cocoonset_suspend_wake` (COCOON_BENCH_SETS=<n>, default {DEFAULT_SETS}; \
              COCOON_BENCH_ROUNDS=<n>, default {DEFAULT_ROUNDS})"
         );
