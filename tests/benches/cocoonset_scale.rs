@@ -107,18 +107,7 @@ fn registry(addr: &str) -> BenchResult<RegistryClient> {
 
 /// This process's CPU time (user + system) and peak RSS in KiB.
 fn process_usage() -> (Duration, u64) {
-    let ticks_per_s = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .filter(|t| *t > 0)
-        .unwrap_or(100);
+    let ticks_per_s = cocoon_testsupport::clock_ticks_per_second();
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the parenthesised command name start at field 3 (state); utime and stime
     // are fields 14 and 15.

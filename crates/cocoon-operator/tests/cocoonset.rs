@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, ToolboxMode, ToolboxSpec};
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, ToolboxSpec};
 use cocoon_api::naming::vm_name_for_agent;
 use cocoon_operator::cocoonset::Timing;
 use cocoon_testenv::Probe;
@@ -60,21 +60,7 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
         let reg = registry_client(env.registry_addr());
 
         let mut s = spec(&pool, 2);
-        s.toolboxes = vec![
-            ToolboxSpec {
-                name: "tb".into(),
-                image: "tb:1".into(),
-                ..ToolboxSpec::default()
-            },
-            ToolboxSpec {
-                name: "st".into(),
-                mode: ToolboxMode::Static,
-                static_ip: "10.9.9.9".into(),
-                static_vm_id: "ext-1".into(),
-                vnc_port: 5901,
-                ..ToolboxSpec::default()
-            },
-        ];
+        s.toolboxes = cocoon_testsupport::scripted::two_toolboxes("tb:1");
         sets.create(&PostParams::default(), &CocoonSet::new("demo", s))
             .await?;
 

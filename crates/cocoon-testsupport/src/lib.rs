@@ -24,10 +24,12 @@ use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_operator::{admin::Readiness, cocoonset, hibernation};
 use cocoon_registry::{RegistryClient, RegistryConfig};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -248,6 +250,54 @@ pub fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
         }),
         ..Default::default()
     }
+}
+
+/// Watches `api` (re-listing after an error, as the default backoff does) and hands every
+/// object listed or applied to `on`, for as long as the runtime runs; the receiver fires once
+/// the initial list is done, so a caller that awaits it has seen everything already there.
+pub fn watch_applied<K>(
+    api: Api<K>,
+    mut on: impl FnMut(&K) + Send + 'static,
+) -> tokio::sync::oneshot::Receiver<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let (listed, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut s = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut ready = Some(listed);
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => on(&o),
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(r) = ready.take() {
+                        let _ = r.send(());
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    rx
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 when it cannot say), the unit
+/// of the CPU times in `/proc/<pid>/stat` that the benches read.
+pub fn clock_ticks_per_second() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .filter(|t| *t > 0)
+        .unwrap_or(100)
 }
 
 /// Starts a test environment of its own for a bench and says how long it took.

@@ -5,12 +5,16 @@
 //! does; plus the controller start-up ([`controller`]), registry artifacts and the waits those tests share.
 
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy};
+use cocoon_api::crd::set::{
+    CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
+};
 use cocoon_operator::admin::Readiness;
 use cocoon_operator::leader::Leadership;
 use cocoon_operator::metrics::Metrics;
@@ -160,23 +164,27 @@ pub fn controller<'a>(client: &'a Client, ns: &'a str, registry: RegistryClient)
     }
 }
 
-impl Start<'_> {
+impl<'a> Start<'a> {
     /// Runs the controller under `leadership` (a test that makes it stand by).
     pub fn leadership(mut self, leadership: Leadership) -> Self {
         self.leadership = Some(leadership);
         self
     }
 
+    /// The cluster, the namespace, the probed registry and the leadership of the start.
+    fn parts(self) -> (&'a Client, &'a str, Arc<ProbedRegistry>, Option<Leadership>) {
+        let registry = Arc::new(ProbedRegistry {
+            inner: OciTagRegistry::new(self.registry),
+            calls: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+        });
+        (self.client, self.ns, registry, self.leadership)
+    }
+
     /// Starts the CocoonSet controller with `timing`, counting its passes in
     /// [`Controller::stats`].
     pub fn sets(self, timing: cocoonset::Timing) -> Controller<cocoonset::Context> {
-        let Start {
-            client,
-            ns,
-            registry,
-            leadership,
-        } = self;
-        let registry = probed(registry);
+        let (client, ns, registry, leadership) = self.parts();
         let stats = Arc::new(cocoonset::Stats::default());
         let mut ctx = cocoonset::Context::new(
             client.clone(),
@@ -189,23 +197,17 @@ impl Start<'_> {
         if let Some(l) = leadership {
             ctx = ctx.with_leadership(l);
         }
-        let ctx = Arc::new(ctx);
-        let (stop, rx) = oneshot::channel::<()>();
-        let (run, ns) = (ctx.clone(), ns.to_owned());
-        let task = tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.await;
-            };
-            cocoonset::run(run, Some(&ns), 4, stop, Arc::new(Readiness::default())).await;
-        });
-        Controller {
-            metrics: ctx.metrics.clone(),
-            ctx,
+        let metrics = ctx.metrics.clone();
+        launch(
+            Arc::new(ctx),
+            metrics,
             stats,
             registry,
-            stop: Some(stop),
-            task: Some(task),
-        }
+            ns,
+            |ctx, ns, stop| async move {
+                cocoonset::run(ctx, Some(&ns), 4, stop, Arc::new(Readiness::default())).await
+            },
+        )
     }
 
     /// Starts the CocoonHibernation controller with `timing` ([`Controller::stats`] stays
@@ -214,13 +216,7 @@ impl Start<'_> {
         self,
         timing: hibernation::decide::Timing,
     ) -> Controller<hibernation::Context> {
-        let Start {
-            client,
-            ns,
-            registry,
-            leadership,
-        } = self;
-        let registry = probed(registry);
+        let (client, ns, registry, leadership) = self.parts();
         let mut ctx = hibernation::Context::new(
             client.clone(),
             recorder(client),
@@ -231,32 +227,49 @@ impl Start<'_> {
         if let Some(l) = leadership {
             ctx = ctx.with_leadership(l);
         }
-        let ctx = Arc::new(ctx);
-        let (stop, rx) = oneshot::channel::<()>();
-        let (run, ns) = (ctx.clone(), ns.to_owned());
-        let task = tokio::spawn(async move {
-            let stop = async move {
-                let _ = rx.await;
-            };
-            hibernation::run(run, Some(&ns), 4, stop, Arc::new(Readiness::default())).await;
-        });
-        Controller {
-            metrics: ctx.metrics.clone(),
-            ctx,
-            stats: Arc::default(),
+        let metrics = ctx.metrics.clone();
+        launch(
+            Arc::new(ctx),
+            metrics,
+            Arc::default(),
             registry,
-            stop: Some(stop),
-            task: Some(task),
-        }
+            ns,
+            |ctx, ns, stop| async move {
+                hibernation::run(ctx, Some(&ns), 4, stop, Arc::new(Readiness::default())).await
+            },
+        )
     }
 }
 
-fn probed(registry: RegistryClient) -> Arc<ProbedRegistry> {
-    Arc::new(ProbedRegistry {
-        inner: OciTagRegistry::new(registry),
-        calls: AtomicU64::new(0),
-        down: AtomicBool::new(false),
-    })
+/// What stops a controller [`Start`] started: it resolves once its [`Controller`] is stopped
+/// or dropped.
+type Shutdown = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+/// Spawns `run` (the controller's loop on `ctx`, scoped to `ns`, until its [`Shutdown`]).
+fn launch<C, F>(
+    ctx: Arc<C>,
+    metrics: Arc<Metrics>,
+    stats: Arc<cocoonset::Stats>,
+    registry: Arc<ProbedRegistry>,
+    ns: &str,
+    run: impl FnOnce(Arc<C>, String, Shutdown) -> F,
+) -> Controller<C>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (stop, rx) = oneshot::channel::<()>();
+    let shutdown: Shutdown = Box::pin(async move {
+        let _ = rx.await;
+    });
+    let task = tokio::spawn(run(ctx.clone(), ns.to_owned(), shutdown));
+    Controller {
+        ctx,
+        metrics,
+        stats,
+        registry,
+        stop: Some(stop),
+        task: Some(task),
+    }
 }
 
 /// A controller [`Start`] started; dropping it stops the controller (without waiting).
@@ -691,6 +704,26 @@ pub fn spec(pool: &str, replicas: i32) -> CocoonSetSpec {
     s.agent.replicas = replicas;
     s.snapshot_policy = SnapshotPolicy::MainOnly;
     s
+}
+
+/// The two toolboxes of the lifecycle tests: `tb`, a run toolbox on `image`, and `st`, a
+/// static one (IP 10.9.9.9, VM id `ext-1`, VNC port 5901).
+pub fn two_toolboxes(image: &str) -> Vec<ToolboxSpec> {
+    vec![
+        ToolboxSpec {
+            name: "tb".into(),
+            image: image.into(),
+            ..ToolboxSpec::default()
+        },
+        ToolboxSpec {
+            name: "st".into(),
+            mode: ToolboxMode::Static,
+            static_ip: "10.9.9.9".into(),
+            static_vm_id: "ext-1".into(),
+            vnc_port: 5901,
+            ..ToolboxSpec::default()
+        },
+    ]
 }
 
 /// Sets or clears `spec.suspend` of the set.
