@@ -1,6 +1,7 @@
-//! End-to-end scenarios live in tests/; this library holds the few helpers the shipping tests
-//! (image, krew, helm) share: the workspace's root, version and git revision, running a command
-//! to completion with its output in the failure message, and helm.
+//! End-to-end scenarios live in tests/: the operator, real node agents and the plugin together,
+//! and the shipping tests. This library holds the few helpers they share: the workspace's root,
+//! version and git revision, the workspace's built binaries, running a command to completion
+//! with its output in the failure message, and helm.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -16,6 +17,32 @@ pub fn workspace_root() -> PathBuf {
 /// The workspace version (`[workspace.package] version`, which every crate inherits).
 pub fn workspace_version() -> &'static str {
     env!("CARGO_PKG_VERSION")
+}
+
+/// The workspace binary `name` of the build this test belongs to: `target/<profile>/<name>`,
+/// next to the `deps/` directory holding the test executable. A test of another package cannot
+/// have cargo build it (`CARGO_BIN_EXE_<name>` exists only in the binary's own package), so it
+/// must be built first, as `scripts/test.sh` does with `cargo build --workspace --all-targets`;
+/// panics with that advice when it is missing.
+pub fn built_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test executable is in target/<profile>/deps");
+    let bin = profile_dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} is not built: run `cargo build --workspace --bins` (scripts/test.sh builds every \
+         target before it tests)",
+        bin.display()
+    );
+    bin
+}
+
+/// The plugin binary, `kubectl-cocoon` ([`built_binary`]).
+pub fn kubectl_cocoon() -> PathBuf {
+    built_binary("kubectl-cocoon")
 }
 
 /// `git rev-parse [--short] HEAD` of the checkout the tests run in.

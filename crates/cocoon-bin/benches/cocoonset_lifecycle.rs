@@ -44,14 +44,13 @@ use cocoon_api::contract::{annotations as ann, finalizers};
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, ToolboxSpec};
 use cocoon_runtime::sim::{Latencies, SimConfig};
 use cocoon_testenv::{AuditLog, AuditRecord, TestEnv, TestNode};
-use cocoon_testsupport::{Agent, AgentOptions, BoxError};
+use cocoon_testsupport::{Agent, AgentOptions, BoxError, watch_applied};
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -431,18 +430,7 @@ fn concurrency() -> BenchResult<u16> {
 
 /// utime + stime of process `pid`.
 fn cpu_of(pid: u32) -> Duration {
-    let ticks_per_s = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .filter(|t| *t > 0)
-        .unwrap_or(100);
+    let ticks_per_s = cocoon_testsupport::clock_ticks_per_second();
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -552,52 +540,19 @@ fn record_set(t: &Shared, cs: &CocoonSet) {
 /// Watches the namespace's pods and sets into the timeline; returns once both have listed.
 async fn start_timeline(client: &Client, ns: &str) -> BenchResult<Shared> {
     let t: Shared = Arc::default();
-    let (pods_ready, pods_rx) = tokio::sync::oneshot::channel::<()>();
-    let (sets_ready, sets_rx) = tokio::sync::oneshot::channel::<()>();
-    {
-        let (t, api) = (t.clone(), Api::<Pod>::namespaced(client.clone(), ns));
-        tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            let mut ready = Some(pods_ready);
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        record_pod(&t, &p)
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(r) = ready.take() {
-                            let _ = r.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        });
-    }
-    {
-        let (t, api) = (t.clone(), Api::<CocoonSet>::namespaced(client.clone(), ns));
-        tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            let mut ready = Some(sets_ready);
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(cs) | watcher::Event::InitApply(cs)) => {
-                        record_set(&t, &cs)
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(r) = ready.take() {
-                            let _ = r.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        });
-    }
+    let pods_rx = {
+        let t = t.clone();
+        watch_applied(Api::<Pod>::namespaced(client.clone(), ns), move |p| {
+            record_pod(&t, p)
+        })
+    };
+    let sets_rx = {
+        let t = t.clone();
+        watch_applied(
+            Api::<CocoonSet>::namespaced(client.clone(), ns),
+            move |cs| record_set(&t, cs),
+        )
+    };
     tokio::time::timeout(Duration::from_secs(60), pods_rx).await??;
     tokio::time::timeout(Duration::from_secs(60), sets_rx).await??;
     Ok(t)

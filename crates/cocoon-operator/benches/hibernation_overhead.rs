@@ -13,7 +13,6 @@
 //! Run: `cargo bench -p cocoon-operator --bench hibernation_overhead`. Under `cargo test` it
 //! only prints how to run it (cargo bench passes `--bench`; cargo test does not).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cocoon_api::contract::annotations as ann;
@@ -21,20 +20,17 @@ use cocoon_api::crd::hibernation::{
     CocoonHibernation, CocoonHibernationSpec, Desire, HibernationPhase, PodRef,
 };
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_operator::hibernation::{self, decide::Timing};
-use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_operator::hibernation::decide::Timing;
 use cocoon_registry::{RegistryClient, RegistryConfig};
 use cocoon_testenv::TestEnv;
 use cocoon_testsupport::BoxError;
-use cocoon_testsupport::scripted::{self, recorder, spawn_hibernation};
+use cocoon_testsupport::scripted;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 type BenchResult<T = ()> = Result<T, BoxError>;
 
@@ -84,7 +80,8 @@ async fn measure(env: &TestEnv) -> BenchResult<(Vec<Duration>, Vec<Duration>)> {
     let client = env.client()?;
     let ns = cocoon_testenv::create_namespace(&client, "ch-bench").await?;
     let reg = registry_client(env.registry_addr())?;
-    let stop = start_controller(&client, &ns, registry_client(env.registry_addr())?);
+    let stop = scripted::controller(&client, &ns, registry_client(env.registry_addr())?)
+        .hibernation(Timing::default());
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &ns);
     let vm = create_running_pod(&pods, &ns).await?;
@@ -159,18 +156,6 @@ async fn measure(env: &TestEnv) -> BenchResult<(Vec<Duration>, Vec<Duration>)> {
 }
 
 /// The real controller scoped to `ns`, with the production timing; stops when the sender drops.
-fn start_controller(client: &Client, ns: &str, reg: RegistryClient) -> oneshot::Sender<()> {
-    let tags: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(reg));
-    let ctx = Arc::new(hibernation::Context::new(
-        client.clone(),
-        recorder(client),
-        Arc::new(Metrics::new()),
-        tags,
-        Timing::default(),
-    ));
-    spawn_hibernation(ctx, ns).0
-}
-
 /// A VM pod as the node agent leaves it after bring-up: VM id, `ready`, container running.
 /// It names a scheduler that does not exist, so nothing but this bench writes its status.
 async fn create_running_pod(pods: &Api<Pod>, ns: &str) -> BenchResult<String> {

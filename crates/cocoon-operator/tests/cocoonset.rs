@@ -5,70 +5,24 @@
 //! stamped generation (or `failed` when told), the container running and the Ready condition —
 //! and it completes pod deletions as a kubelet does.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, ToolboxMode, ToolboxSpec};
+use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, ToolboxSpec};
 use cocoon_api::naming::vm_name_for_agent;
-use cocoon_operator::cocoonset::{self, Timing};
-use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
+use cocoon_operator::cocoonset::Timing;
 use cocoon_testenv::Probe;
 use cocoon_testsupport::scripted::{
-    Script, ScriptedNode, WAIT, event_reasons, node_actor, nodes, phase_is, push_tag, recorder,
-    registry_client, spawn_sets, spec, wait_event, wait_set,
+    Script, ScriptedNode, WAIT, controller, event_reasons, node_actor, nodes, phase_is, push_tag,
+    registry_client, spec, wait_event, wait_set,
 };
 use cocoon_testsupport::{AuditedIdentity, BoxError};
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
 
 type TestResult = Result<(), BoxError>;
-
-/// Counts every registry call of the controller, around the real client.
-struct Counting {
-    inner: OciTagRegistry,
-    calls: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl TagRegistry for Counting {
-    fn has_manifest<'a>(
-        &'a self,
-        vm: &'a str,
-        tag: &'a str,
-    ) -> BoxFuture<'a, Result<bool, RegistryError>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.has_manifest(vm, tag)
-    }
-    fn delete_tag<'a>(
-        &'a self,
-        vm: &'a str,
-        tag: &'a str,
-    ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.delete_tag(vm, tag)
-    }
-    fn manifest_annotations<'a>(
-        &'a self,
-        vm: &'a str,
-        tag: &'a str,
-    ) -> BoxFuture<'a, Result<Option<std::collections::BTreeMap<String, String>>, RegistryError>>
-    {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.manifest_annotations(vm, tag)
-    }
-}
-
-struct Running {
-    ctx: Arc<cocoonset::Context>,
-    /// The controller's pass counter (the settled-pass test waits on it).
-    stats: Arc<cocoonset::Stats>,
-    registry_calls: Arc<std::sync::atomic::AtomicU64>,
-    _stop: oneshot::Sender<()>,
-}
 
 fn fast_timing() -> Timing {
     Timing {
@@ -81,32 +35,6 @@ fn fast_timing() -> Timing {
             Duration::from_secs(1),
         ],
         ..Timing::default()
-    }
-}
-
-fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
-    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let registry: Arc<dyn TagRegistry> = Arc::new(Counting {
-        inner: OciTagRegistry::new(registry_client(registry_addr)),
-        calls: calls.clone(),
-    });
-    let stats = Arc::new(cocoonset::Stats::default());
-    let ctx = Arc::new(
-        cocoonset::Context::new(
-            client.clone(),
-            recorder(client),
-            Arc::new(Metrics::new()),
-            registry,
-            fast_timing(),
-        )
-        .with_stats(stats.clone()),
-    );
-    let (tx, _task) = spawn_sets(ctx.clone(), ns);
-    Running {
-        ctx,
-        stats,
-        registry_calls: calls,
-        _stop: tx,
     }
 }
 
@@ -125,27 +53,14 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
         };
         // The controller runs as an identity of its own: the audit log counts its writes.
         let operator = AuditedIdentity::new(env, &client, "cs-life-operator").await?;
-        let running = start_controller(&operator.client, &ns, env.registry_addr());
+        let running = controller(&operator.client, &ns, registry_client(env.registry_addr()))
+            .sets(fast_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
 
         let mut s = spec(&pool, 2);
-        s.toolboxes = vec![
-            ToolboxSpec {
-                name: "tb".into(),
-                image: "tb:1".into(),
-                ..ToolboxSpec::default()
-            },
-            ToolboxSpec {
-                name: "st".into(),
-                mode: ToolboxMode::Static,
-                static_ip: "10.9.9.9".into(),
-                static_vm_id: "ext-1".into(),
-                vnc_port: 5901,
-                ..ToolboxSpec::default()
-            },
-        ];
+        s.toolboxes = cocoon_testsupport::scripted::two_toolboxes("tb:1");
         sets.create(&PostParams::default(), &CocoonSet::new("demo", s))
             .await?;
 
@@ -234,7 +149,7 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
         let rv = sets.get("demo").await?.resource_version();
         let (writes, calls) = (
             operator.writes_in(&audit, &ns).await?,
-            running.registry_calls.load(Ordering::SeqCst),
+            running.registry.calls(),
         );
         assert!(
             writes > 0,
@@ -251,7 +166,7 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
             "a settled pass wrote (the API server's audit log of the controller's identity)"
         );
         assert_eq!(
-            running.registry_calls.load(Ordering::SeqCst),
+            running.registry.calls(),
             calls,
             "a settled pass called the registry"
         );
@@ -394,7 +309,8 @@ async fn failing_sub_agent_is_rebuilt_then_dead_lettered_until_a_spec_edit() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let ScriptedNode { fail, .. } = node_actor(&client, &ns, Script::default());
-        let running = start_controller(&client, &ns, env.registry_addr());
+        let running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(fast_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         if let Ok(mut f) = fail.lock() {
@@ -496,7 +412,8 @@ async fn failed_main_reports_failed_then_recovers() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let ScriptedNode { fail, .. } = node_actor(&client, &ns, Script::default());
-        let _running = start_controller(&client, &ns, env.registry_addr());
+        let _running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(fast_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         sets.create(
@@ -569,7 +486,8 @@ async fn a_new_set_posts_each_of_its_pods_once() {
             );
         };
         let operator = AuditedIdentity::new(env, &client, "cs-once-operator").await?;
-        let running = start_controller(&operator.client, &ns, env.registry_addr());
+        let running = controller(&operator.client, &ns, registry_client(env.registry_addr()))
+            .sets(fast_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         // Sets of 1 main + 2 sub-agents + 1 toolbox. Whether a pass reads the cache before
         // it shows a create is up to the watch's timing: several sets give the race room.
@@ -644,17 +562,10 @@ async fn a_set_deleted_behind_the_controllers_back_is_forgotten() {
         let leadership = cocoon_operator::leader::Leadership::elected();
         leadership.set_renew_deadline(Duration::from_secs(3600));
         leadership.renewed(std::time::Instant::now());
-        let ctx = Arc::new(
-            cocoonset::Context::new(
-                client.clone(),
-                recorder(&client),
-                Arc::new(Metrics::new()),
-                Arc::new(OciTagRegistry::new(registry_client(env.registry_addr()))),
-                fast_timing(),
-            )
-            .with_leadership(leadership.clone()),
-        );
-        let (_stop, _task) = spawn_sets(ctx.clone(), &ns);
+        let running = controller(&client, &ns, registry_client(env.registry_addr()))
+            .leadership(leadership.clone())
+            .sets(fast_timing());
+        let ctx = &running.ctx;
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         // No node serves this pool: the main stays Pending, the set reports Pending.
         let pool = cocoon_testenv::unique_name("nowhere");

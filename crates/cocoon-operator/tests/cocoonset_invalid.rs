@@ -4,16 +4,12 @@
 //! Warning Event — and the controller waits for a spec change instead of failing passes with
 //! backoff. The node side is the scripted stand-in of `cocoon_testsupport::scripted`.
 
-use std::sync::Arc;
-
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, ToolboxSpec};
-use cocoon_operator::cocoonset::{self, steps::toolboxes::INVALID_TOOLBOXES};
-use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_operator::cocoonset::steps::toolboxes::INVALID_TOOLBOXES;
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{
-    Script, node_actor, nodes, phase_is, recorder, registry_client, spawn_sets, spec,
-    suspend_timing, wait_event, wait_set,
+    Script, controller, node_actor, nodes, phase_is, registry_client, spec, suspend_timing,
+    wait_event, wait_set,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -39,17 +35,8 @@ async fn an_invalid_toolbox_list_is_reported_and_waits_for_a_spec_change() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let _actor = node_actor(&client, &ns, Script::default());
-        let registry: Arc<dyn TagRegistry> =
-            Arc::new(OciTagRegistry::new(registry_client(env.registry_addr())));
-        let metrics = Arc::new(Metrics::new());
-        let ctx = Arc::new(cocoonset::Context::new(
-            client.clone(),
-            recorder(&client),
-            metrics.clone(),
-            registry,
-            suspend_timing(),
-        ));
-        let (_stop, _task) = spawn_sets(ctx, &ns);
+        let running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(suspend_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
@@ -79,7 +66,7 @@ async fn an_invalid_toolbox_list_is_reported_and_waits_for_a_spec_change() {
         assert!(pods.get_opt("demo-7").await?.is_none(), "no toolbox pod");
         // ...and no pass failed over it: the set waits for a change, not for a retry.
         // (The series exists from the start, at 0, so that alerts see its first increase.)
-        let rendered = metrics.render();
+        let rendered = running.metrics.render();
         let invalid = rendered
             .lines()
             .find(|l| {

@@ -12,14 +12,11 @@ use std::sync::{Arc, Mutex};
 
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase};
 use cocoon_api::naming::vm_name_for_agent;
-use cocoon_operator::cocoonset;
 use cocoon_operator::metrics::{Metrics, SetLabels};
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{
-    HIBERNATE, ScriptedNode, WAIT, cordon, hibernating_node_actor, node_of, nodes, phase_is,
-    push_tag, recorder, registry_client, spawn_sets, spec, suspend_timing, wait_event, wait_set,
-    wait_tag,
+    HIBERNATE, ScriptedNode, WAIT, controller, cordon, hibernating_node_actor, node_of, nodes,
+    phase_is, push_tag, registry_client, spec, suspend_timing, wait_event, wait_set, wait_tag,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -28,46 +25,12 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
 
 type TestResult = Result<(), BoxError>;
 
 const VM_ID: &str = "vm.cocoonstack.io/id";
 const KEEP: &str = "vm.cocoonstack.io/keep-snapshot-on-delete";
 const RESTORE: &str = "vm.cocoonstack.io/restore-from-hibernate";
-
-struct Running {
-    metrics: Arc<Metrics>,
-    /// The controller's registry-call counter.
-    stats: Arc<cocoonset::Stats>,
-    /// Dropping it stops the controller at the end of the test.
-    _stop: Option<oneshot::Sender<()>>,
-    _task: tokio::task::JoinHandle<()>,
-}
-
-fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> Running {
-    let registry: Arc<dyn TagRegistry> =
-        Arc::new(OciTagRegistry::new(registry_client(registry_addr)));
-    let metrics = Arc::new(Metrics::new());
-    let stats = Arc::new(cocoonset::Stats::default());
-    let ctx = Arc::new(
-        cocoonset::Context::new(
-            client.clone(),
-            recorder(client),
-            metrics.clone(),
-            registry,
-            suspend_timing(),
-        )
-        .with_stats(stats.clone()),
-    );
-    let (tx, task) = spawn_sets(ctx.clone(), ns);
-    Running {
-        metrics,
-        stats,
-        _stop: Some(tx),
-        _task: task,
-    }
-}
 
 /// What a watch saw over the test: every status phase of the set, and whether the main was
 /// ever flagged keep-snapshot-on-delete. A watch, not polling, so a short phase is not missed.
@@ -207,7 +170,8 @@ async fn pin_to_another_node_moves_the_main_on_its_snapshot() {
         let nodes = nodes(&client, &pool, 2).await?;
         let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
         let seen = observe(&client, &ns);
-        let _running = start_controller(&client, &ns, env.registry_addr());
+        let _running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(suspend_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
@@ -252,7 +216,8 @@ async fn full_target_reports_no_capacity_then_completes_when_it_frees() {
         let pool = cocoon_testenv::unique_name("pool");
         let nodes = nodes(&client, &pool, 2).await?;
         let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
-        let running = start_controller(&client, &ns, env.registry_addr());
+        let running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(suspend_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
@@ -297,7 +262,8 @@ async fn repin_and_unpin_of_a_pending_main_recreate_it_under_the_current_pin() {
         let pool = cocoon_testenv::unique_name("pool");
         let nodes = nodes(&client, &pool, 3).await?;
         let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
-        let _running = start_controller(&client, &ns, env.registry_addr());
+        let _running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(suspend_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
@@ -359,7 +325,8 @@ async fn retarget_back_before_the_source_clears_its_vm_keeps_the_snapshot() {
         let pool = cocoon_testenv::unique_name("pool");
         let nodes = nodes(&client, &pool, 2).await?;
         let ScriptedNode { hold, .. } = hibernating_node_actor(&client, &ns, env.registry_addr());
-        let running = start_controller(&client, &ns, env.registry_addr());
+        let running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(suspend_timing());
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());

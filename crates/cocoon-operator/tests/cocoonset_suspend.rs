@@ -7,26 +7,22 @@
 //! other bound pod it comes up with a VM id, lifecycle `ready` at the stamp, a running
 //! container and the Ready condition. It completes pod deletions as a kubelet does.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec, HibernatePolicy};
 use cocoon_api::naming::vm_name_for_agent;
-use cocoon_operator::cocoonset::{self, Timing};
+use cocoon_operator::cocoonset::Timing;
 use cocoon_operator::metrics::{Metrics, PlacementLabels};
-use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{
-    HIBERNATE, ScriptedNode, WAIT, cordon, hibernating_node_actor, node_of, nodes, phase_is,
-    recorder, registry_client, set_suspend, spawn_sets, spec, stop_refusing, suspend_timing,
-    wait_event, wait_set_watched as wait_set, wait_tag,
+    HIBERNATE, ScriptedNode, WAIT, controller, cordon, hibernating_node_actor, node_of, nodes,
+    phase_is, registry_client, set_suspend, spec, stop_refusing, suspend_timing, wait_event,
+    wait_set_watched as wait_set, wait_tag,
 };
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
 
 type TestResult = Result<(), BoxError>;
 
@@ -34,103 +30,10 @@ const RECLAIM: &str = "cocoonset.cocoonstack.io/hibernate-reclaim";
 const HINT: &str = "cocoonset.cocoonstack.io/hibernated-on-node";
 const RESTORE: &str = "vm.cocoonstack.io/restore-from-hibernate";
 
-/// The real registry behind a switch that makes every call fail ("registry down").
-struct Switchable {
-    inner: OciTagRegistry,
-    down: Arc<AtomicBool>,
-    calls: Arc<AtomicU64>,
-}
-
-impl Switchable {
-    fn check(&self) -> Result<(), RegistryError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        if self.down.load(Ordering::SeqCst) {
-            return Err(RegistryError::Transport {
-                message: "connection refused (test: registry down)".into(),
-                timeout: false,
-            });
-        }
-        Ok(())
-    }
-}
-
-impl TagRegistry for Switchable {
-    fn has_manifest<'a>(
-        &'a self,
-        vm: &'a str,
-        tag: &'a str,
-    ) -> BoxFuture<'a, Result<bool, RegistryError>> {
-        Box::pin(async move {
-            self.check()?;
-            self.inner.has_manifest(vm, tag).await
-        })
-    }
-    fn delete_tag<'a>(
-        &'a self,
-        vm: &'a str,
-        tag: &'a str,
-    ) -> BoxFuture<'a, Result<(), RegistryError>> {
-        Box::pin(async move {
-            self.check()?;
-            self.inner.delete_tag(vm, tag).await
-        })
-    }
-    fn manifest_annotations<'a>(
-        &'a self,
-        vm: &'a str,
-        tag: &'a str,
-    ) -> BoxFuture<'a, Result<Option<std::collections::BTreeMap<String, String>>, RegistryError>>
-    {
-        Box::pin(async move {
-            self.check()?;
-            self.inner.manifest_annotations(vm, tag).await
-        })
-    }
-}
-
-struct Running {
-    metrics: Arc<Metrics>,
-    down: Arc<AtomicBool>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    /// Stops the controller (as an operator restart does) and waits for it to end.
-    async fn stop(mut self) {
-        drop(self.stop.take());
-        let _ = self.task.await;
-    }
-}
-
 fn timing(deadline: Duration) -> Timing {
     Timing {
         suspend_deadline: deadline,
         ..suspend_timing()
-    }
-}
-
-fn start_controller(client: &Client, ns: &str, registry_addr: &str, t: Timing) -> Running {
-    let down = Arc::new(AtomicBool::new(false));
-    let registry: Arc<dyn TagRegistry> = Arc::new(Switchable {
-        inner: OciTagRegistry::new(registry_client(registry_addr)),
-        down: down.clone(),
-        calls: Arc::default(),
-    });
-    let metrics = Arc::new(Metrics::new());
-    let ctx = Arc::new(cocoonset::Context::new(
-        client.clone(),
-        recorder(client),
-        metrics.clone(),
-        registry,
-        t,
-    ));
-    let (tx, task) = spawn_sets(ctx, ns);
-    Running {
-        metrics,
-        down,
-        stop: Some(tx),
-        task,
     }
 }
 
@@ -146,7 +49,8 @@ async fn retain_suspend_round_trip_restores_a_pod_deleted_while_suspended() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
-        let _running = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
+        let _running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(timing(WAIT));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
@@ -221,12 +125,8 @@ async fn suspend_timeout_surfaces_and_recovers_and_registry_down_counts() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let ScriptedNode { refuse, .. } = hibernating_node_actor(&client, &ns, env.registry_addr());
-        let running = start_controller(
-            &client,
-            &ns,
-            env.registry_addr(),
-            timing(Duration::from_secs(3)),
-        );
+        let running = controller(&client, &ns, registry_client(env.registry_addr()))
+            .sets(timing(Duration::from_secs(3)));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         sets.create(
@@ -262,7 +162,7 @@ async fn suspend_timeout_surfaces_and_recovers_and_registry_down_counts() {
 
         // The node agent gives in but the registry is down: the probe error still ends in
         // Failed, then Suspended once the registry is back.
-        running.down.store(true, Ordering::SeqCst);
+        running.registry.set_down(true);
         stop_refusing(&refuse, &pods, "demo-0").await?;
         // The deadline restarted on the last Failed → Suspending; a registry that keeps
         // failing ends in Failed again.
@@ -274,7 +174,7 @@ async fn suspend_timeout_surfaces_and_recovers_and_registry_down_counts() {
             phase_is(cs, CocoonSetPhase::Failed)
         })
         .await?;
-        running.down.store(false, Ordering::SeqCst);
+        running.registry.set_down(false);
         wait_set(&sets, "demo", "Suspended", |cs| {
             phase_is(cs, CocoonSetPhase::Suspended)
         })
@@ -297,7 +197,8 @@ async fn operator_restart_mid_suspend_loses_nothing() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let ScriptedNode { refuse, .. } = hibernating_node_actor(&client, &ns, env.registry_addr());
-        let first = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
+        let first =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(timing(WAIT));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
@@ -324,7 +225,8 @@ async fn operator_restart_mid_suspend_loses_nothing() {
         );
         first.stop().await;
 
-        let _second = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
+        let _second =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(timing(WAIT));
         stop_refusing(&refuse, &pods, "demo-1").await?;
         wait_set(&sets, "demo", "Suspended", |cs| {
             phase_is(cs, CocoonSetPhase::Suspended)
@@ -380,7 +282,8 @@ async fn release_wakes_warm_on_the_hint_then_cold_elsewhere_and_waits_for_capaci
         let pool = cocoon_testenv::unique_name("pool");
         let nodes = nodes(&client, &pool, 2).await?;
         let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
-        let running = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
+        let running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(timing(WAIT));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());
@@ -463,7 +366,8 @@ async fn image_edited_while_released_boots_fresh_and_drops_the_tag() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let _actor = hibernating_node_actor(&client, &ns, env.registry_addr());
-        let _running = start_controller(&client, &ns, env.registry_addr(), timing(WAIT));
+        let _running =
+            controller(&client, &ns, registry_client(env.registry_addr())).sets(timing(WAIT));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let reg = registry_client(env.registry_addr());

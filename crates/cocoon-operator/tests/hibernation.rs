@@ -3,25 +3,21 @@
 //! agent writes: the lifecycle triple, the VM id, the container state, and the `:hibernate`
 //! artifact in the registry).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use cocoon_api::crd::hibernation::{
     CocoonHibernation, CocoonHibernationSpec, Desire, HibernationPhase, PodRef,
 };
 use cocoon_api::naming::vm_name_for_pod;
-use cocoon_operator::hibernation::{self, decide::Timing};
-use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_operator::hibernation::decide::Timing;
 use cocoon_registry::{RegistryClient, RegistryConfig, RetryPolicy};
 use cocoon_testsupport::BoxError;
-use cocoon_testsupport::scripted::{self, recorder, spawn_hibernation};
+use cocoon_testsupport::scripted;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
 
 type TestResult = Result<(), BoxError>;
 
@@ -36,30 +32,6 @@ fn registry_client(addr: &str, request_timeout: Duration) -> RegistryClient {
         ..RetryPolicy::default()
     };
     RegistryClient::new(cfg).expect("registry client")
-}
-
-/// A controller scoped to one namespace, stopped when the returned sender is dropped.
-struct Running {
-    ctx: Arc<hibernation::Context>,
-    _stop: oneshot::Sender<()>,
-}
-
-fn start_controller(
-    client: &Client,
-    ns: &str,
-    registry: RegistryClient,
-    timing: Timing,
-) -> Running {
-    let registry: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(registry));
-    let ctx = Arc::new(hibernation::Context::new(
-        client.clone(),
-        recorder(client),
-        Arc::new(Metrics::new()),
-        registry,
-        timing,
-    ));
-    let (tx, _task) = spawn_hibernation(ctx.clone(), ns);
-    Running { ctx, _stop: tx }
 }
 
 fn fast_timing() -> Timing {
@@ -226,12 +198,12 @@ async fn hibernate_then_wake_round_trip() {
         let client = env.client()?;
         let ns = cocoon_testenv::create_namespace(&client, "ch-round").await?;
         let reg = registry_client(env.registry_addr(), Duration::from_secs(10));
-        let running = start_controller(
+        let running = scripted::controller(
             &client,
             &ns,
             registry_client(env.registry_addr(), Duration::from_secs(10)),
-            fast_timing(),
-        );
+        )
+        .hibernation(fast_timing());
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &ns);
         let vm = create_pod(&pods, &ns, "demo-0").await?;
@@ -312,12 +284,12 @@ async fn reverse_desire_finishes_the_hibernate_first() {
         let client = env.client()?;
         let ns = cocoon_testenv::create_namespace(&client, "ch-flip").await?;
         let reg = registry_client(env.registry_addr(), Duration::from_secs(10));
-        let _running = start_controller(
+        let _running = scripted::controller(
             &client,
             &ns,
             registry_client(env.registry_addr(), Duration::from_secs(10)),
-            fast_timing(),
-        );
+        )
+        .hibernation(fast_timing());
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &ns);
         let vm = create_pod(&pods, &ns, "demo-0").await?;
@@ -369,12 +341,12 @@ async fn timeout_fails_then_recovers() {
             hibernate_timeout: Duration::from_secs(3),
             ..fast_timing()
         };
-        let _running = start_controller(
+        let _running = scripted::controller(
             &client,
             &ns,
             registry_client(env.registry_addr(), Duration::from_secs(10)),
-            timing,
-        );
+        )
+        .hibernation(timing);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &ns);
         let vm = create_pod(&pods, &ns, "demo-0").await?;
@@ -417,7 +389,7 @@ async fn registry_down_until_the_timeout_then_recovery() {
             hibernate_timeout: Duration::from_secs(4),
             ..fast_timing()
         };
-        let running = start_controller(&client, &ns, registry_client(registry.addr(), Duration::from_millis(700)), timing);
+        let running = scripted::controller(&client, &ns, registry_client(registry.addr(), Duration::from_millis(700))).hibernation(timing);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &ns);
         let vm = create_pod(&pods, &ns, "demo-0").await?;
@@ -452,12 +424,12 @@ async fn deletion_collects_the_tag_after_the_last_holder() {
         let client = env.client()?;
         let ns = cocoon_testenv::create_namespace(&client, "ch-delete").await?;
         let reg = registry_client(env.registry_addr(), Duration::from_secs(10));
-        let _running = start_controller(
+        let _running = scripted::controller(
             &client,
             &ns,
             registry_client(env.registry_addr(), Duration::from_secs(10)),
-            fast_timing(),
-        );
+        )
+        .hibernation(fast_timing());
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &ns);
         let vm = create_pod(&pods, &ns, "demo-0").await?;
@@ -516,12 +488,12 @@ async fn wake_keeps_the_tag_while_the_snapshotted_vm_still_runs() {
         let client = env.client()?;
         let ns = cocoon_testenv::create_namespace(&client, "ch-inflight").await?;
         let reg = registry_client(env.registry_addr(), Duration::from_secs(10));
-        let _running = start_controller(
+        let _running = scripted::controller(
             &client,
             &ns,
             registry_client(env.registry_addr(), Duration::from_secs(10)),
-            fast_timing(),
-        );
+        )
+        .hibernation(fast_timing());
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &ns);
         let vm = create_pod(&pods, &ns, "demo-0").await?;

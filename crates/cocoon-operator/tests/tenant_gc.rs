@@ -5,7 +5,6 @@
 //! `ForeignVMNameIgnored` Warning on the tenant's object. The node side of the set test is the
 //! scripted stand-in of `cocoon_testsupport::scripted` (it runs and deletes the pods).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use cocoon_api::crd::hibernation::{
@@ -13,13 +12,10 @@ use cocoon_api::crd::hibernation::{
 };
 use cocoon_api::crd::set::CocoonSet;
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_pod};
-use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_operator::{cocoonset, hibernation};
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{
-    Script, WAIT, node_actor, nodes, push_tag, recorder, registry_client, spawn_hibernation,
-    spawn_sets, spec, wait_set,
+    Script, WAIT, controller, node_actor, nodes, push_tag, registry_client, spec, wait_set,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -66,10 +62,6 @@ async fn wait_warning(
     .await
 }
 
-fn oci(addr: &str) -> Arc<dyn TagRegistry> {
-    Arc::new(OciTagRegistry::new(registry_client(addr)))
-}
-
 /// A tenant annotates its own set with a victim's VM name (the stash and the reclaim record)
 /// and deletes the set: teardown GC collects the set's own tag and leaves the victim's.
 #[tokio::test]
@@ -89,18 +81,13 @@ async fn set_teardown_leaves_a_foreign_vm_named_in_its_annotations() {
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let _actor = node_actor(&client, &tenant, Script::default());
-        let ctx = Arc::new(cocoonset::Context::new(
-            client.clone(),
-            recorder(&client),
-            Arc::new(Metrics::new()),
-            oci(env.registry_addr()),
+        let _running = controller(&client, &tenant, registry_client(env.registry_addr())).sets(
             cocoonset::Timing {
                 wait_for_main: Duration::from_millis(500),
                 requeue_after_write: Duration::from_millis(200),
                 ..cocoonset::Timing::default()
             },
-        ));
-        let (_stop, _task) = spawn_sets(ctx, &tenant);
+        );
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &tenant);
         sets.create(
             &PostParams::default(),
@@ -209,17 +196,11 @@ async fn a_decoy_pod_and_hibernation_leave_another_namespaces_tag() {
         let victim_vm = vm_name_for_pod(&victim, "demo-0");
         push_tag(&reg, &victim_vm, "hibernate", "img:1").await?;
 
-        let ctx = Arc::new(hibernation::Context::new(
-            client.clone(),
-            recorder(&client),
-            Arc::new(Metrics::new()),
-            oci(env.registry_addr()),
-            hibernation::decide::Timing {
+        let _running = controller(&client, &tenant, registry_client(env.registry_addr()))
+            .hibernation(hibernation::decide::Timing {
                 requeue: Duration::from_millis(500),
                 ..hibernation::decide::Timing::default()
-            },
-        ));
-        let (_stop, _task) = spawn_hibernation(ctx, &tenant);
+            });
         let pods: Api<Pod> = Api::namespaced(client.clone(), &tenant);
         let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &tenant);
         create_pod(&pods, "decoy", &victim_vm).await?;

@@ -1,41 +1,35 @@
-//! Test scaffolding shared by the end-to-end tests and benches of the workspace: the operator's
-//! two controllers and real node agents on the simulated runtime, started in-process against the
-//! real control plane and registry of `cocoon-testenv`, and stopped or killed (aborted mid-flight,
-//! as a crashed process would be) on demand.
+//! Test scaffolding shared by the tests and benches of the workspace: the operator's two
+//! controllers and (feature `agents`, for the end-to-end crate) real node agents on the simulated
+//! runtime, started in-process against the real control plane and registry of `cocoon-testenv`,
+//! and stopped or killed (aborted mid-flight, as a crashed process would be) on demand.
 //!
 //! Nothing here stands in for a real part: these are the production controllers and agents,
 //! wired the way the binaries wire them, with shorter timings where a test asks for them.
 
+#[cfg(feature = "agents")]
+mod agents;
 mod audited;
 pub mod binaries;
 pub mod scripted;
 
+#[cfg(feature = "agents")]
+pub use agents::{Agent, AgentOptions, KubeletOptions, all_vms};
 pub use audited::AuditedIdentity;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cocoon_api::crd::set::CocoonSet;
-use cocoon_node::agent::{AgentParts, AgentPodBackend, run_agent};
-use cocoon_node::config::NodeConfig;
-use cocoon_node::kubelet::{
-    ApiSecurity, KubeReviewer, KubeletAuth, KubeletServer, TlsMaterial, load_client_ca,
-};
-use cocoon_node::metrics::NodeMetrics;
-use cocoon_node::node::{HostReader, LEASE_NAMESPACE, NodeRegistration, capacity};
-use cocoon_node::pods::{OrphanPolicy, PodConfig, Timing as AgentTiming};
 use cocoon_operator::metrics::Metrics;
 use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_operator::{admin::Readiness, cocoonset, hibernation};
 use cocoon_registry::{RegistryClient, RegistryConfig};
-use cocoon_runtime::Runtime;
-use cocoon_runtime::sim::{SimConfig, SimHandle, SimRuntime};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -192,281 +186,6 @@ impl Drop for Operator {
     }
 }
 
-/// How an in-process node agent runs.
-#[derive(Clone, Debug)]
-pub struct AgentOptions {
-    /// Pod controller timings.
-    pub timing: AgentTiming,
-    /// Orphan policy at startup.
-    pub orphan_policy: OrphanPolicy,
-    /// Simulated-runtime latencies, sizes and failures (applied over the defaults below).
-    pub tweak: fn(&mut SimConfig),
-    /// Opt-in: serve the kubelet API and register the Node as the real agent does, so that
-    /// `pods/log` and `pods/exec` reach the agent through the API server. `None` (the
-    /// default): no kubelet API, no Node registration (the test creates its Node).
-    pub kubelet: Option<KubeletOptions>,
-}
-
-impl Default for AgentOptions {
-    fn default() -> Self {
-        AgentOptions {
-            timing: AgentTiming::default(),
-            orphan_policy: OrphanPolicy::Destroy,
-            tweak: |_| {},
-            kubelet: None,
-        }
-    }
-}
-
-/// How an agent with its kubelet API exposed runs: the API on `127.0.0.1` on a free port,
-/// client certificates verified against the test environment's CA (which signed the API
-/// server's kubelet client certificate), tokens and access reviewed through the API server;
-/// the agent registers its Node (InternalIP 127.0.0.1, `status.daemonEndpoints` the bound
-/// port) in `pool` and keeps its Lease and status fresh.
-#[derive(Clone, Debug)]
-pub struct KubeletOptions {
-    /// The test environment's PKI directory (`Shared::pki_dir`), holding `ca.crt`.
-    pub pki_dir: PathBuf,
-    /// The node pool label of the registered Node.
-    pub pool: String,
-}
-
-impl KubeletOptions {
-    /// The kubelet API for an agent of the shared test environment, its Node in `pool`.
-    pub fn for_env(env: &cocoon_testenv::Shared, pool: &str) -> Result<Self, BoxError> {
-        Ok(KubeletOptions {
-            pki_dir: env
-                .pki_dir()
-                .ok_or("the test environment's PKI directory is unknown")?,
-            pool: pool.to_owned(),
-        })
-    }
-}
-
-impl AgentOptions {
-    /// Short reconcile and retry periods, for tests that restart agents or watch drift.
-    pub fn fast() -> Self {
-        AgentOptions {
-            timing: AgentTiming {
-                drift_first: Duration::from_secs(1),
-                drift_every: Duration::from_secs(2),
-                lifecycle_reconcile: Duration::from_secs(1),
-                retry_start: Duration::from_millis(200),
-                retry_max: Duration::from_secs(2),
-                ..AgentTiming::default()
-            },
-            ..AgentOptions::default()
-        }
-    }
-}
-
-/// A real node agent (`cocoon-operator node`) for one node, on the simulated runtime rooted at a
-/// directory. The simulator persists its VM table there, so an agent started again on the same
-/// root finds its VMs as a restarted process would.
-pub struct Agent {
-    /// The node it serves.
-    pub node: String,
-    /// The simulator's state directory.
-    pub root: PathBuf,
-    /// The runtime the agent drives.
-    pub runtime: Arc<dyn Runtime>,
-    /// The simulator's controls (state tokens, failure injection, counters).
-    pub sim: SimHandle,
-    client: Client,
-    kubelet: Option<KubeletServer>,
-    token: CancellationToken,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Agent {
-    /// Starts an agent for `node` and returns once its startup reconcile is done.
-    pub async fn start(
-        client: Client,
-        node: &str,
-        root: &Path,
-        registry_addr: &str,
-        opts: AgentOptions,
-    ) -> Result<Agent, BoxError> {
-        let mut cfg = SimConfig::new(root);
-        cfg.permissive_pull = true;
-        cfg.lease_delay = Duration::from_millis(50);
-        cfg.tick_interval = Duration::from_millis(200);
-        (opts.tweak)(&mut cfg);
-        let leases = cfg.lease_path.clone();
-        let sim_rt = SimRuntime::open(cfg)?;
-        let sim = sim_rt.handle();
-        let runtime: Arc<dyn Runtime> = Arc::new(sim_rt);
-        let token = CancellationToken::new();
-        let backend = Arc::new(AgentPodBackend::default());
-        let (kubelet, registration) = match &opts.kubelet {
-            Some(k) => {
-                let server = start_kubelet(&client, node, root, k, backend.clone(), &token).await?;
-                let reg = registration(node, root, registry_addr, &k.pool, server.port())?;
-                (Some(server), Some(reg))
-            }
-            None => (None, None),
-        };
-        let parts = AgentParts {
-            pods: PodConfig {
-                node_name: node.to_owned(),
-                orphan_policy: opts.orphan_policy,
-                leases_path: leases,
-                restore_mode: "ondemand".into(),
-                cocoon_root_dir: root.to_owned(),
-                clone_from_dir_roots: Vec::new(),
-                tenant: Default::default(),
-                timing: opts.timing,
-                host_reach: Default::default(),
-            },
-            client: client.clone(),
-            runtime: runtime.clone(),
-            registry: Some(registry(registry_addr)),
-            metrics: Arc::new(NodeMetrics::new(root.to_owned())),
-            registration,
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (t, name) = (token.clone(), node.to_owned());
-        let task = tokio::spawn(async move {
-            if let Err(e) = run_agent(parts, t, Some(tx)).await {
-                eprintln!("agent {name} failed: {e}");
-            }
-        });
-        // The kubelet API answers for the pods once the startup reconcile handed over the
-        // handler, as in `cocoon-operator node`.
-        backend.set(tokio::time::timeout(Duration::from_secs(60), rx).await??);
-        Ok(Agent {
-            node: node.to_owned(),
-            root: root.to_owned(),
-            runtime,
-            sim,
-            client,
-            kubelet,
-            token,
-            task: Some(task),
-        })
-    }
-
-    /// The kubelet API's port, when the agent serves one ([`AgentOptions::kubelet`]).
-    pub fn kubelet_port(&self) -> Option<u16> {
-        self.kubelet.as_ref().map(KubeletServer::port)
-    }
-
-    /// Stops the agent (gracefully) and deletes the Node and Lease it registered; a no-op
-    /// for the Node of an agent without [`AgentOptions::kubelet`] (the test owns that Node).
-    pub async fn stop_and_deregister(&mut self) {
-        let registered = self.kubelet.is_some();
-        self.stop().await;
-        if registered {
-            let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
-            let _ = leases.delete(&self.node, &DeleteParams::default()).await;
-            let nodes: Api<Node> = Api::all(self.client.clone());
-            let _ = nodes.delete(&self.node, &DeleteParams::default()).await;
-        }
-    }
-
-    /// Kills the agent where it stands (every task it spawned is cancelled, as with a killed
-    /// process) and waits until it is gone. The simulator's state directory stays.
-    pub async fn kill(&mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
-            let _ = t.await;
-        }
-    }
-
-    /// Stops the agent gracefully and waits for it (and for its kubelet API, if any).
-    pub async fn stop(&mut self) {
-        self.token.cancel();
-        if let Some(t) = self.task.take() {
-            let _ = t.await;
-        }
-        if let Some(k) = self.kubelet.take() {
-            k.shutdown().await;
-        }
-    }
-
-    /// Every VM this agent's runtime holds, as (VM name, VM id).
-    pub async fn vms(&self) -> Vec<(String, String)> {
-        self.runtime
-            .list()
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .map(|r| (r.config.name.clone(), r.id.clone()))
-            .collect()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.token.cancel();
-        if let Some(t) = &self.task {
-            t.abort();
-        }
-    }
-}
-
-/// Starts the kubelet API of `node` on loopback (a free port), secured as [`KubeletOptions`]
-/// says, answering from `backend`.
-async fn start_kubelet(
-    client: &Client,
-    node: &str,
-    root: &Path,
-    k: &KubeletOptions,
-    backend: Arc<AgentPodBackend>,
-    token: &CancellationToken,
-) -> Result<KubeletServer, BoxError> {
-    let loopback: std::net::IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
-    let tls = TlsMaterial::self_signed(node, loopback)?;
-    let security = ApiSecurity {
-        client_ca: load_client_ca(&k.pki_dir.join("ca.crt"))?,
-        auth: KubeletAuth::new(Arc::new(KubeReviewer::new(client.clone())), node, false),
-    };
-    Ok(KubeletServer::start(
-        std::net::SocketAddr::new(loopback, 0),
-        &tls,
-        security,
-        backend,
-        HostReader::new(root.to_owned()),
-        node,
-        token,
-    )
-    .await?)
-}
-
-/// The Node registration of a test agent: `node` in `pool` at 127.0.0.1 with its kubelet API
-/// on `port`, capacity from the node root (as `cocoon-operator node` computes it).
-fn registration(
-    node: &str,
-    root: &Path,
-    registry_addr: &str,
-    pool: &str,
-    port: u16,
-) -> Result<NodeRegistration, BoxError> {
-    let vars: std::collections::BTreeMap<&str, String> = [
-        ("VK_NODE_NAME", node.to_owned()),
-        ("VK_NODE_POOL", pool.to_owned()),
-        ("VK_NODE_IP", "127.0.0.1".to_owned()),
-        ("OCI_REGISTRY", registry_addr.to_owned()),
-        ("COCOON_ROOT_DIR", root.display().to_string()),
-        ("VK_KUBELET_PORT", port.to_string()),
-    ]
-    .into();
-    let config = NodeConfig::from_lookup(|k| vars.get(k).cloned(), || None)?;
-    let resources = capacity::read_resources(&config)?;
-    Ok(NodeRegistration::from_config(&config, resources, port))
-}
-
-/// Every VM the agents' runtimes hold, as (node, VM name, VM id).
-pub async fn all_vms(agents: &[Agent]) -> Vec<(String, String, String)> {
-    let mut out = Vec::new();
-    for a in agents {
-        for (name, id) in a.vms().await {
-            out.push((a.node.clone(), name, id));
-        }
-    }
-    out
-}
-
 /// Pushes a minimal snapshot artifact (config blob only, no layers) as `<vm>:<tag>`, recorded
 /// against the image `ubuntu:24.10`.
 pub async fn push_tag(reg: &RegistryClient, vm: &str, tag: &str) -> Result<(), BoxError> {
@@ -531,6 +250,54 @@ pub fn vm_pod(ns: &str, name: &str, node: &str, extra: &[(&str, &str)]) -> Pod {
         }),
         ..Default::default()
     }
+}
+
+/// Watches `api` (re-listing after an error, as the default backoff does) and hands every
+/// object listed or applied to `on`, for as long as the runtime runs; the receiver fires once
+/// the initial list is done, so a caller that awaits it has seen everything already there.
+pub fn watch_applied<K>(
+    api: Api<K>,
+    mut on: impl FnMut(&K) + Send + 'static,
+) -> tokio::sync::oneshot::Receiver<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let (listed, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut s = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut ready = Some(listed);
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => on(&o),
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(r) = ready.take() {
+                        let _ = r.send(());
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    rx
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 when it cannot say), the unit
+/// of the CPU times in `/proc/<pid>/stat` that the benches read.
+pub fn clock_ticks_per_second() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .filter(|t| *t > 0)
+        .unwrap_or(100)
 }
 
 /// Starts a test environment of its own for a bench and says how long it took.

@@ -2,15 +2,23 @@
 //! agent: a stand-in that writes what the node agent writes (VM id and IP, lifecycle at the
 //! stamped generation, a running container and the Ready condition), optionally hibernating
 //! pods into a real `<vm>:hibernate` artifact, and that completes pod deletions as a kubelet
-//! does; plus the controller start-up, registry artifacts and the waits those tests share.
+//! does; plus the controller start-up ([`controller`]), registry artifacts and the waits those tests share.
 
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy};
+use cocoon_api::crd::set::{
+    CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
+};
 use cocoon_operator::admin::Readiness;
+use cocoon_operator::leader::Leadership;
+use cocoon_operator::metrics::Metrics;
+use cocoon_operator::registry::{BoxFuture, OciTagRegistry, RegistryError, TagRegistry};
 use cocoon_operator::{cocoonset, hibernation};
 use cocoon_registry::{RegistryClient, RegistryConfig, RetryPolicy};
 use futures::StreamExt;
@@ -67,37 +75,225 @@ pub fn suspend_timing() -> cocoonset::Timing {
     }
 }
 
-/// Runs the CocoonSet controller on `ctx`, scoped to `ns` with 4 concurrent reconciles, until
-/// the returned sender is dropped; the handle ends when the controller did.
-pub fn spawn_sets(ctx: Arc<cocoonset::Context>, ns: &str) -> (oneshot::Sender<()>, JoinHandle<()>) {
-    let (tx, rx) = oneshot::channel::<()>();
-    let ns = ns.to_owned();
-    let task = tokio::spawn(async move {
-        let readiness = Arc::new(Readiness::default());
-        let stop = async move {
-            let _ = rx.await;
-        };
-        cocoonset::run(ctx, Some(&ns), 4, stop, readiness).await;
-    });
-    (tx, task)
+/// The tag registry of the controllers [`controller`] starts: the real registry client with
+/// every call counted, and a switch that makes every call fail as an unreachable registry does.
+pub struct ProbedRegistry {
+    inner: OciTagRegistry,
+    calls: AtomicU64,
+    down: AtomicBool,
 }
 
-/// Runs the CocoonHibernation controller on `ctx`, scoped to `ns` with 4 concurrent
-/// reconciles, until the returned sender is dropped; the handle ends when the controller did.
-pub fn spawn_hibernation(
-    ctx: Arc<hibernation::Context>,
+impl ProbedRegistry {
+    /// The calls made so far (a call is counted when it is made, failed or not).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Takes the registry down (every later call fails with a transport error) or up again.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    fn check(&self) -> Result<(), RegistryError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(RegistryError::Transport {
+                message: "connection refused (test: registry down)".into(),
+                timeout: false,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl TagRegistry for ProbedRegistry {
+    fn has_manifest<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<bool, RegistryError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            self.check()?;
+            self.inner.has_manifest(vm, tag).await
+        })
+    }
+    fn delete_tag<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<(), RegistryError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            self.check()?;
+            self.inner.delete_tag(vm, tag).await
+        })
+    }
+    fn manifest_annotations<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+    ) -> BoxFuture<'a, Result<Option<BTreeMap<String, String>>, RegistryError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            self.check()?;
+            self.inner.manifest_annotations(vm, tag).await
+        })
+    }
+}
+
+/// What the scripted tests vary when they start a controller: [`controller`] takes the
+/// cluster, the namespace and the registry client; [`Start::leadership`] overrides the
+/// always-elected default; [`Start::sets`] or [`Start::hibernation`] picks the controller and
+/// its timings and starts it.
+pub struct Start<'a> {
+    client: &'a Client,
+    ns: &'a str,
+    registry: RegistryClient,
+    leadership: Option<Leadership>,
+}
+
+/// A controller scoped to `ns` with 4 concurrent reconciles, its tag registry `registry`
+/// ([`registry_client`] for the fail-fast one) behind a [`ProbedRegistry`], reporting through
+/// [`recorder`] into fresh metrics.
+pub fn controller<'a>(client: &'a Client, ns: &'a str, registry: RegistryClient) -> Start<'a> {
+    Start {
+        client,
+        ns,
+        registry,
+        leadership: None,
+    }
+}
+
+impl<'a> Start<'a> {
+    /// Runs the controller under `leadership` (a test that makes it stand by).
+    pub fn leadership(mut self, leadership: Leadership) -> Self {
+        self.leadership = Some(leadership);
+        self
+    }
+
+    /// The cluster, the namespace, the probed registry and the leadership of the start.
+    fn parts(self) -> (&'a Client, &'a str, Arc<ProbedRegistry>, Option<Leadership>) {
+        let registry = Arc::new(ProbedRegistry {
+            inner: OciTagRegistry::new(self.registry),
+            calls: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+        });
+        (self.client, self.ns, registry, self.leadership)
+    }
+
+    /// Starts the CocoonSet controller with `timing`, counting its passes in
+    /// [`Controller::stats`].
+    pub fn sets(self, timing: cocoonset::Timing) -> Controller<cocoonset::Context> {
+        let (client, ns, registry, leadership) = self.parts();
+        let stats = Arc::new(cocoonset::Stats::default());
+        let mut ctx = cocoonset::Context::new(
+            client.clone(),
+            recorder(client),
+            Arc::new(Metrics::new()),
+            registry.clone(),
+            timing,
+        )
+        .with_stats(stats.clone());
+        if let Some(l) = leadership {
+            ctx = ctx.with_leadership(l);
+        }
+        let metrics = ctx.metrics.clone();
+        launch(
+            Arc::new(ctx),
+            metrics,
+            stats,
+            registry,
+            ns,
+            |ctx, ns, stop| async move {
+                cocoonset::run(ctx, Some(&ns), 4, stop, Arc::new(Readiness::default())).await
+            },
+        )
+    }
+
+    /// Starts the CocoonHibernation controller with `timing` ([`Controller::stats`] stays
+    /// zero: only the CocoonSet controller counts passes).
+    pub fn hibernation(
+        self,
+        timing: hibernation::decide::Timing,
+    ) -> Controller<hibernation::Context> {
+        let (client, ns, registry, leadership) = self.parts();
+        let mut ctx = hibernation::Context::new(
+            client.clone(),
+            recorder(client),
+            Arc::new(Metrics::new()),
+            registry.clone(),
+            timing,
+        );
+        if let Some(l) = leadership {
+            ctx = ctx.with_leadership(l);
+        }
+        let metrics = ctx.metrics.clone();
+        launch(
+            Arc::new(ctx),
+            metrics,
+            Arc::default(),
+            registry,
+            ns,
+            |ctx, ns, stop| async move {
+                hibernation::run(ctx, Some(&ns), 4, stop, Arc::new(Readiness::default())).await
+            },
+        )
+    }
+}
+
+/// What stops a controller [`Start`] started: it resolves once its [`Controller`] is stopped
+/// or dropped.
+type Shutdown = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+/// Spawns `run` (the controller's loop on `ctx`, scoped to `ns`, until its [`Shutdown`]).
+fn launch<C, F>(
+    ctx: Arc<C>,
+    metrics: Arc<Metrics>,
+    stats: Arc<cocoonset::Stats>,
+    registry: Arc<ProbedRegistry>,
     ns: &str,
-) -> (oneshot::Sender<()>, JoinHandle<()>) {
-    let (tx, rx) = oneshot::channel::<()>();
-    let ns = ns.to_owned();
-    let task = tokio::spawn(async move {
-        let readiness = Arc::new(Readiness::default());
-        let stop = async move {
-            let _ = rx.await;
-        };
-        hibernation::run(ctx, Some(&ns), 4, stop, readiness).await;
+    run: impl FnOnce(Arc<C>, String, Shutdown) -> F,
+) -> Controller<C>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (stop, rx) = oneshot::channel::<()>();
+    let shutdown: Shutdown = Box::pin(async move {
+        let _ = rx.await;
     });
-    (tx, task)
+    let task = tokio::spawn(run(ctx.clone(), ns.to_owned(), shutdown));
+    Controller {
+        ctx,
+        metrics,
+        stats,
+        registry,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+/// A controller [`Start`] started; dropping it stops the controller (without waiting).
+pub struct Controller<C> {
+    /// The controller's context (what it remembers, its metrics).
+    pub ctx: Arc<C>,
+    /// The metrics the controller writes.
+    pub metrics: Arc<Metrics>,
+    /// The CocoonSet controller's pass and write counters.
+    pub stats: Arc<cocoonset::Stats>,
+    /// The controller's tag registry: its call count and its down switch.
+    pub registry: Arc<ProbedRegistry>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl<C> Controller<C> {
+    /// Stops the controller (as an operator restart does) and waits for it to end.
+    pub async fn stop(mut self) {
+        drop(self.stop.take());
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
 }
 
 /// Pushes a minimal snapshot artifact (config blob with a fresh snapshot id and `image`, no
@@ -508,6 +704,26 @@ pub fn spec(pool: &str, replicas: i32) -> CocoonSetSpec {
     s.agent.replicas = replicas;
     s.snapshot_policy = SnapshotPolicy::MainOnly;
     s
+}
+
+/// The two toolboxes of the lifecycle tests: `tb`, a run toolbox on `image`, and `st`, a
+/// static one (IP 10.9.9.9, VM id `ext-1`, VNC port 5901).
+pub fn two_toolboxes(image: &str) -> Vec<ToolboxSpec> {
+    vec![
+        ToolboxSpec {
+            name: "tb".into(),
+            image: image.into(),
+            ..ToolboxSpec::default()
+        },
+        ToolboxSpec {
+            name: "st".into(),
+            mode: ToolboxMode::Static,
+            static_ip: "10.9.9.9".into(),
+            static_vm_id: "ext-1".into(),
+            vnc_port: 5901,
+            ..ToolboxSpec::default()
+        },
+    ]
 }
 
 /// Sets or clears `spec.suspend` of the set.

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_api::{CocoonSet, CocoonSetSpec};
+use cocoon_e2e::kubectl_cocoon;
 use cocoon_runtime::sim::Verb;
 use cocoon_testsupport::{Agent, AgentOptions, BoxError, Operator, OperatorOptions, wait_set};
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -23,10 +24,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-const BIN: &str = env!("CARGO_BIN_EXE_kubectl-cocoon");
-
 fn command(env: &cocoon_testenv::Shared, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(BIN);
+    let mut cmd = tokio::process::Command::new(kubectl_cocoon());
     cmd.arg("--kubeconfig")
         .arg(env.kubeconfig_path())
         .args(args)
@@ -608,8 +607,10 @@ async fn describe_selects_events_by_involved_object_and_progress_fits_the_termin
         );
         assert!(!log.contains('\r') && !log.contains('\u{1b}'), "{log:?}");
         // On a 40-column terminal: the spinner line is cut to the width, never wrapped.
+        let bin = kubectl_cocoon();
         let script = format!(
-            "stty cols 40 rows 20; exec {BIN} --kubeconfig {} -n {ns} wait demo --for=Suspended --timeout 3s",
+            "stty cols 40 rows 20; exec {} --kubeconfig {} -n {ns} wait demo --for=Suspended --timeout 3s",
+            bin.display(),
             env.kubeconfig_path().display()
         );
         let out = tokio::process::Command::new("script")

@@ -17,7 +17,7 @@
 //! | restore | clone on the target (`cocoon_vk_vm_boot_duration_seconds{mode="clone"}` minus the pull it includes) |
 //! | controller | total − the three above: the operator's reactions and polls, scheduling, pod delete/create, the agents' status writes |
 //!
-//! Run: `cargo bench -p cocoon-operator --bench cocoonset_migration`. Under `cargo test` it
+//! Run: `cargo bench -p cocoon-e2e --bench cocoonset_migration`. Under `cargo test` it
 //! only prints how to run it.
 
 use std::path::Path;
@@ -72,7 +72,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if !args.iter().any(|a| a == "--bench") {
         println!(
-            "cocoonset_migration: run with `cargo bench -p cocoon-operator --bench \
+            "cocoonset_migration: run with `cargo bench -p cocoon-e2e --bench \
              cocoonset_migration` (COCOON_BENCH_MIGRATIONS=<n>, default {DEFAULT_MIGRATIONS}; \
              COCOON_BENCH_DISK_MIB=<MiB>, default {DEFAULT_DISK_MIB})"
         );

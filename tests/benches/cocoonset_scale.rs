@@ -9,7 +9,7 @@
 //! controller passes, registry calls (counted by a `TagRegistry` adapter), controller writes and
 //! CocoonSet objects changed. The goal for the settled window is zero of the last three.
 //!
-//! Run: `cargo bench -p cocoon-operator --bench cocoonset_scale` (`COCOON_BENCH_SETS` sets the
+//! Run: `cargo bench -p cocoon-e2e --bench cocoonset_scale` (`COCOON_BENCH_SETS` sets the
 //! number of sets, default 30). Under `cargo test` it only prints how to run it.
 
 use std::collections::BTreeMap;
@@ -42,7 +42,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if !args.iter().any(|a| a == "--bench") {
         println!(
-            "cocoonset_scale: run with `cargo bench -p cocoon-operator --bench cocoonset_scale` \
+            "cocoonset_scale: run with `cargo bench -p cocoon-e2e --bench cocoonset_scale` \
              (COCOON_BENCH_SETS=<n>, default {DEFAULT_SETS})"
         );
         return;
@@ -107,18 +107,7 @@ fn registry(addr: &str) -> BenchResult<RegistryClient> {
 
 /// This process's CPU time (user + system) and peak RSS in KiB.
 fn process_usage() -> (Duration, u64) {
-    let ticks_per_s = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .filter(|t| *t > 0)
-        .unwrap_or(100);
+    let ticks_per_s = cocoon_testsupport::clock_ticks_per_second();
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the parenthesised command name start at field 3 (state); utime and stime
     // are fields 14 and 15.

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_api::{CocoonSet, CocoonSetSpec};
+use cocoon_e2e::kubectl_cocoon;
 use cocoon_testsupport::{Agent, AgentOptions, BoxError, Operator, OperatorOptions};
 use kube::api::{Api, PostParams};
 use serde_json::Value;
 
 async fn plugin(env: &cocoon_testenv::Shared, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+    tokio::process::Command::new(kubectl_cocoon())
         .arg("--kubeconfig")
         .arg(env.kubeconfig_path())
         .args(args)
@@ -200,7 +201,7 @@ async fn status_watch_streams_json_lines() {
         )
         .await?;
         // stdout is a pipe, so the watch streams one JSON object per change instead of redrawing.
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+        let mut child = tokio::process::Command::new(kubectl_cocoon())
             .arg("--kubeconfig")
             .arg(env.kubeconfig_path())
             .args(["-n", &ns, "status", "-w", "-o", "json"])

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_api::{CocoonSet, CocoonSetSpec};
+use cocoon_e2e::kubectl_cocoon;
 use cocoon_testsupport::{
     Agent, AgentOptions, BoxError, KubeletOptions, Operator, OperatorOptions,
 };
@@ -14,7 +15,7 @@ use kube::api::{Api, PostParams};
 use tokio::io::AsyncBufReadExt;
 
 async fn run(env: &cocoon_testenv::Shared, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+    tokio::process::Command::new(kubectl_cocoon())
         .arg("--kubeconfig")
         .arg(env.kubeconfig_path())
         .args(args)
@@ -112,7 +113,7 @@ async fn logs_reads_each_members_guest_log_and_follows_it() {
         }
 
         // -f: the lines the log gains while it runs appear, without the command ending.
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
+        let mut child = tokio::process::Command::new(kubectl_cocoon())
             .arg("--kubeconfig")
             .arg(env.kubeconfig_path())
             .args(["-n", &ns, "logs", "demo", "--slot", "1", "-f"])

@@ -17,7 +17,7 @@
 //! * **controller overhead** = total − agents: the controller's passes, its writes, and the
 //!   watch hops between it and the agents.
 //!
-//! Run: `cargo bench -p cocoon-operator --bench cocoonset_suspend_wake`
+//! Run: `cargo bench -p cocoon-e2e --bench cocoonset_suspend_wake`
 //! (`COCOON_BENCH_SETS` sets the size of the second scenario, default 50;
 //! `COCOON_BENCH_ROUNDS` the rounds of the first, default 5). The controller runs at the
 //! `COCOONSET_CONCURRENCY` the shipped Deployment (`manifests/operator/deployment.yaml`) sets,
@@ -33,12 +33,10 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
 use cocoon_runtime::sim::{Latencies, SimConfig};
 use cocoon_testenv::{TestEnv, TestNode};
-use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions};
-use futures::StreamExt;
+use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions, watch_applied};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -54,7 +52,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if !args.iter().any(|a| a == "--bench") {
         println!(
-            "cocoonset_suspend_wake: run with `cargo bench -p cocoon-operator --bench \
+            "cocoonset_suspend_wake: run with `cargo bench -p cocoon-e2e --bench \
              cocoonset_suspend_wake` (COCOON_BENCH_SETS=<n>, default {DEFAULT_SETS}; \
              COCOON_BENCH_ROUNDS=<n>, default {DEFAULT_ROUNDS})"
         );
@@ -174,52 +172,19 @@ fn record_set(t: &Shared, cs: &CocoonSet) {
 /// Watches the namespace's pods and sets into the timeline; returns once both have listed.
 async fn start_timeline(client: &Client, ns: &str) -> BenchResult<Shared> {
     let t: Shared = Arc::default();
-    let (pods_ready, pods_rx) = tokio::sync::oneshot::channel::<()>();
-    let (sets_ready, sets_rx) = tokio::sync::oneshot::channel::<()>();
-    {
-        let (t, api) = (t.clone(), Api::<Pod>::namespaced(client.clone(), ns));
-        tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            let mut ready = Some(pods_ready);
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                        record_pod(&t, &p)
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(r) = ready.take() {
-                            let _ = r.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        });
-    }
-    {
-        let (t, api) = (t.clone(), Api::<CocoonSet>::namespaced(client.clone(), ns));
-        tokio::spawn(async move {
-            let mut s = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            let mut ready = Some(sets_ready);
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(watcher::Event::Apply(cs) | watcher::Event::InitApply(cs)) => {
-                        record_set(&t, &cs)
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(r) = ready.take() {
-                            let _ = r.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        });
-    }
+    let pods_rx = {
+        let t = t.clone();
+        watch_applied(Api::<Pod>::namespaced(client.clone(), ns), move |p| {
+            record_pod(&t, p)
+        })
+    };
+    let sets_rx = {
+        let t = t.clone();
+        watch_applied(
+            Api::<CocoonSet>::namespaced(client.clone(), ns),
+            move |cs| record_set(&t, cs),
+        )
+    };
     tokio::time::timeout(Duration::from_secs(60), pods_rx).await??;
     tokio::time::timeout(Duration::from_secs(60), sets_rx).await??;
     Ok(t)

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::cocoonset::{RebuildEntry, RebuildHistory};
-use cocoon_api::crd::set::{
-    AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy, ToolboxMode, ToolboxSpec,
-};
+use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy};
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_toolbox};
 use cocoon_operator::cocoonset::Timing;
 use cocoon_operator::metrics::SetLabels;
@@ -100,21 +98,7 @@ async fn set_lifecycle_with_real_agents() {
         spec.agent.mode = AgentMode::Run;
         spec.agent.replicas = 2;
         spec.snapshot_policy = SnapshotPolicy::MainOnly;
-        spec.toolboxes = vec![
-            ToolboxSpec {
-                name: "tb".into(),
-                image: "ubuntu:24.04".into(),
-                ..ToolboxSpec::default()
-            },
-            ToolboxSpec {
-                name: "st".into(),
-                mode: ToolboxMode::Static,
-                static_ip: "10.9.9.9".into(),
-                static_vm_id: "ext-1".into(),
-                vnc_port: 5901,
-                ..ToolboxSpec::default()
-            },
-        ];
+        spec.toolboxes = cocoon_testsupport::scripted::two_toolboxes("ubuntu:24.04");
         sets.create(&PostParams::default(), &CocoonSet::new(SET, spec))
             .await?;
         let cs = wait_set(&sets, "Running 3/3, toolboxes 2/2", |cs| {
