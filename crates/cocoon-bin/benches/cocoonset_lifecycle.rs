@@ -44,7 +44,7 @@ use cocoon_api::contract::{annotations as ann, finalizers};
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, ToolboxSpec};
 use cocoon_runtime::sim::{Latencies, SimConfig};
 use cocoon_testenv::{AuditLog, AuditRecord, TestEnv, TestNode};
-use cocoon_testsupport::{Agent, AgentOptions, BoxError, watch_applied};
+use cocoon_testsupport::{Agent, AgentOptions, BoxError, watch_pods_and_sets};
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
@@ -540,21 +540,10 @@ fn record_set(t: &Shared, cs: &CocoonSet) {
 /// Watches the namespace's pods and sets into the timeline; returns once both have listed.
 async fn start_timeline(client: &Client, ns: &str) -> BenchResult<Shared> {
     let t: Shared = Arc::default();
-    let pods_rx = {
-        let t = t.clone();
-        watch_applied(Api::<Pod>::namespaced(client.clone(), ns), move |p| {
-            record_pod(&t, p)
-        })
-    };
-    let sets_rx = {
-        let t = t.clone();
-        watch_applied(
-            Api::<CocoonSet>::namespaced(client.clone(), ns),
-            move |cs| record_set(&t, cs),
-        )
-    };
-    tokio::time::timeout(Duration::from_secs(60), pods_rx).await??;
-    tokio::time::timeout(Duration::from_secs(60), sets_rx).await??;
+    let (tp, ts) = (t.clone(), t.clone());
+    let on_pod = move |p: &Pod| record_pod(&tp, p);
+    let on_set = move |cs: &CocoonSet| record_set(&ts, cs);
+    watch_pods_and_sets(client, ns, on_pod, on_set).await?;
     Ok(t)
 }
 

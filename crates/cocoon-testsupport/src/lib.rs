@@ -283,6 +283,21 @@ where
     rx
 }
 
+/// Watches the pods and the CocoonSets of `ns` ([`watch_applied`]), handing them to `on_pod`
+/// and `on_set`; returns once both have listed (a minute at the most).
+pub async fn watch_pods_and_sets(
+    client: &Client,
+    ns: &str,
+    on_pod: impl FnMut(&Pod) + Send + 'static,
+    on_set: impl FnMut(&CocoonSet) + Send + 'static,
+) -> Result<(), BoxError> {
+    let pods = watch_applied(Api::<Pod>::namespaced(client.clone(), ns), on_pod);
+    let sets = watch_applied(Api::<CocoonSet>::namespaced(client.clone(), ns), on_set);
+    tokio::time::timeout(Duration::from_secs(60), pods).await??;
+    tokio::time::timeout(Duration::from_secs(60), sets).await??;
+    Ok(())
+}
+
 /// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 when it cannot say), the unit
 /// of the CPU times in `/proc/<pid>/stat` that the benches read.
 pub fn clock_ticks_per_second() -> u64 {
