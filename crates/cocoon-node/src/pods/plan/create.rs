@@ -230,7 +230,3 @@ fn tail(mode: &str, follow: FollowUp) -> [Step; 3] {
         count_create(""),
     ]
 }
-
-#[cfg(test)]
-#[path = "create_tests.rs"]
-mod tests;

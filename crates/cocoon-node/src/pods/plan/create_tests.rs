@@ -3,7 +3,7 @@
 
 use cocoon_api::contract::{Backend, Mode, Os, VmSpec};
 
-use super::{BringUpPlan, Facts, Route, bring_up, restore, route};
+use super::create::{BringUpPlan, Facts, Route, bring_up, restore, route};
 use crate::pods::plan::testkit::{self, Script};
 use crate::pods::plan::wake::Source;
 use crate::pods::plan::{StepFailed, exec};

@@ -114,7 +114,3 @@ pub(crate) fn plan(f: &Facts<'_>) -> Vec<Step> {
     ]);
     steps
 }
-
-#[cfg(test)]
-#[path = "delete_tests.rs"]
-mod tests;

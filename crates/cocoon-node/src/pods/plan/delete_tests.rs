@@ -4,7 +4,7 @@
 use cocoon_api::contract::SnapshotPolicy;
 use cocoon_api::naming::Role;
 
-use super::{Facts, Vm, plan};
+use super::delete::{Facts, Vm, plan};
 use crate::pods::plan::testkit::{self, Script};
 use crate::pods::plan::{StepFailed, exec};
 

@@ -124,7 +124,3 @@ pub(crate) fn plan(f: &Facts<'_>) -> Result<Vec<Step>, StepFailed> {
     ]);
     Ok(steps)
 }
-
-#[cfg(test)]
-#[path = "hibernate_tests.rs"]
-mod tests;

@@ -3,7 +3,7 @@
 
 use cocoon_api::contract::{Backend, Os, VmSpec};
 
-use super::{Facts, plan};
+use super::hibernate::{Facts, plan};
 use crate::pods::plan::testkit::{self, Script};
 use crate::pods::plan::{AfterFailedRemove, StepFailed, exec};
 

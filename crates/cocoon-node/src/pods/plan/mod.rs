@@ -388,6 +388,15 @@ pub(crate) fn compensations(
 pub(crate) mod testkit;
 
 #[cfg(test)]
+mod create_tests;
+#[cfg(test)]
+mod delete_tests;
+#[cfg(test)]
+mod hibernate_tests;
+#[cfg(test)]
+mod wake_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use cocoon_runtime::RuntimeError;

@@ -237,7 +237,3 @@ pub(crate) fn plan(vm: &str, source: &Source, ch_windows: bool) -> Vec<Step> {
     ]);
     steps
 }
-
-#[cfg(test)]
-#[path = "wake_tests.rs"]
-mod tests;

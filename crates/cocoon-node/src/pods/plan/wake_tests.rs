@@ -2,7 +2,7 @@
 //! the steps of a warm (node-local copy) and a cold (registry pull) wake, and what runs when
 //! a step fails.
 
-use super::{
+use super::wake::{
     ArtifactRead, LocalRead, Source, SourceFacts, SourceNext, SourceRead, VerifyRead, begin, plan,
     source,
 };
