@@ -35,6 +35,7 @@ if [ "$demo" = 0 ]; then
   command -v containerd >/dev/null 2>&1 || need_pkgs+=(containerd)
   [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
   [ -x /usr/lib/cni/loopback ] || need_pkgs+=(containernetworking-plugins)
+  command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_pkgs+=(iproute2)  # the kubelet node's address on lo
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_pkgs[*]}"

@@ -28,11 +28,12 @@ use std::time::Duration;
 
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
 use cocoon_e2e::{helm, run_ok, stdout, workspace_root};
-use cocoon_testenv::{KUBELET_TAINT_KEY, Kubelet, Shared, TestNode};
+use cocoon_testenv::{KUBELET_NODE_IP, KUBELET_TAINT_KEY, Kubelet, Shared, TestNode};
 use cocoon_testsupport::{Agent, AgentOptions, BoxError};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -534,22 +535,24 @@ async fn lease_transitions(leases: &Api<Lease>) -> i32 {
 
 /// `helm test` for real: the chart installed with the operator running as one pod on the
 /// kubelet's node (the image above), then the chart's test hook (`cocoon-operator
-/// check-metrics` in the same image, under its own ServiceAccount and Role) run by `helm test`
-/// against it. This kubelet gives pods no address, so the hook cannot fetch /metrics here; what
-/// it proves is everything up to that: the hook objects, the Role, the Service's selection of
-/// the release's Ready pod, and a failure that names what is missing (no address; with the
-/// Deployment scaled to zero, no pod at all).
+/// check-metrics` in the same image, under its own ServiceAccount and Role) run by
+/// `helm test` against it. It passes: the hook reads the Service and the release's Ready
+/// pod, fetches `/metrics` at the pod's address (the node's, [`KUBELET_NODE_IP`]) on the
+/// Service's target port and finds this version's build info; `hook-succeeded` then removes
+/// the hook pod. With the Service's target port moved to the probe listener it fails, naming
+/// the pod's address and its `HTTP 404`; with the Deployment scaled to zero, saying no pod
+/// matches.
 ///
 /// What a shared test host needs, and nothing else, is changed for the operator and the hook
 /// pod alike: host network and the API server on 127.0.0.1 (the kubelet's node has no pod
 /// network and no kube-proxy) and the service-account token volume (the test API server runs
-/// without the ServiceAccount admission plugin); for the operator also the listeners on
-/// 127.0.0.1. The operator Deployment gets them from a post-renderer (kustomize, as Helm
-/// documents), the hook pod from the `tests.*` values (Helm does not post-render hooks).
+/// without the ServiceAccount admission plugin); for the operator also its listeners on the
+/// node address only. The operator Deployment gets them from a post-renderer (kustomize, as
+/// Helm documents), the hook pod from the `tests.*` values (Helm does not post-render hooks).
 /// Placement (node selector, toleration), image, pull policy, the watched namespace and the
 /// unbound webhook-rule policies are ordinary values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn helm_test_runs_the_hook_which_sees_the_release_pods() {
+async fn helm_test_passes_against_the_release_pod_and_fails_without_one() {
     cocoon_testenv::run_test(|env| async move {
         let kubelet = env.kubelet().await?;
         let image = shared_image(kubelet).await?;
@@ -571,6 +574,7 @@ struct HelmRun {
     home: tempfile::TempDir,
     values: PathBuf,
     renderer: PathBuf,
+    probe_port: u16,
 }
 
 impl HelmRun {
@@ -619,6 +623,7 @@ tests:
             home,
             values,
             renderer,
+            probe_port: probe,
         })
     }
 
@@ -669,26 +674,45 @@ tests:
         let hook = format!("{}-cocoon-operator-test-metrics", self.ns);
         let service = format!("Service {ns}/{ns}-cocoon-operator-metrics", ns = self.ns);
 
-        // The hook runs under its own ServiceAccount, reads the Service and the pods it selects
-        // and finds the release's operator pod Ready. This kubelet gives pods no address (its
-        // node address is loopback), so the fetch cannot happen here: the check says exactly
-        // that, and `helm test` fails. (The fetch and the build-info verdict are unit-tested.)
+        // The hook runs under its own ServiceAccount, reads the Service and the pods it selects,
+        // finds the release's operator pod Ready at its address (the kubelet node's) and fetches
+        // `/metrics` from the Service's target port there; it exits 0 only when the build info
+        // is its own version. (Its log cannot be read here: `hook-succeeded` deletes the pod
+        // before Helm 3.22's `helm test --logs` asks for it.)
+        let (ok, out) = self.helm_test().await?;
+        ensure(ok && out.contains("Phase:          Succeeded"), || {
+            format!("helm test fails with the operator running:\n{out}")
+        })?;
+        // hook-succeeded: the passed hook's pod is removed.
+        cocoon_testenv::wait_until("the passed hook pod is deleted", WAIT, || async {
+            pods.get_opt(&hook).await.ok()?.is_none().then_some(())
+        })
+        .await?;
+
+        // The Service's target port moved to the probe listener, which has no `/metrics`: the
+        // fetch is real, so the check fails there, naming the pod's address and the answer.
+        let services: Api<Service> = Api::namespaced(client.clone(), &self.ns);
+        let svc_name = format!("{}-cocoon-operator-metrics", self.ns);
+        let mut svc = services.get(&svc_name).await?;
+        let spec = svc.spec.as_mut().ok_or("the metrics Service has no spec")?;
+        for port in spec.ports.iter_mut().flatten() {
+            port.target_port = Some(IntOrString::Int(i32::from(self.probe_port)));
+        }
+        services
+            .replace(&svc_name, &PostParams::default(), &svc)
+            .await?;
         let (ok, out) = self.helm_test().await?;
         ensure(!ok, || {
-            format!("helm test passed without a pod address:\n{out}")
+            format!("helm test passes with the Service routed to the probe port:\n{out}")
         })?;
         self.expect_failed_hook(&pods, &hook).await?;
         let log = self.hook_log(&hook);
         let seen = format!(
-            "{service}: no ready pod for port \"metrics\" (1 pods match \
-             app.kubernetes.io/name=cocoon-operator: {operator} (Ready, no IP))"
+            "{KUBELET_NODE_IP}:{} (pod {operator}): HTTP 404",
+            self.probe_port
         );
-        ensure(
-            log.contains(&seen) && log.contains("gave up after --timeout 20s"),
-            || format!("the check reports {seen:?}:\n{log}"),
-        )?;
-        ensure(!log.to_lowercase().contains("forbidden"), || {
-            format!("the hook's Role is enough:\n{log}")
+        ensure(log.contains(&seen), || {
+            format!("the check reports {seen:?}:\n{log}")
         })?;
 
         // No operator pod: the Service selects none, and the check says so.
@@ -708,7 +732,6 @@ tests:
             left.items.is_empty().then_some(())
         })
         .await?;
-        // before-hook-creation: the failed pod of the first run is replaced.
         let (ok, out) = self.helm_test().await?;
         ensure(!ok, || {
             format!("helm test passes with no operator running:\n{out}")
@@ -811,8 +834,8 @@ fn write_post_renderer(
                 "name": "manager",
                 "args": [
                     "run",
-                    format!("--metrics-bind-address=127.0.0.1:{metrics}"),
-                    format!("--health-probe-bind-address=127.0.0.1:{probe}"),
+                    format!("--metrics-bind-address={KUBELET_NODE_IP}:{metrics}"),
+                    format!("--health-probe-bind-address={KUBELET_NODE_IP}:{probe}"),
                     "--leader-elect=true",
                 ],
                 "env": api_env,

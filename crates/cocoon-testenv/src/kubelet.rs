@@ -3,7 +3,8 @@
 //! Debian `containerd` (runc, cgroupfs driver), both in a run dir of their own.
 //!
 //! Relaxed for a shared test host: no QoS cgroups or node-allocatable enforcement, swap and
-//! cgroup v1 allowed, eviction and image GC thresholds out of reach, kubelet API on loopback.
+//! cgroup v1 allowed, eviction and image GC thresholds out of reach, kubelet API on the
+//! host-only node address [`KUBELET_NODE_IP`].
 //! The node is tainted [`KUBELET_TAINT_KEY`]`:NoSchedule`, so only pods that tolerate it land
 //! there, and its pods have no pod network: the CNI config is loopback only, so a pod that must
 //! reach the API server runs with `hostNetwork` (the API server listens on 127.0.0.1).
@@ -38,6 +39,12 @@ use crate::wait::{Probe, poll};
 
 /// Taint (effect `NoSchedule`) on the kubelet's node; pods meant for it tolerate this key.
 pub const KUBELET_TAINT_KEY: &str = "cocoon-testenv/kubelet";
+/// The kubelet node's `InternalIP`, so the address of its host-network pods: a `/32` on `lo`
+/// from the benchmarking range (RFC 2544, never routed), added by the env when missing. Not in
+/// 127/8, because the kubelet will not publish a loopback node IP (its pods would then have no
+/// `podIP`) and the API server refuses loopback endpoint addresses; on `lo`, so nothing the
+/// tests serve on it is reachable from outside this host.
+pub const KUBELET_NODE_IP: &str = "198.18.0.1";
 /// The sandbox image containerd is configured with (imported at start, never pulled).
 pub const PAUSE_IMAGE: &str = "localhost/cocoon-testenv/pause:testenv";
 /// containerd namespace the CRI plugin (and so the kubelet) uses.
@@ -179,6 +186,7 @@ current-context: kubelet
                 key = quote(&key)?,
             ),
         )?;
+        ensure_node_ip()?;
         let ports = free_ports(2)?;
         let config = self.dir.join("kubelet.yaml");
         write_file(
@@ -197,8 +205,7 @@ current-context: kubelet
             format!("--root-dir={}", self.dir.join("root").display()),
             format!("--cert-dir={}", self.dir.join("serving").display()),
             format!("--hostname-override={}", self.node),
-            // Nothing may leave loopback; the kubelet only warns that it cannot publish it.
-            "--node-ip=127.0.0.1".into(),
+            format!("--node-ip={KUBELET_NODE_IP}"),
             "--v=1".into(),
         ]
         .into_iter()
@@ -473,7 +480,7 @@ fn node_ready(n: &Node) -> Option<bool> {
         .map(|c| c.status == "True")
 }
 
-/// The kubelet's configuration: loopback-only API, cgroupfs, and every host check a shared test
+/// The kubelet's configuration: API on the host-only node address, healthz on loopback, cgroupfs, and every host check a shared test
 /// machine fails (swap, cgroup v1, QoS cgroups, allocatable enforcement) relaxed.
 fn kubelet_config(
     port: u16,
@@ -485,7 +492,7 @@ fn kubelet_config(
     Ok(format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: {KUBELET_NODE_IP}
 port: {port}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -750,6 +757,43 @@ fn find_on_path(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Adds [`KUBELET_NODE_IP`]`/32` to `lo` unless it is there. Another test process may add it
+/// at the same moment, so a refused add counts when the address is there afterwards.
+fn ensure_node_ip() -> Result<()> {
+    let ip = find_on_path("ip").ok_or_else(|| Error::MissingBinary {
+        what: "ip (iproute2)".into(),
+        path: "ip".into(),
+        script: SETUP_SCRIPT,
+    })?;
+    let present = || -> Result<bool> {
+        let out = Command::new(&ip)
+            .args(["-4", "-o", "addr", "show", "dev", "lo"])
+            .output()
+            .map_err(|e| Error::io("running ip addr show dev lo", e))?;
+        Ok(has_address(
+            &String::from_utf8_lossy(&out.stdout),
+            KUBELET_NODE_IP,
+        ))
+    };
+    if present()? {
+        return Ok(());
+    }
+    let added =
+        run(Command::new(&ip).args(["addr", "add", &format!("{KUBELET_NODE_IP}/32"), "dev", "lo"]));
+    match added {
+        Err(_) if present()? => Ok(()),
+        other => other,
+    }
+}
+
+/// Whether `ip -o addr show` output lists `addr` (as `inet ADDR/len`).
+fn has_address(ip_addr_show: &str, addr: &str) -> bool {
+    ip_addr_show.split_whitespace().any(|w| {
+        w.split_once('/')
+            .is_some_and(|(a, len)| a == addr && len.parse::<u8>().is_ok())
+    })
+}
+
 fn run(cmd: &mut Command) -> Result<()> {
     let shown = format!("{cmd:?}");
     let out = cmd
@@ -777,6 +821,17 @@ fn write_file(p: &Path, contents: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_node_address_is_found_in_ip_addr_show_output() {
+        let out = "1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever\n\
+                   1: lo    inet 198.18.0.1/32 scope global lo\\       valid_lft forever\n";
+        assert!(has_address(out, "198.18.0.1"));
+        assert!(has_address(out, "127.0.0.1"));
+        assert!(!has_address(out, "198.18.0.10"));
+        assert!(!has_address(out, "198.18.0"));
+        assert!(!has_address("", "198.18.0.1"));
+    }
 
     #[test]
     fn shims_are_matched_by_their_containerd_socket_only() {

@@ -29,7 +29,7 @@ pub use audit::{AuditLog, AuditRecord};
 pub use env::{ComponentMemory, Options, StartupReport, TestEnv};
 pub use error::{Error, Result};
 pub use kubeconfig::client_for;
-pub use kubelet::{KUBELET_TAINT_KEY, Kubelet, KubeletOptions};
+pub use kubelet::{KUBELET_NODE_IP, KUBELET_TAINT_KEY, Kubelet, KubeletOptions};
 pub use node::TestNode;
 pub use process::free_ports;
 pub use registry::{Registry, RegistryAuth};
