@@ -34,7 +34,6 @@ use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
 use cocoon_runtime::sim::{Latencies, SimConfig};
 use cocoon_testenv::{TestEnv, TestNode};
 use cocoon_testsupport::{Agent, AgentOptions, Operator, OperatorOptions, watch_pods_and_sets};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -389,32 +388,6 @@ fn pct(v: &[Duration], p: usize) -> Duration {
     v[rank - 1]
 }
 
-/// `COCOONSET_CONCURRENCY` of the operator container in the shipped Deployment (the binary's
-/// own default, 4, when the manifest does not set it).
-fn shipped_concurrency() -> BenchResult<u16> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../manifests/operator/deployment.yaml"
-    );
-    let text = std::fs::read_to_string(path).map_err(|e| format!("read {path}: {e}"))?;
-    let deployment: Deployment =
-        serde_saphyr::from_str(&text).map_err(|e| format!("parse {path}: {e}"))?;
-    let value = deployment
-        .spec
-        .and_then(|s| s.template.spec)
-        .into_iter()
-        .flat_map(|s| s.containers)
-        .flat_map(|c| c.env.unwrap_or_default())
-        .find(|e| e.name == "COCOONSET_CONCURRENCY")
-        .and_then(|e| e.value);
-    match value {
-        None => Ok(4),
-        Some(v) => v
-            .parse::<u16>()
-            .map_err(|e| format!("{path}: COCOONSET_CONCURRENCY {v:?}: {e}").into()),
-    }
-}
-
 fn ms(d: Duration) -> String {
     format!("{:>7.0} ms", d.as_secs_f64() * 1000.0)
 }
@@ -521,7 +494,10 @@ async fn measure(env: &TestEnv, n_sets: usize, rounds: usize) -> BenchResult {
         .filter(|n| *n > 0)
     {
         Some(n) => (n, "from the environment"),
-        None => (shipped_concurrency()?, "as the shipped Deployment sets it"),
+        None => (
+            cocoon_testsupport::shipped_cocoonset_concurrency()?,
+            "as the shipped Deployment sets it",
+        ),
     };
     let op = Operator::start(
         &client,

@@ -408,24 +408,7 @@ fn concurrency() -> BenchResult<u16> {
     {
         return Ok(n);
     }
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../manifests/operator/deployment.yaml"
-    );
-    let text = std::fs::read_to_string(path).map_err(|e| format!("read {path}: {e}"))?;
-    let line = text
-        .lines()
-        .skip_while(|l| !l.contains("name: COCOONSET_CONCURRENCY"))
-        .nth(1)
-        .ok_or_else(|| format!("{path}: no COCOONSET_CONCURRENCY"))?;
-    let value = line
-        .trim()
-        .trim_start_matches("value:")
-        .trim()
-        .trim_matches('"');
-    Ok(value
-        .parse()
-        .map_err(|e| format!("{path}: COCOONSET_CONCURRENCY {value:?}: {e}"))?)
+    cocoon_testsupport::shipped_cocoonset_concurrency()
 }
 
 /// utime + stime of process `pid`.

@@ -315,6 +315,32 @@ pub fn clock_ticks_per_second() -> u64 {
         .unwrap_or(100)
 }
 
+/// The operator container's `COCOONSET_CONCURRENCY` in the shipped Deployment
+/// (`manifests/operator/deployment.yaml`), or the binary's own default, 4, when it sets none:
+/// the concurrency the benches run the CocoonSet controller at.
+pub fn shipped_cocoonset_concurrency() -> Result<u16, BoxError> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../manifests/operator/deployment.yaml");
+    let shown = path.display();
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("read {shown}: {e}"))?;
+    let deployment: k8s_openapi::api::apps::v1::Deployment =
+        serde_saphyr::from_str(&text).map_err(|e| format!("parse {shown}: {e}"))?;
+    let value = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .into_iter()
+        .flat_map(|s| s.containers)
+        .flat_map(|c| c.env.unwrap_or_default())
+        .find(|e| e.name == "COCOONSET_CONCURRENCY")
+        .and_then(|e| e.value);
+    match value {
+        None => Ok(4),
+        Some(v) => Ok(v
+            .parse::<u16>()
+            .map_err(|e| format!("{shown}: COCOONSET_CONCURRENCY {v:?}: {e}"))?),
+    }
+}
+
 /// Starts a test environment of its own for a bench and says how long it took.
 pub async fn bench_env() -> Result<cocoon_testenv::TestEnv, BoxError> {
     let started = std::time::Instant::now();
