@@ -475,7 +475,7 @@ async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Er
 }
 
 #[cfg(test)]
-mod error_tests {
+mod tests {
     use super::*;
 
     fn refused(message: &str) -> RegistryError {
