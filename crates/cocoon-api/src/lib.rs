@@ -4,6 +4,8 @@
 pub mod contract;
 pub mod crd;
 pub mod naming;
+#[cfg(test)]
+mod naming_tests;
 #[cfg(feature = "process-metrics")]
 pub mod process;
 pub mod procfs;

@@ -14,6 +14,8 @@
 
 pub mod agent;
 pub mod config;
+#[cfg(test)]
+mod config_tests;
 pub mod kubelet;
 pub mod metrics;
 pub mod node;

@@ -17,6 +17,8 @@
 //! explicitly.
 
 pub mod auth;
+#[cfg(test)]
+mod auth_tests;
 mod client;
 pub mod codec;
 pub mod config;

@@ -33,6 +33,8 @@
 //!   would resolve to `Arc::clone`.
 
 pub mod args;
+#[cfg(test)]
+mod args_tests;
 pub mod cli;
 pub mod error;
 pub mod events;

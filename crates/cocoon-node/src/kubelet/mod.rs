@@ -927,7 +927,7 @@ impl MetricsServer {
 }
 
 #[cfg(test)]
-mod follow_tests {
+mod tests {
     use super::follow_from;
 
     #[test]

@@ -413,7 +413,7 @@ impl Drop for NodeHeartbeat {
 }
 
 #[cfg(test)]
-mod merge_patch_tests {
+mod tests {
     use super::merge_patch_to;
     use serde_json::json;
 

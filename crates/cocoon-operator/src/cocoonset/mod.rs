@@ -15,7 +15,7 @@
 //! * `walk` — one pass over one set: the order of the steps and the view every step
 //!   observes (`walk/mod.rs`), and the executor that applies a plan's writes in order, each
 //!   durable before the next, with the write primitives they are made of, and fetches the
-//!   reads a step asks for (`walk/executor.rs`);
+//!   reads a step asks for (`walk/executor/`, one file per kind of write);
 //! * [`pods`] — pod construction, drift and classification (§3–§5), and the pod facts the
 //!   steps read; [`Timing`] — the loop's intervals and rebuild budget;
 //! * [`memory`] — what this controller remembers of its own writes while the caches do not
@@ -475,7 +475,7 @@ async fn reconcile(cs: Arc<CocoonSet>, shared: Arc<Shared>) -> Result<Action, Er
 }
 
 #[cfg(test)]
-mod error_tests {
+mod tests {
     use super::*;
 
     fn refused(message: &str) -> RegistryError {

@@ -87,6 +87,8 @@ mod images;
 mod net;
 mod snapshots;
 pub mod socket;
+#[cfg(test)]
+mod socket_tests;
 mod state;
 mod transfer;
 mod vm;

@@ -8,7 +8,7 @@
 //!
 //! Each step reads what the pass has observed so far ([`Observed`]) and returns a
 //! [`StepPlan`]: the writes to make, in order, the reads it needs, and what the pass does
-//! next. The executor (`walk/executor.rs`) applies the writes one after another, each
+//! next. The executor (`walk/executor/`) applies the writes one after another, each
 //! durable before the next, stops at the first error, and mirrors what they changed into
 //! the pass's view before the next step plans. A step that needs a registry probe, a manifest
 //! read or a read past the cache asks for it ([`Read`], [`Next::Replan`]): the executor
