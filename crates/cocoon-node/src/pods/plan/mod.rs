@@ -9,12 +9,16 @@
 //!
 //! Planned: hibernate ([`hibernate`]), wake ([`wake`]), delete ([`delete`]), create from
 //! the mode dispatch on ([`create`]).
+//!
+//! Decided here, applied by their shells (no steps of their own): the VM event watcher's
+//! reactions ([`vm_event`]).
 
 pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod effects;
 pub(crate) mod exec;
 pub(crate) mod hibernate;
+pub(crate) mod vm_event;
 pub(crate) mod wake;
 
 use cocoon_api::contract::LifecycleState;
@@ -393,6 +397,8 @@ mod create_tests;
 mod delete_tests;
 #[cfg(test)]
 mod hibernate_tests;
+#[cfg(test)]
+mod vm_event_tests;
 #[cfg(test)]
 mod wake_tests;
 
