@@ -11,13 +11,14 @@
 //! the mode dispatch on ([`create`]).
 //!
 //! Decided here, applied by their shells (no steps of their own): the VM event watcher's
-//! reactions ([`vm_event`]).
+//! reactions ([`vm_event`]), stale-create reconciliation ([`stale`]).
 
 pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod effects;
 pub(crate) mod exec;
 pub(crate) mod hibernate;
+pub(crate) mod stale;
 pub(crate) mod vm_event;
 pub(crate) mod wake;
 
@@ -397,6 +398,8 @@ mod create_tests;
 mod delete_tests;
 #[cfg(test)]
 mod hibernate_tests;
+#[cfg(test)]
+mod stale_tests;
 #[cfg(test)]
 mod vm_event_tests;
 #[cfg(test)]
