@@ -11,7 +11,8 @@
 //! the mode dispatch on ([`create`]).
 //!
 //! Decided here, applied by their shells (no steps of their own): the VM event watcher's
-//! reactions ([`vm_event`]), stale-create reconciliation ([`stale`]).
+//! reactions ([`vm_event`]), stale-create reconciliation ([`stale`]), what an update of a
+//! pod means ([`update`]).
 
 pub(crate) mod create;
 pub(crate) mod delete;
@@ -19,6 +20,7 @@ pub(crate) mod effects;
 pub(crate) mod exec;
 pub(crate) mod hibernate;
 pub(crate) mod stale;
+pub(crate) mod update;
 pub(crate) mod vm_event;
 pub(crate) mod wake;
 
@@ -400,6 +402,8 @@ mod delete_tests;
 mod hibernate_tests;
 #[cfg(test)]
 mod stale_tests;
+#[cfg(test)]
+mod update_tests;
 #[cfg(test)]
 mod vm_event_tests;
 #[cfg(test)]
