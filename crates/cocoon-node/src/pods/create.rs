@@ -1,16 +1,18 @@
 //! CreatePod (`node.md` §6): validation, unmanaged and adopt paths, the restore decision with
 //! its evidence guards, the bring-up paths, and the background ready/post-clone steps.
 //!
-//! The decision order lives in `rules`; from the mode dispatch on, the unmanaged, adopt and
-//! bring-up paths are plans ([`super::plan::create`]) run by the executor; this module admits
-//! the pod, decides the restore and runs the background steps.
+//! The decisions live in the planners: the admission in [`super::plan::admit`], the restore
+//! decision and, from the mode dispatch on, the unmanaged, adopt and bring-up paths in
+//! [`super::plan::create`], run by the executor; this module gathers their facts (the
+//! runtime lookup, the tenant and host reach checks, the evidence read), applies their
+//! answers, and runs the background steps.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine as _;
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::events::{hibernate_snapshot_exists_message, node as ev};
+use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{
     AnnotationCodec, Backend, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec,
@@ -22,8 +24,8 @@ use tracing::{info, warn};
 use super::owned::Owner;
 use super::plan::create::{BringUpPlan, Route};
 use super::plan::effects::{PodOp, read_wake_source};
-use super::plan::{self, StepFailed};
-use super::rules::{self, NicInfo, Verdict};
+use super::plan::{self, StepFailed, admit};
+use super::rules::{self, NicInfo};
 use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, Result, annotation, failed, pod_key, uid};
@@ -45,57 +47,47 @@ impl Handler {
     pub async fn create_pod(self: &Arc<Self>, pod: Pod) -> Result<()> {
         let key = pod_key(&pod);
         let spec = VmSpec::from_meta(&pod.metadata);
-        if spec.vm_name.is_empty() {
-            self.metrics
-                .pod_lifecycle(ev::OP_CREATE, m::RESULT_SKIPPED, m::REASON_MISSING_VMNAME);
-            return Err(failed(format!(
-                "pod {key} missing {} annotation",
-                ann::VM_NAME
-            )));
-        }
-        // Claim this incarnation before anything else.
-        {
-            let mut t = self.tables();
-            t.pods.insert(key.clone(), pod.clone());
-            t.start_times
-                .entry(key.clone())
-                .or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
-        }
-        self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
-
         // An unmanaged pod's pre-assigned id must not resolve to any VM the runtime knows
         // (exact id, name or id prefix): its record is synthetic and never touched there.
         let pre_id = VmRuntime::from_meta(&pod.metadata).id;
-        let id_known = if spec.managed {
-            false
-        } else {
-            match self.runtime_knows_vm(&pre_id).await {
-                Ok(known) => known,
-                Err(e) => {
-                    let e = format!("look up pre-assigned VM id {pre_id:?}: {e}");
-                    return self
-                        .fail_create(&pod, false, ev::CREATE_BRING_UP_FAILED, &e)
-                        .await;
+        let mut found = admit::Found::default();
+        loop {
+            match admit::next(&key, &spec, &pre_id, &found) {
+                admit::Next::Skip(e) => {
+                    let (op, result, reason) = admit::SKIPPED;
+                    self.metrics.pod_lifecycle(op, result, reason);
+                    return Err(failed(e));
                 }
+                admit::Next::Claim => {
+                    // Claim this incarnation before anything else.
+                    {
+                        let mut t = self.tables();
+                        t.pods.insert(key.clone(), pod.clone());
+                        t.start_times
+                            .entry(key.clone())
+                            .or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+                    }
+                    self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
+                    found.claimed = true;
+                }
+                admit::Next::LookUpPreId => {
+                    let known = self.runtime_knows_vm(&pre_id).await;
+                    found.pre_id_known = Some(known.map_err(|e| e.to_string()));
+                }
+                // Tenant isolation before any runtime, registry or by-name-index use of the
+                // names.
+                admit::Next::CheckTenant { id_known } => {
+                    let verdict = self.tenant_check(&pod, &spec, id_known).await;
+                    found.tenant = Some(verdict.map_err(|r| r.to_string()));
+                }
+                // Host reach: URL images and CNI networks only from the node's allowlists.
+                admit::Next::CheckHostReach => {
+                    let verdict = self.host_reach_check(&spec);
+                    found.host_reach = Some(verdict.map_err(|r| r.to_string()));
+                }
+                admit::Next::Refuse(f) => return self.fail_create_with(&pod, false, f).await,
+                admit::Next::Admit => break,
             }
-        };
-        // Tenant isolation before any runtime, registry or by-name-index use of the names.
-        if let Err(refusal) = self.tenant_check(&pod, &spec, id_known).await {
-            return self
-                .fail_create(
-                    &pod,
-                    false,
-                    ev::TENANT_ISOLATION_REFUSED,
-                    &refusal.to_string(),
-                )
-                .await;
-        }
-        // Host reach: URL images and CNI networks only from the node's allowlists.
-        if let Err(refusal) = self.host_reach_check(&spec) {
-            let msg = refusal.to_string();
-            return self
-                .fail_create(&pod, false, ev::TENANT_ISOLATION_REFUSED, &msg)
-                .await;
         }
         // Only now is the pod a holder of its VM name, with its name, `managed` and
         // pre-assigned id fixed (see `tenant::Admitted`).
@@ -135,21 +127,27 @@ impl Handler {
         }
 
         let flags = HibernateFlags::from_meta(&pod.metadata);
-        let restoring = match self
-            .restore_decision(
-                &pod,
-                &spec,
-                flags.restore_from_hibernate,
-                clone_dir.as_deref(),
-            )
-            .await
-        {
+        let evidence = self
+            .hibernate_evidence(&spec.vm_name, &Owner::of(&pod))
+            .await;
+        let decision = plan::create::restore_decision(
+            &spec,
+            flags.restore_from_hibernate,
+            clone_dir.as_deref(),
+            evidence,
+        );
+        if let Some(verdict) = decision.count {
+            self.metrics.hibernate_evidence(verdict);
+        }
+        if decision.derive {
+            self.tables().derived_restore.insert(key.clone());
+        }
+        if let Some((reason, message)) = &decision.warning {
+            self.event(&pod, true, reason, message).await;
+        }
+        let restoring = match decision.restoring {
             Ok(r) => r,
-            Err(e) => {
-                return self
-                    .fail_create(&pod, false, ev::HIBERNATE_EVIDENCE_FAILED, &e)
-                    .await;
-            }
+            Err(f) => return self.fail_create_with(&pod, false, f).await,
         };
         let steps = match plan::create::bring_up(&facts, restoring) {
             Err(f) => return self.fail_create_with(&pod, restoring, f).await,
@@ -317,52 +315,6 @@ impl Handler {
             t.derived_restore.remove(&key);
         }
         Err(failed(err))
-    }
-
-    /// Step 6 of §6.1 with the guards of §6.3. `Err` is the evidence failure text.
-    async fn restore_decision(
-        &self,
-        pod: &Pod,
-        spec: &VmSpec,
-        explicit: bool,
-        clone_dir: Option<&str>,
-    ) -> Result<bool, String> {
-        let evidence = match self
-            .hibernate_evidence(&spec.vm_name, &Owner::of(pod))
-            .await
-        {
-            Ok(e) => e,
-            Err(e) => {
-                self.metrics.hibernate_evidence("unavailable");
-                self.event(pod, true, ev::HIBERNATE_EVIDENCE_UNAVAILABLE, &e)
-                    .await;
-                return Err(e);
-            }
-        };
-        let verdict = rules::restore_verdict(spec, explicit, clone_dir, &evidence);
-        if let Some(label) = verdict
-            .label()
-            .filter(|_| !explicit || !matches!(verdict, Verdict::Restore))
-        {
-            self.metrics.hibernate_evidence(label);
-        }
-        match verdict {
-            Verdict::FreshBoot => Ok(false),
-            Verdict::SourceConflict(e) | Verdict::ImageConflict(e) => Err(e),
-            Verdict::Restore => {
-                if !explicit {
-                    self.tables().derived_restore.insert(pod_key(pod));
-                    self.event(
-                        pod,
-                        true,
-                        ev::HIBERNATE_SNAPSHOT_EXISTS,
-                        &hibernate_snapshot_exists_message(&spec.vm_name),
-                    )
-                    .await;
-                }
-                Ok(true)
-            }
-        }
     }
 
     pub(crate) fn clone_request(

@@ -8,12 +8,13 @@
 //! handler implements in [`effects`].
 //!
 //! Planned: hibernate ([`hibernate`]), wake ([`wake`]), delete ([`delete`]), create from
-//! the mode dispatch on ([`create`]).
+//! the mode dispatch on ([`create`]), the create's admission before it ([`admit`]).
 //!
 //! Decided here, applied by their shells (no steps of their own): the VM event watcher's
 //! reactions ([`vm_event`]), stale-create reconciliation ([`stale`]), what an update of a
 //! pod means ([`update`]).
 
+pub(crate) mod admit;
 pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod effects;
@@ -394,6 +395,8 @@ pub(crate) fn compensations(
 #[cfg(test)]
 pub(crate) mod testkit;
 
+#[cfg(test)]
+mod admit_tests;
 #[cfg(test)]
 mod create_tests;
 #[cfg(test)]
