@@ -12,7 +12,7 @@
 //!
 //! Decided here, applied by their shells (no steps of their own): the VM event watcher's
 //! reactions ([`vm_event`]), stale-create reconciliation ([`stale`]), what an update of a
-//! pod means ([`update`]).
+//! pod means ([`update`]), what the transfers' reads mean ([`transfer`]).
 
 pub(crate) mod admit;
 pub(crate) mod create;
@@ -21,6 +21,7 @@ pub(crate) mod effects;
 pub(crate) mod exec;
 pub(crate) mod hibernate;
 pub(crate) mod stale;
+pub(crate) mod transfer;
 pub(crate) mod update;
 pub(crate) mod vm_event;
 pub(crate) mod wake;
@@ -405,6 +406,8 @@ mod delete_tests;
 mod hibernate_tests;
 #[cfg(test)]
 mod stale_tests;
+#[cfg(test)]
+mod transfer_tests;
 #[cfg(test)]
 mod update_tests;
 #[cfg(test)]
