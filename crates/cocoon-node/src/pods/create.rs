@@ -24,6 +24,7 @@ use tracing::{info, warn};
 use super::owned::Owner;
 use super::plan::create::{BringUpPlan, Route};
 use super::plan::effects::{PodOp, read_wake_source};
+use super::plan::follow_up::{self, Background};
 use super::plan::{self, StepFailed, admit};
 use super::rules::{self, NicInfo};
 use super::state::TrackedVm;
@@ -204,7 +205,7 @@ impl Handler {
         }
         self.start_probe(key).await;
         let failed_now = self.intent_state(key) == Some(LifecycleState::Failed);
-        if follow == FollowUp::None && !failed_now {
+        if follow_up::ready_now(follow, failed_now) {
             self.publish_ready(key).await;
         } else {
             self.notify(key).await;
@@ -344,17 +345,14 @@ impl Handler {
         vm_id: &str,
         follow: FollowUp,
     ) {
-        let wake = follow == FollowUp::Restore;
         let Some(vm) = self.tracked_vm(key) else {
             return;
         };
         let any_static = vm.record.network_configs.iter().any(|n| !n.is_dhcp());
-        let needs_fixup = !(wake && ch_windows(spec)) && rules::post_clone_needed(spec, any_static);
-        if needs_fixup {
-            self.write_hint(key, spec, &vm).await;
-            return;
+        match follow_up::background(spec, follow, any_static) {
+            Background::Hint => self.write_hint(key, spec, &vm).await,
+            Background::ReadyAfterIp { wake } => self.ready_after_ip(key, vm_id, wake).await,
         }
-        self.ready_after_ip(key, vm_id, wake).await;
     }
 
     /// Hint mode (§6.9): write the fixup as a base64 annotation; `ready` follows the probe.
@@ -362,40 +360,30 @@ impl Handler {
         let Some(pod) = self.tracked_pod(key) else {
             return;
         };
-        let hint = if spec.effective_os() == Os::Windows {
-            rules::WINDOWS_FIXUP.to_owned()
-        } else {
-            let nics: Vec<NicInfo> = vm
-                .record
-                .network_configs
-                .iter()
-                .map(|n| NicInfo {
-                    mac: n.mac.clone(),
-                    ip: n.static_ip().to_owned(),
-                    prefix: n.network.as_ref().map_or(0, |x| x.prefix),
-                    gateway: n
-                        .network
-                        .as_ref()
-                        .map(|x| x.gateway.clone())
-                        .unwrap_or_default(),
-                })
-                .collect();
-            let overlay = self
-                .cfg
-                .cocoon_root_dir
-                .join("run/cloudhypervisor")
-                .join(vm.id())
-                .join("overlay.qcow2");
-            let cloud = spec.image.starts_with("http://")
-                || spec.image.starts_with("https://")
-                || overlay.exists();
-            rules::linux_fixup_script(
-                vm.name(),
-                spec.backend == Some(Backend::Firecracker),
-                cloud,
-                &nics,
-            )
-        };
+        let nics: Vec<NicInfo> = vm
+            .record
+            .network_configs
+            .iter()
+            .map(|n| NicInfo {
+                mac: n.mac.clone(),
+                ip: n.static_ip().to_owned(),
+                prefix: n.network.as_ref().map_or(0, |x| x.prefix),
+                gateway: n
+                    .network
+                    .as_ref()
+                    .map(|x| x.gateway.clone())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let overlay = self
+            .cfg
+            .cocoon_root_dir
+            .join("run/cloudhypervisor")
+            .join(vm.id())
+            .join("overlay.qcow2");
+        let windows = spec.effective_os() == Os::Windows;
+        let overlay = !windows && overlay.exists();
+        let hint = follow_up::hint(spec, vm.name(), overlay, &nics);
         let encoded = base64::engine::general_purpose::STANDARD.encode(hint.as_bytes());
         warn!(pod = %key, vm = %vm.name(), "VM needs manual network setup; see the post-clone-hint annotation");
         let delta = [(ann::POST_CLONE_HINT.to_owned(), Some(encoded))].into();
@@ -431,20 +419,12 @@ impl Handler {
                     return;
                 };
                 let vm = VmSpec::from_meta(&pod.metadata).vm_name;
-                let what = if wake { "wake" } else { "clone" };
-                let msg = format!(
-                    "{what} {vm}: dhcp lease not observed within {}s",
-                    self.cfg.timing.ready_ip_wait.as_secs()
-                );
+                let (reason, msg) =
+                    follow_up::ip_wait_timeout(wake, &vm, self.cfg.timing.ready_ip_wait);
                 self.metrics.wake_ip_wait("timeout");
                 if wake {
                     self.metrics.wake(m::RESULT_FAILED);
                 }
-                let reason = if wake {
-                    ev::WAKE_IP_WAIT_TIMEOUT
-                } else {
-                    ev::POST_CLONE_IP_WAIT_TIMEOUT
-                };
                 self.event(&pod, true, reason, &msg).await;
                 self.set_lifecycle(&pod, LifecycleState::Failed, &msg).await;
                 self.notify(key).await;

@@ -8,7 +8,8 @@
 //! handler implements in [`effects`].
 //!
 //! Planned: hibernate ([`hibernate`]), wake ([`wake`]), delete ([`delete`]), create from
-//! the mode dispatch on ([`create`]), the create's admission before it ([`admit`]).
+//! the mode dispatch on ([`create`]), the create's admission before it ([`admit`]), the
+//! background step after a bring-up ([`follow_up`]).
 //!
 //! Decided here, applied by their shells (no steps of their own): the VM event watcher's
 //! reactions ([`vm_event`]), stale-create reconciliation ([`stale`]), what an update of a
@@ -19,6 +20,7 @@ pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod effects;
 pub(crate) mod exec;
+pub(crate) mod follow_up;
 pub(crate) mod hibernate;
 pub(crate) mod stale;
 pub(crate) mod transfer;
@@ -402,6 +404,8 @@ mod admit_tests;
 mod create_tests;
 #[cfg(test)]
 mod delete_tests;
+#[cfg(test)]
+mod follow_up_tests;
 #[cfg(test)]
 mod hibernate_tests;
 #[cfg(test)]
