@@ -1,16 +1,18 @@
 //! CreatePod (`node.md` §6): validation, unmanaged and adopt paths, the restore decision with
 //! its evidence guards, the bring-up paths, and the background ready/post-clone steps.
 //!
-//! The decision order lives in `rules`; from the mode dispatch on, the unmanaged, adopt and
-//! bring-up paths are plans ([`super::plan::create`]) run by the executor; this module admits
-//! the pod, decides the restore and runs the background steps.
+//! The decisions live in the planners: the admission in [`super::plan::admit`], the restore
+//! decision and, from the mode dispatch on, the unmanaged, adopt and bring-up paths in
+//! [`super::plan::create`], run by the executor; this module gathers their facts (the
+//! runtime lookup, the tenant and host reach checks, the evidence read), applies their
+//! answers, and runs the background steps.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine as _;
 use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::events::{hibernate_snapshot_exists_message, node as ev};
+use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{
     AnnotationCodec, Backend, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec,
@@ -22,8 +24,9 @@ use tracing::{info, warn};
 use super::owned::Owner;
 use super::plan::create::{BringUpPlan, Route};
 use super::plan::effects::{PodOp, read_wake_source};
-use super::plan::{self, StepFailed};
-use super::rules::{self, NicInfo, Verdict};
+use super::plan::follow_up::{self, Background};
+use super::plan::{self, StepFailed, admit};
+use super::rules::{self, NicInfo};
 use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, Result, annotation, failed, pod_key, uid};
@@ -45,57 +48,47 @@ impl Handler {
     pub async fn create_pod(self: &Arc<Self>, pod: Pod) -> Result<()> {
         let key = pod_key(&pod);
         let spec = VmSpec::from_meta(&pod.metadata);
-        if spec.vm_name.is_empty() {
-            self.metrics
-                .pod_lifecycle(ev::OP_CREATE, m::RESULT_SKIPPED, m::REASON_MISSING_VMNAME);
-            return Err(failed(format!(
-                "pod {key} missing {} annotation",
-                ann::VM_NAME
-            )));
-        }
-        // Claim this incarnation before anything else.
-        {
-            let mut t = self.tables();
-            t.pods.insert(key.clone(), pod.clone());
-            t.start_times
-                .entry(key.clone())
-                .or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
-        }
-        self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
-
         // An unmanaged pod's pre-assigned id must not resolve to any VM the runtime knows
         // (exact id, name or id prefix): its record is synthetic and never touched there.
         let pre_id = VmRuntime::from_meta(&pod.metadata).id;
-        let id_known = if spec.managed {
-            false
-        } else {
-            match self.runtime_knows_vm(&pre_id).await {
-                Ok(known) => known,
-                Err(e) => {
-                    let e = format!("look up pre-assigned VM id {pre_id:?}: {e}");
-                    return self
-                        .fail_create(&pod, false, ev::CREATE_BRING_UP_FAILED, &e)
-                        .await;
+        let mut found = admit::Found::default();
+        loop {
+            match admit::next(&key, &spec, &pre_id, &found) {
+                admit::Next::Skip(e) => {
+                    let (op, result, reason) = admit::SKIPPED;
+                    self.metrics.pod_lifecycle(op, result, reason);
+                    return Err(failed(e));
                 }
+                admit::Next::Claim => {
+                    // Claim this incarnation before anything else.
+                    {
+                        let mut t = self.tables();
+                        t.pods.insert(key.clone(), pod.clone());
+                        t.start_times
+                            .entry(key.clone())
+                            .or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+                    }
+                    self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
+                    found.claimed = true;
+                }
+                admit::Next::LookUpPreId => {
+                    let known = self.runtime_knows_vm(&pre_id).await;
+                    found.pre_id_known = Some(known.map_err(|e| e.to_string()));
+                }
+                // Tenant isolation before any runtime, registry or by-name-index use of the
+                // names.
+                admit::Next::CheckTenant { id_known } => {
+                    let verdict = self.tenant_check(&pod, &spec, id_known).await;
+                    found.tenant = Some(verdict.map_err(|r| r.to_string()));
+                }
+                // Host reach: URL images and CNI networks only from the node's allowlists.
+                admit::Next::CheckHostReach => {
+                    let verdict = self.host_reach_check(&spec);
+                    found.host_reach = Some(verdict.map_err(|r| r.to_string()));
+                }
+                admit::Next::Refuse(f) => return self.fail_create_with(&pod, false, f).await,
+                admit::Next::Admit => break,
             }
-        };
-        // Tenant isolation before any runtime, registry or by-name-index use of the names.
-        if let Err(refusal) = self.tenant_check(&pod, &spec, id_known).await {
-            return self
-                .fail_create(
-                    &pod,
-                    false,
-                    ev::TENANT_ISOLATION_REFUSED,
-                    &refusal.to_string(),
-                )
-                .await;
-        }
-        // Host reach: URL images and CNI networks only from the node's allowlists.
-        if let Err(refusal) = self.host_reach_check(&spec) {
-            let msg = refusal.to_string();
-            return self
-                .fail_create(&pod, false, ev::TENANT_ISOLATION_REFUSED, &msg)
-                .await;
         }
         // Only now is the pod a holder of its VM name, with its name, `managed` and
         // pre-assigned id fixed (see `tenant::Admitted`).
@@ -135,21 +128,27 @@ impl Handler {
         }
 
         let flags = HibernateFlags::from_meta(&pod.metadata);
-        let restoring = match self
-            .restore_decision(
-                &pod,
-                &spec,
-                flags.restore_from_hibernate,
-                clone_dir.as_deref(),
-            )
-            .await
-        {
+        let evidence = self
+            .hibernate_evidence(&spec.vm_name, &Owner::of(&pod))
+            .await;
+        let decision = plan::create::restore_decision(
+            &spec,
+            flags.restore_from_hibernate,
+            clone_dir.as_deref(),
+            evidence,
+        );
+        if let Some(verdict) = decision.count {
+            self.metrics.hibernate_evidence(verdict);
+        }
+        if decision.derive {
+            self.tables().derived_restore.insert(key.clone());
+        }
+        if let Some((reason, message)) = &decision.warning {
+            self.event(&pod, true, reason, message).await;
+        }
+        let restoring = match decision.restoring {
             Ok(r) => r,
-            Err(e) => {
-                return self
-                    .fail_create(&pod, false, ev::HIBERNATE_EVIDENCE_FAILED, &e)
-                    .await;
-            }
+            Err(f) => return self.fail_create_with(&pod, false, f).await,
         };
         let steps = match plan::create::bring_up(&facts, restoring) {
             Err(f) => return self.fail_create_with(&pod, restoring, f).await,
@@ -206,7 +205,7 @@ impl Handler {
         }
         self.start_probe(key).await;
         let failed_now = self.intent_state(key) == Some(LifecycleState::Failed);
-        if follow == FollowUp::None && !failed_now {
+        if follow_up::ready_now(follow, failed_now) {
             self.publish_ready(key).await;
         } else {
             self.notify(key).await;
@@ -319,52 +318,6 @@ impl Handler {
         Err(failed(err))
     }
 
-    /// Step 6 of §6.1 with the guards of §6.3. `Err` is the evidence failure text.
-    async fn restore_decision(
-        &self,
-        pod: &Pod,
-        spec: &VmSpec,
-        explicit: bool,
-        clone_dir: Option<&str>,
-    ) -> Result<bool, String> {
-        let evidence = match self
-            .hibernate_evidence(&spec.vm_name, &Owner::of(pod))
-            .await
-        {
-            Ok(e) => e,
-            Err(e) => {
-                self.metrics.hibernate_evidence("unavailable");
-                self.event(pod, true, ev::HIBERNATE_EVIDENCE_UNAVAILABLE, &e)
-                    .await;
-                return Err(e);
-            }
-        };
-        let verdict = rules::restore_verdict(spec, explicit, clone_dir, &evidence);
-        if let Some(label) = verdict
-            .label()
-            .filter(|_| !explicit || !matches!(verdict, Verdict::Restore))
-        {
-            self.metrics.hibernate_evidence(label);
-        }
-        match verdict {
-            Verdict::FreshBoot => Ok(false),
-            Verdict::SourceConflict(e) | Verdict::ImageConflict(e) => Err(e),
-            Verdict::Restore => {
-                if !explicit {
-                    self.tables().derived_restore.insert(pod_key(pod));
-                    self.event(
-                        pod,
-                        true,
-                        ev::HIBERNATE_SNAPSHOT_EXISTS,
-                        &hibernate_snapshot_exists_message(&spec.vm_name),
-                    )
-                    .await;
-                }
-                Ok(true)
-            }
-        }
-    }
-
     pub(crate) fn clone_request(
         &self,
         from: CloneSource,
@@ -392,17 +345,14 @@ impl Handler {
         vm_id: &str,
         follow: FollowUp,
     ) {
-        let wake = follow == FollowUp::Restore;
         let Some(vm) = self.tracked_vm(key) else {
             return;
         };
         let any_static = vm.record.network_configs.iter().any(|n| !n.is_dhcp());
-        let needs_fixup = !(wake && ch_windows(spec)) && rules::post_clone_needed(spec, any_static);
-        if needs_fixup {
-            self.write_hint(key, spec, &vm).await;
-            return;
+        match follow_up::background(spec, follow, any_static) {
+            Background::Hint => self.write_hint(key, spec, &vm).await,
+            Background::ReadyAfterIp { wake } => self.ready_after_ip(key, vm_id, wake).await,
         }
-        self.ready_after_ip(key, vm_id, wake).await;
     }
 
     /// Hint mode (§6.9): write the fixup as a base64 annotation; `ready` follows the probe.
@@ -410,40 +360,30 @@ impl Handler {
         let Some(pod) = self.tracked_pod(key) else {
             return;
         };
-        let hint = if spec.effective_os() == Os::Windows {
-            rules::WINDOWS_FIXUP.to_owned()
-        } else {
-            let nics: Vec<NicInfo> = vm
-                .record
-                .network_configs
-                .iter()
-                .map(|n| NicInfo {
-                    mac: n.mac.clone(),
-                    ip: n.static_ip().to_owned(),
-                    prefix: n.network.as_ref().map_or(0, |x| x.prefix),
-                    gateway: n
-                        .network
-                        .as_ref()
-                        .map(|x| x.gateway.clone())
-                        .unwrap_or_default(),
-                })
-                .collect();
-            let overlay = self
-                .cfg
-                .cocoon_root_dir
-                .join("run/cloudhypervisor")
-                .join(vm.id())
-                .join("overlay.qcow2");
-            let cloud = spec.image.starts_with("http://")
-                || spec.image.starts_with("https://")
-                || overlay.exists();
-            rules::linux_fixup_script(
-                vm.name(),
-                spec.backend == Some(Backend::Firecracker),
-                cloud,
-                &nics,
-            )
-        };
+        let nics: Vec<NicInfo> = vm
+            .record
+            .network_configs
+            .iter()
+            .map(|n| NicInfo {
+                mac: n.mac.clone(),
+                ip: n.static_ip().to_owned(),
+                prefix: n.network.as_ref().map_or(0, |x| x.prefix),
+                gateway: n
+                    .network
+                    .as_ref()
+                    .map(|x| x.gateway.clone())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let overlay = self
+            .cfg
+            .cocoon_root_dir
+            .join("run/cloudhypervisor")
+            .join(vm.id())
+            .join("overlay.qcow2");
+        let windows = spec.effective_os() == Os::Windows;
+        let overlay = !windows && overlay.exists();
+        let hint = follow_up::hint(spec, vm.name(), overlay, &nics);
         let encoded = base64::engine::general_purpose::STANDARD.encode(hint.as_bytes());
         warn!(pod = %key, vm = %vm.name(), "VM needs manual network setup; see the post-clone-hint annotation");
         let delta = [(ann::POST_CLONE_HINT.to_owned(), Some(encoded))].into();
@@ -479,20 +419,12 @@ impl Handler {
                     return;
                 };
                 let vm = VmSpec::from_meta(&pod.metadata).vm_name;
-                let what = if wake { "wake" } else { "clone" };
-                let msg = format!(
-                    "{what} {vm}: dhcp lease not observed within {}s",
-                    self.cfg.timing.ready_ip_wait.as_secs()
-                );
+                let (reason, msg) =
+                    follow_up::ip_wait_timeout(wake, &vm, self.cfg.timing.ready_ip_wait);
                 self.metrics.wake_ip_wait("timeout");
                 if wake {
                     self.metrics.wake(m::RESULT_FAILED);
                 }
-                let reason = if wake {
-                    ev::WAKE_IP_WAIT_TIMEOUT
-                } else {
-                    ev::POST_CLONE_IP_WAIT_TIMEOUT
-                };
                 self.event(&pod, true, reason, &msg).await;
                 self.set_lifecycle(&pod, LifecycleState::Failed, &msg).await;
                 self.notify(key).await;

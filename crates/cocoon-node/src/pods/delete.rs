@@ -13,6 +13,7 @@ use cocoon_api::naming::{owner_cocoonset_name, role_for_pod};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::info;
 
+use super::plan::delete::Gate;
 use super::plan::{self, effects::PodOp};
 use super::{Handler, Result, failed, pod_key, tenant};
 
@@ -20,14 +21,19 @@ impl Handler {
     /// DeletePod (§7).
     pub async fn delete_pod(self: &Arc<Self>, pod: &Pod) -> Result<()> {
         let key = pod_key(pod);
-        if self.tables().evicting.contains(&key) {
+        let (evicting, resumed) = {
+            let t = self.tables();
+            (t.evicting.contains(&key), t.resumed.contains(&key))
+        };
+        match plan::delete::gate(evicting, resumed) {
             // The eviction deleting this pod forgets it and writes its `Failed` status (§10).
-            return Ok(());
-        }
-        if self.tables().resumed.contains(&key) {
-            return Err(failed(format!(
-                "resumed operation still in flight for {key}"
-            )));
+            Gate::Evicting => return Ok(()),
+            Gate::InFlight => {
+                return Err(failed(format!(
+                    "resumed operation still in flight for {key}"
+                )));
+            }
+            Gate::Pass => {}
         }
         let spec = VmSpec::from_meta(&pod.metadata);
         let vm = self.tracked_vm(&key);

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cocoon_api::contract::{AnnotationCodec, HibernateFlags};
-use cocoon_runtime::{EventKind, VmEvent, VmRecord};
+use cocoon_runtime::{VmEvent, VmRecord};
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, Preconditions};
 use tracing::{info, warn};
 
-use super::rules::{self, GoneAction, InspectOutcome};
+use super::plan::vm_event::{AfterRemove, Eviction, OnGone, Recheck};
+use super::plan::{self, vm_event};
+use super::rules::InspectOutcome;
 use super::{Handler, pod_key, status, superseded};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -65,15 +67,7 @@ impl Handler {
     }
 
     async fn dispatch_event(self: &Arc<Self>, ev: VmEvent) {
-        if ev.vm.id.is_empty() && ev.vm.name().is_empty() {
-            return;
-        }
-        let gone = match ev.kind {
-            EventKind::Deleted => true,
-            EventKind::Modified => ev.vm.state != "running",
-            EventKind::Added => false,
-        };
-        if gone {
+        if vm_event::means_gone(&ev) {
             self.handle_vm_gone(&ev.vm).await;
         }
     }
@@ -92,56 +86,50 @@ impl Handler {
         InspectOutcome::Transient
     }
 
-    /// handleVMGone (§10).
+    /// handleVMGone (§10): the facts for [`vm_event::leave_alone`] and
+    /// [`vm_event::on_inspect`], then their answer.
     pub(crate) async fn handle_vm_gone(self: &Arc<Self>, event_vm: &VmRecord) {
-        let Some(key) = self.tables().key_for_vm(&event_vm.id, event_vm.name()) else {
+        let key = self.tables().key_for_vm(&event_vm.id, event_vm.name());
+        let matched =
+            key.and_then(|key| Some((self.tracked_pod(&key)?, self.tracked_vm(&key)?, key)));
+        let tracked = matched.as_ref().map(|(pod, vm, key)| vm_event::Tracked {
+            synthetic: vm.synthetic,
+            hibernate: HibernateFlags::from_meta(&pod.metadata).hibernate,
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            resumed: self.tables().resumed.contains(key),
+        });
+        let (Some((pod, vm, key)), None) = (matched, vm_event::leave_alone(tracked.as_ref()))
+        else {
             return;
         };
-        let (Some(pod), Some(vm)) = (self.tracked_pod(&key), self.tracked_vm(&key)) else {
-            return;
-        };
-        // Our own hibernate Remove (and a DeletePod in progress) produce these events.
-        if vm.synthetic
-            || HibernateFlags::from_meta(&pod.metadata).hibernate
-            || pod.metadata.deletion_timestamp.is_some()
-            || self.tables().resumed.contains(&key)
-        {
-            return;
-        }
         let id = vm.id().to_owned();
         let outcome = self.inspect_outcome(&id).await;
-        match rules::gone_action(&outcome) {
-            GoneAction::Ignore => {}
-            GoneAction::Evict(reason, message) => self.evict(&key, &pod, reason, message).await,
-            GoneAction::Recheck => {
+        let cooldown = vm_event::Cooldown {
+            last: self.tables().last_restart.get(&id).copied(),
+            now: Instant::now(),
+            period: self.cfg.timing.restart_cooldown,
+        };
+        match vm_event::on_inspect(&outcome, cooldown) {
+            OnGone::Ignore => {}
+            OnGone::Evict(e) => self.evict(&key, &pod, e.reason, &e.message).await,
+            OnGone::Recheck => {
                 self.metrics.vm_inspect_transient_fail.inc();
                 self.schedule_recheck(id);
             }
-            GoneAction::Restart => self.restart_with_cooldown(&key, &pod, &id).await,
+            OnGone::Restart => self.restart_in_place(&key, &pod, &id).await,
+            OnGone::RemoveThenEvict(e) => self.remove_then_evict(&key, &pod, &id, e).await,
         }
     }
 
-    async fn restart_with_cooldown(self: &Arc<Self>, key: &str, pod: &Pod, id: &str) {
-        let last = self.tables().last_restart.get(id).copied();
-        if !rules::cooldown_allows_restart(last, Instant::now(), self.cfg.timing.restart_cooldown) {
-            self.remove_then_evict(
-                key,
-                pod,
-                id,
-                "RestartCooldown",
-                "restart cooldown not elapsed",
-            )
-            .await;
-            return;
-        }
+    /// `vm start` of a stopped VM whose cooldown allows it (§10, restart with cooldown).
+    async fn restart_in_place(self: &Arc<Self>, key: &str, pod: &Pod, id: &str) {
         self.tables()
             .last_restart
             .insert(id.to_owned(), Instant::now());
         info!(pod = %key, vm = id, "restarting a stopped VM in place");
-        if let Err(e) = self.rt.start(id).await {
-            let msg = e.to_string();
-            self.remove_then_evict(key, pod, id, "RestartFailed", &msg)
-                .await;
+        let started = self.rt.start(id).await.map_err(|e| e.to_string());
+        if let Some(eviction) = vm_event::after_start(started) {
+            self.remove_then_evict(key, pod, id, eviction).await;
             return;
         }
         if let Ok(rec) = self.rt.inspect(id).await {
@@ -156,15 +144,14 @@ impl Handler {
         }
     }
 
-    async fn remove_then_evict(&self, key: &str, pod: &Pod, id: &str, reason: &str, message: &str) {
-        if let Err(e) = self.rt.remove(id).await
-            && !e.is_vm_not_found()
-        {
-            // Evicting now would orphan a live VM and collide on its name at recreate.
-            warn!(pod = %key, vm = id, error = %e, "remove before eviction failed; keeping the pod");
-            return;
+    async fn remove_then_evict(&self, key: &str, pod: &Pod, id: &str, eviction: Eviction) {
+        let removed = plan::removed(self.rt.remove(id).await);
+        match vm_event::after_remove(removed, eviction) {
+            AfterRemove::Evict(e) => self.evict(key, pod, e.reason, &e.message).await,
+            AfterRemove::Keep(error) => {
+                warn!(pod = %key, vm = id, %error, "remove before eviction failed; keeping the pod");
+            }
         }
-        self.evict(key, pod, reason, message).await;
     }
 
     /// evictPod (§10).
@@ -236,28 +223,19 @@ impl Handler {
                 let Some(pod) = me.tracked_pod(&key) else {
                     break;
                 };
-                match me.inspect_outcome(&id).await {
-                    InspectOutcome::NotFound => {
-                        me.evict(&key, &pod, "VMGone", "vm no longer exists").await;
+                let outcome = me.inspect_outcome(&id).await;
+                match vm_event::recheck(outcome, start.elapsed(), t.recheck_budget) {
+                    Recheck::Evict(e) => {
+                        me.evict(&key, &pod, e.reason, &e.message).await;
                         break;
                     }
-                    InspectOutcome::Transient if start.elapsed() >= t.recheck_budget => {
-                        me.evict(
-                            &key,
-                            &pod,
-                            "VMInspectTimeout",
-                            "vm inspect did not resolve within budget",
-                        )
-                        .await;
-                        break;
-                    }
-                    InspectOutcome::Transient => {}
-                    InspectOutcome::State(s) if s == "running" => break,
-                    InspectOutcome::State(s) => {
+                    Recheck::BackOff => {}
+                    Recheck::Stop => break,
+                    Recheck::Replay(state) => {
                         me.tables().pending_recheck.remove(&id);
                         let mut rec = VmRecord {
                             id: id.clone(),
-                            state: s,
+                            state,
                             ..Default::default()
                         };
                         rec.config.name = String::new();

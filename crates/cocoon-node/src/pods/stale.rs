@@ -3,7 +3,8 @@
 //! of that pod would fail with `VM name "<vm>" already exists`.
 //!
 //! At startup every `creating` VM goes through `reconcile_stale_create` (parallelism 8), and
-//! [`rules::stale_create_action`] decides:
+//! [`stale::on_answer`], [`stale::on_reinspect`] and, for the watcher, [`stale::watch_turn`]
+//! decide (this module gathers the facts and applies):
 //!
 //! * `collected` / `not-found`: the name is free. The VM is left out of the indexes, so the
 //!   pod (untracked) reaches CreatePod, which creates the VM again.
@@ -20,13 +21,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cocoon_runtime::types::STATE_CREATING;
 use cocoon_runtime::{StaleCreateOutcome, VmRecord};
 use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::Handler;
-use super::rules::{self, InspectOutcome, StaleCreateAction, StaleWatchStep};
+use super::plan::stale::{self, End, Next, Record, Turn};
+use super::rules::{self, InspectOutcome};
 use super::state::TrackedVm;
 
 /// How many `creating` VMs are reconciled at once at startup.
@@ -52,34 +53,38 @@ impl Handler {
 
     async fn reconcile_stale_create(self: &Arc<Self>, vm: VmRecord) -> Option<VmRecord> {
         let answer = self.ask_stale_create(&vm, false).await;
-        match rules::stale_create_action(answer) {
-            StaleCreateAction::NameFreed => {
+        match stale::on_answer(answer) {
+            Next::InspectAgain => {}
+            Next::NameFreed => {
                 info!(vm = %vm.name(), id = %vm.id, "stale create reconciled; the VM name is free");
+                return None;
+            }
+            Next::Watch(_) | Next::ReconcileAsListed => {
+                self.watch_stale_create(vm);
+                return None;
+            }
+        }
+        let inspected = self.rt.inspect(&vm.id).await;
+        match (stale::on_reinspect(&stale::outcome(&inspected)), inspected) {
+            (Next::Watch(Record::Fresh), Ok(fresh)) => {
+                self.watch_stale_create(fresh);
                 None
             }
-            StaleCreateAction::Watch => {
+            (Next::ReconcileAsListed, Ok(fresh)) => {
+                info!(vm = %fresh.name(), id = %fresh.id, state = %fresh.state, "VM left creating; reconciling it as listed");
+                Some(fresh)
+            }
+            (Next::NameFreed, _) => {
+                info!(vm = %vm.name(), id = %vm.id, "VM gone after leaving creating; the VM name is free");
+                None
+            }
+            (_, inspected) => {
+                if let Err(e) = inspected {
+                    warn!(vm = %vm.name(), id = %vm.id, error = %e, "inspect after reconcile-stale-create failed; watching the VM");
+                }
                 self.watch_stale_create(vm);
                 None
             }
-            StaleCreateAction::InspectAgain => match self.rt.inspect(&vm.id).await {
-                Ok(fresh) if fresh.state == STATE_CREATING => {
-                    self.watch_stale_create(fresh);
-                    None
-                }
-                Ok(fresh) => {
-                    info!(vm = %fresh.name(), id = %fresh.id, state = %fresh.state, "VM left creating; reconciling it as listed");
-                    Some(fresh)
-                }
-                Err(e) if e.is_vm_not_found() => {
-                    info!(vm = %vm.name(), id = %vm.id, "VM gone after leaving creating; the VM name is free");
-                    None
-                }
-                Err(e) => {
-                    warn!(vm = %vm.name(), id = %vm.id, error = %e, "inspect after reconcile-stale-create failed; watching the VM");
-                    self.watch_stale_create(vm);
-                    None
-                }
-            },
         }
     }
 
@@ -126,7 +131,7 @@ impl Handler {
             if self.stale_watch_tick(&vm).await {
                 return;
             }
-            if started.elapsed() >= t.stale_create_budget {
+            if stale::give_up(started.elapsed(), t.stale_create_budget) {
                 warn!(
                     vm = %vm.name(),
                     id = %vm.id,
@@ -150,39 +155,43 @@ impl Handler {
     }
 
     async fn stale_watch_step(self: &Arc<Self>, vm: &VmRecord) -> bool {
-        let (outcome, fresh) = match self.rt.inspect(&vm.id).await {
-            Ok(r) => (InspectOutcome::State(r.state.clone()), Some(r)),
-            Err(e) if e.is_vm_not_found() => (InspectOutcome::NotFound, None),
+        let inspected = self.rt.inspect(&vm.id).await;
+        let outcome = stale::outcome(&inspected);
+        let fresh = match inspected {
+            Ok(r) => Some(r),
             Err(e) => {
-                debug!(vm = %vm.name(), id = %vm.id, error = %e, "stale-create watcher: inspect failed");
-                (InspectOutcome::Transient, None)
+                if !e.is_vm_not_found() {
+                    debug!(vm = %vm.name(), id = %vm.id, error = %e, "stale-create watcher: inspect failed");
+                }
+                None
             }
         };
-        match (rules::stale_watch_step(&outcome), fresh) {
-            (StaleWatchStep::Freed, _) => {
+        // A pod that already tracks the VM owns it: no orphan then.
+        let owned = fresh
+            .as_ref()
+            .is_some_and(|f| self.tables().key_for_vm(&f.id, "").is_some());
+        let turn = match stale::watch_turn(&outcome, owned) {
+            Turn::AskAgain => stale::after_ask_again(self.ask_stale_create(vm, true).await),
+            turn => turn,
+        };
+        match (turn, fresh) {
+            (Turn::Over(End::NameFreed), _) if matches!(outcome, InspectOutcome::NotFound) => {
                 info!(vm = %vm.name(), id = %vm.id, "stale create gone; the VM name is free");
                 true
             }
-            (StaleWatchStep::Adopt, Some(fresh)) => {
+            (Turn::Over(End::NameFreed), _) => {
+                info!(vm = %vm.name(), id = %vm.id, "stale create reconciled; the VM name is free");
+                true
+            }
+            (Turn::Over(End::IndexForAdoption), Some(fresh)) => {
                 self.index_for_adoption(fresh);
                 true
             }
-            (StaleWatchStep::Orphan, Some(fresh)) => {
-                // A pod that already tracks the VM owns it: no orphan then.
-                let owned = self.tables().key_for_vm(&fresh.id, "").is_some();
-                if !owned {
-                    self.apply_orphan_policy(&fresh).await;
-                }
+            (Turn::Over(End::OrphanPolicy), Some(fresh)) => {
+                self.apply_orphan_policy(&fresh).await;
                 true
             }
-            (StaleWatchStep::StillCreating, _) => {
-                let answer = self.ask_stale_create(vm, true).await;
-                let freed = rules::stale_create_action(answer) == StaleCreateAction::NameFreed;
-                if freed {
-                    info!(vm = %vm.name(), id = %vm.id, "stale create reconciled; the VM name is free");
-                }
-                freed
-            }
+            (Turn::Over(End::Owned), _) => true,
             _ => false,
         }
     }

@@ -1,7 +1,8 @@
 //! Snapshot sources and transfers for bring-up and wake (`node.md` §6.4–§6.6, §8.3): registry
 //! push/pull through the runtime's export/import streams, clone-base and fork snapshots,
-//! image materialisation and hibernate evidence (the wake source is decided in
-//! `plan::wake`, read in `plan::effects`).
+//! image materialisation and hibernate evidence (what their reads mean is decided in
+//! [`super::plan::transfer`]; the wake source is decided in `plan::wake`, read in
+//! `plan::effects`).
 //!
 //! Single flights are per-key async locks whose holder re-checks the local store first;
 //! registry pulls are additionally shared ([`Handler::shared_pull`]): one spawned task per
@@ -12,15 +13,16 @@ use std::time::Instant;
 
 use cocoon_api::contract::tags;
 use cocoon_api::naming::fork_snapshot_name;
-use cocoon_registry::{Kind, PushOptions, Reference, RegistryClient, classify};
+use cocoon_registry::{PushOptions, Reference, RegistryClient, classify};
 use cocoon_runtime::{ImportHandle, Runtime, SnapshotRecord};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
-use super::owned::{GateError, Owner};
-use super::rules::{Evidence, parse_ref};
+use super::owned::Owner;
+use super::plan::transfer::{self, BaseImage, ByKind, LocalCopy, RunImage};
+use super::rules::Evidence;
 use super::tenant::ArtifactUse;
 use super::{Handler, PodError, Result, failed};
 use crate::metrics::NodeMetrics;
@@ -164,36 +166,13 @@ impl Handler {
         vm: &str,
         owner: &Owner,
     ) -> Result<Evidence, String> {
-        match &self.registry {
-            None => match self.snapshot_exact(vm).await {
-                Ok(_) => Ok(Evidence::Found {
-                    recorded_image: String::new(),
-                }),
-                Err(e) if e.is_snapshot_not_found() => Ok(Evidence::None),
-                Err(e) => Err(format!("inspect local snapshot {vm}: {e}")),
-            },
-            Some(_) => {
-                match self
-                    .owned_artifact(ArtifactUse::OwnVm, vm, tags::HIBERNATE, owner)
-                    .await
-                {
-                    Ok(Some(a)) => Ok(Evidence::Found {
-                        recorded_image: a
-                            .annotations
-                            .get(cocoon_api::contract::oci::ANNOTATION_BASE_IMAGE)
-                            .cloned()
-                            .unwrap_or_default(),
-                    }),
-                    Ok(None) => Ok(Evidence::None),
-                    Err(GateError::Refused(r)) => Err(format!(
-                        "hibernate evidence for {vm}: {r} (refusing fresh boot)"
-                    )),
-                    Err(GateError::Failed(e)) => Err(format!(
-                        "hibernate evidence for {vm}: get hibernate manifest: {e} (refusing fresh boot)"
-                    )),
-                }
-            }
+        if self.registry.is_none() {
+            return transfer::local_evidence(vm, &self.snapshot_exact(vm).await);
         }
+        let artifact = self
+            .owned_artifact(ArtifactUse::OwnVm, vm, tags::HIBERNATE, owner)
+            .await;
+        transfer::registry_evidence(vm, artifact)
     }
 
     /// Removes `<vm>` and `fork-<vm>` locally; errors are logged.
@@ -283,16 +262,13 @@ impl Handler {
         image: &str,
         force: bool,
     ) -> Result<String, String> {
-        if image.is_empty() {
-            return Ok(String::new());
-        }
-        let lock = self.flight(&if force {
-            format!("force {image}")
-        } else {
-            image.to_owned()
-        });
+        let (repo, tag) = match transfer::run_image(image, self.registry.is_some()) {
+            RunImage::Nothing => return Ok(String::new()),
+            RunImage::Pull => (None, None),
+            RunImage::Classify { repo, tag } => (Some(repo), Some(tag)),
+        };
+        let lock = self.flight(&transfer::run_image_flight(image, force));
         let _held = lock.lock().await;
-        let lower = image.to_ascii_lowercase();
         let pull = || async {
             self.rt
                 .ensure_image(image, force)
@@ -300,14 +276,9 @@ impl Handler {
                 .map(|()| image.to_owned())
                 .map_err(|e| e.to_string())
         };
-        let Some(reg) = self
-            .registry
-            .as_ref()
-            .filter(|_| !lower.starts_with("http://") && !lower.starts_with("https://"))
-        else {
+        let (Some(reg), Some(repo), Some(tag)) = (self.registry.as_ref(), repo, tag) else {
             return pull().await;
         };
-        let (repo, tag) = parse_ref(image);
         let kind = match Reference::parse(&tag) {
             Ok(r) => match reg.get_manifest(&repo, &r).await {
                 Ok(f) => cocoon_registry::Manifest::parse(&f.bytes)
@@ -317,38 +288,37 @@ impl Handler {
             },
             Err(_) => None,
         };
-        match kind {
-            Some(Kind::Snapshot { .. }) => Err(format!(
-                "image {image} is a snapshot artifact; use mode=clone instead of mode=run"
-            )),
-            Some(Kind::CloudImage) => {
-                let local = format!("{repo}:{tag}");
-                if !force {
-                    match self.rt.image_present(&local).await {
-                        Ok(()) => return Ok(local),
-                        Err(e) if e.is_image_not_found() => {}
-                        Err(e) => return Err(format!("inspect local image {local}: {e}")),
-                    }
-                }
-                let mut import = self
-                    .rt
-                    .image_import(&local)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let streamed = reg.stream_cloud_image(&repo, &tag, &mut import.sink).await;
-                if let Err(e) = streamed {
-                    // Unverified bytes reached the importer: it must not keep them.
-                    let _ = import.kill().await;
-                    return Err(e.to_string());
-                }
-                let ImportHandle { mut sink, done, .. } = import;
-                let _ = sink.shutdown().await;
-                drop(sink);
-                done.await.map_err(|e| e.to_string())?;
-                Ok(local)
-            }
-            _ => pull().await,
+        let local = match transfer::by_kind(image, &repo, &tag, kind.as_ref()) {
+            ByKind::Refuse(e) => return Err(e),
+            ByKind::Pull => return pull().await,
+            ByKind::CloudImage { local } => local,
+        };
+        let present = if force {
+            None
+        } else {
+            Some(self.rt.image_present(&local).await)
+        };
+        match transfer::local_copy(&local, present.as_ref()) {
+            LocalCopy::Present => return Ok(local),
+            LocalCopy::Fail(e) => return Err(e),
+            LocalCopy::Import => {}
         }
+        let mut import = self
+            .rt
+            .image_import(&local)
+            .await
+            .map_err(|e| e.to_string())?;
+        let streamed = reg.stream_cloud_image(&repo, &tag, &mut import.sink).await;
+        if let Err(e) = streamed {
+            // Unverified bytes reached the importer: it must not keep them.
+            let _ = import.kill().await;
+            return Err(e.to_string());
+        }
+        let ImportHandle { mut sink, done, .. } = import;
+        let _ = sink.shutdown().await;
+        drop(sink);
+        done.await.map_err(|e| e.to_string())?;
+        Ok(local)
     }
 
     /// `ensureSnapshotBaseImage(snap)` (§6.6).
@@ -356,25 +326,27 @@ impl Handler {
         &self,
         snap: Option<&SnapshotRecord>,
     ) -> Result<(), String> {
-        let Some(s) = snap.filter(|s| !s.image.is_empty()) else {
-            return Ok(());
-        };
-        let lower = s.image.to_ascii_lowercase();
-        if lower.starts_with("http://") || lower.starts_with("https://") {
+        let (digest, image) = match transfer::base_image(snap) {
+            BaseImage::Nothing => return Ok(()),
             // `vm clone --pull` fetches a URL base image on the host: the allowlist applies.
-            return super::host_reach::url_verdict(&self.cfg.host_reach.run_image_urls, &s.image)
-                .map_err(|why| format!("snapshot base image {}: {why}", s.image));
-        }
-        if !s.image_digest.is_empty() && self.rt.image_present(&s.image_digest).await.is_ok() {
+            BaseImage::Url(image) => {
+                return super::host_reach::url_verdict(&self.cfg.host_reach.run_image_urls, image)
+                    .map_err(|why| format!("snapshot base image {image}: {why}"));
+            }
+            BaseImage::Local { digest, image } => (digest, image),
+        };
+        if let Some(digest) = digest
+            && self.rt.image_present(digest).await.is_ok()
+        {
             return Ok(());
         }
-        if self.rt.image_present(&s.image).await.is_ok() {
+        if self.rt.image_present(image).await.is_ok() {
             return Ok(());
         }
-        self.ensure_run_image(&s.image, false)
+        self.ensure_run_image(image, false)
             .await
             .map(|_| ())
-            .map_err(|e| format!("ensure snapshot base image {}: {e}", s.image))
+            .map_err(|e| format!("ensure snapshot base image {image}: {e}"))
     }
 }
 

@@ -1,4 +1,5 @@
-//! UpdatePod (`node.md` §8): only the hibernate transition matters. Hibernate saves, pushes
+//! UpdatePod (`node.md` §8): only the hibernate transition matters; what an update means is
+//! decided in [`super::plan::update`]. Hibernate saves, pushes
 //! `:hibernate`, clears the runtime annotations and removes the VM (compensating on failure):
 //! planned in [`super::plan::hibernate`], run by the executor; wake pulls (or reuses a
 //! verified local copy) and clones.
@@ -18,6 +19,7 @@ use tracing::info;
 use super::create::ch_windows;
 use super::owned::Owner;
 use super::plan::effects::{PodOp, read_wake_source};
+use super::plan::update::{Dispatch, Gate};
 use super::plan::{self, StepFailed};
 use super::state::TrackedVm;
 use super::tenant;
@@ -27,36 +29,41 @@ impl Handler {
     /// UpdatePod (§8.1).
     pub async fn update_pod(self: &Arc<Self>, pod: Pod) -> Result<()> {
         let key = pod_key(&pod);
-        if self.tables().resumed.contains(&key) {
-            return Err(failed(format!(
-                "resumed operation still in flight for {key}"
-            )));
-        }
         // Tenant isolation: the VM name (written once, contract §2.2), `managed` and an
         // unmanaged pod's pre-assigned id are fixed when the pod was admitted. A pod whose
         // annotation now names another VM would hibernate into, or wake from, that VM's
         // snapshots; a flip to managed would run runtime verbs against the VM an unmanaged
         // pod's id names; a flip to unmanaged would leak its VM on delete. The admitted copy
         // is kept instead (by key, like the tracked VM: the tracked incarnation fixed these).
-        let admitted = self.tables().admitted.get(&key).cloned();
-        if let Some(admitted) = admitted {
+        let (resumed, admitted, current) = {
+            let t = self.tables();
+            (
+                t.resumed.contains(&key),
+                t.admitted.get(&key).cloned(),
+                t.intents.get(&key).cloned(),
+            )
+        };
+        let refusal = admitted.and_then(|admitted| {
             let incoming = VmSpec::from_meta(&pod.metadata);
             let id = VmRuntime::from_meta(&pod.metadata).id;
-            if let Err(refusal) =
-                tenant::check_update(&admitted, &incoming.vm_name, incoming.managed, &id)
-            {
-                let refusal = refusal.to_string();
-                let already = self
-                    .tables()
-                    .intents
-                    .get(&key)
-                    .is_some_and(|i| i.lifecycle.is_failed() && i.lifecycle.message == refusal);
-                if !already {
+            tenant::check_update(&admitted, &incoming.vm_name, incoming.managed, &id)
+                .err()
+                .map(|r| r.to_string())
+        });
+        match plan::update::gate(resumed, refusal.as_deref(), current.as_ref()) {
+            Gate::InFlight => {
+                return Err(failed(format!(
+                    "resumed operation still in flight for {key}"
+                )));
+            }
+            Gate::Refused { report } => {
+                if let Some(refusal) = refusal.filter(|_| report) {
                     self.fail_op(&pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &refusal)
                         .await;
                 }
                 return Ok(());
             }
+            Gate::Pass => {}
         }
         // Store the incoming object with this agent's own intent re-applied: the controller's
         // copy may carry a stale lifecycle-state.
@@ -84,27 +91,20 @@ impl Handler {
             )
         };
         let spec = VmSpec::from_meta(&pod.metadata);
-        if !spec.managed {
-            self.metrics
-                .pod_lifecycle(ev::OP_UPDATE, m::RESULT_SKIPPED, m::REASON_NOOP);
-            return Ok(());
-        }
-        let want = HibernateFlags::from_meta(&pod.metadata).hibernate;
-        match (want, vm) {
-            (true, Some(vm)) => {
+        let dispatch = plan::update::dispatch(&plan::update::Facts {
+            managed: spec.managed,
+            hibernate: HibernateFlags::from_meta(&pod.metadata).hibernate,
+            has_vm: vm.is_some(),
+            intent: intent.as_ref(),
+            generation: GenerationStamp::from_meta(&pod.metadata).0,
+        });
+        match (&dispatch, vm) {
+            (Dispatch::Hibernate, Some(vm)) => {
                 // Its status was refreshed once the VM was gone (see `hibernate`).
                 self.hibernate(&key, &pod, &spec, vm).await?;
-                self.metrics.pod_lifecycle(ev::OP_UPDATE, m::RESULT_OK, "");
             }
-            (false, None) => {
-                self.wake(&key, &pod, &spec).await?;
-                self.metrics.pod_lifecycle(ev::OP_UPDATE, m::RESULT_OK, "");
-            }
-            (false, Some(_))
-                if intent
-                    .as_ref()
-                    .is_some_and(|i| i.failed_by_hibernate && i.lifecycle.is_failed()) =>
-            {
+            (Dispatch::Wake, _) => self.wake(&key, &pod, &spec).await?,
+            (Dispatch::LiftHibernateFailure, _) => {
                 // Lifting a failed hibernate (§8.1): the annotation's removal is a new attempt.
                 info!(pod = %key, "hibernate request withdrawn; lifting the hibernate failure");
                 self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
@@ -113,23 +113,19 @@ impl Handler {
                 } else {
                     self.tables().ready_pending.insert(key.clone());
                 }
-                self.metrics.pod_lifecycle(ev::OP_UPDATE, m::RESULT_OK, "");
             }
-            _ => {
-                let generation = GenerationStamp::from_meta(&pod.metadata).0;
-                if let Some(i) = intent.filter(|i| generation > i.lifecycle.observed_generation)
-                    && let Some(state) = i.lifecycle.state
+            (Dispatch::Noop(Some(again)), _) => {
+                self.set_lifecycle(&pod, again.state, &again.message).await;
+                if again.keep_hibernate_origin
+                    && let Some(n) = self.tables().intents.get_mut(&key)
                 {
-                    let keep_origin = i.failed_by_hibernate;
-                    self.set_lifecycle(&pod, state, &i.lifecycle.message).await;
-                    if keep_origin && let Some(n) = self.tables().intents.get_mut(&key) {
-                        n.failed_by_hibernate = true;
-                    }
+                    n.failed_by_hibernate = true;
                 }
-                self.metrics
-                    .pod_lifecycle(ev::OP_UPDATE, m::RESULT_SKIPPED, m::REASON_NOOP);
             }
+            _ => {}
         }
+        let (op, result, reason) = dispatch.counted();
+        self.metrics.pod_lifecycle(op, result, reason);
         Ok(())
     }
 
@@ -188,12 +184,8 @@ impl Handler {
         // Host reach: the annotations may have changed while the pod slept.
         if let Err(refusal) = self.host_reach_check(spec) {
             let msg = refusal.to_string();
-            let already = self
-                .tables()
-                .intents
-                .get(key)
-                .is_some_and(|i| i.lifecycle.is_failed() && i.lifecycle.message == msg);
-            if !already {
+            let current = self.tables().intents.get(key).cloned();
+            if plan::update::report_refusal(&msg, current.as_ref()) {
                 self.fail_op(pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &msg)
                     .await;
             }

@@ -1,9 +1,10 @@
 //! CreatePod (`node.md` §6) from the mode dispatch on, as plans: the unmanaged pod's
 //! synthetic record, the adoption of an indexed VM, and the bring-up paths of §6.2 (restore,
 //! clone-from-dir, fork, run, clone), each followed by the bring-up's tail (§6.1 steps 8–16).
-//! The admission before it (claim, `creating`, tenant isolation, host reach) and the restore
-//! decision's evidence read stay with the caller; a restore's wake source is read between
-//! the boot clock and its steps ([`super::wake`]).
+//! The admission before it (claim, `creating`, tenant isolation, host reach) is planned in
+//! [`super::admit`]; the restore decision is decided here ([`restore_decision`]) from the
+//! evidence the caller read; a restore's wake source is read between the boot clock and its
+//! steps ([`super::wake`]).
 //!
 //! The ordering rules the plans carry:
 //! * an unmanaged pod never reaches the runtime; it is ready once tracked and probed;
@@ -17,14 +18,14 @@
 //!   post-restore or post-clone step.
 
 use cocoon_api::contract::VmSpec;
-use cocoon_api::contract::events::node as ev;
+use cocoon_api::contract::events::{hibernate_snapshot_exists_message, node as ev};
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::naming::fork_snapshot_name;
 
 use super::wake::{self, Reasons, Source};
 use super::{Action, CloneFrom, ClonePull, Failure, Step, StepFailed, Undo};
 use crate::pods::create::{FollowUp, ch_windows};
-use crate::pods::rules::{self, BringUp};
+use crate::pods::rules::{self, BringUp, Evidence, Verdict};
 
 /// What a CreatePod is planned from, once the pod is admitted.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +94,70 @@ fn count_create(reason: &'static str) -> Step {
         result: m::RESULT_OK,
         reason,
     })
+}
+
+/// The restore decision (§6.1 step 6 with the guards of §6.3), applied in its fields' order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RestoreDecision {
+    /// `cocoon_vk_hibernate_evidence_total{verdict}` to count, if any.
+    pub count: Option<&'static str>,
+    /// Keep the derived restore marker (in memory only, never patched onto the pod).
+    pub derive: bool,
+    /// A Warning Event (reason, message).
+    pub warning: Option<(&'static str, String)>,
+    /// Whether the pod restores; `Err`: the failCreate (not restoring) that ends the create.
+    pub restoring: Result<bool, StepFailed>,
+}
+
+/// The restore decision from the evidence read ([`crate::pods::Handler::hibernate_evidence`]):
+/// `explicit` is the operator's `restore-from-hibernate` marker. A failed read fails closed
+/// (`HibernateEvidenceUnavailable`, then `HibernateEvidenceFailed`); a verdict is counted
+/// unless it is the restore an explicit marker asked for; a derived restore is announced
+/// with `HibernateSnapshotExists`.
+pub(crate) fn restore_decision(
+    spec: &VmSpec,
+    explicit: bool,
+    clone_dir: Option<&str>,
+    evidence: Result<Evidence, String>,
+) -> RestoreDecision {
+    let evidence = match evidence {
+        Ok(e) => e,
+        Err(e) => {
+            return RestoreDecision {
+                count: Some("unavailable"),
+                derive: false,
+                warning: Some((ev::HIBERNATE_EVIDENCE_UNAVAILABLE, e.clone())),
+                restoring: Err(StepFailed::refused(ev::HIBERNATE_EVIDENCE_FAILED, e)),
+            };
+        }
+    };
+    let verdict = rules::restore_verdict(spec, explicit, clone_dir, &evidence);
+    let count = verdict
+        .label()
+        .filter(|_| !explicit || verdict != Verdict::Restore);
+    let decided = |derive, warning, restoring| RestoreDecision {
+        count,
+        derive,
+        warning,
+        restoring,
+    };
+    match verdict {
+        Verdict::FreshBoot => decided(false, None, Ok(false)),
+        Verdict::SourceConflict(e) | Verdict::ImageConflict(e) => decided(
+            false,
+            None,
+            Err(StepFailed::refused(ev::HIBERNATE_EVIDENCE_FAILED, e)),
+        ),
+        Verdict::Restore if explicit => decided(false, None, Ok(true)),
+        Verdict::Restore => decided(
+            true,
+            Some((
+                ev::HIBERNATE_SNAPSHOT_EXISTS,
+                hibernate_snapshot_exists_message(&spec.vm_name),
+            )),
+            Ok(true),
+        ),
+    }
 }
 
 /// What a bring-up runs.

@@ -3,10 +3,13 @@
 
 use cocoon_api::contract::{Backend, Mode, Os, VmSpec};
 
-use super::create::{BringUpPlan, Facts, Route, bring_up, restore, route};
+use super::create::{
+    BringUpPlan, Facts, RestoreDecision, Route, bring_up, restore, restore_decision, route,
+};
 use crate::pods::plan::testkit::{self, Script};
 use crate::pods::plan::wake::Source;
 use crate::pods::plan::{StepFailed, exec};
+use crate::pods::rules::Evidence;
 use cocoon_runtime::SnapshotRecord;
 
 fn spec(mode: Option<Mode>) -> VmSpec {
@@ -346,5 +349,189 @@ async fn create_execution_table() {
         let res = exec::run(&script, &steps).await;
         assert_eq!(script.calls(), calls, "{situation}");
         assert_eq!(res, outcome, "{situation}");
+    }
+}
+
+/// A restore decision as what it does, in order.
+fn decided(d: RestoreDecision) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(v) = d.count {
+        out.push(format!("count evidence {v}"));
+    }
+    if d.derive {
+        out.push("keep the derived marker in memory".into());
+    }
+    if let Some((reason, message)) = d.warning {
+        out.push(format!("warning {reason}: {message}"));
+    }
+    out.push(match d.restoring {
+        Ok(true) => "restore".into(),
+        Ok(false) => "fresh boot".into(),
+        Err(f) => format!("fail {}: {}", f.reason.unwrap_or("-"), f.message),
+    });
+    out
+}
+
+#[test]
+fn restore_decision_table() {
+    let clone = spec(None);
+    let run = spec(Some(Mode::Run));
+    let fork = VmSpec {
+        fork_from: "vk-main".into(),
+        ..spec(None)
+    };
+    let found = |img: &str| {
+        Ok(Evidence::Found {
+            recorded_image: img.into(),
+        })
+    };
+    const UNAVAILABLE: &str =
+        "hibernate evidence for vk-a: get hibernate manifest: 503 (refusing fresh boot)";
+    const EXISTS: &str = "warning HibernateSnapshotExists: restoring vm vk-a from its hibernate \
+                          snapshot instead of fresh-booting";
+    const IMAGE_CONFLICT: &str = "fail HibernateEvidenceFailed: hibernate snapshot of vm vk-a \
+                                  came from image \"img:0\" but the pod requests \"img:1\"; \
+                                  delete the hibernate tag to discard the hibernated state";
+    type Row<'a> = (
+        &'a str,
+        &'a VmSpec,
+        bool,
+        Option<&'a str>,
+        Result<Evidence, String>,
+        Vec<&'a str>,
+    );
+    let rows: Vec<Row<'_>> = vec![
+        (
+            "the evidence read failed: fail closed, announced first",
+            &clone,
+            false,
+            None,
+            Err(UNAVAILABLE.into()),
+            vec![
+                "count evidence unavailable",
+                "warning HibernateEvidenceUnavailable: hibernate evidence for vk-a: get \
+                 hibernate manifest: 503 (refusing fresh boot)",
+                "fail HibernateEvidenceFailed: hibernate evidence for vk-a: get hibernate \
+                 manifest: 503 (refusing fresh boot)",
+            ],
+        ),
+        (
+            "an explicit marker fails closed on a failed read too",
+            &clone,
+            true,
+            None,
+            Err(UNAVAILABLE.into()),
+            vec![
+                "count evidence unavailable",
+                "warning HibernateEvidenceUnavailable: hibernate evidence for vk-a: get \
+                 hibernate manifest: 503 (refusing fresh boot)",
+                "fail HibernateEvidenceFailed: hibernate evidence for vk-a: get hibernate \
+                 manifest: 503 (refusing fresh boot)",
+            ],
+        ),
+        (
+            "no evidence: fresh boot, nothing counted",
+            &clone,
+            false,
+            None,
+            Ok(Evidence::None),
+            vec!["fresh boot"],
+        ),
+        (
+            "evidence: a derived restore, counted, kept in memory, announced",
+            &clone,
+            false,
+            None,
+            found("img:1"),
+            vec![
+                "count evidence restored",
+                "keep the derived marker in memory",
+                EXISTS,
+                "restore",
+            ],
+        ),
+        (
+            "evidence of a run pod: restored even with mode=run",
+            &run,
+            false,
+            None,
+            found(""),
+            vec![
+                "count evidence restored",
+                "keep the derived marker in memory",
+                EXISTS,
+                "restore",
+            ],
+        ),
+        (
+            "evidence, but fork-from: a source conflict",
+            &fork,
+            false,
+            None,
+            found("img:1"),
+            vec![
+                "count evidence source_conflict",
+                "fail HibernateEvidenceFailed: vm vk-a has a hibernate snapshot but the pod \
+                 requests an explicit clone source; delete the hibernate tag to discard the \
+                 hibernated state",
+            ],
+        ),
+        (
+            "evidence, but clone-from-dir: a source conflict",
+            &clone,
+            false,
+            Some("/srv/snap"),
+            found(""),
+            vec![
+                "count evidence source_conflict",
+                "fail HibernateEvidenceFailed: vm vk-a has a hibernate snapshot but the pod \
+                 requests an explicit clone source; delete the hibernate tag to discard the \
+                 hibernated state",
+            ],
+        ),
+        (
+            "evidence recorded from another image: an image conflict",
+            &clone,
+            false,
+            None,
+            found("img:0"),
+            vec!["count evidence image_conflict", IMAGE_CONFLICT],
+        ),
+        (
+            "explicit marker with evidence: a restore, neither counted nor announced",
+            &clone,
+            true,
+            None,
+            found("img:1"),
+            vec!["restore"],
+        ),
+        (
+            "explicit marker without evidence: still a restore (the wake fails loudly)",
+            &clone,
+            true,
+            None,
+            Ok(Evidence::None),
+            vec!["restore"],
+        ),
+        (
+            "explicit marker: the image identity check still applies",
+            &clone,
+            true,
+            None,
+            found("img:0"),
+            vec!["count evidence image_conflict", IMAGE_CONFLICT],
+        ),
+        (
+            "explicit marker: fork-from is no source conflict (restore wins)",
+            &fork,
+            true,
+            None,
+            found("img:1"),
+            vec!["restore"],
+        ),
+    ];
+    for (rule, spec, explicit, clone_dir, evidence, want) in rows {
+        let got = decided(restore_decision(spec, explicit, clone_dir, evidence));
+        assert_eq!(got, want, "{rule}");
     }
 }

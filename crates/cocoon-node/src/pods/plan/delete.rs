@@ -20,6 +20,30 @@ use cocoon_api::naming::{Role, should_snapshot_vm};
 
 use super::{Action, Failure, Step};
 
+/// The gate before a delete is planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// An eviction is deleting the pod: it forgets the pod and writes its `Failed` status
+    /// (§10), so the delete succeeds with nothing to do (never `Succeeded` over `Failed`).
+    Evicting,
+    /// A resumed operation holds the pod (§9.3): fail with `resumed operation still in
+    /// flight for <key>`.
+    InFlight,
+    /// Plan it.
+    Pass,
+}
+
+/// The gate: an eviction in progress first, then a resumed operation's claim.
+pub(crate) fn gate(evicting: bool, resumed: bool) -> Gate {
+    if evicting {
+        Gate::Evicting
+    } else if resumed {
+        Gate::InFlight
+    } else {
+        Gate::Pass
+    }
+}
+
 /// The pod's tracked VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Vm<'a> {

@@ -4,7 +4,7 @@
 use cocoon_api::contract::SnapshotPolicy;
 use cocoon_api::naming::Role;
 
-use super::delete::{Facts, Vm, plan};
+use super::delete::{Facts, Gate, Vm, gate, plan};
 use crate::pods::plan::testkit::{self, Script};
 use crate::pods::plan::{StepFailed, exec};
 
@@ -173,4 +173,37 @@ async fn a_failed_remove_fails_the_delete_with_the_vm_still_tracked() {
             "remove id-1 ✗",
         ]
     );
+}
+
+#[test]
+fn delete_gate_table() {
+    let rows = [
+        (
+            "nothing in the way → plan the delete",
+            false,
+            false,
+            Gate::Pass,
+        ),
+        (
+            "an eviction is deleting the pod → done, it owns the status",
+            true,
+            false,
+            Gate::Evicting,
+        ),
+        (
+            "an eviction wins over a resumed claim",
+            true,
+            true,
+            Gate::Evicting,
+        ),
+        (
+            "a resumed operation holds the pod → in flight",
+            false,
+            true,
+            Gate::InFlight,
+        ),
+    ];
+    for (rule, evicting, resumed, want) in rows {
+        assert_eq!(gate(evicting, resumed), want, "{rule}");
+    }
 }

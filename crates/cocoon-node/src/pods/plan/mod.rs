@@ -8,13 +8,24 @@
 //! handler implements in [`effects`].
 //!
 //! Planned: hibernate ([`hibernate`]), wake ([`wake`]), delete ([`delete`]), create from
-//! the mode dispatch on ([`create`]).
+//! the mode dispatch on ([`create`]), the create's admission before it ([`admit`]), the
+//! background step after a bring-up ([`follow_up`]).
+//!
+//! Decided here, applied by their shells (no steps of their own): the VM event watcher's
+//! reactions ([`vm_event`]), stale-create reconciliation ([`stale`]), what an update of a
+//! pod means ([`update`]), what the transfers' reads mean ([`transfer`]).
 
+pub(crate) mod admit;
 pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod effects;
 pub(crate) mod exec;
+pub(crate) mod follow_up;
 pub(crate) mod hibernate;
+pub(crate) mod stale;
+pub(crate) mod transfer;
+pub(crate) mod update;
+pub(crate) mod vm_event;
 pub(crate) mod wake;
 
 use cocoon_api::contract::LifecycleState;
@@ -388,11 +399,23 @@ pub(crate) fn compensations(
 pub(crate) mod testkit;
 
 #[cfg(test)]
+mod admit_tests;
+#[cfg(test)]
 mod create_tests;
 #[cfg(test)]
 mod delete_tests;
 #[cfg(test)]
+mod follow_up_tests;
+#[cfg(test)]
 mod hibernate_tests;
+#[cfg(test)]
+mod stale_tests;
+#[cfg(test)]
+mod transfer_tests;
+#[cfg(test)]
+mod update_tests;
+#[cfg(test)]
+mod vm_event_tests;
 #[cfg(test)]
 mod wake_tests;
 
