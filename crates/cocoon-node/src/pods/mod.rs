@@ -59,6 +59,10 @@ mod update;
 
 #[cfg(test)]
 mod incarnation_tests;
+#[cfg(test)]
+mod rules_tests;
+#[cfg(test)]
+mod tenant_tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
