@@ -159,6 +159,100 @@ async fn set_teardown_leaves_a_foreign_vm_named_in_its_annotations() {
     .await;
 }
 
+/// A tenant rewrites its own sub-agent pod's `vm.cocoonstack.io/name` to a victim's VM, then
+/// scales the set down and deletes it: the scale-down stashes the pod's name (the stash is
+/// only a list of candidates), and teardown GC collects the set's own tags and leaves the
+/// victim's, reporting the name it skipped.
+#[tokio::test]
+async fn scale_down_of_a_pod_renamed_to_a_foreign_vm_leaves_its_tag() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let tenant = cocoon_testenv::create_namespace(&client, "gc-scaler").await?;
+        let victim = cocoon_testenv::create_namespace(&client, "gc-scaled").await?;
+        let reg = registry_client(env.registry_addr());
+        let victim_sub = vm_name_for_agent(&victim, "demo", 1);
+        push_tag(&reg, &victim_sub, "hibernate", "img:1").await?;
+        let own_main = vm_name_for_agent(&tenant, "demo", 0);
+        let own_sub = vm_name_for_agent(&tenant, "demo", 1);
+        push_tag(&reg, &own_main, "hibernate", "img:1").await?;
+        push_tag(&reg, &own_sub, "hibernate", "img:1").await?;
+
+        let pool = cocoon_testenv::unique_name("pool");
+        let _nodes = nodes(&client, &pool, 1).await?;
+        let _actor = node_actor(&client, &tenant, Script::default());
+        let _running = controller(&client, &tenant, registry_client(env.registry_addr())).sets(
+            cocoonset::Timing {
+                wait_for_main: Duration::from_millis(500),
+                requeue_after_write: Duration::from_millis(200),
+                ..cocoonset::Timing::default()
+            },
+        );
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &tenant);
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("demo", spec(&pool, 1)),
+        )
+        .await?;
+        wait_set(&sets, "demo", "the main and the sub-agent run", |cs| {
+            cs.status.as_ref().is_some_and(|s| s.ready_agents == 2)
+        })
+        .await?;
+
+        // The attack: the sub-agent pod now names the victim's VM.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &tenant);
+        let rename = json!({"metadata": {"annotations": {"vm.cocoonstack.io/name": victim_sub}}});
+        pods.patch("demo-1", &PatchParams::default(), &Patch::Merge(&rename))
+            .await?;
+        sets.patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"agent": {"replicas": 0}}})),
+        )
+        .await?;
+        cocoon_testenv::wait_until("the sub-agent pod is gone", WAIT, || async {
+            pods.get_opt("demo-1").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        assert!(
+            reg.has_manifest(&victim_sub, "hibernate").await?,
+            "the scale-down itself deletes no tag"
+        );
+
+        sets.delete("demo", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("the set is torn down", WAIT, || async {
+            sets.get_opt("demo").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        for own in [&own_main, &own_sub] {
+            assert!(
+                !reg.has_manifest(own, "hibernate").await?,
+                "the set's own tag {own} is collected"
+            );
+        }
+        assert!(
+            reg.has_manifest(&victim_sub, "hibernate").await?,
+            "the victim's tag named by the renamed pod survives"
+        );
+        let seen = wait_warning(
+            &client,
+            &tenant,
+            "demo",
+            FOREIGN,
+            "cocoonset.cocoonstack.io/delete-vm-names",
+        )
+        .await?;
+        assert!(
+            seen.iter().any(|m| m.contains(&victim_sub)),
+            "the Warning names the VM: {seen:?}"
+        );
+        for ns in [&tenant, &victim] {
+            cocoon_testenv::delete_namespace(&client, ns).await?;
+        }
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
 async fn create_pod(pods: &Api<Pod>, name: &str, vm: &str) -> Result<(), kube::Error> {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": {
