@@ -253,6 +253,90 @@ async fn scale_down_of_a_pod_renamed_to_a_foreign_vm_leaves_its_tag() {
     .await;
 }
 
+/// The unsuspend reclaim (seed step 10.6) attacked: a tenant records a victim's VM as owed a
+/// reclaim and renames its own woken sub-agent pod to that VM, so the VM looks woken. The
+/// reclaim reports the name, leaves the victim's tag, and drops the name from the record.
+#[tokio::test]
+async fn the_unsuspend_reclaim_leaves_a_foreign_vm_recorded_by_a_tenant() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let tenant = cocoon_testenv::create_namespace(&client, "gc-reclaimer").await?;
+        let victim = cocoon_testenv::create_namespace(&client, "gc-reclaimed").await?;
+        let reg = registry_client(env.registry_addr());
+        let victim_sub = vm_name_for_agent(&victim, "demo", 1);
+        push_tag(&reg, &victim_sub, "hibernate", "img:1").await?;
+
+        let pool = cocoon_testenv::unique_name("pool");
+        let _nodes = nodes(&client, &pool, 1).await?;
+        let _actor = node_actor(&client, &tenant, Script::default());
+        let _running = controller(&client, &tenant, registry_client(env.registry_addr())).sets(
+            cocoonset::Timing {
+                wait_for_main: Duration::from_millis(500),
+                requeue_after_write: Duration::from_millis(200),
+                ..cocoonset::Timing::default()
+            },
+        );
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &tenant);
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("demo", spec(&pool, 1)),
+        )
+        .await?;
+        wait_set(&sets, "demo", "the main and the sub-agent run", |cs| {
+            cs.status.as_ref().is_some_and(|s| s.ready_agents == 2)
+        })
+        .await?;
+
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &tenant);
+        let rename = json!({"metadata": {"annotations": {"vm.cocoonstack.io/name": victim_sub}}});
+        pods.patch("demo-1", &PatchParams::default(), &Patch::Merge(&rename))
+            .await?;
+        let record = json!({"generation": 1, "vms": [victim_sub]}).to_string();
+        let patch = json!({"metadata": {"annotations": {
+            "cocoonset.cocoonstack.io/hibernate-reclaim": record,
+        }}});
+        sets.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+
+        let seen = wait_warning(
+            &client,
+            &tenant,
+            "demo",
+            FOREIGN,
+            "cocoonset.cocoonstack.io/hibernate-reclaim",
+        )
+        .await?;
+        assert!(
+            seen.iter().any(|m| m.contains(&victim_sub)),
+            "the Warning names the VM: {seen:?}"
+        );
+        wait_set(&sets, "demo", "the foreign name leaves the record", |cs| {
+            !cs.annotations()
+                .get("cocoonset.cocoonstack.io/hibernate-reclaim")
+                .is_some_and(|r| r.contains(&victim_sub))
+        })
+        .await?;
+        assert!(
+            reg.has_manifest(&victim_sub, "hibernate").await?,
+            "the victim's tag survives the reclaim"
+        );
+        sets.delete("demo", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("the set is torn down", WAIT, || async {
+            sets.get_opt("demo").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        assert!(
+            reg.has_manifest(&victim_sub, "hibernate").await?,
+            "and the teardown after it"
+        );
+        for ns in [&tenant, &victim] {
+            cocoon_testenv::delete_namespace(&client, ns).await?;
+        }
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
 async fn create_pod(pods: &Api<Pod>, name: &str, vm: &str) -> Result<(), kube::Error> {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": {
