@@ -109,15 +109,37 @@ impl RunningSet {
     }
 }
 
-/// A set patch that changes only an annotation nothing reads: it starts a pass.
-fn nudge(n: u32) -> serde_json::Value {
-    json!({"metadata": {"annotations": {"test.cocoon/nudge": n.to_string()}}})
+/// Patches an annotation nothing reads on the tenant's main pod `demo-0`. The set watch wakes
+/// nothing on an annotation-only patch of the set (cocoonset.md §1), but an owned pod's
+/// annotation change starts a pass; a wait that needs the controller to look again nudges.
+async fn nudge(pods: &Api<Pod>, n: u32) -> Result<(), kube::Error> {
+    let patch = json!({"metadata": {"annotations": {"test.cocoon/nudge": n.to_string()}}});
+    pods.patch("demo-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Waits for `what` with `look`, nudging a pass before each look.
+async fn nudging<T, F, Fut>(pods: &Api<Pod>, what: &str, mut look: F) -> Result<T, BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let mut n = 0u32;
+    let seen = cocoon_testenv::wait_until(what, WAIT, || {
+        n += 1;
+        let next = look();
+        async move {
+            nudge(pods, n).await.ok()?;
+            next.await
+        }
+    })
+    .await?;
+    Ok(seen)
 }
 
 /// Renames the tenant's pod `pod` to the VM `vm` and waits until the controller has seen it
-/// (the set's status lists the pod under that name). The pod and set watches are separate
-/// streams and a name change alone starts no pass, so each look touches the set (an
-/// annotation nothing reads), which starts one; the set write that follows is then planned
+/// (the set's status lists the pod under that name), so what the test does next is planned
 /// with the renamed pod.
 async fn rename_pod_seen(
     sets: &Api<CocoonSet>,
@@ -128,28 +150,19 @@ async fn rename_pod_seen(
     let rename = json!({"metadata": {"annotations": {"vm.cocoonstack.io/name": vm}}});
     pods.patch(pod, &PatchParams::default(), &Patch::Merge(&rename))
         .await?;
-    let mut nudges = 0u32;
-    cocoon_testenv::wait_until(
+    nudging(
+        pods,
         &format!("the set's status lists {pod} as {vm}"),
-        WAIT,
-        || {
-            nudges += 1;
-            let nudge = nudge(nudges);
-            async move {
-                let cs = sets
-                    .patch("demo", &PatchParams::default(), &Patch::Merge(&nudge))
-                    .await
-                    .ok()?;
-                cs.status?
-                    .agents
-                    .iter()
-                    .any(|a| a.vm_name == vm)
-                    .then_some(())
-            }
+        || async {
+            let cs = sets.get("demo").await.ok()?;
+            cs.status?
+                .agents
+                .iter()
+                .any(|a| a.vm_name == vm)
+                .then_some(())
         },
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// A tenant annotates its own set with a victim's VM name (the stash and the reclaim record)
@@ -291,6 +304,63 @@ async fn scale_down_of_a_pod_renamed_to_a_foreign_vm_leaves_its_tag() {
             "demo",
             FOREIGN,
             "cocoonset.cocoonstack.io/delete-vm-names",
+        )
+        .await?;
+        assert!(
+            seen.iter().any(|m| m.contains(&victim_sub)),
+            "the Warning names the VM: {seen:?}"
+        );
+        for ns in [&tenant, &victim] {
+            cocoon_testenv::delete_namespace(&client, ns).await?;
+        }
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// The unsuspend reclaim (seed step 10.6) attacked: a tenant records a victim's VM as owed a
+/// reclaim and renames its own woken sub-agent pod to that VM, so the VM looks woken. The
+/// reclaim reports the name, leaves the victim's tag, and drops the name from the record.
+#[tokio::test]
+async fn the_unsuspend_reclaim_leaves_a_foreign_vm_recorded_by_a_tenant() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let tenant = cocoon_testenv::create_namespace(&client, "gc-reclaimer").await?;
+        let victim = cocoon_testenv::create_namespace(&client, "gc-reclaimed").await?;
+        let reg = registry_client(env.registry_addr());
+        let victim_sub = vm_name_for_agent(&victim, "demo", 1);
+        push_tag(&reg, &victim_sub, "hibernate", "img:1").await?;
+
+        let running = RunningSet::start(&client, &tenant, env.registry_addr(), 1).await?;
+        let sets = &running.sets;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &tenant);
+        rename_pod_seen(sets, &pods, "demo-1", &victim_sub).await?;
+        let record = json!({"generation": 1, "vms": [victim_sub]}).to_string();
+        let patch = json!({"metadata": {"annotations": {
+            "cocoonset.cocoonstack.io/hibernate-reclaim": record,
+        }}});
+        sets.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        // The record is an annotation-only patch of the set, which wakes no pass (§1): the
+        // next pass for any reason acts on it, here a nudge of an owned pod.
+        nudging(&pods, "the foreign name leaves the record", || async {
+            let cs = sets.get("demo").await.ok()?;
+            (!cs.annotations()
+                .get("cocoonset.cocoonstack.io/hibernate-reclaim")
+                .is_some_and(|r| r.contains(&victim_sub)))
+            .then_some(())
+        })
+        .await?;
+        assert!(
+            reg.has_manifest(&victim_sub, "hibernate").await?,
+            "the victim's tag survives the reclaim"
+        );
+        let seen = wait_warning(
+            &client,
+            &tenant,
+            "demo",
+            FOREIGN,
+            "cocoonset.cocoonstack.io/hibernate-reclaim",
         )
         .await?;
         assert!(
