@@ -13,6 +13,7 @@ use cocoon_api::crd::hibernation::{
 use cocoon_api::crd::set::CocoonSet;
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_pod};
 use cocoon_operator::{cocoonset, hibernation};
+use cocoon_registry::RegistryClient;
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{
     Script, WAIT, controller, node_actor, nodes, push_tag, registry_client, spec, wait_set,
@@ -24,6 +25,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 const FOREIGN: &str = "ForeignVMNameIgnored";
+const DELETE_VM_NAMES: &str = "cocoonset.cocoonstack.io/delete-vm-names";
+const RECLAIM: &str = "cocoonset.cocoonstack.io/hibernate-reclaim";
 
 /// The Warning messages with `reason` regarding object `name` in `ns`.
 async fn warnings(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
@@ -107,6 +110,27 @@ impl RunningSet {
             _controller: controller,
         })
     }
+}
+
+/// The victim's tag `vm` is still in the registry, and the tenant's set `demo` carries a
+/// `ForeignVMNameIgnored` Warning for the annotation `source` that names `vm`.
+async fn left_and_reported(
+    client: &Client,
+    reg: &RegistryClient,
+    tenant: &str,
+    source: &str,
+    vm: &str,
+) -> Result<(), BoxError> {
+    assert!(
+        reg.has_manifest(vm, "hibernate").await?,
+        "the victim's tag {vm} named in {source} survives"
+    );
+    let seen = wait_warning(client, tenant, "demo", FOREIGN, source).await?;
+    assert!(
+        seen.iter().any(|m| m.contains(vm)),
+        "the Warning about {source} names {vm}: {seen:?}"
+    );
+    Ok(())
 }
 
 /// Patches an annotation nothing reads on the tenant's main pod `demo-0`. The set watch wakes
@@ -294,22 +318,8 @@ async fn scale_down_of_a_pod_renamed_to_a_foreign_vm_leaves_its_tag() {
                 "the set's own tag {own} is collected"
             );
         }
-        assert!(
-            reg.has_manifest(&victim_sub, "hibernate").await?,
-            "the victim's tag named by the renamed pod survives"
-        );
-        let seen = wait_warning(
-            &client,
-            &tenant,
-            "demo",
-            FOREIGN,
-            "cocoonset.cocoonstack.io/delete-vm-names",
-        )
-        .await?;
-        assert!(
-            seen.iter().any(|m| m.contains(&victim_sub)),
-            "the Warning names the VM: {seen:?}"
-        );
+        // The scale-down stashed the renamed pod's name in delete-vm-names.
+        left_and_reported(&client, &reg, &tenant, DELETE_VM_NAMES, &victim_sub).await?;
         for ns in [&tenant, &victim] {
             cocoon_testenv::delete_namespace(&client, ns).await?;
         }
@@ -351,22 +361,7 @@ async fn the_unsuspend_reclaim_leaves_a_foreign_vm_recorded_by_a_tenant() {
             .then_some(())
         })
         .await?;
-        assert!(
-            reg.has_manifest(&victim_sub, "hibernate").await?,
-            "the victim's tag survives the reclaim"
-        );
-        let seen = wait_warning(
-            &client,
-            &tenant,
-            "demo",
-            FOREIGN,
-            "cocoonset.cocoonstack.io/hibernate-reclaim",
-        )
-        .await?;
-        assert!(
-            seen.iter().any(|m| m.contains(&victim_sub)),
-            "the Warning names the VM: {seen:?}"
-        );
+        left_and_reported(&client, &reg, &tenant, RECLAIM, &victim_sub).await?;
         for ns in [&tenant, &victim] {
             cocoon_testenv::delete_namespace(&client, ns).await?;
         }
