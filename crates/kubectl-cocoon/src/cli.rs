@@ -121,6 +121,9 @@ impl WaitFlags {
     }
 }
 
+/// `wait` without a target.
+pub const WAIT_NEEDS_A_TARGET: &str = "name at least one target (cocoonset/NAME or pod/NAME)";
+
 /// kubectl's refusal of `get -A NAME`, word for word.
 pub const ACROSS_NAMESPACES_BY_NAME: &str =
     "a resource cannot be retrieved by name across all namespaces";

@@ -260,6 +260,18 @@ fn check_before_connecting(command: &Command) -> Result<(), CliError> {
             }
             Ok(())
         }
+        Command::Wait {
+            targets, for_phase, ..
+        } => {
+            if targets.is_empty() {
+                return Err(CliError::Usage(cli::WAIT_NEEDS_A_TARGET.to_string()));
+            }
+            for t in targets {
+                let (kind, _) = targets::parse_target(t, targets::Kind::CocoonSet)?;
+                targets::goal_for(targets::Verb::Wait, kind, Some(for_phase))?;
+            }
+            Ok(())
+        }
         _ => Ok(()),
     }
 }

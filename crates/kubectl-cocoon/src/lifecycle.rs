@@ -514,9 +514,7 @@ pub async fn wait(
     opts: multi::Options,
 ) -> Result<(), CliError> {
     if args.is_empty() {
-        return Err(CliError::Usage(
-            "name at least one target (cocoonset/NAME or pod/NAME)".into(),
-        ));
+        return Err(CliError::Usage(crate::cli::WAIT_NEEDS_A_TARGET.into()));
     }
     let mut parsed = Vec::new();
     for a in args {

@@ -68,6 +68,22 @@ fn until_takes_only_phases_of_the_targets_kind_and_only_where_it_applies() {
 }
 
 #[test]
+fn wait_checks_its_targets_and_for_phase_before_it_connects() {
+    for (args, names) in [
+        (&["wait", "cocoonset/x", "--for=Bogus"][..], "--for"),
+        (&["wait", "pod/x", "--for=Suspended"], "--for"),
+        (&["wait", "x", "pod/y", "--for=Running"], "--for"),
+        (&["wait", "deployment/x", "--for=Running"], "deployment"),
+        (&["wait", "--for=Running"], "target"),
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(names), "{args:?} names {names}: {stderr}");
+        assert!(!stderr.contains("kubeconfig"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn dry_run_needs_an_equals_sign_and_output_formats_follow_the_verb() {
     let (code, stderr) = run(&["suspend", "demo", "--dry-run=sometimes"]);
     assert_eq!(code, Some(2), "{stderr}");
