@@ -250,7 +250,22 @@ fn check_before_connecting(command: &Command) -> Result<(), CliError> {
         } if selection.all_namespaces && !names.is_empty() => {
             Err(CliError::Usage(cli::ACROSS_NAMESPACES_BY_NAME.to_string()))
         }
-        Command::Wake { targets, until, .. } => {
+        Command::Suspend {
+            names, selection, ..
+        }
+        | Command::Resume {
+            names, selection, ..
+        } => lifecycle::check_selection(names, selection, targets::Verb::Suspend),
+        Command::Hibernate {
+            pods, selection, ..
+        } => lifecycle::check_selection(pods, selection, targets::Verb::Hibernate),
+        Command::Wake {
+            targets,
+            selection,
+            until,
+            ..
+        } => {
+            lifecycle::check_selection(targets, selection, targets::Verb::Wake)?;
             for t in targets {
                 let kind = match targets::parse_target(t, targets::Kind::Pod)? {
                     (targets::Kind::CocoonSet, _) => "cocoonset",

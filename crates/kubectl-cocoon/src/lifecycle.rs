@@ -32,22 +32,34 @@ const NO_PIN: &str = "-";
 const WRITE_CONCURRENCY: usize = 16;
 
 /// Resolves the sets a verb acts on: names, or `-l`/`-A`.
+/// A lifecycle verb's targets are names, or a selection (`-l`/`-A`), never both and never
+/// neither. `verb` says what the names are: CocoonSets for suspend and resume, pods for
+/// hibernate, pods or `cocoonset/NAME` for wake. Pure: checked before connecting.
+pub fn check_selection(names: &[String], sel: &Selection, verb: Verb) -> Result<(), CliError> {
+    let selected = sel.all_namespaces || sel.selector.is_some();
+    match (names.is_empty(), selected) {
+        (false, true) => Err(CliError::Usage("give names or -l/-A, not both".into())),
+        (true, false) => Err(CliError::Usage(
+            match verb {
+                Verb::Wake => "name at least one pod or cocoonset/NAME (or use -l / -A)",
+                Verb::Hibernate => "name at least one pod (or use -l / -A)",
+                _ => "name at least one CocoonSet (or use -l / -A)",
+            }
+            .into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 async fn target_sets(
     client: &Client,
     ns: &str,
     names: &[String],
     sel: &Selection,
 ) -> Result<Vec<(String, String)>, CliError> {
+    check_selection(names, sel, Verb::Suspend)?;
     if !names.is_empty() {
-        if sel.all_namespaces || sel.selector.is_some() {
-            return Err(CliError::Usage("give names or -l/-A, not both".into()));
-        }
         return Ok(names.iter().map(|n| (ns.to_string(), n.clone())).collect());
-    }
-    if sel.selector.is_none() && !sel.all_namespaces {
-        return Err(CliError::Usage(
-            "name at least one CocoonSet (or use -l / -A)".into(),
-        ));
     }
     let api: Api<CocoonSet> = if sel.all_namespaces {
         Api::all(client.clone())
@@ -429,10 +441,8 @@ pub async fn pods_and_sets(
     let word = desire.as_str().to_lowercase();
     let mut sets: Vec<(String, String)> = Vec::new();
     let mut pods: Vec<(String, String)> = Vec::new();
+    check_selection(args, sel, verb)?;
     if !args.is_empty() {
-        if sel.all_namespaces || sel.selector.is_some() {
-            return Err(CliError::Usage("give names or -l/-A, not both".into()));
-        }
         for a in args {
             match targets::parse_target(a, Kind::Pod)? {
                 (Kind::CocoonSet, _) if verb == Verb::Hibernate => {
@@ -449,11 +459,6 @@ pub async fn pods_and_sets(
         if pods.is_empty() {
             return Err(CliError::NotFound("no cocoon pod matched".into()));
         }
-    } else {
-        return Err(CliError::Usage(match verb {
-            Verb::Wake => "name at least one pod or cocoonset/NAME (or use -l / -A)".into(),
-            _ => "name at least one pod (or use -l / -A)".into(),
-        }));
     }
     // `--until` must be a phase of each kind it applies to (only the kinds named).
     let goal = |kind: Kind, none: bool| {

@@ -68,6 +68,24 @@ fn until_takes_only_phases_of_the_targets_kind_and_only_where_it_applies() {
 }
 
 #[test]
+fn lifecycle_verbs_take_names_or_a_selection_checked_before_they_connect() {
+    for (args, says) in [
+        (&["suspend"][..], "name at least one CocoonSet"),
+        (&["resume"], "name at least one CocoonSet"),
+        (&["hibernate"], "name at least one pod"),
+        (&["wake"], "name at least one pod or cocoonset/NAME"),
+        (&["suspend", "demo", "-A"], "not both"),
+        (&["hibernate", "demo-0", "-l", "team=a"], "not both"),
+        (&["wake", "cocoonset/demo", "-A"], "not both"),
+    ] {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?} says {says}: {stderr}");
+        assert!(!stderr.contains("kubeconfig"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn wait_checks_its_targets_and_for_phase_before_it_connects() {
     for (args, names) in [
         (&["wait", "cocoonset/x", "--for=Bogus"][..], "--for"),
