@@ -67,8 +67,10 @@ fn until_takes_only_phases_of_the_targets_kind_and_only_where_it_applies() {
     }
 }
 
+/// Targets are checked before any connection: names or `-l`/`-A` (not both, not neither),
+/// and `wait`'s kinds and `--for` phase.
 #[test]
-fn lifecycle_verbs_take_names_or_a_selection_checked_before_they_connect() {
+fn lifecycle_verbs_check_their_targets_before_they_connect() {
     for (args, says) in [
         (&["suspend"][..], "name at least one CocoonSet"),
         (&["resume"], "name at least one CocoonSet"),
@@ -77,26 +79,15 @@ fn lifecycle_verbs_take_names_or_a_selection_checked_before_they_connect() {
         (&["suspend", "demo", "-A"], "not both"),
         (&["hibernate", "demo-0", "-l", "team=a"], "not both"),
         (&["wake", "cocoonset/demo", "-A"], "not both"),
+        (&["wait", "cocoonset/x", "--for=Bogus"], "--for"),
+        (&["wait", "pod/x", "--for=Suspended"], "--for"),
+        (&["wait", "x", "pod/y", "--for=Running"], "--for"),
+        (&["wait", "deployment/x", "--for=Running"], "deployment"),
+        (&["wait", "--for=Running"], "name at least one target"),
     ] {
         let (code, stderr) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?} says {says}: {stderr}");
-        assert!(!stderr.contains("kubeconfig"), "{args:?}: {stderr}");
-    }
-}
-
-#[test]
-fn wait_checks_its_targets_and_for_phase_before_it_connects() {
-    for (args, names) in [
-        (&["wait", "cocoonset/x", "--for=Bogus"][..], "--for"),
-        (&["wait", "pod/x", "--for=Suspended"], "--for"),
-        (&["wait", "x", "pod/y", "--for=Running"], "--for"),
-        (&["wait", "deployment/x", "--for=Running"], "deployment"),
-        (&["wait", "--for=Running"], "target"),
-    ] {
-        let (code, stderr) = run(args);
-        assert_eq!(code, Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(names), "{args:?} names {names}: {stderr}");
         assert!(!stderr.contains("kubeconfig"), "{args:?}: {stderr}");
     }
 }
