@@ -31,10 +31,10 @@ const NO_PIN: &str = "-";
 /// How many writes (or first reads) run at once.
 const WRITE_CONCURRENCY: usize = 16;
 
-/// Resolves the sets a verb acts on: names, or `-l`/`-A`.
 /// A lifecycle verb's targets are names, or a selection (`-l`/`-A`), never both and never
 /// neither. `verb` says what the names are: CocoonSets for suspend and resume, pods for
-/// hibernate, pods or `cocoonset/NAME` for wake. Pure: checked before connecting.
+/// hibernate, pods or `cocoonset/NAME` for wake. Pure: run before connecting, and again by
+/// the verbs themselves, so none of them ever lists a whole namespace by accident.
 pub fn check_selection(names: &[String], sel: &Selection, verb: Verb) -> Result<(), CliError> {
     let selected = sel.all_namespaces || sel.selector.is_some();
     match (names.is_empty(), selected) {
@@ -51,6 +51,7 @@ pub fn check_selection(names: &[String], sel: &Selection, verb: Verb) -> Result<
     }
 }
 
+/// Resolves the sets a verb acts on: names, or `-l`/`-A`.
 async fn target_sets(
     client: &Client,
     ns: &str,
