@@ -87,13 +87,23 @@ fn in_ns(grants: &BTreeSet<Grant>) -> BTreeSet<Call> {
         .collect()
 }
 
-/// The writes cocoon-edit adds to cocoon-view.
+/// The writes cocoon-edit adds to cocoon-view: full write on both kinds, as aggregated
+/// edit/admin roles give on a namespace's own resources.
 fn edit_writes() -> BTreeSet<Grant> {
-    BTreeSet::from([
-        grant(GROUP, "cocoonsets", "patch"),
-        grant(GROUP, "cocoonhibernations", "create"),
-        grant(GROUP, "cocoonhibernations", "patch"),
-    ])
+    let mut out = BTreeSet::new();
+    for r in KINDS {
+        for v in ["create", "update", "patch", "delete", "deletecollection"] {
+            out.insert(grant(GROUP, r, v));
+        }
+    }
+    out
+}
+
+/// The two kinds, by resource.
+const KINDS: [&str; 2] = ["cocoonsets", "cocoonhibernations"];
+
+fn sample_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../manifests/samples/{name}"))
 }
 
 /// The requests outside the namespace that the verbs make and that a RoleBinding of either
@@ -109,7 +119,7 @@ fn outside_reads() -> BTreeSet<Call> {
 }
 
 /// The shipped roles: no wildcard anywhere, only the namespaced resources the plugin touches,
-/// cocoon-view only reads, cocoon-edit is cocoon-view plus exactly the three writes, and the
+/// cocoon-view only reads, cocoon-edit is cocoon-view plus full write on both kinds, and the
 /// aggregation labels put cocoon-view into view and cocoon-edit into edit and admin.
 #[test]
 fn shipped_roles_have_no_wildcard_and_view_only_reads() {
@@ -188,6 +198,8 @@ struct User {
     name: String,
     kubeconfig: PathBuf,
     ns: String,
+    /// The test environment's `kubectl`.
+    kubectl: PathBuf,
 }
 
 impl User {
@@ -207,6 +219,50 @@ impl User {
             .output()
             .await
             .expect("run kubectl-cocoon")
+    }
+
+    /// Runs the test environment's `kubectl` as this user in its namespace, with `stdin`.
+    async fn kubectl(&self, args: &[&str], stdin: &str) -> Output {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = tokio::process::Command::new(self.kubectl.clone());
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["-n", &self.ns])
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("run kubectl");
+        let mut input = child.stdin.take().expect("stdin");
+        input
+            .write_all(stdin.as_bytes())
+            .await
+            .expect("kubectl stdin");
+        drop(input);
+        child.wait_with_output().await.expect("kubectl output")
+    }
+
+    /// `kubectl args` (with `stdin`) exits 0, or, when `ok` is false, is refused (`Forbidden`).
+    async fn kubectl_expect(&self, args: &[&str], stdin: &str, ok: bool) -> Output {
+        let out = self.kubectl(args, stdin).await;
+        let err = text(&out.stderr);
+        if ok {
+            assert!(
+                out.status.success(),
+                "kubectl {} as {}: {err}",
+                args.join(" "),
+                self.role
+            );
+        } else {
+            assert!(
+                !out.status.success() && err.contains("forbidden"),
+                "kubectl {} as {} must be forbidden: {err}",
+                args.join(" "),
+                self.role
+            );
+        }
+        out
     }
 
     /// Runs `args` and expects `code`, naming the role, the command and what it printed.
@@ -299,7 +355,36 @@ async fn bind(
         name: format!("system:serviceaccount:{SA_NAMESPACE}:{sa}"),
         kubeconfig,
         ns: ns.to_string(),
+        kubectl: env.bin_dir().join("kubectl"),
     })
+}
+
+/// Applies the shipped roles. The tests of this file run side by side on one control plane,
+/// and two first `kubectl apply`s race (one creates, the other's create then conflicts), so
+/// the apply is retried until it goes through.
+async fn apply_roles(env: &cocoon_testenv::Shared) -> Result<(), BoxError> {
+    let mut last = String::new();
+    let applied = cocoon_testenv::wait_until("the roles applied", WAIT, || {
+        let out = env
+            .kubectl()
+            .args(["apply", "-f"])
+            .arg(roles_file())
+            .output();
+        let ok = match out {
+            Ok(o) if o.status.success() => true,
+            Ok(o) => {
+                last = text(&o.stderr);
+                false
+            }
+            Err(e) => {
+                last = e.to_string();
+                false
+            }
+        };
+        async move { ok.then_some(()) }
+    })
+    .await;
+    applied.map_err(|e| format!("{e}: {last}").into())
 }
 
 /// Waits until `args` as `user` exits 0: the binding is in force (RBAC caches take a moment).
@@ -326,6 +411,70 @@ async fn versions(
         sets.get(SET).await?.resource_version(),
         chs.get_opt(POD).await?.and_then(|c| c.resource_version()),
     ))
+}
+
+/// A sample (manifests/samples/FILE) as JSON, renamed to `name` (a CocoonHibernation's
+/// podRef too) and labelled `roles-crud=1`.
+fn renamed_sample(file: &str, name: &str) -> Result<String, BoxError> {
+    let text = std::fs::read_to_string(sample_file(file))?;
+    let mut v: Value = serde_saphyr::from_str(&text)?;
+    v["metadata"]["name"] = json!(name);
+    v["metadata"]["labels"] = json!({"roles-crud": "1"});
+    if v["kind"] == "CocoonHibernation" {
+        v["spec"]["podRef"]["name"] = json!(name);
+    }
+    Ok(v.to_string())
+}
+
+/// The object writes of `kubectl` (create, replace, delete) and a delete-collection, on both
+/// kinds, as `user`: all go through when `ok`, else each is refused and nothing changes.
+/// `existing` names an object of each kind for the refused replace and delete.
+async fn object_writes(user: &User, ok: bool, existing: [&str; 2]) -> Result<(), BoxError> {
+    let client = cocoon_testenv::client_for(&user.kubeconfig).await?;
+    let samples = [
+        ("cocoonset.yaml", "crud", "cocoonset"),
+        ("cocoonhibernation.yaml", "crud-0", "cocoonhibernation"),
+    ];
+    for ((file, name, kind), there) in samples.into_iter().zip(existing) {
+        let object = renamed_sample(file, name)?;
+        user.kubectl_expect(&["create", "-f", "-"], &object, ok)
+            .await;
+        // update: the object as read, replaced (with its resourceVersion).
+        let target = if ok { name } else { there };
+        let read = user
+            .kubectl_expect(&["get", kind, target, "-o", "json"], "", true)
+            .await;
+        user.kubectl_expect(&["replace", "-f", "-"], &text(&read.stdout), ok)
+            .await;
+        user.kubectl_expect(&["delete", kind, target, "--wait=false"], "", ok)
+            .await;
+        if ok {
+            user.kubectl_expect(&["create", "-f", "-"], &object, true)
+                .await;
+        }
+        let lp = kube::api::ListParams::default().labels("roles-crud=1");
+        let dp = DeleteParams::default();
+        let collected = if kind == "cocoonset" {
+            Api::<CocoonSet>::namespaced(client.clone(), &user.ns)
+                .delete_collection(&dp, &lp)
+                .await
+                .map(|_| ())
+        } else {
+            Api::<CocoonHibernation>::namespaced(client.clone(), &user.ns)
+                .delete_collection(&dp, &lp)
+                .await
+                .map(|_| ())
+        };
+        match (ok, collected) {
+            (true, Ok(())) => {}
+            (false, Err(kube::Error::Api(e))) if e.code == 403 => {}
+            (ok, other) => panic!(
+                "delete-collection of {kind} as {} (ok={ok}): {other:?}",
+                user.role
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// The calls `user` made, split into allowed and refused (403), keyed by where they went.
@@ -552,8 +701,7 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
             .audit_log()
             .ok_or("the audit log is unknown (set TESTENV_RUN_DIR for an external env)")?;
         let admin = env.client()?;
-        let applied = env.kubectl().args(["apply", "-f"]).arg(roles_file()).output()?;
-        assert!(applied.status.success(), "{}", text(&applied.stderr));
+        apply_roles(env).await?;
         cocoon_testenv::ensure_namespace(&admin, SA_NAMESPACE).await?;
         let ns = cocoon_testenv::create_namespace(&admin, "roles").await?;
 
@@ -653,6 +801,8 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
         edit.allowed(&["hibernate", POD, "--timeout", "2s"], 3).await;
         assert_eq!(desire().await?, Desire::Hibernate);
         edit.allowed(&["suspend", SET, "--wait=false"], 0).await;
+        // kubectl's own writes of both kinds (create, replace, delete, delete-collection).
+        object_writes(&edit, true, [SET, POD]).await?;
 
         // Both roles read alike.
         reads(&log, &edit, &node, tmp.path()).await?;
@@ -670,6 +820,7 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
         ] {
             view.refused(&args).await;
         }
+        object_writes(&view, false, [SET, POD]).await?;
         assert_eq!(versions(&sets, &chs).await?, before, "cocoon-view changed nothing");
 
         // What each role called: every grant used, nothing refused but the outside reads (and,
@@ -709,6 +860,144 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
             sas.delete(sa, &DeleteParams::default()).await?;
         }
         cocoon_testenv::delete_namespace(&admin, &ns).await.ok();
+        nodes.delete(&node, &DeleteParams::default()).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// Issue 36 item 1: a namespace editor (the built-in `edit`, bound by a RoleBinding) applies
+/// the samples with `kubectl`, runs every write verb of the plugin on them and deletes them;
+/// an editor of another namespace can do none of it here and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_editor_applies_the_samples_runs_the_verbs_and_deletes_them() {
+    cocoon_testenv::run_test(|env| async move {
+        let admin = env.client()?;
+        apply_roles(env).await?;
+        cocoon_testenv::ensure_namespace(&admin, SA_NAMESPACE).await?;
+        let ns = cocoon_testenv::create_namespace(&admin, "editor").await?;
+        let other = cocoon_testenv::create_namespace(&admin, "elsewhere").await?;
+        let node = unique_name("editor-node");
+        let nodes: Api<Node> = Api::all(admin.clone());
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": node}}))?,
+            )
+            .await?;
+        let tmp = tempfile::tempdir()?;
+        let editor = bind(env, &admin, &ns, "editor", "edit", tmp.path()).await?;
+        // Bound to edit in its own namespace, acting in this one.
+        let mut outsider = bind(env, &admin, &other, "outsider", "edit", tmp.path()).await?;
+        outsider.ns = ns.clone();
+
+        // The aggregation controller folds cocoon-edit into edit; then the RBAC cache follows.
+        let edit_grants = grants(&shipped_roles()["cocoon-edit"]);
+        let cluster_roles: Api<ClusterRole> = Api::all(admin.clone());
+        cocoon_testenv::wait_until("edit aggregates cocoon-edit", WAIT, || async {
+            let role = cluster_roles.get("edit").await.ok()?;
+            grants(&role).is_superset(&edit_grants).then_some(())
+        })
+        .await?;
+        let set_sample = sample_file("cocoonset.yaml");
+        let ch_sample = sample_file("cocoonhibernation.yaml");
+        let set_file = set_sample.to_str().ok_or("sample path")?;
+        let ch_file = ch_sample.to_str().ok_or("sample path")?;
+        cocoon_testenv::wait_until("edit may create CocoonSets", WAIT, || async {
+            let out = editor
+                .kubectl(&["apply", "--dry-run=server", "-f", set_file], "")
+                .await;
+            out.status.success().then_some(())
+        })
+        .await?;
+
+        // The samples, applied by the editor: the set `demo` and the CocoonHibernation of its
+        // main pod `demo-0` (created here as the operator would, for the pod verbs).
+        editor.kubectl_expect(&["apply", "-f", set_file], "", true).await;
+        editor.kubectl_expect(&["apply", "-f", ch_file], "", true).await;
+        let sets: Api<CocoonSet> = Api::namespaced(admin.clone(), &ns);
+        let chs: Api<CocoonHibernation> = Api::namespaced(admin.clone(), &ns);
+        let vm = cocoon_api::naming::vm_name_for_pod(&ns, POD);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": POD,
+                "labels": {"cocoonset.cocoonstack.io/name": SET, "cocoonset.cocoonstack.io/role": "main", "cocoonset.cocoonstack.io/slot": "0"},
+                "annotations": {"vm.cocoonstack.io/name": vm}},
+            "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "cocoon/placeholder"}], "restartPolicy": "Never"}
+        }))?;
+        Api::<Pod>::namespaced(admin.clone(), &ns)
+            .create(&PostParams::default(), &pod)
+            .await?;
+        assert_eq!(chs.get(POD).await?.spec.desire, Desire::Hibernate);
+
+        // Every write verb of the plugin, and what it wrote.
+        let suspended = || {
+            let sets = sets.clone();
+            async move { Ok::<_, BoxError>(sets.get(SET).await?.spec.suspend) }
+        };
+        let desire = || {
+            let chs = chs.clone();
+            async move { Ok::<_, BoxError>(chs.get(POD).await?.spec.desire) }
+        };
+        let ch_wake = format!("cocoonset/{SET}");
+        editor.allowed(&["suspend", SET, "--wait=false"], 0).await;
+        assert!(suspended().await?);
+        editor.allowed(&["resume", SET, "--wait=false"], 0).await;
+        assert!(!suspended().await?);
+        editor.allowed(&["suspend", SET, "--wait=false"], 0).await;
+        editor.allowed(&["wake", &ch_wake, "--wait=false"], 0).await;
+        assert!(!suspended().await?);
+        editor.expect(&["pin", SET, &node, "--wait=false"], 0).await;
+        assert_eq!(sets.get(SET).await?.spec.node_name, node);
+        editor.allowed(&["unpin", SET, "--wait=false"], 0).await;
+        editor.expect(&["migrate", SET, "--to", &node, "--wait=false"], 0).await;
+        editor.allowed(&["migrate", SET, "--cancel", "--wait=false"], 0).await;
+        assert_eq!(sets.get(SET).await?.spec.node_name, "");
+        editor.allowed(&["wake", POD, "--wait=false"], 0).await;
+        assert_eq!(desire().await?, Desire::Wake);
+        editor.allowed(&["hibernate", POD, "--wait=false"], 0).await;
+        assert_eq!(desire().await?, Desire::Hibernate);
+        for reads in [
+            vec!["status", SET],
+            vec!["describe", SET],
+            vec!["describe", &format!("pod/{POD}")],
+        ] {
+            editor.allowed(&reads, 0).await;
+        }
+
+        // The other namespace's editor: nothing here, by kubectl or by the plugin.
+        let before = versions(&sets, &chs).await?;
+        for args in [
+            vec!["suspend", SET, "--wait=false"],
+            vec!["resume", SET, "--wait=false"],
+            vec!["pin", SET, &node, "--wait=false"],
+            vec!["migrate", SET, "--cancel", "--wait=false"],
+            vec!["hibernate", POD, "--wait=false"],
+            vec!["wake", POD, "--wait=false"],
+            vec!["status", SET],
+        ] {
+            outsider.refused(&args).await;
+        }
+        for args in [
+            vec!["apply", "-f", set_file],
+            vec!["delete", "-f", set_file, "--wait=false"],
+            vec!["delete", "-f", ch_file, "--wait=false"],
+        ] {
+            outsider.kubectl_expect(&args, "", false).await;
+        }
+        assert_eq!(versions(&sets, &chs).await?, before, "the outsider changed nothing");
+
+        // The editor deletes the samples.
+        editor.kubectl_expect(&["delete", "-f", ch_file, "-f", set_file], "", true).await;
+        assert!(chs.get_opt(POD).await?.is_none(), "CocoonHibernation deleted");
+        assert!(sets.get_opt(SET).await?.is_none(), "CocoonSet deleted");
+
+        let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SA_NAMESPACE);
+        for u in [&editor, &outsider] {
+            let sa = u.name.rsplit(':').next().unwrap_or_default();
+            sas.delete(sa, &DeleteParams::default()).await?;
+        }
+        cocoon_testenv::delete_namespace(&admin, &ns).await.ok();
+        cocoon_testenv::delete_namespace(&admin, &other).await.ok();
         nodes.delete(&node, &DeleteParams::default()).await?;
         Ok::<_, BoxError>(())
     })
