@@ -10,15 +10,18 @@
 mod common;
 
 use common::{
-    AgentOptions, BoxError, ann_of, hibernate_pod, is_running_ready, kill_and_delete, node_agent,
-    patch_ann, registry, run_pod, start_agent, start_agent_with, two_tenants, vm_pod, wait_failed,
-    wait_gone, wait_refused, wait_running, wake_pod,
+    AgentOptions, BoxError, WAIT, ann_of, hibernate_pod, is_running_ready, kill_and_delete,
+    node_agent, patch_ann, registry, run_pod, start_agent, start_agent_with, two_tenants, vm_pod,
+    wait_failed, wait_gone, wait_refused, wait_running, wake_pod,
 };
 
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::{fork_snapshot_name, vm_name_for_pod};
 use cocoon_runtime::sim::{OutOfBandVm, SimRuntime, Verb};
-use cocoon_testenv::{TestNode, create_namespace, delete_namespace, run_test, unique_name};
+use cocoon_testenv::{
+    TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -399,7 +402,24 @@ async fn an_unmanaged_decoy_is_never_a_fork_source() {
         api_a
             .create(&PostParams::default(), &fork_of("thief-2", &vm_decoy))
             .await?;
-        //    The admitted decoy is an unmanaged holder: refused, naming fork-from.
+        //    The admitted decoy is an unmanaged holder: refused, naming fork-from (and never
+        //    running: with the old rule it came up as a fork of B's VM).
+        let settled = wait_until(&format!("{ns_a}/thief settles"), WAIT, || {
+            let api = api_a.clone();
+            async move {
+                let p = api.get("thief").await.ok()?;
+                let state = Lifecycle::from_meta(&p.metadata).state?;
+                matches!(state, LifecycleState::Failed | LifecycleState::Ready).then_some(state)
+            }
+        })
+        .await?;
+        let vm_thief = vm_name_for_pod(&ns_a, "thief");
+        assert_eq!(
+            settled,
+            LifecycleState::Failed,
+            "A's fork of the decoy runs; its guest token {:?}, B's {token_b:?}",
+            agent.sim.guest_token(&vm_thief).ok()
+        );
         let msg = wait_refused(&client, &ns_a, "thief", "create").await?;
         assert_eq!(
             msg,

@@ -263,11 +263,10 @@ mod tests {
         let mut t = Tables::default();
         let decoy_vm = "vk-a-decoy-111111";
         let mut decoy = pod("a", "decoy", "u-decoy", decoy_vm);
-        decoy
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(cocoon_api::contract::annotations::VM_ID.into(), "vk-b-main-222222".into());
+        decoy.metadata.annotations.get_or_insert_default().insert(
+            cocoon_api::contract::annotations::VM_ID.into(),
+            "vk-b-main-222222".into(),
+        );
         t.pods.insert("a/decoy".into(), decoy.clone());
         t.admit("a/decoy", &decoy);
         let mut record = VmRecord {
@@ -293,10 +292,10 @@ mod tests {
         assert!(t.fork_holders_of(decoy_vm, Some("a/decoy")).is_empty());
 
         let mut main = pod("a", "main", "u-main", "vk-a-main-333333");
-        main.metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(cocoon_api::contract::annotations::MANAGED.into(), "true".into());
+        main.metadata.annotations.get_or_insert_default().insert(
+            cocoon_api::contract::annotations::MANAGED.into(),
+            "true".into(),
+        );
         t.pods.insert("a/main".into(), main.clone());
         t.admit("a/main", &main);
         let got = t.fork_holders_of("vk-a-main-333333", None);

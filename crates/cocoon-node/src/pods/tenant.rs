@@ -361,12 +361,9 @@ pub fn check_fork_source(ns: &str, src: &str, holders: &[SourceHolder]) -> Resul
     if holders.iter().any(|h| h.holder.namespace != ns) {
         return Err(foreign_fork_source(ns, src));
     }
-    let not_managed = holders.iter().find(|h| {
-        !h.managed
-            || h.vm
-                .as_ref()
-                .is_some_and(|v| v.synthetic || v.name != src)
-    });
+    let not_managed = holders
+        .iter()
+        .find(|h| !h.managed || h.vm.as_ref().is_some_and(|v| v.synthetic || v.name != src));
     match not_managed {
         Some(h) => Err(Refusal::UnmanagedForkSource {
             vm: src.to_owned(),

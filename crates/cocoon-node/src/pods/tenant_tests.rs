@@ -154,7 +154,9 @@ fn fork_source_rows() {
     let dotted = vm_name_for_pod("a", "my.set-0");
     let foreign = "does not belong to namespace";
     let unmanaged_msg = "which is not a managed VM pod";
-    let cases: Vec<(&str, &str, String, Vec<SourceHolder>, Option<&str>)> = vec![
+    /// (row, pod namespace, source, holders of the source, refusal or None = allowed)
+    type Row<'a> = (&'a str, &'a str, String, Vec<SourceHolder>, Option<&'a str>);
+    let cases: Vec<Row> = vec![
         // (row, pod namespace, source, holders of the source, refusal or None = allowed)
         (
             "own namespace, main running here",
@@ -332,7 +334,15 @@ fn fork_save_rows() {
     let a_main = vm_name_for_pod("a", "demo-0");
     let a_decoy = vm_name_for_pod("a", "decoy");
     let b_main = vm_name_for_pod("b", "main");
-    let cases: Vec<(&str, String, Vec<SourceHolder>, SourceVm, Option<&str>)> = vec![
+    /// (row, source, holders now, runtime record by exact name, refusal or None = save)
+    type Row<'a> = (
+        &'a str,
+        String,
+        Vec<SourceHolder>,
+        SourceVm,
+        Option<&'a str>,
+    );
+    let cases: Vec<Row> = vec![
         // (row, source, holders now, runtime record by exact name, refusal or None = save)
         (
             "the main's tracked VM",
@@ -609,7 +619,9 @@ fn create_check_order_and_unmanaged_pods() {
     };
     assert_eq!(
         check_create(&decoy).map_err(|e| e.to_string()),
-        Err(format!("annotation vm.cocoonstack.io/id: {future:?} has the form of a VM name (vk-…, fork-vk-…), which the runtime would resolve to that VM; an unmanaged pod's id cannot take it"))
+        Err(format!(
+            "annotation vm.cocoonstack.io/id: {future:?} has the form of a VM name (vk-…, fork-vk-…), which the runtime would resolve to that VM; an unmanaged pod's id cannot take it"
+        ))
     );
     // A managed pod's id is written by this agent: the form rule is for unmanaged pods.
     let managed_pod = CreateCheck {

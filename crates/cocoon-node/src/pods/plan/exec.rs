@@ -224,7 +224,10 @@ mod tests {
     async fn a_refusal_fails_with_its_reason_whatever_the_step_says() {
         for (refused, undone) in [
             ("clear id/ip", &["undo: NIC rollback of i"][..]),
-            ("push", &["undo: NIC rollback of i", "undo: re-apply id/ip"][..]),
+            (
+                "push",
+                &["undo: NIC rollback of i", "undo: re-apply id/ip"][..],
+            ),
         ] {
             let script = Script::default().refuse(refused, "TenantIsolationRefused");
             let (calls, res) = run_with(script).await;
