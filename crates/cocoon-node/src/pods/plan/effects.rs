@@ -486,8 +486,10 @@ impl PodOp<'_> {
                     .await
                     .map_err(|e| e.to_string());
             }
-            // Applied by `apply` itself (its refusal is not a failed step).
-            Action::EnsureForkSnapshot { .. } => {}
+            // Applied by `apply` itself (its refusal is not a failed step); never saved here.
+            Action::EnsureForkSnapshot { src } => {
+                return Err(format!("fork source {src}: not applied as a plain step"));
+            }
             Action::EnsureRunImage { image, force } => {
                 let image = h.ensure_run_image(image, *force).await?;
                 self.carry().run_image = image;
