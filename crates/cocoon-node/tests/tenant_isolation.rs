@@ -3,20 +3,25 @@
 //! rename themselves onto, or (after an agent restart) claim by id a VM of namespace A are all
 //! refused with a `TenantIsolationRefused` Event and lifecycle `failed` naming the annotation;
 //! A's VMs, their local snapshots and their registry tags stay untouched, and A's own paths
-//! (a sub-agent forking from its main, a wake from `:hibernate`) keep working.
+//! (a sub-agent forking from its main, a wake from `:hibernate`) keep working. An unmanaged
+//! decoy of one namespace is never a fork source, so it never reaches another namespace's VM
+//! through its pre-assigned id (issue 35 item 1).
 
 mod common;
 
 use common::{
-    AgentOptions, BoxError, ann_of, hibernate_pod, kill_and_delete, node_agent, patch_ann,
-    registry, run_pod, start_agent, start_agent_with, two_tenants, vm_pod, wait_gone, wait_refused,
-    wait_running, wake_pod,
+    AgentOptions, BoxError, WAIT, ann_of, hibernate_pod, is_running_ready, kill_and_delete,
+    node_agent, patch_ann, registry, run_pod, start_agent, start_agent_with, two_tenants, vm_pod,
+    wait_failed, wait_gone, wait_refused, wait_running, wake_pod,
 };
 
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::{fork_snapshot_name, vm_name_for_pod};
 use cocoon_runtime::sim::{OutOfBandVm, SimRuntime, Verb};
-use cocoon_testenv::{TestNode, create_namespace, delete_namespace, run_test, unique_name};
+use cocoon_testenv::{
+    TestNode, create_namespace, delete_namespace, run_test, unique_name, wait_until,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -314,6 +319,173 @@ async fn a_legacy_named_vm_is_kept_only_for_the_pod_that_runs_it() {
 
         agent.kill().await;
         delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// Issue 35 item 1, fork through an unmanaged decoy: an unmanaged pod's pre-assigned
+/// `vm.cocoonstack.io/id` is never handed to the runtime, so a managed pod forking from the
+/// decoy's VM name can never snapshot (and so read the memory and disk of) the VM that id
+/// names or is an id prefix of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unmanaged_decoy_is_never_a_fork_source() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        // Victim namespace B, attacker namespace A, one node.
+        let (ns_b, ns_a, api_b, api_a) = two_tenants(&client, "victim-b", "attacker-a").await?;
+        let tmp = tempfile::tempdir()?;
+        let (node, _node_obj, agent) = node_agent(env, &client, tmp.path()).await?;
+        let decoy = |name: &str, id: &str, ip: &str| {
+            vm_pod(
+                &ns_a,
+                name,
+                &node,
+                &[
+                    (ann::MANAGED, "false"),
+                    (ann::VM_ID, id),
+                    (ann::VM_IP, ip),
+                ],
+            )
+        };
+        let fork_of = |name: &str, src: &str| {
+            vm_pod(
+                &ns_a,
+                name,
+                &node,
+                &[(ann::FORK_FROM, src), (ann::MODE, "clone")],
+            )
+        };
+
+        // 1. Before B's VM exists, A creates an unmanaged decoy whose pre-assigned id is the
+        //    VM name B's next pod will get (names are computable). Refused at admission by the
+        //    id's spelling, whatever exists on the node.
+        let vm_b = vm_name_for_pod(&ns_b, "main");
+        let vm_decoy = vm_name_for_pod(&ns_a, "decoy");
+        api_a
+            .create(
+                &PostParams::default(),
+                &decoy("decoy", &vm_b, "10.250.0.21"),
+            )
+            .await?;
+        let msg = wait_refused(&client, &ns_a, "decoy", "create").await?;
+        assert_eq!(
+            msg,
+            format!(
+                "annotation vm.cocoonstack.io/id: {vm_b:?} has the form of a VM name (vk-…, fork-vk-…), which the runtime would resolve to that VM; an unmanaged pod's id cannot take it"
+            )
+        );
+
+        // 2. B's pod then runs on the node.
+        run_pod(&client, &ns_b, "main", &node, &[]).await?;
+        let id_b = agent.sim.vm_info(&vm_b)?.id;
+        let token_b = agent.sim.guest_token(&vm_b)?;
+
+        // 3. A's second decoy pre-assigns a 3-character prefix of B's VM id. It is admitted
+        //    (the id is a label of its synthetic record, never passed to the runtime; refusing
+        //    it would tell A that some VM's id starts with it) and runs.
+        let prefix = &id_b[..3];
+        let vm_decoy_p = vm_name_for_pod(&ns_a, "decoy-p");
+        api_a
+            .create(
+                &PostParams::default(),
+                &decoy("decoy-p", prefix, "10.250.0.22"),
+            )
+            .await?;
+        wait_running(&client, &ns_a, "decoy-p").await?;
+        agent.sim.clear_calls();
+
+        // 4. A's managed pods fork from the decoys' VM names.
+        api_a
+            .create(&PostParams::default(), &fork_of("thief", &vm_decoy_p))
+            .await?;
+        api_a
+            .create(&PostParams::default(), &fork_of("thief-2", &vm_decoy))
+            .await?;
+        //    The admitted decoy is an unmanaged holder: refused, naming fork-from (and never
+        //    running: with the old rule it came up as a fork of B's VM).
+        let settled = wait_until(&format!("{ns_a}/thief settles"), WAIT, || {
+            let api = api_a.clone();
+            async move {
+                let p = api.get("thief").await.ok()?;
+                let state = Lifecycle::from_meta(&p.metadata).state?;
+                matches!(state, LifecycleState::Failed | LifecycleState::Ready).then_some(state)
+            }
+        })
+        .await?;
+        let vm_thief = vm_name_for_pod(&ns_a, "thief");
+        assert_eq!(
+            settled,
+            LifecycleState::Failed,
+            "A's fork of the decoy runs; its guest token {:?}, B's {token_b:?}",
+            agent.sim.guest_token(&vm_thief).ok()
+        );
+        let msg = wait_refused(&client, &ns_a, "thief", "create").await?;
+        assert_eq!(
+            msg,
+            format!(
+                "annotation vm.cocoonstack.io/fork-from: VM {vm_decoy_p:?} is held by {ns_a}/decoy-p, which is not a managed VM pod; an unmanaged pod's record is never a fork source"
+            )
+        );
+        //    The refused decoy holds nothing: its name is looked up by exact name only, and
+        //    the miss names no other VM.
+        let msg = wait_failed(&client, &ns_a, "thief-2").await?;
+        assert_eq!(
+            msg,
+            format!("inspect fork source vm {vm_decoy}: VM not found")
+        );
+
+        // 5. B's VM is intact: same id, running, same guest state, never snapshotted or
+        //    cloned, and B's pod is still Ready.
+        let info = agent.sim.vm_info(&vm_b)?;
+        assert_eq!(info.id, id_b, "B's VM kept");
+        assert!(info.alive, "B's VM still running");
+        assert_eq!(agent.sim.guest_token(&vm_b)?, token_b, "B's guest state");
+        for verb in [Verb::SnapshotSave, Verb::Clone, Verb::Run, Verb::Remove] {
+            assert_eq!(
+                agent.sim.call_count(verb),
+                0,
+                "{verb:?}: {:?}",
+                agent.sim.calls()
+            );
+        }
+        for snap in [&vm_decoy_p, &vm_decoy, &vm_b] {
+            assert!(
+                agent.sim.snapshot_dir(&fork_snapshot_name(snap)).is_none(),
+                "no fork baseline {}",
+                fork_snapshot_name(snap)
+            );
+        }
+        for thief in ["thief", "thief-2"] {
+            assert!(
+                agent
+                    .sim
+                    .vm_info(&vm_name_for_pod(&ns_a, thief))
+                    .is_err(),
+                "{thief}: no VM"
+            );
+        }
+        assert!(
+            is_running_ready(&api_b.get("main").await?),
+            "B's pod still Running and Ready"
+        );
+
+        // 6. A's own path still works: a sub-agent forks from A's managed main.
+        run_pod(&client, &ns_a, "main", &node, &[]).await?;
+        let vm_a = vm_name_for_pod(&ns_a, "main");
+        let token_a = agent.sim.guest_token(&vm_a)?;
+        api_a
+            .create(&PostParams::default(), &fork_of("sub-1", &vm_a))
+            .await?;
+        wait_running(&client, &ns_a, "sub-1").await?;
+        assert_eq!(
+            agent.sim.guest_token(&vm_name_for_pod(&ns_a, "sub-1"))?,
+            token_a,
+            "the sub-agent forked from A's main"
+        );
+        assert_eq!(agent.sim.guest_token(&vm_b)?, token_b, "B's guest state");
+
+        kill_and_delete(&client, agent, &[&ns_a, &ns_b]).await?;
         Ok::<_, BoxError>(())
     })
     .await;

@@ -7,8 +7,9 @@
 //!   victim's; every pushed snapshot records its owner, and a restore refuses an artifact
 //!   recorded for another owner;
 //! * item 2: `managed` and an unmanaged pod's pre-assigned id are fixed at admission, and a
-//!   pre-assigned id that resolves to any runtime VM (id prefix, name) is refused; a managed
-//!   pod flipped to unmanaged and deleted does not leak its VM;
+//!   pre-assigned id that is a runtime VM's exact id or in the VM-name form is refused (an id
+//!   prefix is admitted: it reaches nothing, issue 35 item 1); a managed pod flipped to
+//!   unmanaged and deleted does not leak its VM;
 //! * item 4: a pod being refused never counts as a holder;
 //! * item 10: `VK_ACCEPT_LEGACY_VM_NAMES` runs a legacy-named pod through create, hibernate
 //!   and wake; without it the pod is refused; the spec's `clone-from-dir` validation speaks
@@ -265,7 +266,7 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
     .await;
 }
 
-/// Item 2: the unmanaged → managed flip, pre-assigned ids that resolve to a runtime VM, and
+/// Item 2: the unmanaged → managed flip, pre-assigned ids that alias a runtime VM, and
 /// the managed → unmanaged flip before a delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn managed_and_pre_assigned_ids_are_fixed_at_admission() {
@@ -293,18 +294,37 @@ async fn managed_and_pre_assigned_ids_are_fixed_at_admission() {
                 ],
             )
         };
-        // Pre-assigned ids that resolve to A's VM: an id prefix and its name.
-        let prefix = &id_a[..5];
-        for (name, id) in [("by-prefix", prefix), ("by-name", vm_a.as_str())] {
+        // Pre-assigned ids that alias A's VM: its exact id, and its name (refused by the
+        // VM-name form alone, issue 35 item 1).
+        let aliases = [
+            ("by-id", id_a.as_str(), "is the id of a VM on this node"),
+            ("by-name", vm_a.as_str(), "has the form of a VM name"),
+        ];
+        for (name, id, _) in aliases {
             api_b.create(&PostParams::default(), &unmanaged(name, id)).await?;
         }
-        for (name, id) in [("by-prefix", prefix), ("by-name", vm_a.as_str())] {
+        for (name, id, why) in aliases {
             let msg = wait_refused(&client, &ns_b, name, "create").await?;
             assert!(
-                msg.starts_with(&format!("annotation vm.cocoonstack.io/id: {id:?} is the id of a VM")),
+                msg.starts_with(&format!("annotation vm.cocoonstack.io/id: {id:?} {why}")),
                 "{name}: {msg}"
             );
         }
+        // An id prefix is only a label (no runtime verb ever receives a synthetic record's
+        // id), and refusing it would tell B which ids exist: admitted (issue 35 item 1).
+        let prefix = &id_a[..5];
+        let by_prefix = vm_pod(
+            &ns_b,
+            "by-prefix",
+            &node,
+            &[
+                (ann::MANAGED, "false"),
+                (ann::VM_ID, prefix),
+                (ann::VM_IP, "10.250.0.19"),
+            ],
+        );
+        api_b.create(&PostParams::default(), &by_prefix).await?;
+        wait_running(&client, &ns_b, "by-prefix").await?;
 
         // An unmanaged pod with an id the runtime does not know is tracked (synthetic)...
         api_b

@@ -48,8 +48,8 @@ impl Handler {
     pub async fn create_pod(self: &Arc<Self>, pod: Pod) -> Result<()> {
         let key = pod_key(&pod);
         let spec = VmSpec::from_meta(&pod.metadata);
-        // An unmanaged pod's pre-assigned id must not resolve to any VM the runtime knows
-        // (exact id, name or id prefix): its record is synthetic and never touched there.
+        // An unmanaged pod's pre-assigned id must not be exactly the id of a VM the runtime
+        // knows (a prefix or name match is not asked: see `tenant`, "Unmanaged pods").
         let pre_id = VmRuntime::from_meta(&pod.metadata).id;
         let mut found = admit::Found::default();
         loop {
@@ -72,7 +72,7 @@ impl Handler {
                     found.claimed = true;
                 }
                 admit::Next::LookUpPreId => {
-                    let known = self.runtime_knows_vm(&pre_id).await;
+                    let known = self.runtime_has_vm_id(&pre_id).await;
                     found.pre_id_known = Some(known.map_err(|e| e.to_string()));
                 }
                 // Tenant isolation before any runtime, registry or by-name-index use of the
@@ -96,7 +96,8 @@ impl Handler {
 
         // The mode dispatch and the bring-up are planned (`plan::create`).
         let adopt = if spec.managed {
-            self.tables().vms_by_name.get(&spec.vm_name).cloned()
+            // Never an unmanaged pod's synthetic record: only a runtime VM is adopted.
+            (self.tables().vms_by_name.get(&spec.vm_name).cloned()).filter(|v| !v.synthetic)
         } else {
             None
         };
@@ -241,7 +242,7 @@ impl Handler {
                         .any(|v| !v.synthetic && v.id() == pre_id));
             (
                 t.holders_of(&spec.vm_name, Some(&key)),
-                t.holders_of(&spec.fork_from, Some(&key)),
+                t.fork_holders_of(&spec.fork_from, Some(&key)),
                 id_taken,
             )
         };
@@ -274,6 +275,7 @@ impl Handler {
             resolved_dir: resolved_dir.as_deref(),
             resolved_roots: &resolved_roots,
             managed: spec.managed,
+            pre_id: &pre_id,
             claimed_managed_id: id_taken.then_some(pre_id.as_str()),
             image: &spec.image,
             accept_legacy: self.cfg.tenant.accept_legacy_vm_names,

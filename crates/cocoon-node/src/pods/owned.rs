@@ -88,13 +88,15 @@ impl Handler {
         Ok(v)
     }
 
-    /// Does `reference` resolve to any VM the runtime knows (exact id, name, id prefix ≥ 3)?
-    pub(crate) async fn runtime_knows_vm(&self, reference: &str) -> Result<bool, RuntimeError> {
-        if reference.is_empty() {
+    /// Is `id` exactly the id of a VM the runtime knows? (The runtime also resolves names
+    /// and id prefixes; those answers are not taken, so the caller's refusal is never an
+    /// oracle for what some VM's id starts with.)
+    pub(crate) async fn runtime_has_vm_id(&self, id: &str) -> Result<bool, RuntimeError> {
+        if id.is_empty() {
             return Ok(false);
         }
-        match self.rt.inspect(reference).await {
-            Ok(_) => Ok(true),
+        match self.rt.inspect(id).await {
+            Ok(v) => Ok(v.id == id),
             Err(e) if e.is_vm_not_found() => Ok(false),
             Err(e) => Err(e),
         }

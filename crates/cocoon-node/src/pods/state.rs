@@ -13,7 +13,7 @@ use cocoon_api::contract::{AnnotationCodec, VmSpec};
 use cocoon_runtime::VmRecord;
 
 use super::intent::Intent;
-use super::tenant::{Admitted, Holder};
+use super::tenant::{Admitted, Holder, SourceHolder, SourceVm};
 
 /// A tracked VM: the runtime record plus the cached IP (§11.2).
 #[derive(Debug, Clone)]
@@ -172,6 +172,28 @@ impl Tables {
         out
     }
 
+    /// [`Tables::holders_of`] `src` as the fork rule sees them ([`SourceHolder`]): with each
+    /// one's admitted `managed` and its tracked VM record, synthetic or not.
+    pub fn fork_holders_of(&self, src: &str, except_key: Option<&str>) -> Vec<SourceHolder> {
+        self.holders_of(src, except_key)
+            .into_iter()
+            .map(|holder| {
+                let key = format!("{}/{}", holder.namespace, holder.name);
+                let managed = self.admitted.get(&key).is_some_and(|a| a.managed);
+                let vm = self.vms_by_pod.get(&key).map(|v| SourceVm {
+                    id: v.id().to_owned(),
+                    name: v.name().to_owned(),
+                    synthetic: v.synthetic,
+                });
+                SourceHolder {
+                    holder,
+                    managed,
+                    vm,
+                }
+            })
+            .collect()
+    }
+
     /// The pod key tracking VM `id` or `name` (a name match needs both names non-empty).
     pub fn key_for_vm(&self, id: &str, name: &str) -> Option<String> {
         self.vms_by_pod
@@ -231,5 +253,53 @@ mod tests {
 
         t.forget("a/main");
         assert!(t.holders_of(victim, None).is_empty(), "forgotten");
+    }
+
+    /// Issue 35 item 1: the fork rule sees an unmanaged holder as unmanaged, with its
+    /// synthetic record (whose id is the tenant's pre-assigned one), and a managed holder with
+    /// its runtime record.
+    #[test]
+    fn fork_holders_carry_managed_and_the_tracked_record() {
+        let mut t = Tables::default();
+        let decoy_vm = "vk-a-decoy-111111";
+        let mut decoy = pod("a", "decoy", "u-decoy", decoy_vm);
+        decoy.metadata.annotations.get_or_insert_default().insert(
+            cocoon_api::contract::annotations::VM_ID.into(),
+            "vk-b-main-222222".into(),
+        );
+        t.pods.insert("a/decoy".into(), decoy.clone());
+        t.admit("a/decoy", &decoy);
+        let mut record = VmRecord {
+            id: "vk-b-main-222222".into(),
+            ..Default::default()
+        };
+        record.config.name = decoy_vm.into();
+        let mut synthetic = TrackedVm::new(record);
+        synthetic.synthetic = true;
+        t.track_vm("a/decoy", synthetic);
+
+        let got = t.fork_holders_of(decoy_vm, None);
+        assert_eq!(got.len(), 1);
+        assert!(!got[0].managed, "admitted unmanaged");
+        assert_eq!(
+            got[0].vm,
+            Some(SourceVm {
+                id: "vk-b-main-222222".into(),
+                name: decoy_vm.into(),
+                synthetic: true,
+            })
+        );
+        assert!(t.fork_holders_of(decoy_vm, Some("a/decoy")).is_empty());
+
+        let mut main = pod("a", "main", "u-main", "vk-a-main-333333");
+        main.metadata.annotations.get_or_insert_default().insert(
+            cocoon_api::contract::annotations::MANAGED.into(),
+            "true".into(),
+        );
+        t.pods.insert("a/main".into(), main.clone());
+        t.admit("a/main", &main);
+        let got = t.fork_holders_of("vk-a-main-333333", None);
+        assert_eq!(got.len(), 1);
+        assert!(got[0].managed && got[0].vm.is_none(), "managed, no VM yet");
     }
 }

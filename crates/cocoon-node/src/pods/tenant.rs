@@ -45,15 +45,36 @@
 //!   pod's own VM, that pod). Artifacts without them (pushed by the Go components) are
 //!   accepted where the name checks already prove ownership: the pod's own `VMNameForPod`
 //!   repository, or a clone base that names no VM repository.
-//! * **Fork source** (`vm.cocoonstack.io/fork-from`). When a pod tracked by this agent holds
-//!   the source, that holder decides: a holder in the same namespace allows it (the operator's
-//!   sub-agents fork from their own main, which is bound to the same node), a holder in any
-//!   other namespace refuses it. With no holder, the source must verify as
+//! * **Fork source** (`vm.cocoonstack.io/fork-from`, [`check_fork_source`],
+//!   [`check_fork_save`]). A fork reads the source VM's memory and disk, so the source must be
+//!   a **managed** VM of the pod's **own namespace**. When admitted pods hold the source, every
+//!   one must be a managed pod of the same namespace whose tracked record (if it has one yet)
+//!   is a real runtime record named exactly the source: a holder in another namespace refuses
+//!   it, and so does an unmanaged holder — its record is synthetic, its id is whatever the
+//!   tenant pre-assigned, and that id is never handed to the runtime (it could name, or be an
+//!   id prefix of, another namespace's VM). With no holder, the source must verify as
 //!   `VMNameForPod(ns, candidate)` for the candidate pod name recovered from the name (the
 //!   text between `vk-<ns>-` and the `-<6 hex>` suffix, taken without dots). Names that cannot
 //!   be verified that way (legacy, shortened, dotted pod names) need a same-namespace holder.
-//! * **Unmanaged pods** (static toolboxes) are checked on their VM name too, and their
-//!   pre-assigned `vm.cocoonstack.io/id` must not be the id of a VM this node manages.
+//!   The rule runs at admission and **again at the moment of the save** of `fork-<src>`, with
+//!   the tables as they are then and the runtime record fetched by its exact name
+//!   (`Handler::vm_exact`, never the by-name table): with a holder, that record's id and name
+//!   must be those of the holder's tracked, non-synthetic VM; without one, the record found by
+//!   exact name is the source. An existing `fork-<src>` baseline is reused only after the
+//!   same rule passed. A managed holder whose VM is not tracked yet (still booting, waking or
+//!   hibernated) cannot be saved from: the fork is refused, and its retry works once the
+//!   holder runs.
+//! * **Unmanaged pods** (static toolboxes) are checked on their VM name too. Their
+//!   pre-assigned `vm.cocoonstack.io/id` is only a label of the synthetic record: no runtime
+//!   verb ever receives it (no fork or snapshot source, no hibernate, delete, restart, exec,
+//!   logs or stats). It must not be in the VM-name form (`vk-…`, `fork-vk-…`, any case): those
+//!   are the names this agent gives VMs and fork baselines, and the runtime resolves a
+//!   reference by name, so such an id would alias another pod's VM as soon as it exists. It
+//!   must not be exactly the id of a VM this node tracks or the runtime knows either (runtime
+//!   events are mapped to pods by exact id). An id that is merely a *prefix* of a VM's id is
+//!   admitted: it reaches nothing, and refusing it would answer "some VM's id starts with
+//!   this" to any tenant (the same holds for names: the VM-name form is refused by its
+//!   spelling, whatever exists).
 //! * **`clone-from-dir`.** The directory must lie under one of the roots of
 //!   `VK_CLONE_FROM_DIR_ROOTS`, compared by whole path components (`/a` admits `/a` and `/a/x`,
 //!   never `/ab`); with no root configured every `clone-from-dir` is refused. When the path
@@ -162,6 +183,19 @@ pub enum Refusal {
         key = ann::FORK_FROM
     )]
     ForeignForkSource { vm: String, ns: String },
+    /// The fork source is held by an unmanaged pod (a synthetic record, never a runtime VM).
+    #[error(
+        "annotation {key}: VM {vm:?} is held by {holder}, which is not a managed VM pod; an unmanaged pod's record is never a fork source",
+        key = ann::FORK_FROM
+    )]
+    UnmanagedForkSource { vm: String, holder: String },
+    /// At the save, the VM the runtime has under the source's exact name is not the tracked VM
+    /// of the managed pod holding it (not running yet, or not that VM).
+    #[error(
+        "annotation {key}: VM {vm:?} is not running as the tracked VM of the pod that holds it; the fork is retried once that pod runs",
+        key = ann::FORK_FROM
+    )]
+    ForkSourceNotTracked { vm: String },
     /// The `clone-from-dir` directory is outside every configured root.
     #[error(
         "annotation {key}: {dir:?} is not under a configured clone root ({var})",
@@ -176,12 +210,18 @@ pub enum Refusal {
         var = env::CLONE_FROM_DIR_ROOTS
     )]
     CloneDirEscapes { dir: String, resolved: String },
-    /// An unmanaged pod pre-assigns the runtime id of a VM this node manages.
+    /// An unmanaged pod pre-assigns exactly the runtime id of a VM this node knows.
     #[error(
-        "annotation {key}: {id:?} is the id of a VM this node manages (or resolves to one by id, name or id prefix); an unmanaged pod cannot claim it",
+        "annotation {key}: {id:?} is the id of a VM on this node; an unmanaged pod cannot claim it",
         key = ann::VM_ID
     )]
     ManagedIdClaimed { id: String },
+    /// An unmanaged pod pre-assigns an id in the VM-name form (`vk-…`, `fork-vk-…`).
+    #[error(
+        "annotation {key}: {id:?} has the form of a VM name (vk-…, fork-vk-…), which the runtime would resolve to that VM; an unmanaged pod's id cannot take it",
+        key = ann::VM_ID
+    )]
+    IdInVmNameForm { id: String },
     /// The image reference names a VM's registry repository.
     #[error(
         "annotation {key}: image {image:?} names a VM's snapshot repository (vk-…); images cannot name VM snapshots",
@@ -282,22 +322,98 @@ pub fn check_own_vm(
     Ok(())
 }
 
-/// Checks a fork source (`fork-from`) for a pod of namespace `ns`; `holders` are the tracked
-/// pods holding `src`.
-pub fn check_fork_source(ns: &str, src: &str, holders: &[Holder]) -> Result<(), Refusal> {
-    let allowed = if holders.is_empty() {
-        verifies_for_namespace(ns, src)
-    } else {
-        holders.iter().all(|h| h.namespace == ns)
-    };
-    if allowed {
-        Ok(())
-    } else {
-        Err(Refusal::ForeignForkSource {
-            vm: src.to_owned(),
-            ns: ns.to_owned(),
-        })
+/// A VM record as the fork rule sees it: a holder's tracked record, or the runtime's record
+/// fetched by exact name at the save.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceVm {
+    /// Runtime id (for a synthetic record: the unmanaged pod's pre-assigned id).
+    pub id: String,
+    /// VM name.
+    pub name: String,
+    /// An unmanaged pod's synthetic record, not a runtime VM.
+    pub synthetic: bool,
+}
+
+/// An admitted pod holding a fork source (by the VM name it was admitted with or by its
+/// tracked VM), as the fork rule sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceHolder {
+    /// The pod.
+    pub holder: Holder,
+    /// `vm.cocoonstack.io/managed`, as admitted.
+    pub managed: bool,
+    /// The VM tracked for it, if any.
+    pub vm: Option<SourceVm>,
+}
+
+/// Checks a fork source (`fork-from`) for a pod of namespace `ns`; `holders` are the admitted
+/// pods holding `src` (the forking pod excluded). Every holder must be a managed pod of `ns`
+/// whose tracked record, if any, is a runtime VM named exactly `src`; with no holder, `src`
+/// must verify as a VM name of `ns` ([`verifies_for_namespace`]).
+pub fn check_fork_source(ns: &str, src: &str, holders: &[SourceHolder]) -> Result<(), Refusal> {
+    if holders.is_empty() {
+        return if verifies_for_namespace(ns, src) {
+            Ok(())
+        } else {
+            Err(foreign_fork_source(ns, src))
+        };
     }
+    if holders.iter().any(|h| h.holder.namespace != ns) {
+        return Err(foreign_fork_source(ns, src));
+    }
+    let not_managed = holders
+        .iter()
+        .find(|h| !h.managed || h.vm.as_ref().is_some_and(|v| v.synthetic || v.name != src));
+    match not_managed {
+        Some(h) => Err(Refusal::UnmanagedForkSource {
+            vm: src.to_owned(),
+            holder: format!("{}/{}", h.holder.namespace, h.holder.name),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn foreign_fork_source(ns: &str, src: &str) -> Refusal {
+    Refusal::ForeignForkSource {
+        vm: src.to_owned(),
+        ns: ns.to_owned(),
+    }
+}
+
+/// The check at the moment `fork-<src>` is saved: [`check_fork_source`] over the holders as
+/// they are now, and `found`, the runtime's record fetched by the exact name `src`, must be
+/// the VM to save from: named exactly `src`, a runtime VM, and — when pods hold `src` — the
+/// very VM (same id and name) tracked for a managed holder. `Ok` means: save from `found.id`.
+pub fn check_fork_save(
+    ns: &str,
+    src: &str,
+    holders: &[SourceHolder],
+    found: &SourceVm,
+) -> Result<(), Refusal> {
+    check_fork_source(ns, src, holders)?;
+    let not_tracked = || Refusal::ForkSourceNotTracked { vm: src.to_owned() };
+    if found.synthetic || found.name != src {
+        return Err(not_tracked());
+    }
+    if holders.is_empty() {
+        return Ok(());
+    }
+    let tracked = holders
+        .iter()
+        .filter_map(|h| h.vm.as_ref())
+        .any(|v| v == found);
+    if tracked { Ok(()) } else { Err(not_tracked()) }
+}
+
+/// Is an unmanaged pod's pre-assigned id in the VM-name form (`vk-…` or `fork-vk-…`, any
+/// case)? The runtime resolves a reference by name, so such an id would name a VM (or a fork
+/// baseline) of this node once one of that name exists.
+pub fn id_in_vm_name_form(id: &str) -> bool {
+    let lower = id.trim().to_ascii_lowercase();
+    let vm_form = lower
+        .strip_prefix(cocoon_api::naming::FORK_PREFIX)
+        .unwrap_or(&lower);
+    vm_form.starts_with(VM_NAME_PREFIX)
 }
 
 /// Is `dir` equal to or below one of `roots`, by whole path components?
@@ -352,8 +468,8 @@ pub struct CreateCheck<'a> {
     pub vm_holders: &'a [Holder],
     /// `vm.cocoonstack.io/fork-from` (empty: none).
     pub fork_from: &'a str,
-    /// Tracked pods holding `fork_from`.
-    pub fork_holders: &'a [Holder],
+    /// Admitted pods holding `fork_from`, this incarnation excluded.
+    pub fork_holders: &'a [SourceHolder],
     /// The raw `clone-from-dir` annotation.
     pub clone_dir: Option<&'a str>,
     /// `VK_CLONE_FROM_DIR_ROOTS`.
@@ -364,9 +480,11 @@ pub struct CreateCheck<'a> {
     pub resolved_roots: &'a [PathBuf],
     /// Managed pod (fork and clone sources apply only to managed pods).
     pub managed: bool,
-    /// For an unmanaged pod: its pre-assigned `vm.cocoonstack.io/id` when that is the id of a
-    /// VM this node manages (tracked or indexed by name) or resolves to any VM the runtime
-    /// knows (exact id, name, id prefix), else `None`.
+    /// For an unmanaged pod: its pre-assigned `vm.cocoonstack.io/id` (empty: none).
+    pub pre_id: &'a str,
+    /// For an unmanaged pod: its pre-assigned id when that is exactly the id of a VM this
+    /// node tracks (a runtime record, not a synthetic one) or the runtime knows by that exact
+    /// id, else `None`. A prefix or name match does not count (see the module docs).
     pub claimed_managed_id: Option<&'a str>,
     /// `cocoonset.cocoonstack.io/image`.
     pub image: &'a str,
@@ -378,8 +496,13 @@ pub struct CreateCheck<'a> {
 pub fn check_create(c: &CreateCheck<'_>) -> Result<(), Refusal> {
     check_own_vm(c.namespace, c.pod, c.vm, c.vm_holders, c.accept_legacy)?;
     if !c.managed {
-        // An unmanaged pod's VM is external; it must not alias a VM of this node (the event
-        // watcher maps runtime events to pods by id).
+        // An unmanaged pod's VM is external; its id must not alias a VM of this node, now
+        // (the event watcher maps runtime events to pods by id) or later (by name).
+        if id_in_vm_name_form(c.pre_id) {
+            return Err(Refusal::IdInVmNameForm {
+                id: c.pre_id.to_owned(),
+            });
+        }
         return match c.claimed_managed_id {
             Some(id) => Err(Refusal::ManagedIdClaimed { id: id.to_owned() }),
             None => Ok(()),

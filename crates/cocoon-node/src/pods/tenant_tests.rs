@@ -12,6 +12,46 @@ fn holder(ns: &str, name: &str) -> Holder {
     }
 }
 
+/// A managed holder with its running VM `vm` (id `id-<vm>`).
+fn managed(ns: &str, name: &str, vm: &str) -> SourceHolder {
+    SourceHolder {
+        holder: holder(ns, name),
+        managed: true,
+        vm: Some(runtime_vm(vm)),
+    }
+}
+
+/// A managed holder with no VM tracked (hibernated, or still booting).
+fn managed_no_vm(ns: &str, name: &str) -> SourceHolder {
+    SourceHolder {
+        holder: holder(ns, name),
+        managed: true,
+        vm: None,
+    }
+}
+
+/// An unmanaged holder of VM name `vm` whose synthetic record carries the pre-assigned `id`.
+fn unmanaged(ns: &str, name: &str, vm: &str, id: &str) -> SourceHolder {
+    SourceHolder {
+        holder: holder(ns, name),
+        managed: false,
+        vm: Some(SourceVm {
+            id: id.into(),
+            name: vm.into(),
+            synthetic: true,
+        }),
+    }
+}
+
+/// The runtime's record of VM `vm` (id `id-<vm>`).
+fn runtime_vm(vm: &str) -> SourceVm {
+    SourceVm {
+        id: format!("id-{vm}"),
+        name: vm.into(),
+        synthetic: false,
+    }
+}
+
 #[test]
 fn own_vm_rows() {
     let a_main = vm_name_for_pod("a", "demo-0");
@@ -107,116 +147,296 @@ fn own_vm_rows() {
 #[test]
 fn fork_source_rows() {
     let a_main = vm_name_for_pod("a", "demo-0");
+    let a_decoy = vm_name_for_pod("a", "decoy");
+    let b_main = vm_name_for_pod("b", "main");
     let long_ns = "n".repeat(40);
     let long_main = vm_name_for_pod(&long_ns, &format!("{}-0", "c".repeat(40)));
     let dotted = vm_name_for_pod("a", "my.set-0");
-    let cases: Vec<(&str, &str, String, Vec<Holder>, bool)> = vec![
-        // (row, pod namespace, source, holders of the source, allowed)
+    let foreign = "does not belong to namespace";
+    let unmanaged_msg = "which is not a managed VM pod";
+    /// (row, pod namespace, source, holders of the source, refusal or None = allowed)
+    type Row<'a> = (&'a str, &'a str, String, Vec<SourceHolder>, Option<&'a str>);
+    let cases: Vec<Row> = vec![
+        // (row, pod namespace, source, holders of the source, refusal or None = allowed)
         (
-            "own namespace, main tracked here",
+            "own namespace, main running here",
             "a",
             a_main.clone(),
-            vec![holder("a", "demo-0")],
-            true,
+            vec![managed("a", "demo-0", &a_main)],
+            None,
+        ),
+        (
+            "own namespace, main hibernated (its baseline may be reused)",
+            "a",
+            a_main.clone(),
+            vec![managed_no_vm("a", "demo-0")],
+            None,
         ),
         (
             "own namespace, verified by name",
             "a",
             a_main.clone(),
             vec![],
-            true,
+            None,
+        ),
+        (
+            "issue 35 item 1: an unmanaged decoy of the namespace whose id is another namespace's VM name",
+            "a",
+            a_decoy.clone(),
+            vec![unmanaged("a", "decoy", &a_decoy, &b_main)],
+            Some(unmanaged_msg),
+        ),
+        (
+            "issue 35 item 1: an unmanaged decoy whose id is a 3-character id prefix",
+            "a",
+            a_decoy.clone(),
+            vec![unmanaged("a", "decoy", &a_decoy, "3f2")],
+            Some(unmanaged_msg),
+        ),
+        (
+            "an unmanaged holder not tracked yet",
+            "a",
+            a_decoy.clone(),
+            vec![SourceHolder {
+                managed: false,
+                vm: None,
+                ..managed("a", "decoy", &a_decoy)
+            }],
+            Some(unmanaged_msg),
+        ),
+        (
+            "a managed holder whose tracked record is synthetic",
+            "a",
+            a_main.clone(),
+            vec![SourceHolder {
+                managed: true,
+                ..unmanaged("a", "demo-0", &a_main, "x")
+            }],
+            Some(unmanaged_msg),
+        ),
+        (
+            "a managed holder and an unmanaged one",
+            "a",
+            a_main.clone(),
+            vec![
+                managed("a", "demo-0", &a_main),
+                unmanaged("a", "decoy", &a_main, "x"),
+            ],
+            Some(unmanaged_msg),
         ),
         (
             "another namespace's main, tracked here",
             "b",
             a_main.clone(),
-            vec![holder("a", "demo-0")],
-            false,
+            vec![managed("a", "demo-0", &a_main)],
+            Some(foreign),
+        ),
+        (
+            "another namespace's unmanaged pod: foreign first, the holder is not named",
+            "b",
+            a_decoy.clone(),
+            vec![unmanaged("a", "decoy", &a_decoy, "x")],
+            Some(foreign),
         ),
         (
             "another namespace's main, not tracked",
             "b",
             a_main.clone(),
             vec![],
-            false,
+            Some(foreign),
         ),
         (
             "held by pods of two namespaces",
             "a",
             a_main.clone(),
-            vec![holder("a", "demo-0"), holder("b", "x")],
-            false,
+            vec![managed("a", "demo-0", &a_main), managed("b", "x", &a_main)],
+            Some(foreign),
         ),
         (
             "legacy main held in the same namespace",
             "a",
             "vk-a-demo-0".into(),
-            vec![holder("a", "demo-0")],
-            true,
+            vec![managed("a", "demo-0", "vk-a-demo-0")],
+            None,
         ),
         (
             "legacy name with no holder",
             "a",
             "vk-a-demo-0".into(),
             vec![],
-            false,
+            Some(foreign),
         ),
         (
             "ambiguous legacy held by the other namespace",
             "a-b",
             "vk-a-b-x".into(),
-            vec![holder("a", "b-x")],
-            false,
+            vec![managed("a", "b-x", "vk-a-b-x")],
+            Some(foreign),
         ),
         (
             "shortened name with no holder",
             &long_ns,
             long_main.clone(),
             vec![],
-            false,
+            Some(foreign),
         ),
         (
             "shortened name held in the namespace",
             &long_ns,
             long_main.clone(),
-            vec![holder(&long_ns, "m")],
-            true,
+            vec![managed(&long_ns, "m", &long_main)],
+            None,
         ),
         (
             "dotted pod name needs a holder",
             "a",
             dotted.clone(),
             vec![],
-            false,
+            Some(foreign),
         ),
         (
             "namespace prefix trick",
             "a",
             vm_name_for_pod("a-b", "x"),
             vec![],
-            false,
+            Some(foreign),
         ),
         (
             "wrong hash",
             "a",
             "vk-a-demo-0-000000".into(),
             vec![],
-            false,
+            Some(foreign),
         ),
-        ("not a VM name", "a", "vk-a-".into(), vec![], false),
+        ("not a VM name", "a", "vk-a-".into(), vec![], Some(foreign)),
     ];
-    for (row, ns, src, holders, allowed) in cases {
+    for (row, ns, src, holders, refusal) in cases {
         let got = check_fork_source(ns, &src, &holders);
-        assert_eq!(got.is_ok(), allowed, "{row}: {got:?}");
-        if let Err(e) = got {
-            assert_eq!(
-                e.to_string(),
-                format!(
-                    "annotation vm.cocoonstack.io/fork-from: VM {src:?} does not belong to namespace {ns:?}"
-                ),
-                "{row}"
+        assert_eq!(got.is_ok(), refusal.is_none(), "{row}: {got:?}");
+        if let (Err(e), Some(want)) = (got, refusal) {
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with(&format!(
+                    "annotation vm.cocoonstack.io/fork-from: VM {src:?} "
+                )),
+                "{row}: {msg}"
+            );
+            assert!(msg.contains(want), "{row}: {msg}");
+        }
+    }
+}
+
+/// The check at the moment of the save: the runtime's record fetched by exact name must be
+/// the tracked VM of a managed holder of the namespace (or, with no holder, a VM whose name
+/// verifies for the namespace).
+#[test]
+fn fork_save_rows() {
+    let a_main = vm_name_for_pod("a", "demo-0");
+    let a_decoy = vm_name_for_pod("a", "decoy");
+    let b_main = vm_name_for_pod("b", "main");
+    /// (row, source, holders now, runtime record by exact name, refusal or None = save)
+    type Row<'a> = (
+        &'a str,
+        String,
+        Vec<SourceHolder>,
+        SourceVm,
+        Option<&'a str>,
+    );
+    let cases: Vec<Row> = vec![
+        // (row, source, holders now, runtime record by exact name, refusal or None = save)
+        (
+            "the main's tracked VM",
+            a_main.clone(),
+            vec![managed("a", "demo-0", &a_main)],
+            runtime_vm(&a_main),
+            None,
+        ),
+        (
+            "no holder, the name verifies for the namespace",
+            a_main.clone(),
+            vec![],
+            runtime_vm(&a_main),
+            None,
+        ),
+        (
+            "issue 35 item 1: the holder turned into an unmanaged decoy after admission",
+            a_decoy.clone(),
+            vec![unmanaged("a", "decoy", &a_decoy, &b_main)],
+            runtime_vm(&a_decoy),
+            Some("which is not a managed VM pod"),
+        ),
+        (
+            "the holder now lives in another namespace",
+            a_main.clone(),
+            vec![managed("b", "demo-0", &a_main)],
+            runtime_vm(&a_main),
+            Some("does not belong to namespace"),
+        ),
+        (
+            "the holder is not running yet (or hibernated)",
+            a_main.clone(),
+            vec![managed_no_vm("a", "demo-0")],
+            runtime_vm(&a_main),
+            Some("is not running as the tracked VM"),
+        ),
+        (
+            "the runtime's VM of that name is not the tracked one (another id)",
+            a_main.clone(),
+            vec![managed("a", "demo-0", &a_main)],
+            SourceVm {
+                id: "other".into(),
+                ..runtime_vm(&a_main)
+            },
+            Some("is not running as the tracked VM"),
+        ),
+        (
+            "the runtime resolved the name to another VM",
+            a_main.clone(),
+            vec![],
+            runtime_vm(&b_main),
+            Some("is not running as the tracked VM"),
+        ),
+        (
+            "a synthetic record is never saved from",
+            a_main.clone(),
+            vec![],
+            SourceVm {
+                synthetic: true,
+                ..runtime_vm(&a_main)
+            },
+            Some("is not running as the tracked VM"),
+        ),
+    ];
+    for (row, src, holders, found, refusal) in cases {
+        let got = check_fork_save("a", &src, &holders, &found);
+        assert_eq!(got.is_ok(), refusal.is_none(), "{row}: {got:?}");
+        if let (Err(e), Some(want)) = (got, refusal) {
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("annotation vm.cocoonstack.io/fork-from: ") && msg.contains(want),
+                "{row}: {msg}"
             );
         }
+    }
+}
+
+/// Pre-assigned ids of unmanaged pods: the VM-name form is refused by its spelling.
+#[test]
+fn pre_assigned_ids_in_the_vm_name_form() {
+    let victim = vm_name_for_pod("b", "main");
+    for (id, refused) in [
+        ("ext-1", false),
+        ("vm-123", false),
+        ("3f2", false),
+        ("0123456789abcdef0123456789abcdef", false),
+        ("fork-base", false),
+        (victim.as_str(), true),
+        (&format!("fork-{victim}")[..], true),
+        ("VK-B-MAIN-123ABC", true),
+        (" vk-x", true),
+        ("vk-", true),
+    ] {
+        assert_eq!(id_in_vm_name_form(id), refused, "{id}");
     }
 }
 
@@ -335,6 +555,7 @@ fn create_check_order_and_unmanaged_pods() {
         resolved_dir: None,
         resolved_roots: &roots,
         managed: true,
+        pre_id: "",
         claimed_managed_id: None,
         image: "ubuntu:24.04",
         accept_legacy: false,
@@ -380,13 +601,34 @@ fn create_check_order_and_unmanaged_pods() {
         Err(Refusal::NotOwnVm { .. })
     ));
     let alias = CreateCheck {
+        pre_id: "vm-123",
         claimed_managed_id: Some("vm-123"),
         ..unmanaged
     };
     assert_eq!(
         check_create(&alias).map_err(|e| e.to_string()),
-        Err("annotation vm.cocoonstack.io/id: \"vm-123\" is the id of a VM this node manages (or resolves to one by id, name or id prefix); an unmanaged pod cannot claim it".to_owned())
+        Err("annotation vm.cocoonstack.io/id: \"vm-123\" is the id of a VM on this node; an unmanaged pod cannot claim it".to_owned())
     );
+    // Issue 35 item 1: another namespace's future VM name as the id, refused whatever exists
+    // (the runtime lookup found nothing yet).
+    let future = vm_name_for_pod("c", "next-0");
+    let decoy = CreateCheck {
+        pre_id: &future,
+        claimed_managed_id: None,
+        ..unmanaged
+    };
+    assert_eq!(
+        check_create(&decoy).map_err(|e| e.to_string()),
+        Err(format!(
+            "annotation vm.cocoonstack.io/id: {future:?} has the form of a VM name (vk-…, fork-vk-…), which the runtime would resolve to that VM; an unmanaged pod's id cannot take it"
+        ))
+    );
+    // A managed pod's id is written by this agent: the form rule is for unmanaged pods.
+    let managed_pod = CreateCheck {
+        pre_id: &future,
+        ..base
+    };
+    assert_eq!(check_create(&managed_pod), Ok(()));
 }
 
 #[test]

@@ -21,9 +21,10 @@ use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
 use super::owned::Owner;
+use super::plan::ActionError;
 use super::plan::transfer::{self, BaseImage, ByKind, LocalCopy, RunImage};
 use super::rules::Evidence;
-use super::tenant::ArtifactUse;
+use super::tenant::{self, ArtifactUse, SourceVm};
 use super::{Handler, PodError, Result, failed};
 use crate::metrics::NodeMetrics;
 
@@ -227,30 +228,48 @@ impl Handler {
             .map_err(|e| format!("inspect imported snapshot {local}: {e}"))
     }
 
-    /// `ensureForkSnapshot(src)` (§6.5): one save per lineage baseline.
-    pub(crate) async fn ensure_fork_snapshot(&self, src: &str) -> Result<String, String> {
+    /// `ensureForkSnapshot(src)` (§6.5): one save per lineage baseline, for the pod `key` of
+    /// namespace `ns`.
+    ///
+    /// The tenant rule runs again here, at the moment of the save and with the tables as they
+    /// are now ([`tenant::check_fork_source`] before an existing baseline is reused,
+    /// [`tenant::check_fork_save`] before a new one is saved). Unlike §6.5 the source is never
+    /// taken from the by-name table (an unmanaged pod's synthetic record sits there with the
+    /// id its tenant chose, which the runtime would resolve to whatever VM has that name or id
+    /// prefix): it is the runtime's record fetched by the exact name `src`, saved by its id.
+    pub(crate) async fn ensure_fork_snapshot(
+        &self,
+        key: &str,
+        ns: &str,
+        src: &str,
+    ) -> Result<String, ActionError> {
         let name = fork_snapshot_name(src);
         let lock = self.flight(&format!("fork {name}"));
         let _held = lock.lock().await;
+        let holders = self.tables().fork_holders_of(src, Some(key));
+        tenant::check_fork_source(ns, src, &holders).map_err(|r| fork_refused(key, src, r))?;
         if self.snapshot_exact(&name).await.is_ok() {
             return Ok(name);
         }
-        let indexed = self
-            .tables()
-            .vms_by_name
-            .get(src)
-            .map(|v| v.id().to_owned());
-        let id = match indexed {
-            Some(id) => id,
-            None => {
-                self.vm_exact(src)
-                    .await
-                    .map_err(|e| format!("inspect fork source vm {src}: {e}"))?
-                    .id
+        // A miss says only that: never which other VM the runtime resolved the name to.
+        let found = self.vm_exact(src).await.map_err(|e| {
+            if e.is_vm_not_found() {
+                format!("inspect fork source vm {src}: VM not found")
+            } else {
+                format!("inspect fork source vm {src}: {e}")
             }
+        })?;
+        let found = SourceVm {
+            name: found.name().to_owned(),
+            id: found.id,
+            synthetic: false,
         };
+        // The holders as they are after the inspect, right before the save.
+        let holders = self.tables().fork_holders_of(src, Some(key));
+        tenant::check_fork_save(ns, src, &holders, &found)
+            .map_err(|r| fork_refused(key, src, r))?;
         self.rt
-            .snapshot_save(&name, &id)
+            .snapshot_save(&name, &found.id)
             .await
             .map_err(|e| format!("snapshot fork source vm {src} as {name}: {e}"))?;
         Ok(name)
@@ -416,6 +435,15 @@ pub async fn import_snapshot_from_registry(
     drop(sink);
     done.await.map_err(|e| e.to_string())?;
     Ok(report)
+}
+
+/// A fork source refused at the save: `TenantIsolationRefused` with the rule's text.
+fn fork_refused(key: &str, src: &str, refusal: tenant::Refusal) -> ActionError {
+    warn!(pod = %key, fork_from = %src, %refusal, "tenant isolation refused the fork source at the save");
+    ActionError::Refused {
+        reason: cocoon_api::contract::events::node::TENANT_ISOLATION_REFUSED,
+        message: refusal.to_string(),
+    }
 }
 
 impl From<String> for PodError {

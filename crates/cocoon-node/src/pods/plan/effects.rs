@@ -16,7 +16,10 @@ use super::exec::Effects;
 use super::wake::{
     ArtifactRead, LocalRead, Source, SourceFacts, SourceNext, SourceRead, VerifyRead,
 };
-use super::{Action, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove, removed};
+use super::{
+    Action, ActionError, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove,
+    removed,
+};
 use crate::pods::owned::{GateError, Owner};
 use crate::pods::rules::{self, PodResources};
 use crate::pods::state::TrackedVm;
@@ -382,13 +385,9 @@ impl PodOp<'_> {
     }
 }
 
-#[async_trait]
-impl Effects for PodOp<'_> {
-    fn pod(&self) -> &str {
-        self.key
-    }
-
-    async fn apply(&self, action: &Action) -> Result<(), String> {
+impl PodOp<'_> {
+    /// Every action but the fork snapshot's (see [`Effects::apply`]).
+    async fn apply_step(&self, action: &Action) -> Result<(), String> {
         let h = self.h;
         match action {
             Action::Lifecycle(state) => h.set_lifecycle(self.pod, *state, "").await,
@@ -487,8 +486,9 @@ impl Effects for PodOp<'_> {
                     .await
                     .map_err(|e| e.to_string());
             }
+            // Applied by `apply` itself (its refusal is not a failed step); never saved here.
             Action::EnsureForkSnapshot { src } => {
-                return h.ensure_fork_snapshot(src).await.map(|_| ());
+                return Err(format!("fork source {src}: not applied as a plain step"));
             }
             Action::EnsureRunImage { image, force } => {
                 let image = h.ensure_run_image(image, *force).await?;
@@ -507,6 +507,26 @@ impl Effects for PodOp<'_> {
             Action::CollectCloneBasesIfImported => self.collect_clone_bases_if_imported().await,
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl Effects for PodOp<'_> {
+    fn pod(&self) -> &str {
+        self.key
+    }
+
+    async fn apply(&self, action: &Action) -> Result<(), ActionError> {
+        if let Action::EnsureForkSnapshot { src } = action {
+            // Re-checked at the save: a refusal is the tenant rule's, not a failed step.
+            let ns = self.pod.metadata.namespace.as_deref().unwrap_or_default();
+            return self
+                .h
+                .ensure_fork_snapshot(self.key, ns, src)
+                .await
+                .map(|_| ());
+        }
+        self.apply_step(action).await.map_err(ActionError::Failed)
     }
 
     async fn inspect_after_failed_remove(&self, id: &str) -> AfterFailedRemove {

@@ -6,7 +6,9 @@
 use async_trait::async_trait;
 use tracing::warn;
 
-use super::{Action, AfterFailedRemove, OnFailure, Step, StepFailed, Undo, compensations};
+use super::{
+    Action, ActionError, AfterFailedRemove, OnFailure, Step, StepFailed, Undo, compensations,
+};
 
 /// What a plan's steps act on: the runtime, the registry and the API, for one pod. The
 /// handler's implementation is [`super::effects::PodOp`]; the table tests use a recording
@@ -15,8 +17,9 @@ use super::{Action, AfterFailedRemove, OnFailure, Step, StepFailed, Undo, compen
 pub(crate) trait Effects: Send + Sync {
     /// The pod, `<namespace>/<name>`, for log lines.
     fn pod(&self) -> &str;
-    /// Applies one action; the error text is the cause in the operation's error.
-    async fn apply(&self, action: &Action) -> Result<(), String>;
+    /// Applies one action; a failure's text is the cause in the operation's error, a
+    /// refusal fails the operation as it says.
+    async fn apply(&self, action: &Action) -> Result<(), ActionError>;
     /// Inspects VM `id` after its remove failed.
     async fn inspect_after_failed_remove(&self, id: &str) -> AfterFailedRemove;
     /// Runs a compensation (its own failures are logged).
@@ -34,8 +37,16 @@ pub(crate) async fn run<E: Effects + ?Sized>(fx: &E, steps: &[Step]) -> Result<(
             Action::RetryFailedClear => &Action::ClearRuntime,
             a => a,
         };
-        let Err(error) = fx.apply(action).await else {
-            continue;
+        let error = match fx.apply(action).await {
+            Ok(()) => continue,
+            Err(ActionError::Failed(error)) => error,
+            Err(ActionError::Refused { reason, message }) => {
+                warn!(pod = fx.pod(), reason, %message, "refused while acting");
+                for undo in compensations(steps, i, None) {
+                    fx.undo(&undo).await;
+                }
+                return Err(StepFailed::refused(reason, message));
+            }
         };
         match &step.on_failure {
             OnFailure::Ignore => {}
@@ -204,5 +215,36 @@ mod tests {
                 "undo: re-apply id/ip",
             ]
         );
+    }
+
+    /// A refusal at the moment of acting (the fork source re-checked at the save) fails the
+    /// operation with its own reason, even on a step whose failures are only logged, after
+    /// the compensations of the steps done.
+    #[tokio::test]
+    async fn a_refusal_fails_with_its_reason_whatever_the_step_says() {
+        for (refused, undone) in [
+            ("clear id/ip", &["undo: NIC rollback of i"][..]),
+            (
+                "push",
+                &["undo: NIC rollback of i", "undo: re-apply id/ip"][..],
+            ),
+        ] {
+            let script = Script::default().refuse(refused, "TenantIsolationRefused");
+            let (calls, res) = run_with(script).await;
+            assert_eq!(
+                res,
+                Err(StepFailed {
+                    reason: Some("TenantIsolationRefused"),
+                    message: "no".into(),
+                }),
+                "{refused}"
+            );
+            assert!(
+                calls.iter().all(|c| !c.starts_with("remove")),
+                "{refused}: nothing after the refusal runs: {calls:?}"
+            );
+            let tail: Vec<String> = undone.iter().map(|u| (*u).to_owned()).collect();
+            assert!(calls.ends_with(&tail), "{refused}: {calls:?}");
+        }
     }
 }

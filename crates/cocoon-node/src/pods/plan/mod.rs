@@ -310,6 +310,26 @@ impl Step {
     }
 }
 
+/// Why an action failed ([`exec::Effects::apply`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ActionError {
+    /// It failed with this text: the step's [`OnFailure`] says what that means.
+    Failed(String),
+    /// A rule checked at the moment of acting refused it (tenant isolation, e.g. the fork
+    /// source re-checked at the save): the operation fails with `reason` and `message`,
+    /// whatever the step's failure policy, after the compensations of the steps done.
+    Refused {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+impl From<String> for ActionError {
+    fn from(message: String) -> Self {
+        ActionError::Failed(message)
+    }
+}
+
 /// The operation failed (or was refused before its first step): the failOp reason and the
 /// error text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::exec::Effects;
-use super::{Action, AfterFailedRemove, CloneFrom, ClonePull, Failure, OnFailure, Step, Undo};
+use super::{
+    Action, ActionError, AfterFailedRemove, CloneFrom, ClonePull, Failure, OnFailure, Step, Undo,
+};
 
 /// An action as a short sentence.
 pub(crate) fn action(a: &Action) -> String {
@@ -153,6 +155,7 @@ pub(crate) fn steps(plan: &[Step]) -> Vec<String> {
 #[derive(Default)]
 pub(crate) struct Script {
     fails: Mutex<Vec<(String, u32)>>,
+    refuses: Vec<(String, &'static str)>,
     after_remove: Option<AfterFailedRemove>,
     calls: Mutex<Vec<String>>,
 }
@@ -164,6 +167,12 @@ impl Script {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((prefix.to_owned(), times));
+        self
+    }
+
+    /// Actions starting with `prefix` are refused with `reason` (and the message `no`).
+    pub(crate) fn refuse(mut self, prefix: &str, reason: &'static str) -> Self {
+        self.refuses.push((prefix.to_owned(), reason));
         self
     }
 
@@ -192,8 +201,15 @@ impl Effects for Script {
         "ns/pod"
     }
 
-    async fn apply(&self, a: &Action) -> Result<(), String> {
+    async fn apply(&self, a: &Action) -> Result<(), ActionError> {
         let text = action(a);
+        if let Some((_, reason)) = self.refuses.iter().find(|(p, _)| text.starts_with(p)) {
+            self.record(format!("{text} ⊘"));
+            return Err(ActionError::Refused {
+                reason,
+                message: "no".into(),
+            });
+        }
         let fails = {
             let mut fails = self.fails.lock().unwrap_or_else(|p| p.into_inner());
             match fails
@@ -209,7 +225,7 @@ impl Effects for Script {
         };
         if fails {
             self.record(format!("{text} ✗"));
-            return Err("boom".into());
+            return Err(ActionError::Failed("boom".into()));
         }
         self.record(text);
         Ok(())
