@@ -33,7 +33,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 
-/// The pod's `status.podIP` and every `status.podIPs` entry.
+/// The pod's `status.podIP` and every `status.podIPs` entry, each once.
 fn pod_ips(p: &Pod) -> Vec<String> {
     let st = p.status.as_ref();
     st.and_then(|s| s.pod_ip.clone())
@@ -44,10 +44,14 @@ fn pod_ips(p: &Pod) -> Vec<String> {
                 .flatten()
                 .map(|i| i.ip),
         )
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
         .collect()
 }
 
-/// The simulator calls that name any of `refs` (a VM name or id), or bring a VM up.
+/// The simulator calls that bring a VM up, remove or save one, or name any of `refs` (a VM
+/// name or id) other than the read-only lookup of an unmanaged pod's pre-assigned id (which
+/// must not name a runtime VM, issue 26).
 fn calls_on(agent: &common::TestAgent, refs: &[String]) -> Vec<cocoon_runtime::sim::Call> {
     agent
         .sim
@@ -57,7 +61,7 @@ fn calls_on(agent: &common::TestAgent, refs: &[String]) -> Vec<cocoon_runtime::s
             matches!(
                 c.verb,
                 Verb::Run | Verb::Clone | Verb::Remove | Verb::SnapshotSave
-            ) || c.targets.iter().any(|t| refs.contains(t))
+            ) || (c.verb != Verb::Inspect && c.targets.iter().any(|t| refs.contains(t)))
         })
         .collect()
 }
