@@ -166,7 +166,9 @@ fn a_pod_fits_only_within_allocatable_next_to_the_running_pods() {
             "Node didn't have enough resource: {name}, requested: {req}, used: {used}, capacity: {cap}"
         )
     };
-    let cases: Vec<(&str, Amounts, usize, Result<(), (&str, String)>)> = vec![
+    /// (what, the pod's requests, pods running, the verdict: reason and message)
+    type Row<'a> = (&'a str, Amounts, usize, Result<(), (&'a str, String)>);
+    let cases: Vec<Row> = vec![
         ("fits", amounts(2800, 7 << 30, 60_000), 2, Ok(())),
         ("nothing requested", amounts(0, 0, 0), 2, Ok(())),
         (
