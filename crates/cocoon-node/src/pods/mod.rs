@@ -33,6 +33,11 @@
 //!   admission. Refusals are failOp with reason `TenantIsolationRefused`. Every lookup by
 //!   name, snapshot pull and push goes through the trust gate in `owned` (exact names, owner
 //!   annotations); unused clone bases are collected (`clone_gc`, `VK_CLONE_BASE_KEEP`).
+//! * Kubelet-grade admission (not in the spec; issue 35): a pod is claimed only if its
+//!   requests fit the allocatable the agent publishes next to the pods it runs, else it is
+//!   rejected as a kubelet rejects it (`Failed`, `OutOfcpu`…; [`resources`]); an unmanaged
+//!   pod's pre-assigned IP must lie in `VK_UNMANAGED_IP_CIDRS` and be used by no other pod
+//!   ([`unmanaged_ip`]), and its synthetic record is never probed. The shell is `admission`.
 
 mod admission;
 mod clone_gc;
