@@ -87,8 +87,18 @@ pub async fn run_agent(
             instance: Some(parts.pods.node_name.clone()),
         },
     );
+    // Pods are admitted against the allocatable this agent publishes (issue 35 item 4).
+    let mut pod_cfg = parts.pods;
+    if pod_cfg.tenant.allocatable.is_none()
+        && let Some(reg) = &parts.registration
+    {
+        pod_cfg.tenant.allocatable = Some(
+            pods::resources::Allocatable::from_quantities(&reg.resources.allocatable)
+                .map_err(AgentError::Config)?,
+        );
+    }
     let handler = Handler::new(
-        parts.pods,
+        pod_cfg,
         parts.client.clone(),
         parts.runtime,
         parts.registry,
@@ -164,6 +174,8 @@ pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
         tenant: crate::pods::TenantConfig {
             accept_legacy_vm_names: cfg.accept_legacy_vm_names,
             clone_base_keep: cfg.clone_base_keep,
+            unmanaged_ip_ranges: cfg.unmanaged_ip_ranges.clone(),
+            allocatable: None,
         },
         timing: Timing::default(),
         host_reach: cfg.host_reach.clone(),

@@ -28,6 +28,9 @@
 //!   the risk); default off.
 //! * `VK_CLONE_BASE_KEEP` (not in the spec): unused clone-base snapshots kept per node, a
 //!   non-negative integer, default 4; an unparsable value is fatal.
+//! * `VK_UNMANAGED_IP_CIDRS` (not in the spec; issue 35 item 3, see
+//!   [`crate::pods::unmanaged_ip`]): CIDRs separated by `,` or whitespace; unset or empty
+//!   refuses every unmanaged pod with a pre-assigned IP. A bad CIDR is fatal.
 //! * Kubelet API bounds (not in the spec; issue 26 item 8), [`parse_kubelet_limits`]:
 //!   `VK_LOG_MAX_BYTES` (4 MiB), `VK_LOG_MAX_LINE_BYTES` (16 KiB), `VK_LOG_FOLLOWERS_PER_POD`
 //!   (4), `VK_LOG_FOLLOWERS_PER_NODE` (64), `VK_LOG_READS_PER_NODE` (16), `VK_EXEC_SESSIONS_PER_POD` (8),
@@ -81,6 +84,8 @@ pub enum ConfigError {
     HostReach { var: &'static str, reason: String },
     #[error("parse VK_CLONE_BASE_KEEP: must be a non-negative integer, got {0:?}")]
     CloneBaseKeep(String),
+    #[error("parse VK_UNMANAGED_IP_CIDRS: {0}")]
+    UnmanagedIpCidrs(String),
     #[error("parse {var}={value:?}: {reason}")]
     Limit {
         var: &'static str,
@@ -272,6 +277,9 @@ pub struct NodeConfig {
     pub accept_legacy_vm_names: bool,
     /// `VK_CLONE_BASE_KEEP` (default 4).
     pub clone_base_keep: usize,
+    /// `VK_UNMANAGED_IP_CIDRS` (empty: every unmanaged pod with a pre-assigned IP is
+    /// refused).
+    pub unmanaged_ip_ranges: Vec<crate::pods::unmanaged_ip::IpRange>,
     /// Heartbeat and fix-up timings (not env-configurable).
     pub timings: Timings,
     /// Bounds on kubelet API work (`VK_LOG_MAX_BYTES`, `VK_LOG_MAX_LINE_BYTES`,
@@ -384,6 +392,11 @@ impl NodeConfig {
             None => env::DEFAULT_CLONE_BASE_KEEP,
         };
 
+        let unmanaged_ip_ranges = crate::pods::unmanaged_ip::parse_ranges(
+            &val(env::UNMANAGED_IP_CIDRS).unwrap_or_default(),
+        )
+        .map_err(ConfigError::UnmanagedIpCidrs)?;
+
         let int_knob = |k: &str, default: u64| match val(k) {
             Some(raw) => raw.trim().parse::<u64>().unwrap_or(0),
             None => default,
@@ -443,6 +456,7 @@ impl NodeConfig {
             accept_legacy_vm_names: val(env::ACCEPT_LEGACY_VM_NAMES)
                 .is_some_and(|v| v.trim() == "true"),
             clone_base_keep,
+            unmanaged_ip_ranges,
             timings: Timings::default(),
             kubelet_limits: parse_kubelet_limits(&val)?,
         })

@@ -196,6 +196,31 @@ fn host_reach_allowlists() {
     );
 }
 
+/// `VK_UNMANAGED_IP_CIDRS`: empty by default (unmanaged pods with a pre-assigned IP are
+/// refused), IPv4 and IPv6 CIDRs, a bad one stops the agent naming the variable.
+#[test]
+fn unmanaged_ip_cidrs() {
+    let c = parse(&[]).expect("defaults");
+    assert!(c.unmanaged_ip_ranges.is_empty());
+    let c = parse(&[("VK_UNMANAGED_IP_CIDRS", "10.9.0.0/16, fd00:9::/64")]).expect("config");
+    assert_eq!(
+        c.unmanaged_ip_ranges
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["10.9.0.0/16", "fd00:9::/64"]
+    );
+    assert_eq!(
+        crate::agent::pod_config(&c).tenant.unmanaged_ip_ranges,
+        c.unmanaged_ip_ranges
+    );
+    let err = parse(&[("VK_UNMANAGED_IP_CIDRS", "10.9.0.1/16")]).expect_err("host bits");
+    assert_eq!(
+        err.to_string(),
+        "parse VK_UNMANAGED_IP_CIDRS: \"10.9.0.1/16\": host bits are set"
+    );
+}
+
 #[test]
 fn fatal_messages() {
     let cases: &[(&[(&str, &str)], &str)] = &[

@@ -24,6 +24,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{BoxError, registry};
 
+/// The `VK_UNMANAGED_IP_CIDRS` of the test agents: the static toolboxes of the e2e tests
+/// pre-assign their IPs in it (`scripted::two_toolboxes`).
+pub const UNMANAGED_IPS: &str = "10.9.9.0/24";
+
 /// How an in-process node agent runs.
 #[derive(Clone, Debug)]
 pub struct AgentOptions {
@@ -146,7 +150,13 @@ impl Agent {
                 restore_mode: "ondemand".into(),
                 cocoon_root_dir: root.to_owned(),
                 clone_from_dir_roots: Vec::new(),
-                tenant: Default::default(),
+                // The e2e tests' static toolboxes pre-assign IPs in this range.
+                tenant: cocoon_node::pods::TenantConfig {
+                    unmanaged_ip_ranges: cocoon_node::pods::unmanaged_ip::parse_ranges(
+                        UNMANAGED_IPS,
+                    )?,
+                    ..Default::default()
+                },
                 timing: opts.timing,
                 host_reach: Default::default(),
             },

@@ -151,6 +151,10 @@ pub mod node {
     pub const CLONE_BASE_KEEP: &str = "VK_CLONE_BASE_KEEP";
     /// Default of [`CLONE_BASE_KEEP`].
     pub const DEFAULT_CLONE_BASE_KEEP: usize = 4;
+    /// CIDRs an unmanaged pod's pre-assigned `vm.cocoonstack.io/ip` must lie in (not in the
+    /// spec; issue 35 item 3): IPv4 and IPv6 ranges separated by `,` or whitespace. Unset or
+    /// empty refuses every unmanaged pod with a pre-assigned IP.
+    pub const UNMANAGED_IP_CIDRS: &str = "VK_UNMANAGED_IP_CIDRS";
 
     /// Default of [`NODE_NAME`].
     pub const DEFAULT_NODE_NAME: &str = "cocoon-pool";

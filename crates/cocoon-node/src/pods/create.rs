@@ -60,17 +60,16 @@ impl Handler {
                     return Err(failed(e));
                 }
                 admit::Next::Claim => {
-                    // Claim this incarnation before anything else.
-                    {
-                        let mut t = self.tables();
-                        t.pods.insert(key.clone(), pod.clone());
-                        t.start_times
-                            .entry(key.clone())
-                            .or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+                    // Claim this incarnation before anything else, if it fits the node (the
+                    // kubelet's resource admission, see `admission`).
+                    if let Err(r) = self.claim_if_fits(&key, &pod) {
+                        found.rejected = Some(r);
+                        continue;
                     }
                     self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
                     found.claimed = true;
                 }
+                admit::Next::Reject(r) => return self.reject_pod(&pod, &r).await,
                 admit::Next::LookUpPreId => {
                     let known = self.runtime_has_vm_id(&pre_id).await;
                     found.pre_id_known = Some(known.map_err(|e| e.to_string()));
@@ -85,6 +84,11 @@ impl Handler {
                 admit::Next::CheckHostReach => {
                     let verdict = self.host_reach_check(&spec);
                     found.host_reach = Some(verdict.map_err(|r| r.to_string()));
+                }
+                // An unmanaged pod's IP: in the node's ranges, used by no other pod.
+                admit::Next::CheckUnmanagedIp => {
+                    let verdict = self.unmanaged_ip_check(&key, &pod);
+                    found.unmanaged_ip = Some(verdict.map_err(|r| r.to_string()));
                 }
                 admit::Next::Refuse(f) => return self.fail_create_with(&pod, false, f).await,
                 admit::Next::Admit => break,

@@ -33,7 +33,13 @@
 //!   admission. Refusals are failOp with reason `TenantIsolationRefused`. Every lookup by
 //!   name, snapshot pull and push goes through the trust gate in `owned` (exact names, owner
 //!   annotations); unused clone bases are collected (`clone_gc`, `VK_CLONE_BASE_KEEP`).
+//! * Kubelet-grade admission (not in the spec; issue 35): a pod is claimed only if its
+//!   requests fit the allocatable the agent publishes next to the pods it runs, else it is
+//!   rejected as a kubelet rejects it (`Failed`, `OutOfcpu`…; [`resources`]); an unmanaged
+//!   pod's pre-assigned IP must lie in `VK_UNMANAGED_IP_CIDRS` and be used by no other pod
+//!   ([`unmanaged_ip`]), and its synthetic record is never probed. The shell is `admission`.
 
+mod admission;
 mod clone_gc;
 pub mod controller;
 mod create;
@@ -47,6 +53,7 @@ mod owned;
 mod plan;
 pub mod probe;
 pub mod reconcile;
+pub mod resources;
 pub mod rules;
 pub mod samples;
 mod stale;
@@ -54,11 +61,14 @@ pub mod state;
 pub mod status;
 pub mod tenant;
 mod transfer;
+pub mod unmanaged_ip;
 pub use transfer::import_snapshot_from_registry;
 mod update;
 
 #[cfg(test)]
 mod incarnation_tests;
+#[cfg(test)]
+mod resources_tests;
 #[cfg(test)]
 mod rules_tests;
 #[cfg(test)]
@@ -92,6 +102,8 @@ use probe::{ProbeManager, ProbeSchedule};
 
 /// The probe's message while the VM's IP does not resolve yet (§11.1 step 2).
 pub(crate) const WAITING_FOR_LEASE: &str = "waiting for dhcp lease";
+/// The probe's answer for an unmanaged pod (never probed, ready once admitted).
+pub(crate) const UNMANAGED_NOT_PROBED: &str = "unmanaged: not probed";
 use state::{Tables, TrackedVm};
 
 /// Errors of pod operations. The text is the contract text of `node.md` §16.
@@ -218,6 +230,15 @@ pub struct TenantConfig {
     /// `VK_CLONE_BASE_KEEP`: clone-base snapshots no tracked pod uses that stay on the node
     /// (the newest ones); older unused ones are removed (see `clone_gc`). Default 4.
     pub clone_base_keep: usize,
+    /// `VK_UNMANAGED_IP_CIDRS`: the ranges an unmanaged pod's pre-assigned IP must lie in
+    /// (empty, the default: every unmanaged pod with a pre-assigned IP is refused; see
+    /// [`unmanaged_ip`]).
+    pub unmanaged_ip_ranges: Vec<unmanaged_ip::IpRange>,
+    /// The allocatable the agent publishes on its Node, against which pods are admitted
+    /// ([`resources`]). Filled from the Node registration by
+    /// [`crate::agent::run_agent`] when unset; `None` (an agent that registers no Node, as
+    /// most tests run) admits without a resource check.
+    pub allocatable: Option<resources::Allocatable>,
 }
 
 impl Default for TenantConfig {
@@ -225,6 +246,8 @@ impl Default for TenantConfig {
         TenantConfig {
             accept_legacy_vm_names: false,
             clone_base_keep: cocoon_api::contract::env::node::DEFAULT_CLONE_BASE_KEEP,
+            unmanaged_ip_ranges: Vec::new(),
+            allocatable: None,
         }
     }
 }
@@ -842,8 +865,13 @@ impl Handler {
         let Some(pod) = self.tracked_pod(key) else {
             return (false, "vm gone".into());
         };
-        if self.tracked_vm(key).is_none() {
+        let Some(vm) = self.tracked_vm(key) else {
             return (false, "vm gone".into());
+        };
+        // An unmanaged pod's synthetic record is never probed: its IP is not this node's to
+        // reach (a probe-port would be a port scan from the host). It is ready once admitted.
+        if vm.synthetic {
+            return (true, UNMANAGED_NOT_PROBED.into());
         }
         let ip = self.resolve_ip(key);
         if ip.is_empty() {

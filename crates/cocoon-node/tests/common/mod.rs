@@ -72,6 +72,10 @@ pub fn fast_timing() -> Timing {
     }
 }
 
+/// The `VK_UNMANAGED_IP_CIDRS` of the tests' agents ([`AgentOptions::new`]): the range the
+/// tests' unmanaged pods pre-assign their IPs from.
+pub const UNMANAGED_IPS: &str = "10.250.0.0/16";
+
 /// How [`start_agent_with`] runs an agent.
 pub struct AgentOptions {
     /// The simulator configuration (its root, latencies, lease delay).
@@ -93,7 +97,9 @@ pub struct AgentOptions {
     pub clone_from_dir_roots: Vec<PathBuf>,
     /// `VK_RUN_IMAGE_URL_ALLOW` / `VK_NETWORK_ALLOW` (default: no URL image, default network).
     pub host_reach: HostReach,
-    /// `VK_ACCEPT_LEGACY_VM_NAMES`, `VK_CLONE_BASE_KEEP` (defaults: off, 4).
+    /// `VK_ACCEPT_LEGACY_VM_NAMES`, `VK_CLONE_BASE_KEEP`, `VK_UNMANAGED_IP_CIDRS` and the
+    /// allocatable pods are admitted against (defaults: off, 4, [`UNMANAGED_IPS`], the
+    /// registration's if any).
     pub tenant: TenantConfig,
     /// The snapshot knobs of registry.md §5.5 as the agent applies them: `SNAPSHOT_ZSTD_LEVEL`,
     /// `SNAPSHOT_CHUNK_SIZE_MIB`, `SNAPSHOT_MEMORY_BUDGET_MIB`, `SNAPSHOT_PULL_BUDGET_MIB`
@@ -103,7 +109,8 @@ pub struct AgentOptions {
 
 impl AgentOptions {
     /// The tests' agent on `root`: [`sim_config`], [`fast_timing`], orphans destroyed, fresh
-    /// metrics, no Node registration, ready within [`WAIT`], its own cancellation token.
+    /// metrics, no Node registration, ready within [`WAIT`], its own cancellation token,
+    /// unmanaged IPs from [`UNMANAGED_IPS`].
     pub fn new(root: &Path) -> Self {
         AgentOptions {
             sim: sim_config(root),
@@ -115,7 +122,11 @@ impl AgentOptions {
             token: None,
             clone_from_dir_roots: Vec::new(),
             host_reach: HostReach::default(),
-            tenant: TenantConfig::default(),
+            tenant: TenantConfig {
+                unmanaged_ip_ranges: cocoon_node::pods::unmanaged_ip::parse_ranges(UNMANAGED_IPS)
+                    .expect("the tests' unmanaged IP ranges"),
+                ..TenantConfig::default()
+            },
             snapshot_knobs: [0; 4],
         }
     }

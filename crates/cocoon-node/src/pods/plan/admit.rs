@@ -8,12 +8,21 @@
 //! * an empty VM name → the error `pod <ns>/<name> missing vm.cocoonstack.io/name annotation`,
 //!   counted `{create,skipped,missing_vmname}`, with no Event and without tracking the pod;
 //! * otherwise the pod is claimed first (tracked with no VM, lifecycle `creating`), so every
-//!   later refusal is a failCreate of this incarnation;
+//!   later refusal is a failCreate of this incarnation; the claim is also the kubelet's
+//!   resource admission ([`crate::pods::resources`]): the shell claims the pod only if its
+//!   requests fit the node's allocatable next to the pods it already tracks (decided and
+//!   claimed under one lock); a pod that does not fit is rejected as a kubelet rejects it
+//!   (phase `Failed`, reason `OutOfcpu`…, a Warning Event), holding nothing, before any
+//!   runtime call;
 //! * an unmanaged pod's pre-assigned id is looked up in the runtime (it must not name a VM the
 //!   runtime knows); a failed lookup → `CreateBringUpFailed`,
 //!   `look up pre-assigned VM id "<id>": <err>`;
 //! * tenant isolation, then host reach, each refusing with `TenantIsolationRefused` and the
 //!   check's own message, before any runtime, registry or by-name-index use of the names;
+//! * an unmanaged pod's pre-assigned IP last ([`crate::pods::unmanaged_ip`]: in the node's
+//!   `VK_UNMANAGED_IP_CIDRS`, used by no other pod), refusing with `TenantIsolationRefused`;
+//!   the shell admits the pod in the same lock as it checks, so two pods never both get one
+//!   IP (an empty IP passes here and is refused as missing by the mode dispatch);
 //! * only then is the pod admitted (a holder of its VM name).
 
 use cocoon_api::contract::VmSpec;
@@ -22,18 +31,23 @@ use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 
 use super::StepFailed;
+use crate::pods::resources::Rejection;
 
 /// What the admission found so far (`None`: not done yet).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Found {
     /// The pod is tracked with no VM and its lifecycle is `creating`.
     pub claimed: bool,
+    /// The claim was refused: the pod's requests do not fit the node.
+    pub rejected: Option<Rejection>,
     /// Whether the runtime knows a VM by the unmanaged pod's pre-assigned id.
     pub pre_id_known: Option<Result<bool, String>>,
     /// The tenant isolation check's verdict (the refusal's text).
     pub tenant: Option<Result<(), String>>,
     /// The host reach check's verdict (the refusal's text).
     pub host_reach: Option<Result<(), String>>,
+    /// The unmanaged pod's pre-assigned IP check (the refusal's text).
+    pub unmanaged_ip: Option<Result<(), String>>,
 }
 
 /// The next thing the admission does.
@@ -42,14 +56,20 @@ pub(crate) enum Next {
     /// Fail with this error, without an Event, a claim or a failCreate; count
     /// `{create, skipped, missing_vmname}` (see [`SKIPPED`]).
     Skip(String),
-    /// Track the pod with no VM and write lifecycle `creating`.
+    /// Track the pod with no VM and write lifecycle `creating`, if its requests fit the
+    /// node (else record the rejection).
     Claim,
+    /// Reject the pod as a kubelet does (phase `Failed`, the reason, a Warning Event); it is
+    /// not tracked and nothing is retried.
+    Reject(Rejection),
     /// Look the unmanaged pod's pre-assigned id up in the runtime.
     LookUpPreId,
     /// The tenant isolation check; `id_known`: the pre-assigned id names a runtime VM.
     CheckTenant { id_known: bool },
     /// The host reach check.
     CheckHostReach,
+    /// The unmanaged pod's pre-assigned IP check (admitting the pod when it passes).
+    CheckUnmanagedIp,
     /// failCreate (not restoring) with this.
     Refuse(StepFailed),
     /// Admit the pod: the mode dispatch ([`super::create::route`]) follows.
@@ -66,7 +86,10 @@ pub(crate) fn next(key: &str, spec: &VmSpec, pre_id: &str, found: &Found) -> Nex
         return Next::Skip(format!("pod {key} missing {} annotation", ann::VM_NAME));
     }
     if !found.claimed {
-        return Next::Claim;
+        return match &found.rejected {
+            Some(r) => Next::Reject(r.clone()),
+            None => Next::Claim,
+        };
     }
     let id_known = if spec.managed {
         false
@@ -88,7 +111,15 @@ pub(crate) fn next(key: &str, spec: &VmSpec, pre_id: &str, found: &Found) -> Nex
         Some(Ok(())) => {}
     }
     match &found.host_reach {
-        None => Next::CheckHostReach,
+        None => return Next::CheckHostReach,
+        Some(Err(refusal)) => return refused(refusal),
+        Some(Ok(())) => {}
+    }
+    if spec.managed {
+        return Next::Admit;
+    }
+    match &found.unmanaged_ip {
+        None => Next::CheckUnmanagedIp,
         Some(Err(refusal)) => refused(refusal),
         Some(Ok(())) => Next::Admit,
     }

@@ -5,19 +5,24 @@
 use cocoon_api::contract::VmSpec;
 
 use super::admit::{Found, Next, SKIPPED, next};
+use crate::pods::resources::Rejection;
 
-/// The answers the shell would get: the runtime lookup of the pre-assigned id, the tenant
-/// check, the host reach check.
+/// The answers the shell would get: the claim (the resource fit), the runtime lookup of the
+/// pre-assigned id, the tenant check, the host reach check, the unmanaged IP check.
 struct Answers {
+    fits: Result<(), (&'static str, &'static str)>,
     lookup: Result<bool, &'static str>,
     tenant: Result<(), &'static str>,
     host_reach: Result<(), &'static str>,
+    unmanaged_ip: Result<(), &'static str>,
 }
 
 const ALL_PASS: Answers = Answers {
+    fits: Ok(()),
     lookup: Ok(false),
     tenant: Ok(()),
     host_reach: Ok(()),
+    unmanaged_ip: Ok(()),
 };
 
 /// Runs the admission as the shell does, every step as a sentence.
@@ -30,9 +35,22 @@ fn walk(spec: &VmSpec, pre_id: &str, a: &Answers) -> Vec<String> {
                 seen.push(format!("skip: {e}"));
                 return seen;
             }
-            Next::Claim => {
-                seen.push("claim, creating".into());
-                found.claimed = true;
+            Next::Claim => match a.fits {
+                Ok(()) => {
+                    seen.push("claim, creating".into());
+                    found.claimed = true;
+                }
+                Err((reason, message)) => {
+                    seen.push("claim refused".into());
+                    found.rejected = Some(Rejection {
+                        reason: reason.into(),
+                        message: message.into(),
+                    });
+                }
+            },
+            Next::Reject(r) => {
+                seen.push(format!("reject {}: {}", r.reason, r.message));
+                return seen;
             }
             Next::LookUpPreId => {
                 seen.push(format!("look up {pre_id:?}"));
@@ -45,6 +63,10 @@ fn walk(spec: &VmSpec, pre_id: &str, a: &Answers) -> Vec<String> {
             Next::CheckHostReach => {
                 seen.push("host reach check".into());
                 found.host_reach = Some(a.host_reach.map_err(str::to_owned));
+            }
+            Next::CheckUnmanagedIp => {
+                seen.push("unmanaged ip check".into());
+                found.unmanaged_ip = Some(a.unmanaged_ip.map_err(str::to_owned));
             }
             Next::Refuse(f) => {
                 seen.push(format!("refuse {}: {}", f.reason.unwrap_or("-"), f.message));
@@ -76,6 +98,10 @@ fn admission_table() {
     };
     const TENANT: &str = "vm name vk-other is held by ns/b";
     const REACH: &str = "image https://x/disk.img is not in the run image URL allowlist";
+    const IP: &str =
+        "annotation vm.cocoonstack.io/ip: 10.1.2.3 is already used by another pod on this node";
+    const CPU: &str =
+        "Node didn't have enough resource: cpu, requested: 100000000, used: 1200, capacity: 4000";
     let rows: Vec<(&str, &VmSpec, &str, Answers, Vec<&str>)> = vec![
         (
             "no VM name: an error, counted skipped, no Event and no claim",
@@ -124,7 +150,41 @@ fn admission_table() {
                 "look up \"ext-1\"",
                 "tenant check (id known: true)",
                 "host reach check",
+                "unmanaged ip check",
                 "admit",
+            ],
+        ),
+        (
+            "unmanaged: its pre-assigned IP is checked last, refused as tenant isolation",
+            &unmanaged,
+            "ext-1",
+            Answers {
+                unmanaged_ip: Err(IP),
+                ..ALL_PASS
+            },
+            vec![
+                "claim, creating",
+                "look up \"ext-1\"",
+                "tenant check (id known: false)",
+                "host reach check",
+                "unmanaged ip check",
+                "refuse TenantIsolationRefused: annotation vm.cocoonstack.io/ip: 10.1.2.3 is already used by another pod on this node",
+            ],
+        ),
+        (
+            "a pod that does not fit the node is rejected at the claim: nothing else is asked",
+            &unmanaged,
+            "ext-1",
+            Answers {
+                fits: Err(("OutOfcpu", CPU)),
+                lookup: Err("must not be asked"),
+                tenant: Err("must not be asked"),
+                host_reach: Err("must not be asked"),
+                unmanaged_ip: Err("must not be asked"),
+            },
+            vec![
+                "claim refused",
+                "reject OutOfcpu: Node didn't have enough resource: cpu, requested: 100000000, used: 1200, capacity: 4000",
             ],
         ),
         (
