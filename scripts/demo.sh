@@ -16,7 +16,7 @@ for a in "$@"; do
   esac
 done
 
-# The first run builds the upstream control plane from Go modules (15-30 min on two cores) and
+# The first run builds the upstream control plane from Go modules (5-10 min on two cores) and
 # cocoon (5-10 min); both are cached, so a later run starts in well under a minute.
 "$root/scripts/setup.sh" --demo
 echo "==> building cocoon (first run: 5-10 min on two cores; later runs: seconds)" >&2

@@ -51,12 +51,12 @@ log "local OCI registry (Debian docker-registry)"
 "$root/crates/cocoon-testenv/fetch-registry.sh" >/dev/null
 
 if [ "$demo" = 1 ]; then
-  log "upstream control plane (cached; the first build takes 15-30 min on two cores, later runs a second)"
+  log "upstream control plane (cached; the first build takes 5-10 min on two cores, later runs a second)"
   TESTENV_CONTROL_PLANE_ONLY=1 "$root/crates/cocoon-testenv/upstream/build.sh" >/dev/null
   exit 0
 fi
 
-log "upstream control plane and kubelet (cached; a cold build takes 20-35 min on two cores)"
+log "upstream control plane and kubelet (cached; a cold build takes 10-15 min on two cores)"
 "$root/crates/cocoon-testenv/upstream/build.sh" >/dev/null
 
 log "krew (cached)"

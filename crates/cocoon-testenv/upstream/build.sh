@@ -19,7 +19,7 @@ for b in kube-apiserver kube-scheduler kube-controller-manager kubectl etcd; do
 done
 if [ "$need" = 1 ]; then
   start=$(date +%s)
-  echo "building upstream control plane $K8S into $OUT (cold: 15-30 min on two cores)" >&2
+  echo "building upstream control plane $K8S into $OUT (cold: 5-10 min on two cores)" >&2
   V=k8s.io/component-base/version; C=k8s.io/client-go/pkg/version
   LDF="-s -w -X $V.gitVersion=$K8S -X $V.gitMajor=1 -X $V.gitMinor=$MINOR -X $V.gitTreeState=clean \
        -X $V.buildDate=1970-01-01T00:00:00Z -X $C.gitVersion=$K8S -X $C.gitMajor=1 -X $C.gitMinor=$MINOR"
