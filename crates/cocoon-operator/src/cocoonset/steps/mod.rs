@@ -31,7 +31,7 @@ pub mod toolboxes;
 pub mod triage;
 pub mod unsuspend;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cocoon_api::contract::{AnnotationCodec, AnnotationDelta, ReclaimRecord, apply_delta};
@@ -221,6 +221,10 @@ pub struct Answers {
     pub pods: BTreeMap<String, Option<Pod>>,
     /// The outcomes of the step's creates and posts so far, in order.
     pub created: Vec<Created>,
+    /// `<vm>:<tag>` of every tag the step dropped so far ([`Write::DropTag`] that reached the
+    /// registry). A drop is a registry write no watch reports, so a step that waits for its
+    /// effect reads it again in the same pass, and this tells it that it already dropped.
+    pub dropped: BTreeSet<String>,
 }
 
 /// What a [`Read::Probe`] found.

@@ -168,6 +168,9 @@ struct Walk<'a> {
     /// The last status this controller wrote to the set, as the pass began and as its own
     /// status writes leave it.
     last_status: Option<WrittenStatus>,
+    /// `<vm>:<tag>` of the tags the running step dropped (moved into its answers after each
+    /// round: a drop is a registry write no watch reports).
+    dropped: Vec<String>,
 }
 
 impl<'a> Walk<'a> {
@@ -192,6 +195,7 @@ impl<'a> Walk<'a> {
             set_base: None,
             pod_bases: HashMap::new(),
             last_status: None,
+            dropped: Vec::new(),
         }
     }
 

@@ -66,17 +66,20 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     }
     let vm = naming::vm_name_for_agent(o.ns, &name, 0);
     let Some(probed) = &answers.probed else {
-        return StepPlan::read(
-            Vec::new(),
-            vec![Read::Probe {
-                vms: vec![vm],
-                tag: tags::HIBERNATE,
-                fail: Some(STEP),
-            }],
-        );
+        return StepPlan::read(Vec::new(), vec![probe(&vm)]);
     };
     let tag = probed.exists.get(&vm).copied().unwrap_or(false);
     let mut decision = rules::advance(desired, migrating, main, tag);
+    // A drop is a registry write no watch reports: the round that drops probes again and
+    // plans on that answer in the same pass (8.6.5 hands over, 8.6.1 quiesces), instead of
+    // waiting for the migrate poll. A tag still there after this step's own drop (pushed
+    // again, or left by the ownership gate) waits for the poll as before.
+    let dropped_here = answers
+        .dropped
+        .contains(&format!("{vm}:{}", tags::HIBERNATE));
+    if dropped_here && matches!(decision, Advance::DropLeftover | Advance::DropSnapshot) {
+        return StepPlan::requeue(vec![Write::MarkMigrating], o.timing.migrate_poll);
+    }
     if matches!(decision, Advance::DropLeftover | Advance::DropSnapshot) {
         // The cache was read before the probe. Once the tag exists the node agent has written
         // `hibernating`, so a pod read now shows whether the VM that runs is the one the
@@ -113,7 +116,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
             ],
             poll,
         ),
-        Advance::DropLeftover => StepPlan::requeue(
+        Advance::DropLeftover => StepPlan::read(
             vec![
                 drop_tag(&vm),
                 log(format!(
@@ -121,7 +124,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
                 )),
                 Write::MarkMigrating,
             ],
-            poll,
+            vec![probe(&vm)],
         ),
         Advance::AwaitQuiesce => StepPlan::requeue(vec![Write::MarkMigrating], poll),
         // Best effort, as in seat release: without the flag the target pulls the snapshot
@@ -169,14 +172,23 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
             writes.push(Write::MarkMigrating);
             StepPlan::requeue(writes, poll)
         }
-        Advance::DropSnapshot => StepPlan::requeue(
+        Advance::DropSnapshot => StepPlan::read(
             vec![
                 drop_tag(&vm),
                 log(format!("migration to {desired} complete: snapshot dropped")),
                 Write::MarkMigrating,
             ],
-            poll,
+            vec![probe(&vm)],
         ),
+    }
+}
+
+/// 8.4's probe of the main's `:hibernate` tag.
+fn probe(vm: &str) -> Read {
+    Read::Probe {
+        vms: vec![vm.to_string()],
+        tag: tags::HIBERNATE,
+        fail: Some(STEP),
     }
 }
 
@@ -410,6 +422,23 @@ mod tests {
         a.pods.insert(name.clone(), Some(restored.clone()));
         let p = run(&cs, Some(&restored), &a);
         assert!(matches!(&p.writes[0], Write::DropTag { step: STEP, .. }));
+        // No watch reports the drop (issue 36 item 7): the same pass probes again and, the tag
+        // gone, hands over, instead of waiting for the migrate poll.
+        assert_eq!(p.reads, vec![probe(&vm(0))]);
+        assert_eq!(p.next, Next::Replan);
+        let mut after = a.clone();
+        after
+            .dropped
+            .insert(format!("{}:{}", vm(0), tags::HIBERNATE));
+        after.probed = probed(false).probed;
+        assert_eq!(run(&cs, Some(&restored), &after), StepPlan::proceed());
+        // Still there after this step's own drop (pushed again, or kept by the ownership
+        // gate): no second drop in the pass, the poll as before.
+        after.probed = probed(true).probed;
+        assert_eq!(
+            run(&cs, Some(&restored), &after),
+            StepPlan::requeue(vec![Write::MarkMigrating], Timing::default().migrate_poll)
+        );
         // The pod read now is no longer live: the tag stays.
         a.pods.insert(name, Some(main_on(&cs, "node-b")));
         assert_eq!(

@@ -55,6 +55,7 @@ impl Walk<'_> {
             let reads = plan.reads.clone();
             let applied = self.apply(plan).await?;
             answers.created.extend(applied.created);
+            answers.dropped.extend(self.dropped.drain(..));
             if applied.next != Next::Replan {
                 return Ok(applied.next);
             }
@@ -159,6 +160,7 @@ impl Walk<'_> {
                     .delete_tag(&vm, tag)
                     .await
                     .map_err(|e| Error::registry(step, format!("delete {vm}:{tag}"), e))?;
+                self.dropped.push(format!("{vm}:{tag}"));
             }
             Write::Status(status) => self.write_status(status).await?,
             Write::Phase(phase) => {
