@@ -304,6 +304,18 @@ async fn a_node_reaches_only_the_vms_of_pods_bound_to_it() {
             refused(who, c.get_manifest(&victim_vm, &tag("hibernate")).await);
             refused(who, c.get_manifest(&own_vm, &tag("hibernate")).await);
         }
+        // A client trusts only its configured realm: one configured for another realm never
+        // presents node B's token to this registry's realm, so it gets nothing.
+        let mut elsewhere = f.registry_as(Some(&f.token_b))?.config().clone();
+        if let CredentialSource::KubernetesToken { realm, .. } = &mut elsewhere.credentials {
+            *realm = url::Url::parse("http://127.0.0.1:1/token")?;
+        }
+        refused(
+            "node B's token with another realm configured",
+            RegistryClient::new(elsewhere)?
+                .get_manifest(&victim_vm, &tag("hibernate"))
+                .await,
+        );
         let forged = f.registry_as(Some("not-a-kubernetes-token"))?;
         refused(
             "a forged bearer token",
@@ -430,7 +442,6 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
             .send()
             .await?;
         assert_eq!(other.status(), 400);
-        let _ = &f.nodes_ns;
         Ok::<(), BoxError>(())
     })
     .await;
@@ -465,6 +476,7 @@ async fn a_kubelet_client_certificate_authenticates_as_its_node() {
             ),
             ("REGISTRY_TOKEN_SERVICE", SERVICE.to_owned()),
             ("REGISTRY_TOKEN_OPERATOR_USERS", "nobody".to_owned()),
+            ("REGISTRY_TOKEN_NODE_SA_NAMESPACE", f.nodes_ns.clone()),
             ("REGISTRY_TOKEN_TLS_CERT_FILE", tls_cert.display().to_string()),
             ("REGISTRY_TOKEN_TLS_KEY_FILE", tls_key.display().to_string()),
             (
