@@ -248,6 +248,9 @@ async fn a_node_reaches_only_the_vms_of_pods_bound_to_it() {
         f.bind_pod(&victim, "secret-0", &b, None).await?;
         let own_vm = vm_name_for_pod(&tenant, "own-0");
         let victim_vm = vm_name_for_pod(&victim, "secret-0");
+        // A decoy of the tenant on node A names the victim's VM as the image it clones from.
+        f.bind_pod(&tenant, "decoy-0", &a, Some(&format!("{victim_vm}:hibernate")))
+            .await?;
 
         let node_a = f.registry_as(Some(&f.token_a))?;
         let node_b = f.registry_as(Some(&f.token_b))?;
