@@ -177,11 +177,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("connect to the Kubernetes API (KUBECONFIG or in-cluster)")?;
     // The registry token service, when REGISTRY_TOKEN_ADDR is set (README "Registry
     // credentials"): on every replica, leader or not.
-    if let Some(token_cfg) = cocoon_operator::registry_token::TokenConfig::from_env(
-        &config.oci_registry,
-        &|k| std::env::var(k).ok(),
-    )
-    .context("registry token service configuration")?
+    if let Some(token_cfg) =
+        cocoon_operator::registry_token::TokenConfig::from_env(&config.oci_registry, &|k| {
+            std::env::var(k).ok()
+        })
+        .context("registry token service configuration")?
     {
         let svc = cocoon_operator::registry_token::TokenService::new(token_cfg, client.clone())
             .await

@@ -51,10 +51,10 @@ impl Fixture {
         let client = env.client()?;
         let nodes_ns = cocoon_testenv::create_namespace(&client, "rt-nodes").await?;
         let ops_ns = cocoon_testenv::create_namespace(&client, "rt-ops").await?;
-        let node_a = TestNode::create(&client, &cocoon_testenv::unique_name("rt-a"), [("x", "a")])
-            .await?;
-        let node_b = TestNode::create(&client, &cocoon_testenv::unique_name("rt-b"), [("x", "b")])
-            .await?;
+        let node_a =
+            TestNode::create(&client, &cocoon_testenv::unique_name("rt-a"), [("x", "a")]).await?;
+        let node_b =
+            TestNode::create(&client, &cocoon_testenv::unique_name("rt-b"), [("x", "b")]).await?;
         let token_a = sa_token(&client, &nodes_ns, node_a.name()).await?;
         let token_b = sa_token(&client, &nodes_ns, node_b.name()).await?;
         let token_operator = sa_token(&client, &ops_ns, "cocoon-operator").await?;
@@ -87,7 +87,10 @@ impl Fixture {
         // Only the prefix of OCI_REGISTRY matters to the grant; the registry starts below,
         // once the realm's port is known.
         let cfg = TokenConfig::from_env(&format!("127.0.0.1:1/{PREFIX}"), &|k| {
-            env_vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+            env_vars
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
         })?
         .ok_or("token service configured")?;
         let svc = TokenService::new(cfg, client.clone()).await?;
@@ -122,17 +125,13 @@ impl Fixture {
     fn registry_as(&self, token: Option<&str>) -> Result<RegistryClient, BoxError> {
         let token_file = match token {
             Some(t) => {
-                let path = self
-                    .dir
-                    .path()
-                    .join(cocoon_testenv::unique_name("bearer"));
+                let path = self.dir.path().join(cocoon_testenv::unique_name("bearer"));
                 std::fs::write(&path, t)?;
                 Some(path)
             }
             None => None,
         };
-        let mut cfg =
-            RegistryConfig::for_registry(&format!("{}/{PREFIX}", self.registry.addr()))?;
+        let mut cfg = RegistryConfig::for_registry(&format!("{}/{PREFIX}", self.registry.addr()))?;
         cfg.credentials = CredentialSource::KubernetesToken {
             realm: self.realm.clone(),
             token_file,
@@ -181,10 +180,14 @@ impl Fixture {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         pods.delete(name, &DeleteParams::default().grace_period(0))
             .await?;
-        cocoon_testenv::wait_until(&format!("pod {ns}/{name} gone"), Duration::from_secs(60), || {
-            let pods = pods.clone();
-            async move { matches!(pods.get_opt(name).await, Ok(None)).then_some(()) }
-        })
+        cocoon_testenv::wait_until(
+            &format!("pod {ns}/{name} gone"),
+            Duration::from_secs(60),
+            || {
+                let pods = pods.clone();
+                async move { matches!(pods.get_opt(name).await, Ok(None)).then_some(()) }
+            },
+        )
         .await?;
         Ok(())
     }
@@ -244,13 +247,19 @@ async fn a_node_reaches_only_the_vms_of_pods_bound_to_it() {
         let tenant = cocoon_testenv::create_namespace(&f.client, "rt-tenant").await?;
         let victim = cocoon_testenv::create_namespace(&f.client, "rt-victim").await?;
         let (a, b) = (f.node_a.name().to_owned(), f.node_b.name().to_owned());
-        f.bind_pod(&tenant, "own-0", &a, Some("base/ubuntu:24.04")).await?;
+        f.bind_pod(&tenant, "own-0", &a, Some("base/ubuntu:24.04"))
+            .await?;
         f.bind_pod(&victim, "secret-0", &b, None).await?;
         let own_vm = vm_name_for_pod(&tenant, "own-0");
         let victim_vm = vm_name_for_pod(&victim, "secret-0");
         // A decoy of the tenant on node A names the victim's VM as the image it clones from.
-        f.bind_pod(&tenant, "decoy-0", &a, Some(&format!("{victim_vm}:hibernate")))
-            .await?;
+        f.bind_pod(
+            &tenant,
+            "decoy-0",
+            &a,
+            Some(&format!("{victim_vm}:hibernate")),
+        )
+        .await?;
 
         let node_a = f.registry_as(Some(&f.token_a))?;
         let node_b = f.registry_as(Some(&f.token_b))?;
@@ -290,7 +299,10 @@ async fn a_node_reaches_only_the_vms_of_pods_bound_to_it() {
             "node A pushes over its pod's image",
             push_tag(&node_a, "base/ubuntu", "24.04", "x")
                 .await
-                .map_err(|e| *e.downcast::<cocoon_registry::Error>().expect("registry error")),
+                .map_err(|e| {
+                    *e.downcast::<cocoon_registry::Error>()
+                        .expect("registry error")
+                }),
         );
         // Node B has no pod cloning from the image.
         refused(
@@ -300,7 +312,10 @@ async fn a_node_reaches_only_the_vms_of_pods_bound_to_it() {
         // Strangers: an unknown identity, no credential at all, a forged bearer.
         let stranger_token = sa_token(&f.client, &tenant, "stranger").await?;
         for (who, token) in [
-            ("a ServiceAccount of the tenant", Some(stranger_token.as_str())),
+            (
+                "a ServiceAccount of the tenant",
+                Some(stranger_token.as_str()),
+            ),
             ("no credential", None),
         ] {
             let c = f.registry_as(token)?;
@@ -340,7 +355,10 @@ async fn a_node_reaches_only_the_vms_of_pods_bound_to_it() {
             "the operator pushes",
             push_tag(&operator, &own_vm, "hibernate", "x")
                 .await
-                .map_err(|e| *e.downcast::<cocoon_registry::Error>().expect("registry error")),
+                .map_err(|e| {
+                    *e.downcast::<cocoon_registry::Error>()
+                        .expect("registry error")
+                }),
         );
         Ok::<(), BoxError>(())
     })
@@ -402,10 +420,7 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
         let http = reqwest::Client::new();
         let token_for = |bearer: String| {
             let http = http.clone();
-            let url = format!(
-                "{}?service={SERVICE}&scope=repository:{repo}:pull",
-                f.realm
-            );
+            let url = format!("{}?service={SERVICE}&scope=repository:{repo}:pull", f.realm);
             async move {
                 let r: serde_json::Value = http
                     .get(url)
@@ -418,10 +433,7 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
                 Ok::<_, BoxError>(r["token"].as_str().unwrap_or_default().to_owned())
             }
         };
-        let manifest = format!(
-            "{}/v2/{repo}/manifests/hibernate",
-            f.registry.url()
-        );
+        let manifest = format!("{}/v2/{repo}/manifests/hibernate", f.registry.url());
         let get = |jwt: String| {
             http.get(&manifest)
                 .bearer_auth(jwt)
@@ -434,13 +446,19 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
         assert_eq!(a.status(), 401, "node A's token is refused by the registry");
         // The service refuses a token it cannot review, and a service it does not sign for.
         let bad = http
-            .get(format!("{}?service={SERVICE}&scope=repository:{repo}:pull", f.realm))
+            .get(format!(
+                "{}?service={SERVICE}&scope=repository:{repo}:pull",
+                f.realm
+            ))
             .bearer_auth("forged")
             .send()
             .await?;
         assert_eq!(bad.status(), 401);
         let other = http
-            .get(format!("{}?service=elsewhere&scope=repository:{repo}:pull", f.realm))
+            .get(format!(
+                "{}?service=elsewhere&scope=repository:{repo}:pull",
+                f.realm
+            ))
             .bearer_auth(f.token_b.clone())
             .send()
             .await?;
@@ -466,8 +484,8 @@ async fn a_kubelet_client_certificate_authenticates_as_its_node() {
         // cluster CA, in front of a second registry that trusts the same key.
         let dir = f.dir.path();
         let serving_key = rcgen::KeyPair::generate()?;
-        let serving = rcgen::CertificateParams::new(vec!["localhost".into()])?
-            .self_signed(&serving_key)?;
+        let serving =
+            rcgen::CertificateParams::new(vec!["localhost".into()])?.self_signed(&serving_key)?;
         let (tls_cert, tls_key) = (dir.join("tls.crt"), dir.join("tls.key"));
         std::fs::write(&tls_cert, serving.pem())?;
         std::fs::write(&tls_key, serving_key.serialize_pem())?;
@@ -480,7 +498,10 @@ async fn a_kubelet_client_certificate_authenticates_as_its_node() {
             ("REGISTRY_TOKEN_SERVICE", SERVICE.to_owned()),
             ("REGISTRY_TOKEN_OPERATOR_USERS", "nobody".to_owned()),
             ("REGISTRY_TOKEN_NODE_SA_NAMESPACE", f.nodes_ns.clone()),
-            ("REGISTRY_TOKEN_TLS_CERT_FILE", tls_cert.display().to_string()),
+            (
+                "REGISTRY_TOKEN_TLS_CERT_FILE",
+                tls_cert.display().to_string(),
+            ),
             ("REGISTRY_TOKEN_TLS_KEY_FILE", tls_key.display().to_string()),
             (
                 "REGISTRY_TOKEN_CLIENT_CA_FILE",
@@ -529,7 +550,13 @@ async fn a_kubelet_client_certificate_authenticates_as_its_node() {
         };
         let (on_a, on_b) = (vm_name_for_pod(&ns, "on-a"), vm_name_for_pod(&ns, "on-b"));
         // Node B, by its bearer token over the same HTTPS service, hibernates its pod.
-        push_tag(&client_for(None, Some(&f.token_b))?, &on_b, "hibernate", "img:1").await?;
+        push_tag(
+            &client_for(None, Some(&f.token_b))?,
+            &on_b,
+            "hibernate",
+            "img:1",
+        )
+        .await?;
         let node_a = client_for(
             Some((dir.join(format!("{a}.crt")), dir.join(format!("{a}.key")))),
             None,

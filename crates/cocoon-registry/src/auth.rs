@@ -32,7 +32,8 @@ pub const ENV_TOKEN_REALM: &str = "OCI_REGISTRY_TOKEN_REALM";
 /// Default: [`DEFAULT_KUBERNETES_TOKEN_FILE`] when it exists.
 pub const ENV_KUBERNETES_TOKEN_FILE: &str = "OCI_REGISTRY_KUBERNETES_TOKEN_FILE";
 /// The in-cluster ServiceAccount token.
-pub const DEFAULT_KUBERNETES_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+pub const DEFAULT_KUBERNETES_TOKEN_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/token";
 /// How long a `docker-credential-*` helper may take before it is killed.
 pub const DEFAULT_HELPER_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a redacted secret prints as in `Debug` output.
@@ -143,7 +144,12 @@ pub fn parse_token_realm(value: &str) -> Result<url::Url> {
                 format!("{value:?}: plain http only for a loopback host; use https"),
             ));
         }
-        _ => return Err(Error::invalid(ENV_TOKEN_REALM, format!("{value:?}: not an http(s) URL"))),
+        _ => {
+            return Err(Error::invalid(
+                ENV_TOKEN_REALM,
+                format!("{value:?}: not an http(s) URL"),
+            ));
+        }
     }
     if url.host().is_none()
         || !url.username().is_empty()
@@ -153,7 +159,9 @@ pub fn parse_token_realm(value: &str) -> Result<url::Url> {
     {
         return Err(Error::invalid(
             ENV_TOKEN_REALM,
-            format!("{value:?}: must be scheme://host[:port]/path without user info, query or fragment"),
+            format!(
+                "{value:?}: must be scheme://host[:port]/path without user info, query or fragment"
+            ),
         ));
     }
     Ok(url)
@@ -182,7 +190,9 @@ impl CredentialSource {
                 if get(other).is_some() {
                     return Err(Error::invalid(
                         ENV_TOKEN_REALM,
-                        format!("cannot be combined with {other}: choose token auth or static credentials"),
+                        format!(
+                            "cannot be combined with {other}: choose token auth or static credentials"
+                        ),
                     ));
                 }
             }

@@ -464,7 +464,10 @@ fn kubernetes_token_is_read_again_on_every_resolve_and_never_printed() {
         Credentials::KubernetesToken { token, .. } => token,
         other => panic!("{other:?}"),
     };
-    assert_eq!(token(src.resolve("reg").expect("resolve")).as_deref(), Some("first"));
+    assert_eq!(
+        token(src.resolve("reg").expect("resolve")).as_deref(),
+        Some("first")
+    );
     std::fs::write(&file, "rotated").expect("write");
     let creds = src.resolve("reg").expect("resolve");
     assert!(!format!("{creds:?}").contains("rotated"), "{creds:?}");

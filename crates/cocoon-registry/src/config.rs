@@ -173,7 +173,10 @@ impl RegistryConfig {
     /// [`ENV_CLIENT_KEY_FILE`], the listing bounds of [`ListLimits::from_env_with`] and the
     /// credentials of [`CredentialSource::from_env`]. The node agent and the operator call it
     /// on the registry their own configuration names.
-    pub fn with_access_env(mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<RegistryConfig> {
+    pub fn with_access_env(
+        mut self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<RegistryConfig> {
         if let Some(v) = env(ENV_INSECURE) {
             self.insecure_hosts = parse_insecure(&v, &self.base);
         }
@@ -458,7 +461,9 @@ mod tests {
             .err();
         assert_eq!(
             e.map(|e| e.to_string()),
-            Some(format!("{ENV_CLIENT_KEY_FILE}: must be set with {ENV_CLIENT_CERT_FILE}"))
+            Some(format!(
+                "{ENV_CLIENT_KEY_FILE}: must be set with {ENV_CLIENT_CERT_FILE}"
+            ))
         );
     }
 }

@@ -610,10 +610,7 @@ impl Http {
                 if let Some(b) = creds.basic_header() {
                     r = r.header(header::AUTHORIZATION, &b)?;
                 }
-                if let Credentials::KubernetesToken {
-                    token: Some(t), ..
-                } = creds
-                {
+                if let Credentials::KubernetesToken { token: Some(t), .. } = creds {
                     // Checked here so that an error never quotes the token.
                     if !t.bytes().all(|b| b.is_ascii_graphic()) {
                         return Err(Error::invalid(

@@ -86,7 +86,11 @@ impl TokenConfig {
         oci_registry: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<TokenConfig>, TokenConfigError> {
-        let get = |k: &str| env(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let get = |k: &str| {
+            env(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
         let Some(addr) = get(ENV_ADDR) else {
             return Ok(None);
         };
@@ -121,13 +125,14 @@ impl TokenConfig {
         let operator_users = get(ENV_OPERATOR_USERS).map(list);
         let admin_users = get(ENV_ADMIN_USERS).map(list).unwrap_or_default();
         let admin_groups = get(ENV_ADMIN_GROUPS).map(list).unwrap_or_default();
-        if admin_groups
-            .iter()
-            .any(|g| g == "system:authenticated" || g == "system:serviceaccounts" || g == "system:nodes")
-        {
+        if admin_groups.iter().any(|g| {
+            g == "system:authenticated" || g == "system:serviceaccounts" || g == "system:nodes"
+        }) {
             return Err(TokenConfigError::Invalid {
                 name: ENV_ADMIN_GROUPS,
-                detail: "must not name system:authenticated, system:serviceaccounts or system:nodes".into(),
+                detail:
+                    "must not name system:authenticated, system:serviceaccounts or system:nodes"
+                        .into(),
             });
         }
         let tls = match (get(ENV_TLS_CERT_FILE), get(ENV_TLS_KEY_FILE)) {
@@ -140,7 +145,9 @@ impl TokenConfig {
         if client_ca.is_some() && tls.is_none() {
             return Err(TokenConfigError::Invalid {
                 name: ENV_CLIENT_CA_FILE,
-                detail: format!("client certificates need HTTPS: set {ENV_TLS_CERT_FILE} and {ENV_TLS_KEY_FILE}"),
+                detail: format!(
+                    "client certificates need HTTPS: set {ENV_TLS_CERT_FILE} and {ENV_TLS_KEY_FILE}"
+                ),
             });
         }
         Ok(Some(TokenConfig {
@@ -166,13 +173,21 @@ mod tests {
     use super::*;
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
     fn off_unless_the_address_is_set() {
         assert_eq!(TokenConfig::from_env("reg:5000", &env(&[])), Ok(None));
-        assert_eq!(TokenConfig::from_env("reg:5000", &env(&[(ENV_ADDR, " ")])), Ok(None));
+        assert_eq!(
+            TokenConfig::from_env("reg:5000", &env(&[(ENV_ADDR, " ")])),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -210,18 +225,36 @@ mod tests {
     fn bad_settings_name_the_variable() {
         let rows: [(&[(&str, &str)], &str); 6] = [
             (
-                &[(ENV_ADDR, "x:1"), (ENV_KEY_FILE, "k"), (ENV_ADMIN_GROUPS, "ops,system:authenticated")],
+                &[
+                    (ENV_ADDR, "x:1"),
+                    (ENV_KEY_FILE, "k"),
+                    (ENV_ADMIN_GROUPS, "ops,system:authenticated"),
+                ],
                 ENV_ADMIN_GROUPS,
             ),
             (
-                &[(ENV_ADDR, "x:1"), (ENV_KEY_FILE, "k"), (ENV_CLIENT_CA_FILE, "ca")],
+                &[
+                    (ENV_ADDR, "x:1"),
+                    (ENV_KEY_FILE, "k"),
+                    (ENV_CLIENT_CA_FILE, "ca"),
+                ],
                 ENV_CLIENT_CA_FILE,
             ),
             (&[(ENV_ADDR, "x:1")], ENV_KEY_FILE),
-            (&[(ENV_ADDR, "x:1"), (ENV_KEY_FILE, "k"), (ENV_TTL, "5s")], ENV_TTL),
-            (&[(ENV_ADDR, "x:1"), (ENV_KEY_FILE, "k"), (ENV_TTL, "soon")], ENV_TTL),
             (
-                &[(ENV_ADDR, "x:1"), (ENV_KEY_FILE, "k"), (ENV_TLS_CERT_FILE, "c")],
+                &[(ENV_ADDR, "x:1"), (ENV_KEY_FILE, "k"), (ENV_TTL, "5s")],
+                ENV_TTL,
+            ),
+            (
+                &[(ENV_ADDR, "x:1"), (ENV_KEY_FILE, "k"), (ENV_TTL, "soon")],
+                ENV_TTL,
+            ),
+            (
+                &[
+                    (ENV_ADDR, "x:1"),
+                    (ENV_KEY_FILE, "k"),
+                    (ENV_TLS_CERT_FILE, "c"),
+                ],
                 ENV_TLS_KEY_FILE,
             ),
         ];

@@ -81,7 +81,9 @@ pub enum ScopeError {
 
 /// Parses every `scope` parameter; each may hold several scopes separated by spaces (Docker
 /// sends one parameter per scope, some clients join them).
-pub fn parse_scopes<'a>(params: impl IntoIterator<Item = &'a str>) -> Result<Vec<Scope>, ScopeError> {
+pub fn parse_scopes<'a>(
+    params: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<Scope>, ScopeError> {
     let mut out = Vec::new();
     for p in params {
         for s in p.split(' ').filter(|s| !s.is_empty()) {
@@ -217,7 +219,12 @@ pub fn image_repository(image: &str) -> Option<&str> {
 }
 
 /// What `caller` may do on repository `name` (a wire name, prefix included).
-fn allowed_on(caller: &Caller, name: &str, pods: &[BoundPod], base: &RegistryBase) -> BTreeSet<Action> {
+fn allowed_on(
+    caller: &Caller,
+    name: &str,
+    pods: &[BoundPod],
+    base: &RegistryBase,
+) -> BTreeSet<Action> {
     let mut out = BTreeSet::new();
     let prefix = base.prefix();
     let under = prefix.is_empty()

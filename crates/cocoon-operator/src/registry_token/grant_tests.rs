@@ -220,8 +220,11 @@ fn classify_table() {
 
 #[test]
 fn scopes_parse_like_docker_sends_them() {
-    let s = parse_scopes(["repository:cocoon/vk-a:pull,push", "repository:x/y:pull registry:catalog:*"])
-        .expect("parses");
+    let s = parse_scopes([
+        "repository:cocoon/vk-a:pull,push",
+        "repository:x/y:pull registry:catalog:*",
+    ])
+    .expect("parses");
     assert_eq!(s.len(), 3);
     assert_eq!(s[0].name, "cocoon/vk-a");
     assert_eq!(
@@ -232,7 +235,10 @@ fn scopes_parse_like_docker_sends_them() {
     // A resource class is dropped from the type; unknown actions are never granted.
     let s = parse_scope("repository(plugin):p:pull,frobnicate").expect("parses");
     assert_eq!((s.kind.as_str(), s.actions.len()), ("repository", 1));
-    assert!(matches!(parse_scope("repository"), Err(ScopeError::Malformed(_))));
+    assert!(matches!(
+        parse_scope("repository"),
+        Err(ScopeError::Malformed(_))
+    ));
     assert!(matches!(
         parse_scope(&format!("repository:{}:pull", "a".repeat(600))),
         Err(ScopeError::TooLong)
@@ -263,7 +269,12 @@ fn repeated_scopes_merge_into_one_entry() {
         format!("repository:{own}:push").as_str(),
     ])
     .expect("parses");
-    let access = grant(&Caller::Node("n".into()), &scopes, &[pod("ns", "p", None)], &base());
+    let access = grant(
+        &Caller::Node("n".into()),
+        &scopes,
+        &[pod("ns", "p", None)],
+        &base(),
+    );
     assert_eq!(access.len(), 1);
     assert_eq!(access[0].actions, ["pull", "push"]);
 }

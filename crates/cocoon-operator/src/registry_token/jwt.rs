@@ -222,6 +222,9 @@ mod tests {
     #[test]
     fn a_key_that_is_not_pkcs8_p256_names_the_setting() {
         let err = Signer::from_pem("nothing here", "REGISTRY_TOKEN_KEY_FILE").unwrap_err();
-        assert!(err.to_string().starts_with("REGISTRY_TOKEN_KEY_FILE: "), "{err}");
+        assert!(
+            err.to_string().starts_with("REGISTRY_TOKEN_KEY_FILE: "),
+            "{err}"
+        );
     }
 }

@@ -177,9 +177,7 @@ pub async fn bind(
         warn!(%addr, "registry token service serves plain HTTP on a non-loopback address: put it behind TLS (REGISTRY_TOKEN_TLS_CERT_FILE)");
     }
     info!(%addr, tls = acceptor.is_some(), client_certs = svc.cfg.client_ca.is_some(), kid = svc.kid(), who = ?svc.who, "registry token service listening");
-    let app = Router::new()
-        .route("/token", get(token))
-        .with_state(svc);
+    let app = Router::new().route("/token", get(token)).with_state(svc);
     Ok((addr, accept_loop(listener, acceptor, app)))
 }
 
@@ -215,11 +213,13 @@ fn tls_config(
                     .map_err(|e| file_err(super::ENV_CLIENT_CA_FILE, path, e.to_string()))?;
             }
             // Bearer tokens still authenticate on connections without a certificate.
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .allow_unauthenticated()
-                    .build()
-                    .map_err(|e| ServeError::Tls(e.to_string()))?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| ServeError::Tls(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -317,8 +317,7 @@ fn presented_token(headers: &HeaderMap) -> Option<String> {
 fn is_node_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 253
-        && n
-            .bytes()
+        && n.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
@@ -329,14 +328,21 @@ async fn token(
     RawQuery(query): RawQuery,
 ) -> Response {
     let Ok(_permit) = svc.in_flight.try_acquire() else {
-        return refuse(StatusCode::TOO_MANY_REQUESTS, "TOOMANYREQUESTS", "too many token requests");
+        return refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TOOMANYREQUESTS",
+            "too many token requests",
+        );
     };
     let query = query.unwrap_or_default();
     let pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
         .into_owned()
         .take(4 * grant::MAX_SCOPES)
         .collect();
-    let service = pairs.iter().find(|(k, _)| k == "service").map(|(_, v)| v.as_str());
+    let service = pairs
+        .iter()
+        .find(|(k, _)| k == "service")
+        .map(|(_, v)| v.as_str());
     if service != Some(svc.cfg.service.as_str()) {
         return refuse(
             StatusCode::BAD_REQUEST,
@@ -345,7 +351,10 @@ async fn token(
         );
     }
     let scopes = match grant::parse_scopes(
-        pairs.iter().filter(|(k, _)| k == "scope").map(|(_, v)| v.as_str()),
+        pairs
+            .iter()
+            .filter(|(k, _)| k == "scope")
+            .map(|(_, v)| v.as_str()),
     ) {
         Ok(s) => s,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, "DENIED", &e.to_string()),
@@ -354,16 +363,28 @@ async fn token(
     // certificate, else nobody (an empty grant, as the spec does for anonymous requests).
     let (user, groups) = if let Some(t) = presented_token(&headers) {
         if t.len() > MAX_BEARER_LEN {
-            return refuse(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "credentials refused");
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHORIZED",
+                "credentials refused",
+            );
         }
         match review(&svc.client, t).await {
             Ok(Some(u)) => u,
             Ok(None) => {
-                return refuse(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "credentials refused");
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "UNAUTHORIZED",
+                    "credentials refused",
+                );
             }
             Err(e) => {
                 warn!(error = %e, "registry token: TokenReview failed");
-                return refuse(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "cannot review credentials now");
+                return refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "UNAVAILABLE",
+                    "cannot review credentials now",
+                );
             }
         }
     } else if let Some(c) = cert.0 {
@@ -381,7 +402,11 @@ async fn token(
             Ok(p) => p,
             Err(e) => {
                 warn!(node, error = %e, "registry token: listing the node's pods failed");
-                return refuse(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "cannot list pods now");
+                return refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "UNAVAILABLE",
+                    "cannot list pods now",
+                );
             }
         },
         _ => Vec::new(),
@@ -395,7 +420,13 @@ async fn token(
     let ttl = i64::try_from(svc.cfg.ttl.as_secs()).unwrap_or(300);
     let jti = match svc.signer.jti() {
         Ok(j) => j,
-        Err(_) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", "signing failed"),
+        Err(_) => {
+            return refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "UNKNOWN",
+                "signing failed",
+            );
+        }
     };
     info!(
         user = %user,
@@ -426,13 +457,20 @@ async fn token(
         ),
         Err(e) => {
             warn!(error = %e, "registry token: signing failed");
-            refuse(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", "signing failed")
+            refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "UNKNOWN",
+                "signing failed",
+            )
         }
     }
 }
 
 /// The user and groups of a bearer token; `None` when the API server does not authenticate it.
-async fn review(client: &Client, token: String) -> Result<Option<(String, Vec<String>)>, kube::Error> {
+async fn review(
+    client: &Client,
+    token: String,
+) -> Result<Option<(String, Vec<String>)>, kube::Error> {
     let api: Api<TokenReview> = Api::all(client.clone());
     let tr = TokenReview {
         spec: TokenReviewSpec {
