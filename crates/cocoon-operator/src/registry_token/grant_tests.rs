@@ -29,6 +29,9 @@ fn granted(caller: &Caller, pods: &[BoundPod], scope: &str) -> Vec<String> {
     access.into_iter().flat_map(|a| a.actions).collect()
 }
 
+/// What, who, the pods bound to its node, the scope asked for, the actions granted.
+type Row<'a> = (&'a str, &'a Caller, &'a [BoundPod], String, &'a [&'a str]);
+
 #[test]
 fn grant_table() {
     let node_a = Caller::Node("a".into());
@@ -38,7 +41,7 @@ fn grant_table() {
     ];
     let own = repo("team-a", "agent-0");
     let other_node = repo("team-b", "victim-0");
-    let rows: Vec<(&str, &Caller, &[BoundPod], String, &[&str])> = vec![
+    let rows: Vec<Row> = vec![
         (
             "a node pulls and pushes its own pod's VM repository",
             &node_a,

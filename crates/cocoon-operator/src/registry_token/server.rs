@@ -387,10 +387,8 @@ async fn token(
                 );
             }
         }
-    } else if let Some(c) = cert.0 {
-        c
     } else {
-        (String::new(), Vec::new())
+        cert.0.unwrap_or_default()
     };
     let caller = if user.is_empty() {
         Caller::Other
