@@ -16,25 +16,19 @@ use cocoon_registry::{
 };
 use cocoon_testenv::{Registry, TestNode, TokenAuth};
 use cocoon_testsupport::BoxError;
+use cocoon_testsupport::registry_token::{ISSUER, PREFIX, SERVICE, TokenRegistry, sa_token};
 use cocoon_testsupport::scripted::push_tag;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
-/// The registry's `auth.token.service` and the tokens' `aud`.
-const SERVICE: &str = "cocoon-test-registry";
-/// The registry path prefix the VM repositories live under.
-const PREFIX: &str = "cocoon";
 /// The image annotation a pod clones from.
 const IMAGE: &str = "cocoonset.cocoonstack.io/image";
 
 /// A token service in front of a registry with token auth, and the identities of the test.
 struct Fixture {
     client: Client,
-    registry: Registry,
-    realm: url::Url,
-    dir: tempfile::TempDir,
+    tr: TokenRegistry,
     /// Namespace of the per-node ServiceAccounts.
     nodes_ns: String,
     node_a: TestNode,
@@ -59,56 +53,24 @@ impl Fixture {
         let token_b = sa_token(&client, &nodes_ns, node_b.name()).await?;
         let token_operator = sa_token(&client, &ops_ns, "cocoon-operator").await?;
         let token_admin = sa_token(&client, &ops_ns, "image-pusher").await?;
-
-        let dir = tempfile::tempdir()?;
-        // The signing key and the certificate of it the registry trusts.
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-        let cert = rcgen::CertificateParams::new(vec!["cocoon-registry-token".into()])?
-            .self_signed(&key)?;
-        let key_file = dir.path().join("token-key.pem");
-        let bundle = dir.path().join("token-cert.pem");
-        std::fs::write(&key_file, key.serialize_pem())?;
-        std::fs::write(&bundle, cert.pem())?;
-
-        let env_vars = [
-            ("REGISTRY_TOKEN_ADDR", "127.0.0.1:0".to_owned()),
-            ("REGISTRY_TOKEN_KEY_FILE", key_file.display().to_string()),
-            ("REGISTRY_TOKEN_SERVICE", SERVICE.to_owned()),
-            ("REGISTRY_TOKEN_NODE_SA_NAMESPACE", nodes_ns.clone()),
-            (
-                "REGISTRY_TOKEN_OPERATOR_USERS",
-                format!("system:serviceaccount:{ops_ns}:cocoon-operator"),
-            ),
-            (
-                "REGISTRY_TOKEN_ADMIN_USERS",
-                format!("system:serviceaccount:{ops_ns}:image-pusher"),
-            ),
-        ];
-        // Only the prefix of OCI_REGISTRY matters to the grant; the registry starts below,
-        // once the realm's port is known.
-        let cfg = TokenConfig::from_env(&format!("127.0.0.1:1/{PREFIX}"), &|k| {
-            env_vars
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.clone())
-        })?
-        .ok_or("token service configured")?;
-        let svc = TokenService::new(cfg, client.clone()).await?;
-        let (addr, serve) = bind(Arc::new(svc)).await?;
-        tokio::spawn(serve);
-        let realm = url::Url::parse(&format!("http://{addr}/token"))?;
-        let registry = Registry::start_temp_with_token(TokenAuth {
-            realm: realm.to_string(),
-            service: SERVICE.into(),
-            issuer: "cocoon-registry-token".into(),
-            rootcertbundle: bundle,
-        })
+        let tr = TokenRegistry::start(
+            &client,
+            &[
+                ("REGISTRY_TOKEN_NODE_SA_NAMESPACE", nodes_ns.clone()),
+                (
+                    "REGISTRY_TOKEN_OPERATOR_USERS",
+                    format!("system:serviceaccount:{ops_ns}:cocoon-operator"),
+                ),
+                (
+                    "REGISTRY_TOKEN_ADMIN_USERS",
+                    format!("system:serviceaccount:{ops_ns}:image-pusher"),
+                ),
+            ],
+        )
         .await?;
         Ok(Fixture {
             client,
-            registry,
-            realm,
-            dir,
+            tr,
             nodes_ns,
             node_a,
             node_b,
@@ -119,29 +81,9 @@ impl Fixture {
         })
     }
 
-    /// A registry client presenting `token` (None: no credential) to the token realm, as the
-    /// node agent's and the operator's are configured (`OCI_REGISTRY_TOKEN_REALM`,
-    /// `OCI_REGISTRY_KUBERNETES_TOKEN_FILE`).
+    /// A registry client presenting `token` to the token realm.
     fn registry_as(&self, token: Option<&str>) -> Result<RegistryClient, BoxError> {
-        let token_file = match token {
-            Some(t) => {
-                let path = self.dir.path().join(cocoon_testenv::unique_name("bearer"));
-                std::fs::write(&path, t)?;
-                Some(path)
-            }
-            None => None,
-        };
-        let mut cfg = RegistryConfig::for_registry(&format!("{}/{PREFIX}", self.registry.addr()))?;
-        cfg.credentials = CredentialSource::KubernetesToken {
-            realm: self.realm.clone(),
-            token_file,
-        };
-        cfg.request_timeout = Duration::from_secs(10);
-        cfg.retry = RetryPolicy {
-            attempts: 1,
-            ..RetryPolicy::default()
-        };
-        Ok(RegistryClient::new(cfg)?)
+        self.tr.client_as(token)
     }
 
     /// Pod `ns/name` bound to `node` (as the scheduler or a migration binds it), optionally
@@ -191,34 +133,6 @@ impl Fixture {
         .await?;
         Ok(())
     }
-}
-
-/// Creates ServiceAccount `ns/name` and returns a token for it (TokenRequest).
-async fn sa_token(client: &Client, ns: &str, name: &str) -> Result<String, BoxError> {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    sas.create(&PostParams::default(), &sa).await?;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let issued: TokenRequest = sas
-        .create_subresource("token", name, &PostParams::default(), &request)
-        .await?;
-    Ok(issued
-        .status
-        .ok_or("no token in the TokenRequest status")?
-        .token)
 }
 
 /// The class of a refusal; panics with the outcome when the call succeeded.
@@ -420,7 +334,7 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
         let http = reqwest::Client::new();
         let token_for = |bearer: String| {
             let http = http.clone();
-            let url = format!("{}?service={SERVICE}&scope=repository:{repo}:pull", f.realm);
+            let url = format!("{}?service={SERVICE}&scope=repository:{repo}:pull", f.tr.realm);
             async move {
                 let r: serde_json::Value = http
                     .get(url)
@@ -433,7 +347,7 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
                 Ok::<_, BoxError>(r["token"].as_str().unwrap_or_default().to_owned())
             }
         };
-        let manifest = format!("{}/v2/{repo}/manifests/hibernate", f.registry.url());
+        let manifest = format!("{}/v2/{repo}/manifests/hibernate", f.tr.registry.url());
         let get = |jwt: String| {
             http.get(&manifest)
                 .bearer_auth(jwt)
@@ -448,7 +362,7 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
         let bad = http
             .get(format!(
                 "{}?service={SERVICE}&scope=repository:{repo}:pull",
-                f.realm
+                f.tr.realm
             ))
             .bearer_auth("forged")
             .send()
@@ -457,7 +371,7 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
         let other = http
             .get(format!(
                 "{}?service=elsewhere&scope=repository:{repo}:pull",
-                f.realm
+                f.tr.realm
             ))
             .bearer_auth(f.token_b.clone())
             .send()
@@ -482,7 +396,7 @@ async fn a_kubelet_client_certificate_authenticates_as_its_node() {
 
         // A second token service, over HTTPS, verifying client certificates against the
         // cluster CA, in front of a second registry that trusts the same key.
-        let dir = f.dir.path();
+        let dir = f.tr.dir();
         let serving_key = rcgen::KeyPair::generate()?;
         let serving =
             rcgen::CertificateParams::new(vec!["localhost".into()])?.self_signed(&serving_key)?;
@@ -518,7 +432,7 @@ async fn a_kubelet_client_certificate_authenticates_as_its_node() {
         let registry = Registry::start_temp_with_token(TokenAuth {
             realm: realm.to_string(),
             service: SERVICE.into(),
-            issuer: "cocoon-registry-token".into(),
+            issuer: ISSUER.into(),
             rootcertbundle: dir.join("token-cert.pem"),
         })
         .await?;
