@@ -334,7 +334,10 @@ async fn the_registry_answers_401_to_a_token_without_the_repository() {
         let http = reqwest::Client::new();
         let token_for = |bearer: String| {
             let http = http.clone();
-            let url = format!("{}?service={SERVICE}&scope=repository:{repo}:pull", f.tr.realm);
+            let url = format!(
+                "{}?service={SERVICE}&scope=repository:{repo}:pull",
+                f.tr.realm
+            );
             async move {
                 let r: serde_json::Value = http
                     .get(url)

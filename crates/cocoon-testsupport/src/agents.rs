@@ -156,7 +156,11 @@ impl Agent {
             },
             client: client.clone(),
             runtime: runtime.clone(),
-            registry: Some(opts.registry.clone().unwrap_or_else(|| registry(registry_addr))),
+            registry: Some(
+                opts.registry
+                    .clone()
+                    .unwrap_or_else(|| registry(registry_addr)),
+            ),
             metrics: Arc::new(NodeMetrics::new(root.to_owned())),
             registration,
         };

@@ -34,7 +34,10 @@ pub struct TokenRegistry {
 impl TokenRegistry {
     /// Starts the token service with the settings `vars` (the `REGISTRY_TOKEN_*` variables
     /// beyond the address, key and service, which this sets) and a registry that trusts it.
-    pub async fn start(client: &Client, vars: &[(&str, String)]) -> Result<TokenRegistry, BoxError> {
+    pub async fn start(
+        client: &Client,
+        vars: &[(&str, String)],
+    ) -> Result<TokenRegistry, BoxError> {
         let dir = tempfile::tempdir()?;
         // The signing key and the certificate of it the registry trusts.
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
@@ -53,7 +56,10 @@ impl TokenRegistry {
         // Only the prefix of OCI_REGISTRY matters to the grant; the registry starts below, once
         // the realm's port is known.
         let cfg = TokenConfig::from_env(&format!("127.0.0.1:1/{PREFIX}"), &|k| {
-            all.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+            all.iter()
+                .rev()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
         })?
         .ok_or("REGISTRY_TOKEN_ADDR is set")?;
         let svc = TokenService::new(cfg, client.clone()).await?;
