@@ -574,7 +574,7 @@ impl Http {
                     realm = %redact(&url),
                     registry = %self.origin,
                     ?decision,
-                    "token realm is not the registry's own host and scheme; asking for an anonymous token"
+                    "not sending credentials to this token realm (not the registry's own host and scheme, or not OCI_REGISTRY_TOKEN_REALM); asking for an anonymous token"
                 );
             }
             &Credentials::Anonymous
