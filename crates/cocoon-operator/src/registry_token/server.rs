@@ -30,8 +30,10 @@ use super::jwt::{Claims, Signer};
 
 /// Requests served at once; more are answered 429 (each may cost a TokenReview and a list).
 pub const MAX_IN_FLIGHT: usize = 64;
-/// Longest TLS handshake.
+/// Longest TLS handshake, and longest wait for a request's headers.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections open at once; more are closed at accept.
+pub const MAX_CONNECTIONS: usize = 256;
 /// Longest Kubernetes bearer token accepted.
 const MAX_BEARER_LEN: usize = 16 * 1024;
 
@@ -231,6 +233,7 @@ fn tls_config(
 }
 
 async fn accept_loop(listener: TcpListener, acceptor: Option<TlsAcceptor>, app: Router) {
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -240,10 +243,20 @@ async fn accept_loop(listener: TcpListener, acceptor: Option<TlsAcceptor>, app: 
                 continue;
             }
         };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tracing::debug!(%peer, "registry token service: too many connections; closing");
+            drop(tcp);
+            continue;
+        };
         let app = app.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let builder = hyper::server::conn::http1::Builder::new();
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            // A client that never finishes its headers is closed.
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HANDSHAKE_TIMEOUT);
             let result = match acceptor {
                 None => {
                     let svc = TowerToHyperService::new(app.layer(Extension(PeerCert::default())));
