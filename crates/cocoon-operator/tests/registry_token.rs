@@ -494,3 +494,52 @@ async fn a_kubelet_client_certificate_authenticates_as_its_node() {
     })
     .await;
 }
+
+/// Registries without token auth keep static credentials: the operator's registry client reads
+/// `OCI_REGISTRY_USERNAME`/`_PASSWORD` from its environment (before issue 35 it ignored them and
+/// went anonymous), and a realm setting is refused next to them.
+#[tokio::test]
+async fn static_credentials_reach_a_registry_without_token_auth() {
+    cocoon_testenv::run_test(|_env| async move {
+        let registry =
+            Registry::start_temp(Some(cocoon_testenv::RegistryAuth::new("cocoon", "s3cret")))
+                .await?;
+        let vars = |pairs: Vec<(&'static str, &'static str)>| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let with_creds = cocoon_operator::registry::connect_with_env(
+            registry.addr(),
+            &vars(vec![
+                ("OCI_REGISTRY_USERNAME", "cocoon"),
+                ("OCI_REGISTRY_PASSWORD", "s3cret"),
+            ]),
+        )?;
+        assert!(
+            !with_creds
+                .has_manifest("vk-x-y-000000", "hibernate")
+                .await?
+        );
+        let anonymous =
+            cocoon_operator::registry::connect_with_env(registry.addr(), &vars(vec![]))?;
+        refused(
+            "no credentials",
+            anonymous.has_manifest("vk-x-y-000000", "hibernate").await,
+        );
+        let mixed = cocoon_operator::registry::connect_with_env(
+            registry.addr(),
+            &vars(vec![
+                ("OCI_REGISTRY_USERNAME", "cocoon"),
+                ("OCI_REGISTRY_PASSWORD", "s3cret"),
+                ("OCI_REGISTRY_TOKEN_REALM", "https://t.example/token"),
+            ]),
+        );
+        assert!(mixed.is_err(), "token auth and static credentials together");
+        Ok::<(), BoxError>(())
+    })
+    .await;
+}
