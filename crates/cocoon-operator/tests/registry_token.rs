@@ -265,6 +265,11 @@ async fn a_node_reaches_only_the_vms_of_pods_bound_to_it() {
         assert!(operator.has_manifest(&own_vm, "hibernate").await?);
         operator.delete_tag_if_present(&own_vm, "hibernate").await?;
         assert!(!operator.has_manifest(&own_vm, "hibernate").await?);
+        // The catalog (`kubectl cocoon registry gc`): administrators only.
+        let repos = admin.catalog().await?;
+        assert!(repos.iter().any(|r| r.ends_with(&victim_vm)), "{repos:?}");
+        refused("the operator lists the catalog", operator.catalog().await);
+        refused("node A lists the catalog", node_a.catalog().await);
         refused(
             "the operator pushes",
             push_tag(&operator, &own_vm, "hibernate", "x")
