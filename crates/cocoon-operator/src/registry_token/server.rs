@@ -530,3 +530,47 @@ async fn bound_pods(client: &Client, node: &str) -> Result<Vec<BoundPod>, kube::
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, v.parse().expect("header"));
+        h
+    }
+
+    #[test]
+    fn the_kubernetes_token_comes_as_bearer_or_as_the_basic_password() {
+        let basic = |s: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
+        let rows: [(String, Option<&str>); 8] = [
+            ("Bearer abc.def".into(), Some("abc.def")),
+            ("bearer   abc".into(), Some("abc")),
+            // Basic: the user name ends at the first `:`, the rest is the token.
+            (basic("system:node:vk1:abc.def"), Some("node:vk1:abc.def")),
+            (basic("user:abc"), Some("abc")),
+            (basic("user:"), None),
+            ("Basic !!!".into(), None),
+            ("Negotiate abc".into(), None),
+            ("Bearer ".into(), None),
+        ];
+        for (value, want) in rows {
+            assert_eq!(presented_token(&auth(&value)).as_deref(), want, "{value}");
+        }
+        assert_eq!(presented_token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn node_names_are_dns_subdomains_before_they_reach_a_field_selector() {
+        assert!(is_node_name("vk-1.example"));
+        for bad in ["", "a,spec.nodeName!=x", "A", "a b", &"a".repeat(254)] {
+            assert!(!is_node_name(bad), "{bad:?}");
+        }
+    }
+}
