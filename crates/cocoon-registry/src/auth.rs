@@ -180,8 +180,9 @@ pub fn is_token_realm(allowed: &url::Url, realm: &url::Url) -> bool {
 }
 
 impl CredentialSource {
-    /// The source the environment selects, in order: [`ENV_TOKEN`]; [`ENV_USERNAME`] with
-    /// [`ENV_PASSWORD`]; the Docker config at `$DOCKER_CONFIG/config.json` or
+    /// The source the environment selects, in order: [`ENV_TOKEN_REALM`] (token auth, with
+    /// [`ENV_KUBERNETES_TOKEN_FILE`]; refused next to static credentials); [`ENV_TOKEN`];
+    /// [`ENV_USERNAME`] with [`ENV_PASSWORD`]; the Docker config at `$DOCKER_CONFIG/config.json` or
     /// `$HOME/.docker/config.json` when it exists; else anonymous.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<CredentialSource> {
         let get = |k: &str| env(k).filter(|v| !v.is_empty());
