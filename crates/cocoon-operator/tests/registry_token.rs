@@ -16,7 +16,9 @@ use cocoon_registry::{
 };
 use cocoon_testenv::{Registry, TestNode, TokenAuth};
 use cocoon_testsupport::BoxError;
-use cocoon_testsupport::registry_token::{ISSUER, PREFIX, SERVICE, TokenRegistry, sa_token};
+use cocoon_testsupport::registry_token::{
+    ISSUER, PREFIX, SERVICE, TokenRegistry, sa_token, token_for,
+};
 use cocoon_testsupport::scripted::push_tag;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::Client;
@@ -544,6 +546,76 @@ async fn static_credentials_reach_a_registry_without_token_auth() {
             ]),
         );
         assert!(mixed.is_err(), "token auth and static credentials together");
+        Ok::<(), BoxError>(())
+    })
+    .await;
+}
+
+/// `REGISTRY_TOKEN_AUDIENCES`: only tokens made for the registry authenticate; the node's API
+/// token (the API server's audience) gets nothing, a projected token for the registry's
+/// audience reaches the node's own VM.
+#[tokio::test]
+async fn with_audiences_only_registry_tokens_authenticate() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let nodes_ns = cocoon_testenv::create_namespace(&client, "rt-aud").await?;
+        let node = TestNode::create(
+            &client,
+            &cocoon_testenv::unique_name("rt-aud"),
+            [("x", "a")],
+        )
+        .await?;
+        let api_token = sa_token(&client, &nodes_ns, node.name()).await?;
+        let registry_token =
+            token_for(&client, &nodes_ns, node.name(), &["cocoon-registry"]).await?;
+        let tr = TokenRegistry::start(
+            &client,
+            &[
+                ("REGISTRY_TOKEN_NODE_SA_NAMESPACE", nodes_ns.clone()),
+                ("REGISTRY_TOKEN_OPERATOR_USERS", "nobody".to_owned()),
+                ("REGISTRY_TOKEN_AUDIENCES", "cocoon-registry".to_owned()),
+            ],
+        )
+        .await?;
+        let ns = cocoon_testenv::create_namespace(&client, "rt-aud-t").await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        pods.create(
+            &PostParams::default(),
+            &Pod {
+                metadata: ObjectMeta {
+                    name: Some("p-0".into()),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec {
+                    node_name: Some(node.name().into()),
+                    containers: vec![Container {
+                        name: "agent".into(),
+                        image: Some("cocoon/agent".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await?;
+        let vm = vm_name_for_pod(&ns, "p-0");
+        push_tag(
+            &tr.client_as(Some(&registry_token))?,
+            &vm,
+            "hibernate",
+            "img:1",
+        )
+        .await?;
+        tr.client_as(Some(&registry_token))?
+            .get_manifest(&vm, &tag("hibernate"))
+            .await?;
+        refused(
+            "the node's API-audience token",
+            tr.client_as(Some(&api_token))?
+                .get_manifest(&vm, &tag("hibernate"))
+                .await,
+        );
         Ok::<(), BoxError>(())
     })
     .await;

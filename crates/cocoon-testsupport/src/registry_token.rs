@@ -127,9 +127,21 @@ pub async fn sa_token(client: &Client, ns: &str, name: &str) -> Result<String, B
         ..Default::default()
     };
     sas.create(&PostParams::default(), &sa).await?;
+    token_for(client, ns, name, &[]).await
+}
+
+/// Another token of the existing ServiceAccount `ns/name`, for `audiences` (empty: the API
+/// server's).
+pub async fn token_for(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    audiences: &[&str],
+) -> Result<String, BoxError> {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let request = TokenRequest {
         spec: TokenRequestSpec {
-            audiences: Vec::new(),
+            audiences: audiences.iter().map(|a| a.to_string()).collect(),
             expiration_seconds: Some(3600),
             ..Default::default()
         },

@@ -30,6 +30,11 @@ pub const ENV_OPERATOR_USERS: &str = "REGISTRY_TOKEN_OPERATOR_USERS";
 pub const ENV_ADMIN_USERS: &str = "REGISTRY_TOKEN_ADMIN_USERS";
 /// Comma-separated groups granted administrator access (default: none).
 pub const ENV_ADMIN_GROUPS: &str = "REGISTRY_TOKEN_ADMIN_GROUPS";
+/// Comma-separated audiences a presented bearer token must carry (TokenReview
+/// `spec.audiences`), e.g. `cocoon-registry` for projected ServiceAccount tokens made for the
+/// registry only, which the API server itself refuses (so a token leaked from a registry client
+/// is no API credential). Default: none, the API server's own audiences.
+pub const ENV_AUDIENCES: &str = "REGISTRY_TOKEN_AUDIENCES";
 /// Namespace of the per-node ServiceAccounts (default `cocoon-nodes`).
 pub const ENV_NODE_SA_NAMESPACE: &str = "REGISTRY_TOKEN_NODE_SA_NAMESPACE";
 /// Serving certificate (PEM chain) for HTTPS; with [`ENV_TLS_KEY_FILE`]. Unset: plain HTTP
@@ -70,6 +75,8 @@ pub struct TokenConfig {
     pub operator_users: Option<Vec<String>>,
     pub admin_users: Vec<String>,
     pub admin_groups: Vec<String>,
+    /// Audiences bearer tokens must carry (empty: the API server's).
+    pub audiences: Vec<String>,
     pub node_sa_namespace: String,
     /// `(cert, key)` PEM files for HTTPS.
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -159,6 +166,7 @@ impl TokenConfig {
             operator_users,
             admin_users,
             admin_groups,
+            audiences: get(ENV_AUDIENCES).map(list).unwrap_or_default(),
             node_sa_namespace: get(ENV_NODE_SA_NAMESPACE)
                 .unwrap_or_else(|| DEFAULT_NODE_SA_NAMESPACE.to_owned()),
             tls,

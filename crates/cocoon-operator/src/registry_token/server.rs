@@ -382,7 +382,7 @@ async fn token(
                 "credentials refused",
             );
         }
-        match review(&svc.client, t).await {
+        match review(&svc.client, t, &svc.cfg.audiences).await {
             Ok(Some(u)) => u,
             Ok(None) => {
                 return refuse(
@@ -477,16 +477,18 @@ async fn token(
     }
 }
 
-/// The user and groups of a bearer token; `None` when the API server does not authenticate it.
+/// The user and groups of a bearer token; `None` when the API server does not authenticate it
+/// (for one of `audiences`, when given).
 async fn review(
     client: &Client,
     token: String,
+    audiences: &[String],
 ) -> Result<Option<(String, Vec<String>)>, kube::Error> {
     let api: Api<TokenReview> = Api::all(client.clone());
     let tr = TokenReview {
         spec: TokenReviewSpec {
             token: Some(token),
-            ..TokenReviewSpec::default()
+            audiences: (!audiences.is_empty()).then(|| audiences.to_vec()),
         },
         ..TokenReview::default()
     };
@@ -495,6 +497,17 @@ async fn review(
         return Ok(None);
     };
     if status.authenticated != Some(true) {
+        return Ok(None);
+    }
+    // The API server names the audiences it matched; none of ours: not for us.
+    if !audiences.is_empty()
+        && !status
+            .audiences
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|a| audiences.contains(a))
+    {
         return Ok(None);
     }
     let user = status.user.unwrap_or_default();
