@@ -175,6 +175,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .map_err(anyhow::Error::from)
         .and_then(|c| Ok(kube::Client::try_from(user_agent::kube_config(c))?))
         .context("connect to the Kubernetes API (KUBECONFIG or in-cluster)")?;
+    // The registry token service, when REGISTRY_TOKEN_ADDR is set (README "Registry
+    // credentials"): on every replica, leader or not.
+    if let Some(token_cfg) =
+        cocoon_operator::registry_token::TokenConfig::from_env(&config.oci_registry, &|k| {
+            std::env::var(k).ok()
+        })
+        .context("registry token service configuration")?
+    {
+        let svc = cocoon_operator::registry_token::TokenService::new(token_cfg, client.clone())
+            .await
+            .context("start the registry token service")?;
+        let (_addr, serve) = cocoon_operator::registry_token::bind(Arc::new(svc))
+            .await
+            .context("bind the registry token service")?;
+        tokio::spawn(serve);
+    }
     let metrics = Arc::new(Metrics::new());
     metrics.set_build_info(env!("CARGO_PKG_VERSION"), env!("COCOON_GIT_REVISION"));
     let readiness = Arc::new(Readiness::default());

@@ -202,7 +202,10 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         warn!("OCI_REGISTRY is empty; running without a registry");
         None
     } else {
-        let mut rc = RegistryConfig::for_registry(&config.oci_registry)?;
+        // Credentials, CA, client certificate and insecure hosts from the environment
+        // (`OCI_REGISTRY_*`, `DOCKER_CONFIG`), as the README documents them.
+        let mut rc = RegistryConfig::for_registry(&config.oci_registry)?
+            .with_access_env(&|k| std::env::var(k).ok())?;
         // The snapshot knobs of registry.md §5.5 (all 0: the v1 artifact, as before).
         rc.apply_snapshot_knobs(
             config.snapshot_zstd_level,

@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod ownership;
 pub mod registry;
+pub mod registry_token;
 pub mod user_agent;
 pub mod vm_lock;
 pub mod watch_retry;

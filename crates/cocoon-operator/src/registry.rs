@@ -93,7 +93,17 @@ impl TagRegistry for OciTagRegistry {
 /// Connects to the registry named by an `OCI_REGISTRY` value (credentials from the environment
 /// and docker config.json, as cocoon-registry resolves them).
 pub fn connect(oci_registry: &str) -> Result<std::sync::Arc<dyn TagRegistry>, RegistryError> {
-    let config = cocoon_registry::RegistryConfig::for_registry(oci_registry)
+    connect_with_env(oci_registry, &|k| std::env::var(k).ok())
+}
+
+/// [`connect`] with the access settings (credentials, CA, client certificate, insecure hosts:
+/// [`cocoon_registry::RegistryConfig::with_access_env`]) read from `env`.
+pub fn connect_with_env(
+    oci_registry: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<std::sync::Arc<dyn TagRegistry>, RegistryError> {
+    let config = cocoon_registry::RegistryConfig::for_registry(oci_registry)?
+        .with_access_env(env)
         .map(crate::user_agent::registry_config)?;
     let client = cocoon_registry::RegistryClient::new(config)?;
     Ok(std::sync::Arc::new(OciTagRegistry(client)))

@@ -22,6 +22,18 @@ pub const ENV_PASSWORD: &str = "OCI_REGISTRY_PASSWORD";
 pub const ENV_TOKEN: &str = "OCI_REGISTRY_TOKEN";
 /// Environment variable: directory holding the Docker `config.json` (Docker's own name).
 pub const ENV_DOCKER_CONFIG: &str = "DOCKER_CONFIG";
+/// Environment variable: the token realm (URL) of a registry that uses cocoon's registry token
+/// service (`cocoon-operator run` with `REGISTRY_TOKEN_ADDR`). Set: the Kubernetes credential
+/// ([`ENV_KUBERNETES_TOKEN_FILE`] and/or the client certificate of
+/// [`crate::config::ENV_CLIENT_CERT_FILE`]) is presented to exactly this realm, and to no other.
+pub const ENV_TOKEN_REALM: &str = "OCI_REGISTRY_TOKEN_REALM";
+/// Environment variable: the file holding the Kubernetes bearer token presented to
+/// [`ENV_TOKEN_REALM`] (read again for every token fetch, so rotated tokens are picked up).
+/// Default: [`DEFAULT_KUBERNETES_TOKEN_FILE`] when it exists.
+pub const ENV_KUBERNETES_TOKEN_FILE: &str = "OCI_REGISTRY_KUBERNETES_TOKEN_FILE";
+/// The in-cluster ServiceAccount token.
+pub const DEFAULT_KUBERNETES_TOKEN_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/token";
 /// How long a `docker-credential-*` helper may take before it is killed.
 pub const DEFAULT_HELPER_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a redacted secret prints as in `Debug` output.
@@ -39,6 +51,12 @@ pub enum Credentials {
     Bearer { token: String },
     /// An OAuth2 refresh token (Docker's `identitytoken`), exchanged at the token endpoint.
     IdentityToken { token: String },
+    /// A Kubernetes bearer token (or none: a client certificate authenticates) presented only
+    /// to the token realm `realm` (cocoon's registry token service).
+    KubernetesToken {
+        realm: url::Url,
+        token: Option<String>,
+    },
 }
 
 impl std::fmt::Debug for Credentials {
@@ -49,6 +67,11 @@ impl std::fmt::Debug for Credentials {
             Credentials::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
             Credentials::Bearer { .. } => f.write_str("Bearer(***)"),
             Credentials::IdentityToken { .. } => f.write_str("IdentityToken(***)"),
+            Credentials::KubernetesToken { realm, token } => write!(
+                f,
+                "KubernetesToken({realm}, {})",
+                if token.is_some() { "***" } else { "no token" }
+            ),
         }
     }
 }
@@ -93,14 +116,94 @@ pub enum CredentialSource {
     /// Anonymous.
     #[default]
     Anonymous,
+    /// cocoon's registry token service at `realm`, presented the Kubernetes token in
+    /// `token_file` (`None`: a client certificate alone authenticates).
+    KubernetesToken {
+        realm: url::Url,
+        token_file: Option<PathBuf>,
+    },
+}
+
+/// Parses [`ENV_TOKEN_REALM`]: an absolute `https` URL (plain `http` only for a loopback host),
+/// no user info, query or fragment.
+pub fn parse_token_realm(value: &str) -> Result<url::Url> {
+    let url = url::Url::parse(value.trim())
+        .map_err(|e| Error::invalid(ENV_TOKEN_REALM, format!("{value:?}: {e}")))?;
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        "http" => {
+            return Err(Error::invalid(
+                ENV_TOKEN_REALM,
+                format!("{value:?}: plain http only for a loopback host; use https"),
+            ));
+        }
+        _ => {
+            return Err(Error::invalid(
+                ENV_TOKEN_REALM,
+                format!("{value:?}: not an http(s) URL"),
+            ));
+        }
+    }
+    if url.host().is_none()
+        || !url.username().is_empty()
+        || url.password().is_some()
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return Err(Error::invalid(
+            ENV_TOKEN_REALM,
+            format!(
+                "{value:?}: must be scheme://host[:port]/path without user info, query or fragment"
+            ),
+        ));
+    }
+    Ok(url)
+}
+
+/// Whether the challenge's `realm` is the configured token realm `allowed`: same scheme, host,
+/// port and path (the query the client adds is not compared).
+pub fn is_token_realm(allowed: &url::Url, realm: &url::Url) -> bool {
+    allowed.scheme() == realm.scheme()
+        && allowed.host_str().map(str::to_ascii_lowercase)
+            == realm.host_str().map(str::to_ascii_lowercase)
+        && allowed.port_or_known_default() == realm.port_or_known_default()
+        && allowed.path() == realm.path()
+        && realm.username().is_empty()
+        && realm.password().is_none()
 }
 
 impl CredentialSource {
-    /// The source the environment selects, in order: [`ENV_TOKEN`]; [`ENV_USERNAME`] with
-    /// [`ENV_PASSWORD`]; the Docker config at `$DOCKER_CONFIG/config.json` or
+    /// The source the environment selects, in order: [`ENV_TOKEN_REALM`] (token auth, with
+    /// [`ENV_KUBERNETES_TOKEN_FILE`]; refused next to static credentials); [`ENV_TOKEN`];
+    /// [`ENV_USERNAME`] with [`ENV_PASSWORD`]; the Docker config at `$DOCKER_CONFIG/config.json` or
     /// `$HOME/.docker/config.json` when it exists; else anonymous.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<CredentialSource> {
         let get = |k: &str| env(k).filter(|v| !v.is_empty());
+        if let Some(realm) = get(ENV_TOKEN_REALM) {
+            for other in [ENV_TOKEN, ENV_USERNAME, ENV_PASSWORD] {
+                if get(other).is_some() {
+                    return Err(Error::invalid(
+                        ENV_TOKEN_REALM,
+                        format!(
+                            "cannot be combined with {other}: choose token auth or static credentials"
+                        ),
+                    ));
+                }
+            }
+            let realm = parse_token_realm(&realm)?;
+            let token_file = match get(ENV_KUBERNETES_TOKEN_FILE) {
+                Some(f) => Some(PathBuf::from(f)),
+                None => Some(PathBuf::from(DEFAULT_KUBERNETES_TOKEN_FILE)).filter(|p| p.is_file()),
+            };
+            return Ok(CredentialSource::KubernetesToken { realm, token_file });
+        }
         if let Some(token) = get(ENV_TOKEN) {
             return Ok(CredentialSource::Static(Credentials::Bearer { token }));
         }
@@ -146,6 +249,24 @@ impl CredentialSource {
         match self {
             CredentialSource::Static(c) => Ok(c.clone()),
             CredentialSource::Anonymous => Ok(Credentials::Anonymous),
+            CredentialSource::KubernetesToken { realm, token_file } => {
+                let token = match token_file {
+                    None => None,
+                    Some(path) => {
+                        let t = std::fs::read_to_string(path).map_err(|e| {
+                            Error::io(
+                                format!("reading {ENV_KUBERNETES_TOKEN_FILE} {}", path.display()),
+                                e,
+                            )
+                        })?;
+                        Some(t.trim().to_owned()).filter(|t| !t.is_empty())
+                    }
+                };
+                Ok(Credentials::KubernetesToken {
+                    realm: realm.clone(),
+                    token,
+                })
+            }
             CredentialSource::DockerConfig {
                 path,
                 helper_dir,
@@ -605,6 +726,8 @@ pub enum RealmCredentials {
     OtherHost,
     /// The registry is reached over https but the realm over http.
     Downgrade,
+    /// Kubernetes credentials, and the realm is not the configured token realm.
+    NotTheTokenRealm,
 }
 
 impl RealmCredentials {

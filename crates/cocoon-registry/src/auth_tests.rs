@@ -380,3 +380,114 @@ fn realm_credentials_go_only_to_the_registry_host_and_scheme() {
         );
     }
 }
+
+#[test]
+fn kubernetes_credentials_go_only_to_the_configured_token_realm() {
+    let u = |s: &str| url::Url::parse(s).expect("url");
+    let allowed = u("https://token.cocoon-system.svc:5002/token");
+    let rows = [
+        ("https://token.cocoon-system.svc:5002/token", true),
+        ("https://TOKEN.cocoon-system.svc:5002/token?service=x", true),
+        ("https://token.cocoon-system.svc:5002/other", false),
+        ("https://token.cocoon-system.svc/token", false),
+        ("http://token.cocoon-system.svc:5002/token", false),
+        ("https://token.cocoon-system.svc.evil:5002/token", false),
+        ("https://u@token.cocoon-system.svc:5002/token", false),
+        ("https://auth.docker.io/token", false),
+    ];
+    for (realm, want) in rows {
+        assert_eq!(is_token_realm(&allowed, &u(realm)), want, "{realm}");
+    }
+}
+
+#[test]
+fn token_realm_setting_is_checked() {
+    let ok = |v: &str| parse_token_realm(v).map(|u| u.to_string());
+    assert_eq!(
+        ok("https://t.example:5002/token").ok().as_deref(),
+        Some("https://t.example:5002/token")
+    );
+    assert!(ok("http://127.0.0.1:5002/token").is_ok(), "loopback http");
+    for bad in [
+        "http://t.example/token",
+        "ftp://t.example/token",
+        "https://u:p@t.example/token",
+        "https://t.example/token?x=1",
+        "not a url",
+    ] {
+        let err = ok(bad).expect_err(bad).to_string();
+        assert!(err.starts_with(ENV_TOKEN_REALM), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn env_selects_kubernetes_token_auth_and_refuses_mixing_it() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(pk, _)| *pk == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let src = CredentialSource::from_env(&env(&[
+        (ENV_TOKEN_REALM, "https://t.example/token"),
+        (ENV_KUBERNETES_TOKEN_FILE, "/run/token"),
+    ]))
+    .expect("valid");
+    match src {
+        CredentialSource::KubernetesToken { realm, token_file } => {
+            assert_eq!(realm.as_str(), "https://t.example/token");
+            assert_eq!(token_file.as_deref(), Some(Path::new("/run/token")));
+        }
+        other => panic!("{other:?}"),
+    }
+    let err = CredentialSource::from_env(&env(&[
+        (ENV_TOKEN_REALM, "https://t.example/token"),
+        (ENV_USERNAME, "u"),
+        (ENV_PASSWORD, "p"),
+    ]))
+    .expect_err("mixed");
+    assert!(err.to_string().contains(ENV_USERNAME), "{err}");
+}
+
+#[test]
+fn kubernetes_token_is_read_again_on_every_resolve_and_never_printed() {
+    let dir = tempfile_dir("k8s-token");
+    let file = dir.join("token");
+    std::fs::write(&file, "first\n").expect("write");
+    let src = CredentialSource::KubernetesToken {
+        realm: url::Url::parse("https://t.example/token").expect("url"),
+        token_file: Some(file.clone()),
+    };
+    let token = |c: Credentials| match c {
+        Credentials::KubernetesToken { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        token(src.resolve("reg").expect("resolve")).as_deref(),
+        Some("first")
+    );
+    std::fs::write(&file, "rotated").expect("write");
+    let creds = src.resolve("reg").expect("resolve");
+    assert!(!format!("{creds:?}").contains("rotated"), "{creds:?}");
+    assert_eq!(token(creds).as_deref(), Some("rotated"));
+    std::fs::remove_file(&file).expect("rm");
+    let err = src.resolve("reg").expect_err("missing file");
+    assert!(err.to_string().contains(ENV_KUBERNETES_TOKEN_FILE), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh directory under the system temp dir.
+fn tempfile_dir(stem: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "cocoon-auth-{stem}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    ));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}

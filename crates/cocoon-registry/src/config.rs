@@ -19,6 +19,11 @@ pub const ENV_OCI_REGISTRY: &str = env_names::OCI_REGISTRY;
 pub const ENV_INSECURE: &str = "OCI_REGISTRY_INSECURE";
 /// Environment variable: a PEM file of extra CA certificates trusted for the registry.
 pub const ENV_CA_FILE: &str = "OCI_REGISTRY_CA_FILE";
+/// Environment variable: a PEM client certificate (chain) presented on TLS connections, e.g. a
+/// node's kubelet certificate for cocoon's registry token service; with [`ENV_CLIENT_KEY_FILE`].
+pub const ENV_CLIENT_CERT_FILE: &str = "OCI_REGISTRY_CLIENT_CERT_FILE";
+/// Environment variable: the PEM key of [`ENV_CLIENT_CERT_FILE`].
+pub const ENV_CLIENT_KEY_FILE: &str = "OCI_REGISTRY_CLIENT_KEY_FILE";
 /// Environment variable: parallel blob transfers (registry.md §5.5; 0 = 8).
 pub const ENV_TRANSFER_CONCURRENCY: &str = env_names::SNAPSHOT_TRANSFER_CONCURRENCY;
 
@@ -57,6 +62,8 @@ pub struct RegistryConfig {
     pub credentials: CredentialSource,
     /// Extra CA certificates (PEM) for the registry's TLS.
     pub ca_file: Option<PathBuf>,
+    /// A client certificate and key (PEM files) for TLS connections.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
     /// Whole-call limit for calls without a large body (HEAD, manifest GET/PUT, DELETE, POST,
     /// token fetches, tag lists).
     pub request_timeout: Duration,
@@ -98,6 +105,7 @@ impl RegistryConfig {
             insecure_hosts: Vec::new(),
             credentials: CredentialSource::Anonymous,
             ca_file: None,
+            client_cert: None,
             request_timeout: Duration::from_secs(30),
             transfer_idle_timeout: Duration::from_secs(60),
             commit_timeout: Duration::from_secs(600),
@@ -136,17 +144,10 @@ impl RegistryConfig {
     /// variables of [`CredentialSource::from_env`].
     pub fn from_env_with(env: &dyn Fn(&str) -> Option<String>) -> Result<RegistryConfig> {
         let base = env(ENV_OCI_REGISTRY).unwrap_or_default();
-        let mut cfg = Self::for_registry(&base)?;
-        if let Some(v) = env(ENV_INSECURE) {
-            cfg.insecure_hosts = parse_insecure(&v, &cfg.base);
-        }
-        if let Some(p) = env(ENV_CA_FILE).filter(|p| !p.is_empty()) {
-            cfg.ca_file = Some(PathBuf::from(p));
-        }
+        let mut cfg = Self::for_registry(&base)?.with_access_env(env)?;
         if let Some(v) = env(ENV_TRANSFER_CONCURRENCY).filter(|v| !v.trim().is_empty()) {
             cfg.transfer_concurrency = parse_concurrency(&v)?;
         }
-        cfg.list_limits = ListLimits::from_env_with(env)?;
         let knob = |name: &str| -> Result<u64> {
             match env(name).filter(|v| !v.trim().is_empty()) {
                 None => Ok(0),
@@ -164,8 +165,44 @@ impl RegistryConfig {
                 Some(_) => knob(ENV_PULL_BUDGET_MIB)?,
             },
         )?;
-        cfg.credentials = CredentialSource::from_env(env)?;
         Ok(cfg)
+    }
+
+    /// The same configuration with how the registry is reached and who we are there taken
+    /// from `env`: [`ENV_INSECURE`], [`ENV_CA_FILE`], [`ENV_CLIENT_CERT_FILE`] with
+    /// [`ENV_CLIENT_KEY_FILE`], the listing bounds of [`ListLimits::from_env_with`] and the
+    /// credentials of [`CredentialSource::from_env`]. The node agent and the operator call it
+    /// on the registry their own configuration names.
+    pub fn with_access_env(
+        mut self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<RegistryConfig> {
+        if let Some(v) = env(ENV_INSECURE) {
+            self.insecure_hosts = parse_insecure(&v, &self.base);
+        }
+        if let Some(p) = env(ENV_CA_FILE).filter(|p| !p.is_empty()) {
+            self.ca_file = Some(PathBuf::from(p));
+        }
+        let get = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        self.client_cert = match (get(ENV_CLIENT_CERT_FILE), get(ENV_CLIENT_KEY_FILE)) {
+            (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    ENV_CLIENT_KEY_FILE,
+                    format!("must be set with {ENV_CLIENT_CERT_FILE}"),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    ENV_CLIENT_CERT_FILE,
+                    format!("must be set with {ENV_CLIENT_KEY_FILE}"),
+                ));
+            }
+        };
+        self.list_limits = ListLimits::from_env_with(env)?;
+        self.credentials = CredentialSource::from_env(env)?;
+        Ok(self)
     }
 
     /// Sets the snapshot knobs of registry.md §5.5 as the node agent reads them: zstd level
@@ -394,5 +431,39 @@ mod tests {
             c.credentials,
             CredentialSource::Static(Credentials::Basic { .. })
         ));
+    }
+
+    #[test]
+    fn access_settings_apply_to_a_registry_named_elsewhere() {
+        // The node agent and the operator name the registry in their own configuration.
+        let c = RegistryConfig::for_registry("r.io/p")
+            .expect("base")
+            .with_access_env(&env(&[
+                (ENV_USERNAME, "u"),
+                (ENV_PASSWORD, "p"),
+                (ENV_CA_FILE, "/ca.pem"),
+                (ENV_CLIENT_CERT_FILE, "/c.pem"),
+                (ENV_CLIENT_KEY_FILE, "/k.pem"),
+            ]))
+            .expect("cfg");
+        assert!(matches!(
+            c.credentials,
+            CredentialSource::Static(Credentials::Basic { .. })
+        ));
+        assert_eq!(c.ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(
+            c.client_cert,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
+        );
+        let e = RegistryConfig::for_registry("r.io")
+            .expect("base")
+            .with_access_env(&env(&[(ENV_CLIENT_CERT_FILE, "/c.pem")]))
+            .err();
+        assert_eq!(
+            e.map(|e| e.to_string()),
+            Some(format!(
+                "{ENV_CLIENT_KEY_FILE}: must be set with {ENV_CLIENT_CERT_FILE}"
+            ))
+        );
     }
 }

@@ -555,7 +555,17 @@ impl Http {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(Error::protocol(format!("bad token realm {realm:?}")));
         }
-        let decision = RealmCredentials::decide(&self.origin, &url);
+        let decision = match creds {
+            // Kubernetes credentials go to the configured realm only, whatever its host.
+            Credentials::KubernetesToken { realm: allowed, .. } => {
+                if crate::auth::is_token_realm(allowed, &url) {
+                    RealmCredentials::Send
+                } else {
+                    RealmCredentials::NotTheTokenRealm
+                }
+            }
+            _ => RealmCredentials::decide(&self.origin, &url),
+        };
         let creds = if decision == RealmCredentials::Send {
             creds
         } else {
@@ -564,7 +574,7 @@ impl Http {
                     realm = %redact(&url),
                     registry = %self.origin,
                     ?decision,
-                    "token realm is not the registry's own host and scheme; asking for an anonymous token"
+                    "not sending credentials to this token realm (not the registry's own host and scheme, or not OCI_REGISTRY_TOKEN_REALM); asking for an anonymous token"
                 );
             }
             &Credentials::Anonymous
@@ -599,6 +609,16 @@ impl Http {
                 let mut r = Req::new(Method::GET, url, None, Limit::Total(self.request_timeout));
                 if let Some(b) = creds.basic_header() {
                     r = r.header(header::AUTHORIZATION, &b)?;
+                }
+                if let Credentials::KubernetesToken { token: Some(t), .. } = creds {
+                    // Checked here so that an error never quotes the token.
+                    if !t.bytes().all(|b| b.is_ascii_graphic()) {
+                        return Err(Error::invalid(
+                            crate::auth::ENV_KUBERNETES_TOKEN_FILE,
+                            "the token holds characters a header cannot carry",
+                        ));
+                    }
+                    r = r.header(header::AUTHORIZATION, &format!("Bearer {t}"))?;
                 }
                 r
             }
@@ -788,11 +808,27 @@ fn tls_config(cfg: &RegistryConfig) -> Result<rustls::ClientConfig> {
         }
     }
     // ALPN is left empty: the connector builder sets it to `http/1.1` from `enable_http1`.
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::invalid("tls", e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+        .with_root_certificates(roots);
+    let Some((cert, key)) = &cfg.client_cert else {
+        return Ok(builder.with_no_client_auth());
+    };
+    // A client certificate (a node's kubelet certificate) authenticates to a token service
+    // that verifies it against the cluster CA.
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let cert_field = crate::config::ENV_CLIENT_CERT_FILE;
+    let key_field = crate::config::ENV_CLIENT_KEY_FILE;
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|i| i.collect::<std::result::Result<Vec<_>, _>>())
+        .map_err(|e| Error::invalid(cert_field, format!("{}: {e}", cert.display())))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| Error::invalid(key_field, format!("{}: {e}", key.display())))?;
+    builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| Error::invalid(cert_field, e.to_string()))
 }
 
 /// Spawns a producer thread that reads `len` layer bytes from `reader` (already positioned)

@@ -32,7 +32,7 @@ pub use kubeconfig::client_for;
 pub use kubelet::{KUBELET_NODE_IP, KUBELET_TAINT_KEY, Kubelet, KubeletOptions};
 pub use node::TestNode;
 pub use process::free_ports;
-pub use registry::{Registry, RegistryAuth};
+pub use registry::{Registry, RegistryAuth, TokenAuth};
 pub use rundir::log_tails_in;
 pub use shared::{
     DEFAULT_WAIT, LOG_TAIL_LINES, LogsOnFailure, QUIET_FILTER, Shared, TEST_NAMESPACE_LABEL,

@@ -1,5 +1,6 @@
-//! A local OCI registry (Debian's docker-registry 2.8.2) on a loopback port, anonymous or
-//! with htpasswd basic auth, usable inside a `TestEnv` or on its own.
+//! A local OCI registry (Debian's docker-registry 2.8.2) on a loopback port, anonymous, with
+//! htpasswd basic auth, or with token auth (the distribution token spec, [`TokenAuth`]), usable
+//! inside a `TestEnv` or on its own.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,18 @@ impl RegistryAuth {
     }
 }
 
+/// Token authentication (`auth.token` of the registry config): the registry challenges with
+/// `Bearer realm=<realm>,service=<service>` and accepts JWTs of `issuer` for `service` signed by
+/// a key whose certificate is in `rootcertbundle`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenAuth {
+    pub realm: String,
+    pub service: String,
+    pub issuer: String,
+    /// PEM file of the certificates whose keys may sign tokens.
+    pub rootcertbundle: PathBuf,
+}
+
 /// A running registry process. Stopped on `shutdown` or drop.
 #[derive(Debug)]
 pub struct Registry {
@@ -38,6 +51,7 @@ pub struct Registry {
     addr: String,
     dir: PathBuf,
     auth: Option<RegistryAuth>,
+    token: Option<TokenAuth>,
     /// Set for `start_temp`: the registry owns (and removes) its directory.
     owns_dir: bool,
 }
@@ -63,14 +77,28 @@ impl Registry {
         Self::start_temp_with(auth, false).await
     }
 
+    /// [`Registry::start_temp`] of a registry with token authentication: every request needs a
+    /// token from `token.realm`.
+    pub async fn start_temp_with_token(token: TokenAuth) -> Result<Registry> {
+        Self::start_temp_inner(None, true, Some(token)).await
+    }
+
     async fn start_temp_with(auth: Option<RegistryAuth>, delete: bool) -> Result<Registry> {
+        Self::start_temp_inner(auth, delete, None).await
+    }
+
+    async fn start_temp_inner(
+        auth: Option<RegistryAuth>,
+        delete: bool,
+        token: Option<TokenAuth>,
+    ) -> Result<Registry> {
         let dir = crate::rundir::make_run_dir("cocoon-registry")?;
         if std::env::var_os("TESTENV_KEEP").is_some() {
             crate::rundir::mark_keep(&dir);
         }
         let logs = dir.join("logs");
-        let mut reg =
-            Self::start_in(&paths::default_registry_bin(), &dir, &logs, auth, delete).await;
+        let bin = paths::default_registry_bin();
+        let mut reg = Self::start_with(&bin, &dir, &logs, auth, delete, token).await;
         match &mut reg {
             Ok(r) => r.owns_dir = true,
             Err(_) => crate::rundir::remove_run_dir(&dir),
@@ -87,6 +115,17 @@ impl Registry {
         auth: Option<RegistryAuth>,
         delete: bool,
     ) -> Result<Registry> {
+        Self::start_with(bin, dir, log_dir, auth, delete, None).await
+    }
+
+    async fn start_with(
+        bin: &Path,
+        dir: &Path,
+        log_dir: &Path,
+        auth: Option<RegistryAuth>,
+        delete: bool,
+        token: Option<TokenAuth>,
+    ) -> Result<Registry> {
         paths::check_registry_bin(bin)?;
         for d in [dir, log_dir] {
             std::fs::create_dir_all(d)
@@ -102,7 +141,10 @@ impl Registry {
             let port = free_ports(1)?[0];
             let addr = format!("127.0.0.1:{port}");
             let config = dir.join("config.yml");
-            let yaml = config_yaml(&dir.join("data"), &addr, htpasswd.as_deref(), delete)?;
+            let mut yaml = config_yaml(&dir.join("data"), &addr, htpasswd.as_deref(), delete)?;
+            if let Some(t) = &token {
+                yaml.push_str(&token_yaml(t)?);
+            }
             std::fs::write(&config, yaml)
                 .map_err(|e| Error::io(format!("writing {}", config.display()), e))?;
             let args: Vec<OsString> = vec!["serve".into(), config.into_os_string()];
@@ -112,6 +154,7 @@ impl Registry {
                 addr,
                 dir: dir.to_path_buf(),
                 auth: auth.clone(),
+                token: token.clone(),
                 owns_dir: false,
             };
             match reg.wait_ready().await {
@@ -133,7 +176,11 @@ impl Registry {
             .build()?;
         let url = format!("http://{}/v2/", self.addr);
         // With auth the registry answers 401 and a challenge; that proves it is serving.
-        let want = if self.auth.is_some() { 401 } else { 200 };
+        let want = if self.auth.is_some() || self.token.is_some() {
+            401
+        } else {
+            200
+        };
         let child = &mut self.child;
         poll("registry GET /v2/", READY_TIMEOUT, || {
             let exited = child.as_mut().and_then(|c| c.exited_error());
@@ -165,6 +212,11 @@ impl Registry {
     /// The credentials this registry requires, if any.
     pub fn auth(&self) -> Option<&RegistryAuth> {
         self.auth.as_ref()
+    }
+
+    /// The token authentication this registry requires, if any.
+    pub fn token_auth(&self) -> Option<&TokenAuth> {
+        self.token.as_ref()
     }
 
     /// The directory holding config, data and (for standalone registries) logs.
@@ -323,4 +375,21 @@ http:
         ));
     }
     Ok(yaml)
+}
+
+/// The `auth.token` section (appended after [`config_yaml`], which then has no `auth`).
+fn token_yaml(t: &TokenAuth) -> Result<String> {
+    let q = |v: &str| {
+        serde_json::to_string(v).map_err(|e| Error::Invalid {
+            what: "registry token auth".into(),
+            detail: e.to_string(),
+        })
+    };
+    Ok(format!(
+        "auth:\n  token:\n    realm: {}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
+        q(&t.realm)?,
+        q(&t.service)?,
+        q(&t.issuer)?,
+        q(&t.rootcertbundle.to_string_lossy())?,
+    ))
 }

@@ -41,6 +41,9 @@ pub struct AgentOptions {
     /// `pods/log` and `pods/exec` reach the agent through the API server. `None` (the
     /// default): no kubelet API, no Node registration (the test creates its Node).
     pub kubelet: Option<KubeletOptions>,
+    /// The agent's registry client, when not the anonymous one of the test registry (a
+    /// token-auth client of [`crate::registry_token`], say).
+    pub registry: Option<cocoon_registry::RegistryClient>,
 }
 
 impl Default for AgentOptions {
@@ -50,6 +53,7 @@ impl Default for AgentOptions {
             orphan_policy: OrphanPolicy::Destroy,
             tweak: |_| {},
             kubelet: None,
+            registry: None,
         }
     }
 }
@@ -162,7 +166,11 @@ impl Agent {
             },
             client: client.clone(),
             runtime: runtime.clone(),
-            registry: Some(registry(registry_addr)),
+            registry: Some(
+                opts.registry
+                    .clone()
+                    .unwrap_or_else(|| registry(registry_addr)),
+            ),
             metrics: Arc::new(NodeMetrics::new(root.to_owned())),
             registration,
         };

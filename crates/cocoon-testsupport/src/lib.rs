@@ -10,6 +10,7 @@
 mod agents;
 mod audited;
 pub mod binaries;
+pub mod registry_token;
 pub mod scripted;
 
 #[cfg(feature = "agents")]

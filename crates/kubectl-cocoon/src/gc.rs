@@ -230,7 +230,10 @@ pub async fn run(
     let base = registry
         .filter(|r| !r.trim().is_empty())
         .ok_or_else(|| CliError::Usage("registry gc needs --registry or OCI_REGISTRY".into()))?;
+    // Credentials (static, Docker config, or a token from the registry token service), CA and
+    // insecure hosts from the environment, as README "Registry credentials" documents them.
     let cfg = cocoon_registry::RegistryConfig::for_registry(base)
+        .and_then(|c| c.with_access_env(&|k| std::env::var(k).ok()))
         .map(crate::user_agent::registry_config)
         .map_err(|e| CliError::Usage(format!("--registry {base:?}: {e}")))?;
     let reg =
