@@ -33,6 +33,11 @@
 //! `demo`'s toolbox `x-0` and set `demo-x`'s slot 0 are the same pod name `demo-x-0`): the
 //! naming contract itself gives them one VM. That is a single tenant's own business.
 //!
+//! The gate proves that a name is computed from the object's pods, not that the artifact under
+//! it is theirs: a shortened VM name keeps a 24-bit hash, so another namespace's pod can share
+//! it. Every tag delete therefore also asks the owner rule on the artifact's recorded owner
+//! ([`crate::registry::TagRegistry::delete_owned_tag`], [`SetVms::pod_of`]; issue 35 item 2).
+//!
 //! Known limit: a toolbox name of more than 25 characters whose VM name was shortened, whose
 //! toolbox has left the spec and whose pod is gone cannot be recovered from the name; its tags
 //! are left behind (and reported), never another tenant's deleted.
@@ -128,17 +133,30 @@ impl SetVms {
 
     /// Is `vm` the VM of one of this set's pods?
     pub fn owns(&self, vm: &str) -> bool {
+        self.pod_of(vm).is_some()
+    }
+
+    /// The name of this set's pod whose VM `vm` is (the pod a registry artifact of `vm` must
+    /// record as its owner), or `None` when `vm` is not one of this set's VMs.
+    pub fn pod_of(&self, vm: &str) -> Option<String> {
         if vm.is_empty() {
-            return false;
+            return None;
         }
-        if naming::extract_agent_slot(&self.ns, &self.set, vm) >= 0 {
-            return true;
+        let slot = naming::extract_agent_slot(&self.ns, &self.set, vm);
+        if slot >= 0 {
+            return Some(format!("{}-{slot}", self.set));
         }
         self.known
             .iter()
             .map(String::as_str)
             .chain(self.recovered_suffixes(vm))
-            .any(|suffix| self.is_member_vm(suffix, vm))
+            .find(|suffix| self.is_member_vm(suffix, vm))
+            .map(|suffix| format!("{}-{suffix}", self.set))
+    }
+
+    /// The set's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.ns
     }
 
     /// `vm` is the VM of pod `<set>-<suffix>`, a member name: an agent slot (canonical

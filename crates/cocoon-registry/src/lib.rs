@@ -36,7 +36,7 @@ pub mod validate;
 
 pub use auth::{CredentialSource, Credentials};
 pub use client::{
-    BlobStream, DeleteOutcome, FetchedManifest, ManifestHead, RegistryClient, SnapshotInfo,
+    BlobStream, CheckedDelete, DeleteOutcome, FetchedManifest, ManifestHead, RegistryClient, SnapshotInfo,
     Verifier,
 };
 pub use config::{RegistryConfig, V2Options};
