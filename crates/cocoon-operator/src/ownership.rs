@@ -379,6 +379,24 @@ mod tests {
     }
 
     #[test]
+    fn pod_of_names_the_pod_an_artifact_must_record() {
+        let mut gate = SetVms::new("ns", "demo", REFUSE);
+        let long = "a-toolbox-name-long-enough-to-be-cut-from-the-vm-name";
+        gate.add_pods([format!("demo-{long}").as_str()]);
+        for (vm, want) in [
+            (vm_name_for_pod("ns", "demo-0"), Some("demo-0".to_string())),
+            (vm_name_for_pod("ns", "demo-7"), Some("demo-7".to_string())),
+            (vm_name_for_pod("ns", "demo-tb"), Some("demo-tb".to_string())),
+            (vm_name_for_pod("ns", &format!("demo-{long}")), Some(format!("demo-{long}"))),
+            (vm_name_for_pod("victim", "demo-0"), None),
+            (String::new(), None),
+        ] {
+            assert_eq!(gate.pod_of(&vm), want, "{vm}");
+            assert_eq!(gate.owns(&vm), want.is_some(), "{vm}");
+        }
+    }
+
+    #[test]
     fn split_keeps_the_order_of_each_part() {
         let gate = SetVms::new("ns", "demo", REFUSE);
         let (own, foreign) = gate.split([
