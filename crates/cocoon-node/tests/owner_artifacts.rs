@@ -19,7 +19,7 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::oci::{
     ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_NAMESPACE_UID, ANNOTATION_OWNER_POD,
 };
-use cocoon_api::contract::{Lifecycle, LifecycleState};
+use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_registry::Reference;
 use cocoon_testenv::{create_namespace, delete_namespace, ensure_namespace, run_test, wait_until};
