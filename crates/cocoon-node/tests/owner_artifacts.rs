@@ -11,8 +11,8 @@
 mod common;
 
 use common::{
-    BoxError, WAIT, ann_of, golden_host, hibernate_pod, node_agent, push_golden, registry,
-    run_pod, vm_pod, wait_failed, wait_lifecycle,
+    BoxError, WAIT, ann_of, golden_host, hibernate_pod, node_agent, push_golden, registry, run_pod,
+    vm_pod, wait_failed, wait_lifecycle,
 };
 
 use cocoon_api::contract::annotations as ann;
@@ -25,8 +25,8 @@ use cocoon_registry::Reference;
 use cocoon_testenv::{create_namespace, delete_namespace, ensure_namespace, run_test, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
 
 async fn namespace_uid(client: &Client, ns: &str) -> Result<String, BoxError> {
     Ok(Api::<Namespace>::all(client.clone())
@@ -112,7 +112,10 @@ async fn a_hibernate_never_replaces_another_owners_tag() {
             &golden,
             &vm,
             "hibernate",
-            &[(ANNOTATION_OWNER_NAMESPACE, &victim), (ANNOTATION_OWNER_POD, "sleeper")],
+            &[
+                (ANNOTATION_OWNER_NAMESPACE, &victim),
+                (ANNOTATION_OWNER_POD, "sleeper"),
+            ],
         )
         .await?;
         let digest = |reg: cocoon_registry::RegistryClient, vm: String| async move {
@@ -145,19 +148,24 @@ async fn a_hibernate_never_replaces_another_owners_tag() {
         );
         assert_eq!(agent.sim.guest_token(&vm)?, token, "the VM still runs");
         let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-        let note = wait_until("a ForeignSnapshotIgnored Warning naming both", WAIT, || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items.into_iter().find_map(|e| {
-                (e.reason.as_deref() == Some("ForeignSnapshotIgnored")
-                    && e.type_.as_deref() == Some("Warning")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("twin"))
-                .then_some(e.note)
-                .flatten()
-            })
-        })
+        let note = wait_until(
+            "a ForeignSnapshotIgnored Warning naming both",
+            WAIT,
+            || async {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items.into_iter().find_map(|e| {
+                    (e.reason.as_deref() == Some("ForeignSnapshotIgnored")
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("twin"))
+                    .then_some(e.note)
+                    .flatten()
+                })
+            },
+        )
         .await?;
         assert!(
-            note.contains(&format!("pod {victim}/sleeper")) && note.contains(&format!("pod {ns}/twin")),
+            note.contains(&format!("pod {victim}/sleeper"))
+                && note.contains(&format!("pod {ns}/twin")),
             "{note}"
         );
         for n in [&ns, &victim] {

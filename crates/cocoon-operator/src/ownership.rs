@@ -386,8 +386,14 @@ mod tests {
         for (vm, want) in [
             (vm_name_for_pod("ns", "demo-0"), Some("demo-0".to_string())),
             (vm_name_for_pod("ns", "demo-7"), Some("demo-7".to_string())),
-            (vm_name_for_pod("ns", "demo-tb"), Some("demo-tb".to_string())),
-            (vm_name_for_pod("ns", &format!("demo-{long}")), Some(format!("demo-{long}"))),
+            (
+                vm_name_for_pod("ns", "demo-tb"),
+                Some("demo-tb".to_string()),
+            ),
+            (
+                vm_name_for_pod("ns", &format!("demo-{long}")),
+                Some(format!("demo-{long}")),
+            ),
             (vm_name_for_pod("victim", "demo-0"), None),
             (String::new(), None),
         ] {

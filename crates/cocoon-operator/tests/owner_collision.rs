@@ -22,8 +22,7 @@ use cocoon_operator::cocoonset;
 use cocoon_registry::{Reference, RegistryClient};
 use cocoon_testsupport::BoxError;
 use cocoon_testsupport::scripted::{
-    Script, WAIT, controller, node_actor, nodes, push_snapshot_tag, registry_client, spec,
-    wait_set,
+    Script, WAIT, controller, node_actor, nodes, push_snapshot_tag, registry_client, spec, wait_set,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
@@ -47,9 +46,7 @@ fn colliding_pair(victim_ns: &str, tenant_ns: &str) -> Option<(String, String, S
     (0..1_048_576u32).find_map(|j| {
         let set = format!("t{j:x}");
         let vm = vm_name_for_pod(tenant_ns, &format!("{set}-{TAIL}"));
-        victims
-            .get(&vm)
-            .map(|pod| (vm.clone(), pod.clone(), set))
+        victims.get(&vm).map(|pod| (vm.clone(), pod.clone(), set))
     })
 }
 
@@ -84,14 +81,20 @@ async fn a_colliding_toolbox_of_another_namespace_never_deletes_the_victims_tag(
     cocoon_testenv::run_test(|env| async move {
         let client = env.client()?;
         // 26 shared characters: the kept head of both VM names.
-        let victim = cocoon_testenv::create_namespace(&client, "owner-collision-namespaces-v").await?;
-        let tenant = cocoon_testenv::create_namespace(&client, "owner-collision-namespaces-t").await?;
+        let victim =
+            cocoon_testenv::create_namespace(&client, "owner-collision-namespaces-v").await?;
+        let tenant =
+            cocoon_testenv::create_namespace(&client, "owner-collision-namespaces-t").await?;
         let (vm, victim_pod, set) =
             colliding_pair(&victim, &tenant).ok_or("no colliding pair found")?;
         let tenant_pod = format!("{set}-{TAIL}");
         assert_eq!(vm.len(), MAX_NAME_LEN, "a shortened name: {vm}");
         assert_eq!(vm, vm_name_for_pod(&victim, &victim_pod));
-        assert_eq!(vm, vm_name_for_pod(&tenant, &tenant_pod), "the pair collides");
+        assert_eq!(
+            vm,
+            vm_name_for_pod(&tenant, &tenant_pod),
+            "the pair collides"
+        );
 
         // The victim: a suspended pod's `:hibernate`, recording its owner.
         let victim_uid = Api::<Namespace>::all(client.clone())
@@ -132,12 +135,13 @@ async fn a_colliding_toolbox_of_another_namespace_never_deletes_the_victims_tag(
         let pool = cocoon_testenv::unique_name("pool");
         let _nodes = nodes(&client, &pool, 1).await?;
         let _actor = node_actor(&client, &tenant, Script::default());
-        let _controller = controller(&client, &tenant, registry_client(env.registry_addr()))
-            .sets(cocoonset::Timing {
+        let _controller = controller(&client, &tenant, registry_client(env.registry_addr())).sets(
+            cocoonset::Timing {
                 wait_for_main: Duration::from_millis(500),
                 requeue_after_write: Duration::from_millis(200),
                 ..cocoonset::Timing::default()
-            });
+            },
+        );
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &tenant);
         let mut s = spec(&pool, 0);
         s.toolboxes = vec![ToolboxSpec {

@@ -29,7 +29,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::oci::{ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_NAMESPACE_UID, ANNOTATION_OWNER_POD};
+use super::oci::{
+    ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_NAMESPACE_UID, ANNOTATION_OWNER_POD,
+};
 
 /// Warning Event reason (operator, node agent; not in the spec's table, chosen here): a
 /// destructive or overwriting action on a snapshot artifact was skipped because the artifact
@@ -169,6 +171,9 @@ mod tests {
             .collect()
     }
 
+    /// (what, annotations, actor, Some(owned) / Some(false) foreign / None no owner).
+    type Row<'a> = (&'a str, Vec<(&'a str, &'a str)>, Actor<'a>, Option<bool>);
+
     #[test]
     fn the_owner_rule_reads_like_the_issue() {
         const NS: &str = ANNOTATION_OWNER_NAMESPACE;
@@ -183,7 +188,7 @@ mod tests {
         let foreign = Some(false);
         let none = None;
         #[rustfmt::skip]
-        let cases: Vec<(&str, Vec<(&str, &str)>, Actor<'_>, Option<bool>)> = vec![
+        let cases: Vec<Row<'_>> = vec![
             ("Go artifact: no owner", vec![("cocoonstack.snapshot.baseimage", "img")], a(None), none),
             ("no annotations at all", vec![], a(Some("u1")), none),
             ("same namespace and pod", vec![(NS, "eu1"), (POD, "p-0")], a(None), owned),
@@ -234,7 +239,10 @@ mod tests {
         assert_eq!(owner_annotations("n", None, "p").len(), 2);
         assert_eq!(owner_annotations("n", Some(""), "p").len(), 2);
         let a = owner_annotations("n", Some("u"), "p");
-        assert_eq!(a.get(ANNOTATION_OWNER_NAMESPACE_UID).map(String::as_str), Some("u"));
+        assert_eq!(
+            a.get(ANNOTATION_OWNER_NAMESPACE_UID).map(String::as_str),
+            Some("u")
+        );
         assert_eq!(
             RecordedOwner::from_annotations(&a),
             Some(RecordedOwner {

@@ -254,10 +254,15 @@ impl Handler {
                 .map(NamespaceUid::Known)
                 .ok_or_else(|| format!("namespace {ns} has no uid")),
             Err(kube::Error::Api(s)) if s.code == 403 => {
-                tracing::debug!(namespace = ns, "may not read namespaces: owner recorded without the namespace uid");
+                tracing::debug!(
+                    namespace = ns,
+                    "may not read namespaces: owner recorded without the namespace uid"
+                );
                 Ok(NamespaceUid::Forbidden)
             }
-            Err(e) => Err(format!("read namespace {ns} (its uid is recorded with every snapshot): {e}")),
+            Err(e) => Err(format!(
+                "read namespace {ns} (its uid is recorded with every snapshot): {e}"
+            )),
         }
     }
 }

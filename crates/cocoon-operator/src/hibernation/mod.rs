@@ -35,8 +35,8 @@ use crate::controller::{self, has_finalizer};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::ownership::LegacyNames;
 use crate::registry::{RegistryError, TagDelete, TagRegistry};
-use cocoon_api::contract::owner::{self, Actor};
 use crate::vm_lock::Stripes;
+use cocoon_api::contract::owner::{self, Actor};
 
 const CONTROLLER: &str = "cocoonhibernation";
 

@@ -18,11 +18,11 @@ use super::wake::{
 };
 use super::{Action, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove, removed};
 use crate::pods::owned::{GateError, Owner, PushRefusal};
-use cocoon_api::contract::owner as owner_rule;
 use crate::pods::rules::{self, PodResources};
 use crate::pods::state::TrackedVm;
 use crate::pods::tenant::ArtifactUse;
 use crate::pods::{Handler, status};
+use cocoon_api::contract::owner as owner_rule;
 use cocoon_runtime::{CloneSource, RunRequest, Runtime, SnapshotRecord, VmRecord, exec_capture};
 
 /// One pod operation's view of the handler: the pod, its spec, the VM it acts on, and what
@@ -396,7 +396,12 @@ impl PodOp<'_> {
                     );
                     warn!(pod = %self.key, vm, %message, "local snapshots kept");
                     self.h
-                        .event(self.pod, true, owner_rule::FOREIGN_SNAPSHOT_IGNORED, &message)
+                        .event(
+                            self.pod,
+                            true,
+                            owner_rule::FOREIGN_SNAPSHOT_IGNORED,
+                            &message,
+                        )
                         .await;
                     false
                 }
@@ -412,10 +417,7 @@ impl PodOp<'_> {
 
     async fn push(&self, name: &str, tag: &str, base_image: &str) -> Result<(), String> {
         let owner = self.h.owner_of(self.pod).await?;
-        let res = self
-            .h
-            .push_owned(name, name, tag, base_image, &owner)
-            .await;
+        let res = self.h.push_owned(name, name, tag, base_image, &owner).await;
         if let Err(PushRefusal::Foreign(recorded)) = &res {
             // Another pod's artifact under a colliding name: never replaced. The operation
             // fails with the reason (a hibernate keeps its VM running); the Warning names both.
@@ -427,7 +429,12 @@ impl PodOp<'_> {
             );
             warn!(pod = %self.key, vm = %name, tag, %message, "push refused: the tag records another owner");
             self.h
-                .event(self.pod, true, owner_rule::FOREIGN_SNAPSHOT_IGNORED, &message)
+                .event(
+                    self.pod,
+                    true,
+                    owner_rule::FOREIGN_SNAPSHOT_IGNORED,
+                    &message,
+                )
                 .await;
         }
         let res = res.map_err(|e| format!("push {name}:{tag}: {e}"));

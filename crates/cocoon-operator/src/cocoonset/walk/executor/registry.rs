@@ -63,11 +63,11 @@ impl Walk<'_> {
         if let TagDelete::Foreign(recorded) = &done {
             let artifact = format!("{vm}:{tag}");
             let uid = self.cs.uid().unwrap_or_default();
-            if self
-                .ctx
-                .memory
-                .first_foreign_report(&uid, oci::ANNOTATION_OWNER_NAMESPACE, &artifact)
-            {
+            if self.ctx.memory.first_foreign_report(
+                &uid,
+                oci::ANNOTATION_OWNER_NAMESPACE,
+                &artifact,
+            ) {
                 let by = format!("{} (CocoonSet {}/{})", actor, self.ns, self.name);
                 let message = owner::foreign_snapshot_message("delete", &artifact, recorded, &by);
                 warn!(namespace = %self.ns, name = %self.name, vm, tag, owner = %recorded, "the tag records another owner: not deleted");
