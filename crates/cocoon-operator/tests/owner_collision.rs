@@ -3,7 +3,8 @@
 //! delete that namespace's artifact. The victim's `:hibernate` records its owner; the
 //! tenant's set owns, by name, a toolbox whose VM name is the victim's, names it in
 //! `delete-vm-names` and is deleted: the victim's tag survives with its digest, the set's own
-//! tag is collected, and a `ForeignSnapshotIgnored` Warning on the set names both.
+//! tag is collected, and a `ForeignSnapshotIgnored` Warning on the set names both. The same
+//! holds for a CocoonHibernation whose pod's VM name collides, deleted with it recorded.
 //!
 //! The colliding pair is found at test time for this run's namespaces (they are unique per
 //! run): both share their first 26 characters and both pod names end in the same 26
@@ -189,6 +190,101 @@ async fn a_colliding_toolbox_of_another_namespace_never_deletes_the_victims_tag(
                         m.contains(&format!("{victim}/{victim_pod}"))
                             && m.contains(&format!("{tenant}/{tenant_pod}"))
                             && m.contains(&vm)
+                    })
+                    .then_some(seen)
+            },
+        )
+        .await?;
+        assert_eq!(seen.len(), 1, "reported once: {seen:?}");
+        for ns in [&tenant, &victim] {
+            cocoon_testenv::delete_namespace(&client, ns).await?;
+        }
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// The CocoonHibernation side: a tenant's CR whose pod's VM name collides with the victim's
+/// (so the name gate passes), deleted with that name in `status.vmName`, leaves the victim's
+/// tag and reports it.
+#[tokio::test]
+async fn deleting_a_colliding_hibernation_never_deletes_the_victims_tag() {
+    use cocoon_api::crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, Desire, PodRef};
+    use cocoon_operator::hibernation;
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let victim =
+            cocoon_testenv::create_namespace(&client, "owner-collision-namespaces-v").await?;
+        let tenant =
+            cocoon_testenv::create_namespace(&client, "owner-collision-namespaces-t").await?;
+        let (vm, victim_pod, set) =
+            colliding_pair(&victim, &tenant).ok_or("no colliding pair found")?;
+        let tenant_pod = format!("{set}-{TAIL}");
+        assert_eq!(
+            vm,
+            vm_name_for_pod(&tenant, &tenant_pod),
+            "the pair collides"
+        );
+        let reg = registry_client(env.registry_addr());
+        push_snapshot_tag(
+            &reg,
+            &vm,
+            "hibernate",
+            "img:1",
+            &[
+                (ANNOTATION_OWNER_NAMESPACE, victim.as_str()),
+                (ANNOTATION_OWNER_POD, victim_pod.as_str()),
+            ],
+        )
+        .await?;
+        let before = digest(&reg, &vm).await?.ok_or("victim tag pushed")?;
+
+        let _running = controller(&client, &tenant, registry_client(env.registry_addr()))
+            .hibernation(hibernation::decide::Timing {
+                requeue: Duration::from_millis(500),
+                ..hibernation::decide::Timing::default()
+            });
+        let crs: Api<CocoonHibernation> = Api::namespaced(client.clone(), &tenant);
+        let cr = CocoonHibernation::new(
+            "h",
+            CocoonHibernationSpec {
+                pod_ref: PodRef {
+                    name: tenant_pod.clone(),
+                },
+                desire: Desire::Hibernate,
+            },
+        );
+        crs.create(&PostParams::default(), &cr).await?;
+        cocoon_testenv::wait_until("the controller holds the CR", WAIT, || async {
+            let cr = crs.get_opt("h").await.ok().flatten()?;
+            (!cr.finalizers().is_empty()).then_some(())
+        })
+        .await?;
+        crs.patch_status(
+            "h",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"vmName": vm}})),
+        )
+        .await?;
+        crs.delete("h", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("the CR is gone", WAIT, || async {
+            crs.get_opt("h").await.ok()?.is_none().then_some(())
+        })
+        .await?;
+        assert_eq!(
+            digest(&reg, &vm).await?,
+            Some(before),
+            "the victim's :hibernate survives unchanged"
+        );
+        let seen = cocoon_testenv::wait_until(
+            "a ForeignSnapshotIgnored Warning naming both",
+            WAIT,
+            || async {
+                let seen = warnings(&client, &tenant, "h", FOREIGN_SNAPSHOT).await;
+                seen.iter()
+                    .any(|m| {
+                        m.contains(&format!("{victim}/{victim_pod}"))
+                            && m.contains(&format!("{tenant}/{tenant_pod}"))
                     })
                     .then_some(seen)
             },
