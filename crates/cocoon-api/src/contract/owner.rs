@@ -216,6 +216,30 @@ mod tests {
     }
 
     #[test]
+    fn the_issues_pair_collides_so_names_never_prove_ownership() {
+        let a = crate::naming::vm_name_for_pod(
+            "customer-acme-production-eu1",
+            "analytics-warehouse-primary-0",
+        );
+        let b = crate::naming::vm_name_for_pod(
+            "customer-acme-production-eu2",
+            "x15aba-lytics-warehouse-primary-0",
+        );
+        assert_eq!(a, b);
+        let victim = owner_annotations(
+            "customer-acme-production-eu1",
+            None,
+            "analytics-warehouse-primary-0",
+        );
+        let attacker = Actor {
+            namespace: "customer-acme-production-eu2",
+            namespace_uid: None,
+            pod: "x15aba-lytics-warehouse-primary-0",
+        };
+        assert!(!owner_verdict(&victim, &attacker).may_act());
+    }
+
+    #[test]
     fn the_foreign_verdict_names_the_recorded_owner() {
         let annotations = owner_annotations("eu1", Some("u1"), "analytics-0");
         let actor = Actor {
