@@ -33,6 +33,11 @@
 //! `demo`'s toolbox `x-0` and set `demo-x`'s slot 0 are the same pod name `demo-x-0`): the
 //! naming contract itself gives them one VM. That is a single tenant's own business.
 //!
+//! The gate proves that a name is computed from the object's pods, not that the artifact under
+//! it is theirs: a shortened VM name keeps a 24-bit hash, so another namespace's pod can share
+//! it. Every tag delete therefore also asks the owner rule on the artifact's recorded owner
+//! ([`crate::registry::TagRegistry::delete_owned_tag`], [`SetVms::pod_of`]; issue 35 item 2).
+//!
 //! Known limit: a toolbox name of more than 25 characters whose VM name was shortened, whose
 //! toolbox has left the spec and whose pod is gone cannot be recovered from the name; its tags
 //! are left behind (and reported), never another tenant's deleted.
@@ -128,17 +133,30 @@ impl SetVms {
 
     /// Is `vm` the VM of one of this set's pods?
     pub fn owns(&self, vm: &str) -> bool {
+        self.pod_of(vm).is_some()
+    }
+
+    /// The name of this set's pod whose VM `vm` is (the pod a registry artifact of `vm` must
+    /// record as its owner), or `None` when `vm` is not one of this set's VMs.
+    pub fn pod_of(&self, vm: &str) -> Option<String> {
         if vm.is_empty() {
-            return false;
+            return None;
         }
-        if naming::extract_agent_slot(&self.ns, &self.set, vm) >= 0 {
-            return true;
+        let slot = naming::extract_agent_slot(&self.ns, &self.set, vm);
+        if slot >= 0 {
+            return Some(format!("{}-{slot}", self.set));
         }
         self.known
             .iter()
             .map(String::as_str)
             .chain(self.recovered_suffixes(vm))
-            .any(|suffix| self.is_member_vm(suffix, vm))
+            .find(|suffix| self.is_member_vm(suffix, vm))
+            .map(|suffix| format!("{}-{suffix}", self.set))
+    }
+
+    /// The set's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.ns
     }
 
     /// `vm` is the VM of pod `<set>-<suffix>`, a member name: an agent slot (canonical
@@ -357,6 +375,30 @@ mod tests {
                 want,
                 "{ns}/{pod} {vm} {legacy:?}"
             );
+        }
+    }
+
+    #[test]
+    fn pod_of_names_the_pod_an_artifact_must_record() {
+        let mut gate = SetVms::new("ns", "demo", REFUSE);
+        let long = "a-toolbox-name-long-enough-to-be-cut-from-the-vm-name";
+        gate.add_pods([format!("demo-{long}").as_str()]);
+        for (vm, want) in [
+            (vm_name_for_pod("ns", "demo-0"), Some("demo-0".to_string())),
+            (vm_name_for_pod("ns", "demo-7"), Some("demo-7".to_string())),
+            (
+                vm_name_for_pod("ns", "demo-tb"),
+                Some("demo-tb".to_string()),
+            ),
+            (
+                vm_name_for_pod("ns", &format!("demo-{long}")),
+                Some(format!("demo-{long}")),
+            ),
+            (vm_name_for_pod("victim", "demo-0"), None),
+            (String::new(), None),
+        ] {
+            assert_eq!(gate.pod_of(&vm), want, "{vm}");
+            assert_eq!(gate.owns(&vm), want.is_some(), "{vm}");
         }
     }
 

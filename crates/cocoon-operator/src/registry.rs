@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use cocoon_api::contract::owner::{Actor, OwnerVerdict, RecordedOwner, owner_verdict};
+use cocoon_registry::CheckedDelete;
+
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -13,6 +16,17 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// errors carry it as their `#[source]` and add the step and the call
 /// (`<step>: <call> <vm>:<tag>: <this>`), so it has no prefix of its own.
 pub type RegistryError = cocoon_registry::Error;
+
+/// How [`TagRegistry::delete_owned_tag`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TagDelete {
+    /// Deleted: it recorded the acting pod, or no owner (Go components).
+    Deleted,
+    /// There was no such tag.
+    Absent,
+    /// Kept: the artifact records another owner (a colliding VM name).
+    Foreign(RecordedOwner),
+}
 
 /// Tag probes and deletes on `<base>/<vm>:<tag>`.
 pub trait TagRegistry: Send + Sync + 'static {
@@ -31,6 +45,29 @@ pub trait TagRegistry: Send + Sync + 'static {
         vm: &'a str,
         tag: &'a str,
     ) -> BoxFuture<'a, Result<(), RegistryError>>;
+
+    /// Deletes `<vm>:<tag>` only when the artifact records `actor` as its owner or records
+    /// no owner ([`cocoon_api::contract::owner`]); one recording another owner is kept and
+    /// answered as [`TagDelete::Foreign`]. Every tag delete of the controllers goes through
+    /// it, after their name gates. The default reads the annotations, then deletes by tag;
+    /// the production registry deletes the very digest it checked.
+    fn delete_owned_tag<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+        actor: Actor<'a>,
+    ) -> BoxFuture<'a, Result<TagDelete, RegistryError>> {
+        Box::pin(async move {
+            let Some(annotations) = self.manifest_annotations(vm, tag).await? else {
+                return Ok(TagDelete::Absent);
+            };
+            if let OwnerVerdict::Foreign { owner } = owner_verdict(&annotations, &actor) {
+                return Ok(TagDelete::Foreign(owner));
+            }
+            self.delete_tag(vm, tag).await?;
+            Ok(TagDelete::Deleted)
+        })
+    }
 
     /// The annotations of manifest `<vm>:<tag>`, or `None` when the tag does not exist. The
     /// CocoonSet create protocol reads the recorded base image from them. The default answers
@@ -59,6 +96,27 @@ impl OciTagRegistry {
 }
 
 impl TagRegistry for OciTagRegistry {
+    fn delete_owned_tag<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+        actor: Actor<'a>,
+    ) -> BoxFuture<'a, Result<TagDelete, RegistryError>> {
+        Box::pin(async move {
+            let checked = self
+                .0
+                .delete_tag_checked(vm, tag, |a| owner_verdict(a, &actor).may_act())
+                .await?;
+            Ok(match checked {
+                CheckedDelete::Deleted(_) => TagDelete::Deleted,
+                CheckedDelete::Absent => TagDelete::Absent,
+                CheckedDelete::Kept(a) => {
+                    TagDelete::Foreign(RecordedOwner::from_annotations(&a).unwrap_or_default())
+                }
+            })
+        })
+    }
+
     fn has_manifest<'a>(
         &'a self,
         vm: &'a str,

@@ -53,6 +53,17 @@ pub enum DeleteOutcome {
     Absent,
 }
 
+/// How [`RegistryClient::delete_tag_checked`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckedDelete {
+    /// The manifest the check accepted was deleted (by its digest).
+    Deleted(Digest),
+    /// The tag was not there (or vanished before the delete).
+    Absent,
+    /// The check refused the manifest with these annotations: nothing was deleted.
+    Kept(BTreeMap<String, String>),
+}
+
 /// What a snapshot tag records: the manifest annotations and the config's snapshot id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotInfo {
@@ -393,6 +404,43 @@ impl RegistryClient {
             DeleteOutcome::Deleted(digest)
         } else {
             DeleteOutcome::Absent
+        })
+    }
+
+    /// Deletes `<repo>:<tag>` only when `allow` accepts its manifest annotations (the owner
+    /// rule, `cocoon_api::contract::owner`): GET the manifest, ask `allow`, `DELETE` by the
+    /// digest that was read. The check and the delete name the same bytes: a tag re-pointed
+    /// in between keeps its new manifest (only the checked digest is deleted). An absent tag
+    /// sends nothing past the GET, so a missing repository is never created.
+    pub async fn delete_tag_checked(
+        &self,
+        repo: &str,
+        tag: &str,
+        allow: impl FnOnce(&BTreeMap<String, String>) -> bool,
+    ) -> Result<CheckedDelete> {
+        validate_tag(tag)?;
+        let reference = Reference::Tag(tag.to_string());
+        let fetched = match self.get_manifest(repo, &reference).await {
+            Ok(m) => m,
+            Err(e) if e.is_not_found() => return Ok(CheckedDelete::Absent),
+            Err(e) => return Err(e.context(format!("read the owner of {repo}:{tag}"))),
+        };
+        let annotations = Manifest::parse(&fetched.bytes)
+            .context(|| format!("read the owner of {repo}:{tag}"))?
+            .annotations;
+        if !allow(&annotations) {
+            tracing::info!(repo, tag, digest = %fetched.digest, "tag kept: its owner check refused the delete");
+            return Ok(CheckedDelete::Kept(annotations));
+        }
+        let deleted = self
+            .delete_manifest(repo, &fetched.digest)
+            .await
+            .context(|| format!("delete snapshot {repo}:{tag}"))?;
+        tracing::info!(repo, tag, digest = %fetched.digest, deleted, "delete tag (owner checked)");
+        Ok(if deleted {
+            CheckedDelete::Deleted(fetched.digest)
+        } else {
+            CheckedDelete::Absent
         })
     }
 

@@ -36,8 +36,8 @@ pub mod validate;
 
 pub use auth::{CredentialSource, Credentials};
 pub use client::{
-    BlobStream, DeleteOutcome, FetchedManifest, ManifestHead, RegistryClient, SnapshotInfo,
-    Verifier,
+    BlobStream, CheckedDelete, DeleteOutcome, FetchedManifest, ManifestHead, RegistryClient,
+    SnapshotInfo, Verifier,
 };
 pub use config::{RegistryConfig, V2Options};
 pub use error::{Error, ErrorClass, Result, ResultExt};

@@ -139,6 +139,18 @@ impl TagRegistry for ProbedRegistry {
             self.inner.manifest_annotations(vm, tag).await
         })
     }
+    fn delete_owned_tag<'a>(
+        &'a self,
+        vm: &'a str,
+        tag: &'a str,
+        actor: cocoon_api::contract::owner::Actor<'a>,
+    ) -> BoxFuture<'a, Result<cocoon_operator::registry::TagDelete, RegistryError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            self.check()?;
+            self.inner.delete_owned_tag(vm, tag, actor).await
+        })
+    }
 }
 
 /// What the scripted tests vary when they start a controller: [`controller`] takes the

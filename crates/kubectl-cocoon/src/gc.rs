@@ -21,6 +21,24 @@
 //! component. `:latest` tags are left alone unless `--include-latest`: the operator keeps them
 //! after teardown on purpose (snapshotPolicy `always`/`main-only`).
 //!
+//! # Recorded owners (issue 35 item 2)
+//!
+//! A VM name is a 24-bit hash for long names, so a repository that no live object names may
+//! still be the snapshot of a live pod of another namespace whose name collides with a dead
+//! one. Before a tag is deleted its manifest annotations are read
+//! (`cocoon_api::contract::owner`), and a tag that records an owner is deleted only when
+//! that owner is gone ([`owner_lives`]): it is **kept** while
+//!
+//! * its recorded namespace exists with the recorded namespace UID (any UID when none is
+//!   recorded; a namespace re-created under the same name is another owner), **and**
+//! * the recorded pod (when recorded) exists in it, or a CocoonSet of that namespace whose
+//!   pods are named `<set>-…` could own it, or a CocoonHibernation there names it; when no pod
+//!   is recorded, the namespace existing is enough.
+//!
+//! Kept tags are listed as `kept (owner <ns>/<pod> lives)`. A tag that records no owner (the
+//! Go components, cocoon-common v0.3.0, push none) is decided by the name rule above alone.
+//! The delete names the digest whose owner was checked.
+//!
 //! # Races
 //!
 //! The objects are read once for the walk, and **again right before each DELETE**: a tag whose
@@ -66,6 +84,73 @@ impl Live {
 
 fn last_component(repo: &str) -> &str {
     repo.rsplit('/').next().unwrap_or(repo)
+}
+
+/// The objects a recorded owner may be: namespaces (with their UIDs), pods, CocoonSets and
+/// the pods CocoonHibernations name, each by `(namespace, name)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owners {
+    pub namespaces: BTreeMap<String, String>,
+    pub pods: BTreeSet<(String, String)>,
+    pub sets: BTreeSet<(String, String)>,
+    pub hibernated_pods: BTreeSet<(String, String)>,
+}
+
+impl Owners {
+    /// The owners among these objects (namespaces are added by the caller).
+    pub fn of(sets: &[CocoonSet], pods: &[Pod], hibernations: &[CocoonHibernation]) -> Owners {
+        let key = |ns: Option<String>, name: String| (ns.unwrap_or_default(), name);
+        Owners {
+            namespaces: BTreeMap::new(),
+            pods: pods
+                .iter()
+                .map(|p| key(p.namespace(), p.name_any()))
+                .collect(),
+            sets: sets
+                .iter()
+                .map(|s| key(s.namespace(), s.name_any()))
+                .collect(),
+            hibernated_pods: hibernations
+                .iter()
+                .map(|h| key(h.namespace(), h.spec.pod_ref.name.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// `<ns>/<pod>` of the owner `annotations` record, for the report.
+fn owner_of(annotations: &BTreeMap<String, String>) -> String {
+    cocoon_api::contract::owner::RecordedOwner::from_annotations(annotations)
+        .map(|o| format!("{}/{}", o.namespace, o.pod.unwrap_or_default()))
+        .unwrap_or_default()
+}
+
+/// Does the owner a tag's manifest `annotations` record still live (see the module docs)?
+/// `None` when they record no owner: the name rule alone decides.
+pub fn owner_lives(annotations: &BTreeMap<String, String>, owners: &Owners) -> Option<bool> {
+    let owner = cocoon_api::contract::owner::RecordedOwner::from_annotations(annotations)?;
+    let ns = owner.namespace.as_str();
+    let Some(uid) = owners.namespaces.get(ns) else {
+        return Some(false);
+    };
+    if owner.namespace_uid.as_ref().is_some_and(|u| u != uid) {
+        return Some(false);
+    }
+    let Some(pod) = owner.pod else {
+        return Some(true);
+    };
+    let key = (ns.to_string(), pod.clone());
+    Some(
+        owners.pods.contains(&key)
+            || owners.hibernated_pods.contains(&key)
+            || owners.sets.iter().any(|(set_ns, set)| {
+                set_ns == ns
+                    && pod
+                        .strip_prefix(set.as_str())
+                        .and_then(|rest| rest.strip_prefix('-'))
+                        .is_some_and(|suffix| !suffix.is_empty())
+            }),
+    )
 }
 
 /// Is `repo` named like a VM (the hashed form of `contract.md` §2.2, one path component)?
@@ -184,9 +269,9 @@ pub fn orphans(repos: &[(String, Vec<String>)], live: &Live, include_latest: boo
     out
 }
 
-/// Reads every CocoonSet, pod and CocoonHibernation of the cluster (uncached) and what they
-/// hold on to.
-async fn read_live(client: &kube::Client) -> Result<Live, crate::error::CliError> {
+/// Reads every CocoonSet, pod, CocoonHibernation and namespace of the cluster (uncached):
+/// what they hold on to by name, and the owners that live.
+async fn read_live(client: &kube::Client) -> Result<(Live, Owners), crate::error::CliError> {
     use crate::error::CliError;
     use kube::api::{Api, ListParams};
     let lp = ListParams::default();
@@ -205,7 +290,17 @@ async fn read_live(client: &kube::Client) -> Result<Live, crate::error::CliError
         .await
         .map_err(|e| CliError::from_kube("list pods (all namespaces)", e))?
         .items;
-    Ok(live_refs(&sets, &pods, &hibernations))
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(|e| CliError::from_kube("list namespaces (the owners tags record)", e))?
+        .items;
+    let mut owners = Owners::of(&sets, &pods, &hibernations);
+    owners.namespaces = namespaces
+        .iter()
+        .map(|n| (n.name_any(), n.uid().unwrap_or_default()))
+        .collect();
+    Ok((live_refs(&sets, &pods, &hibernations), owners))
 }
 
 /// Asks on stderr whether to delete `n` tags; true for an answer starting with `y`.
@@ -238,7 +333,7 @@ pub async fn run(
         .map_err(|e| CliError::Usage(format!("--registry {base:?}: {e}")))?;
     let reg =
         cocoon_registry::RegistryClient::new(cfg).map_err(|e| CliError::Api(e.to_string()))?;
-    let live = read_live(client).await?;
+    let (live, owners) = read_live(client).await?;
     let mut repos = Vec::new();
     for repo in reg
         .catalog()
@@ -255,7 +350,21 @@ pub async fn run(
             .map_err(|e| CliError::Api(format!("list tags of {repo}: {e}")))?;
         repos.push((repo, t));
     }
-    let found = orphans(&repos, &live, include_latest);
+    let mut found = Vec::new();
+    let mut owned = Vec::new();
+    for o in orphans(&repos, &live, include_latest) {
+        match reg.manifest_annotations(&o.repository, &o.tag).await {
+            Ok(a) if owner_lives(&a, &owners) == Some(true) => owned.push((o, owner_of(&a))),
+            Ok(_) => found.push(o),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                return Err(CliError::Api(format!(
+                    "read the owner of {}:{}: {e}",
+                    o.repository, o.tag
+                )));
+            }
+        }
+    }
     // The question goes to stderr with the list it asks about: stdout keeps only the result.
     let delete = yes
         || (interactive && !found.is_empty() && {
@@ -266,37 +375,69 @@ pub async fn run(
     if delete {
         for o in &found {
             // The walk may have taken long: read the objects again right before each DELETE.
-            if read_live(client).await?.keeps(&o.repository) {
+            let (live, owners) = read_live(client).await?;
+            if live.keeps(&o.repository) {
                 kept.push(o.clone());
                 continue;
             }
-            reg.delete_tag_if_present(&o.repository, &o.tag)
+            // The owner is checked on the very manifest the DELETE names.
+            let done = reg
+                .delete_tag_checked(&o.repository, &o.tag, |a| {
+                    owner_lives(a, &owners) != Some(true)
+                })
                 .await
                 .map_err(|e| CliError::Api(format!("delete {}:{}: {e}", o.repository, o.tag)))?;
-            deleted.push(o.clone());
+            match done {
+                cocoon_registry::CheckedDelete::Kept(a) => owned.push((o.clone(), owner_of(&a))),
+                _ => deleted.push(o.clone()),
+            }
         }
     }
     if let Some(fmt) = output {
         return crate::output::print_object(
-            &serde_json::json!({"dryRun": !delete, "orphans": found, "deleted": deleted, "kept": kept}),
+            &serde_json::json!({"dryRun": !delete, "orphans": found, "deleted": deleted, "kept": kept,
+                "ownerLives": owned.iter().map(|(o, owner)| serde_json::json!({
+                    "repository": o.repository, "tag": o.tag, "owner": owner})).collect::<Vec<_>>()}),
             fmt,
         );
+    }
+    let owner_kept = |o: &Orphan| {
+        owned
+            .iter()
+            .find(|(k, _)| k == o)
+            .map(|(_, owner)| format!("kept (owner {owner} lives)"))
+    };
+    let walk_kept: Vec<(Orphan, String)> = owned
+        .iter()
+        .filter(|(o, _)| !found.contains(o))
+        .filter_map(|(o, _)| owner_kept(o).map(|a| (o.clone(), a)))
+        .collect();
+    if !walk_kept.is_empty() {
+        let rows: Vec<(Orphan, &str)> = walk_kept
+            .iter()
+            .map(|(o, a)| (o.clone(), a.as_str()))
+            .collect();
+        print_rows(&rows);
     }
     if found.is_empty() {
         println!("No orphaned tags.");
         return Ok(());
     }
     if delete {
-        let rows: Vec<(Orphan, &str)> = found
+        let actions: Vec<(Orphan, String)> = found
             .iter()
             .map(|o| {
                 let action = if kept.contains(o) {
-                    "kept (live again)"
+                    "kept (live again)".to_string()
                 } else {
-                    "deleted"
+                    owner_kept(o).unwrap_or_else(|| "deleted".to_string())
                 };
                 (o.clone(), action)
             })
+            .collect();
+        let rows: Vec<(Orphan, &str)> = actions
+            .iter()
+            .map(|(o, a)| (o.clone(), a.as_str()))
             .collect();
         print_rows(&rows);
     } else if interactive {
@@ -455,6 +596,39 @@ mod tests {
             ("", ""),
         ] {
             assert_eq!(image_repo(image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn a_tag_is_kept_while_its_recorded_owner_lives() {
+        use cocoon_api::contract::owner::owner_annotations;
+        let k = |a: &str, b: &str| (a.to_string(), b.to_string());
+        let owners = Owners {
+            namespaces: [k("eu1", "u1"), k("eu2", "u2")].into(),
+            pods: [k("eu1", "solo")].into(),
+            sets: [k("eu1", "analytics")].into(),
+            hibernated_pods: [k("eu1", "sleeper")].into(),
+        };
+        let pod_only: BTreeMap<String, String> = [(
+            cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE.to_string(),
+            "eu2".to_string(),
+        )]
+        .into();
+        #[rustfmt::skip]
+        let cases = [
+            ("Go artifact: no owner, the name rule decides", BTreeMap::new(), None),
+            ("the pod exists", owner_annotations("eu1", None, "solo"), Some(true)),
+            ("a set of the namespace could own the pod", owner_annotations("eu1", Some("u1"), "analytics-warehouse-0"), Some(true)),
+            ("a hibernation names the pod", owner_annotations("eu1", None, "sleeper"), Some(true)),
+            ("namespace only, it exists", pod_only, Some(true)),
+            ("the pod, its set and its hibernation are gone", owner_annotations("eu1", None, "gone-0"), Some(false)),
+            ("a set name is not a pod-name prefix without a dash", owner_annotations("eu1", None, "analyticsx-0"), Some(false)),
+            ("the namespace is gone", owner_annotations("eu3", None, "solo"), Some(false)),
+            ("the namespace was re-created (uid differs)", owner_annotations("eu1", Some("old"), "solo"), Some(false)),
+            ("a same-named pod in another namespace", owner_annotations("eu2", None, "solo"), Some(false)),
+        ];
+        for (what, annotations, want) in cases {
+            assert_eq!(owner_lives(&annotations, &owners), want, "{what}");
         }
     }
 }

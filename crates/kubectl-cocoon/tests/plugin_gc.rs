@@ -1,7 +1,8 @@
 //! `kubectl cocoon registry gc` end to end (issue 26 item 6): the plugin binary against the
 //! real control plane and a registry of its own. Only VM-named repositories are candidates
 //! (base images survive `--include-latest --yes`, used or not), and a tag whose VM becomes
-//! live between the walk and the delete is kept.
+//! live between the walk and the delete is kept. A tag whose recorded owner (issue 35 item 2)
+//! still lives is kept although no object names its VM.
 
 // Shared with plugin_cli.rs; this file uses part of it.
 #[allow(dead_code)]
@@ -24,6 +25,16 @@ use cli_support::{member_pod, run, text};
 
 /// Pushes a small artifact as `<repo>:<tag>`.
 async fn push(reg: &RegistryClient, repo: &str, tag: &str) -> Result<(), BoxError> {
+    push_with(reg, repo, tag, &[]).await
+}
+
+/// [`push`] with `extra` manifest annotations.
+async fn push_with(
+    reg: &RegistryClient,
+    repo: &str,
+    tag: &str,
+    extra: &[(&str, &str)],
+) -> Result<(), BoxError> {
     let cfg = Bytes::from(format!(r#"{{"snapshotId":"{repo}-{tag}"}}"#));
     let size = cfg.len();
     let d = reg.put_blob_bytes(repo, cfg).await?;
@@ -31,6 +42,10 @@ async fn push(reg: &RegistryClient, repo: &str, tag: &str) -> Result<(), BoxErro
         "artifactType": "application/vnd.cocoonstack.snapshot.v1+json",
         "config": {"mediaType": "application/vnd.cocoonstack.snapshot.config.v1+json", "digest": d.to_string(), "size": size},
         "layers": [], "annotations": {"org.opencontainers.image.title": format!("{repo}:{tag}")}});
+    let mut m = m;
+    for (k, v) in extra {
+        m["annotations"][*k] = json!(v);
+    }
     reg.put_manifest(
         repo,
         tag,
@@ -173,6 +188,68 @@ async fn a_vm_that_becomes_live_before_the_delete_keeps_its_tag() {
         };
         assert!(line(&late).contains("kept (live again)"), "{stdout}");
         assert!(line(&gone).contains("deleted"), "{stdout}");
+        registry.shutdown();
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// Issue 35 item 2: a tag that no live object names by its VM, but whose manifest records an
+/// owner pod that exists (a VM name colliding with a dead one), is kept; tags whose recorded
+/// owner is gone, or whose namespace was re-created (another UID), are collected.
+#[tokio::test]
+async fn a_tag_whose_recorded_owner_lives_is_kept() {
+    use cocoon_api::contract::oci::{
+        ANNOTATION_OWNER_NAMESPACE as NS, ANNOTATION_OWNER_NAMESPACE_UID as UID,
+        ANNOTATION_OWNER_POD as POD,
+    };
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "gc-owner").await?;
+        let uid = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .get(&ns)
+            .await?
+            .metadata
+            .uid
+            .ok_or("namespace uid")?;
+        // The victim's pod exists; no object names the repository its tag sits in.
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "victim-0"},
+            "spec": {"containers": [{"name": "c", "image": "img:1"}]},
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+        let registry = cocoon_testenv::Registry::start_temp(None).await?;
+        let reg = RegistryClient::new(RegistryConfig::for_registry(registry.addr())?)?;
+        let colliding = vm_name_for_pod(&ns, "collides-0");
+        let gone = vm_name_for_pod(&ns, "gone-0");
+        let recreated = vm_name_for_pod(&ns, "recreated-0");
+        push_with(&reg, &colliding, "hibernate", &[(NS, &ns), (POD, "victim-0"), (UID, &uid)]).await?;
+        push_with(&reg, &gone, "hibernate", &[(NS, &ns), (POD, "gone-0")]).await?;
+        push_with(&reg, &recreated, "hibernate", &[(NS, &ns), (POD, "victim-0"), (UID, "old-uid")]).await?;
+
+        let out = run(
+            env,
+            &["registry", "gc", "--registry", registry.addr(), "--yes", "-o", "json"],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout)?;
+        assert!(
+            reg.has_manifest(&colliding, "hibernate").await?,
+            "its recorded owner lives: kept ({report})"
+        );
+        assert_eq!(
+            report["ownerLives"],
+            json!([{"repository": colliding, "tag": "hibernate", "owner": format!("{ns}/victim-0")}]),
+            "{report}"
+        );
+        assert!(!reg.has_manifest(&gone, "hibernate").await?, "owner gone: collected");
+        assert!(
+            !reg.has_manifest(&recreated, "hibernate").await?,
+            "another namespace of the same name recorded: collected"
+        );
         registry.shutdown();
         cocoon_testenv::delete_namespace(&client, &ns).await?;
         Ok::<_, BoxError>(())

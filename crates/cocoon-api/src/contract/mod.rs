@@ -25,6 +25,7 @@ pub mod labels;
 pub mod lifecycle;
 pub mod metrics;
 pub mod oci;
+pub mod owner;
 pub mod parse;
 pub mod patch;
 pub mod placement;

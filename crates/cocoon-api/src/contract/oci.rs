@@ -23,6 +23,12 @@ pub const ANNOTATION_OWNER_NAMESPACE: &str = "cocoonstack.snapshot.owner-namespa
 /// Manifest annotation (beyond; tenant isolation): the name of the pod whose VM this snapshot
 /// artifact holds (with [`ANNOTATION_OWNER_NAMESPACE`]).
 pub const ANNOTATION_OWNER_POD: &str = "cocoonstack.snapshot.owner-pod";
+/// Manifest annotation (beyond; tenant isolation, additive): the UID of the owner's namespace
+/// at push time (with [`ANNOTATION_OWNER_NAMESPACE`]), written when the pushing agent could
+/// read it. A namespace deleted and re-created under the same name has another UID, so it
+/// never inherits the old one's snapshots. Artifacts without it (older pushes, the Go
+/// components) are still read; see [`super::owner`].
+pub const ANNOTATION_OWNER_NAMESPACE_UID: &str = "cocoonstack.snapshot.owner-namespace-uid";
 /// Layer annotation (beyond): index of a chunk in a v2 chunked file.
 pub const ANNOTATION_CHUNK_INDEX: &str = "cocoonstack.chunk.index";
 /// Layer annotation (beyond): number of chunks of a v2 chunked file.

@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
-use super::owned::Owner;
 use super::plan::create::{BringUpPlan, Route};
 use super::plan::effects::{PodOp, read_wake_source};
 use super::plan::follow_up::{self, Background};
@@ -133,9 +132,10 @@ impl Handler {
         }
 
         let flags = HibernateFlags::from_meta(&pod.metadata);
-        let evidence = self
-            .hibernate_evidence(&spec.vm_name, &Owner::of(&pod))
-            .await;
+        let evidence = match self.owner_of(&pod).await {
+            Ok(owner) => self.hibernate_evidence(&spec.vm_name, &owner).await,
+            Err(e) => Err(e),
+        };
         let decision = plan::create::restore_decision(
             &spec,
             flags.restore_from_hibernate,
@@ -162,7 +162,11 @@ impl Handler {
                 // The boot clock spans the wake source's reads and pull.
                 let _ = plan::exec::run(&op, &plan::create::restore_begin()).await;
                 let vm = spec.vm_name.as_str();
-                match read_wake_source(self, vm, &Owner::of(&pod)).await {
+                let source = match self.owner_of(&pod).await {
+                    Ok(owner) => read_wake_source(self, vm, &owner).await,
+                    Err(e) => Err(e),
+                };
+                match source {
                     Ok(source) => {
                         op.clone_from(&source);
                         plan::create::restore(&facts, &source)

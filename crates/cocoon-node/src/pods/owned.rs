@@ -12,7 +12,9 @@
 //!   applies [`tenant::check_artifact_owner`] and returns its digest; the pull then fetches
 //!   that very digest, so the bytes imported are the ones whose owner was checked.
 //! * **Owner on push.** [`Handler::push_owned`] records the pod as the owner of every snapshot
-//!   artifact it pushes ([`tenant::owner_annotations`]).
+//!   artifact it pushes (`cocoon_api::contract::owner::owner_annotations`, with the
+//!   namespace's UID when the agent may read it) and never replaces a tag that records
+//!   another owner.
 //! * **Unmanaged ids.** [`Handler::runtime_knows_vm`] tells whether a pre-assigned id resolves
 //!   to any VM the runtime knows (exact id, name, id prefix).
 
@@ -20,26 +22,52 @@ use cocoon_registry::{Manifest, Reference};
 use cocoon_runtime::{RuntimeError, SnapshotRecord, VmRecord};
 use k8s_openapi::api::core::v1::Pod;
 
+use cocoon_api::contract::owner::{self as owner_rule, Actor, OwnerVerdict, RecordedOwner};
+
 use super::Handler;
 use super::tenant::{self, ArtifactUse, Refusal};
 
-/// The pod a snapshot belongs to: `<namespace>/<pod>`.
+/// The pod a snapshot belongs to: `<namespace>/<pod>`, and its namespace's UID when read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     /// Its namespace.
     pub namespace: String,
+    /// Its namespace's UID (read from the API by [`Handler::owner_of`]; `None` when the
+    /// agent's identity may not read namespaces, or for a clone base, which needs none).
+    pub namespace_uid: Option<String>,
     /// Its name.
     pub pod: String,
 }
 
 impl Owner {
-    /// The owner a pod's own snapshots record.
+    /// The owner a pod's own snapshots record, without its namespace's UID (clone bases:
+    /// they must record no owner at all).
     pub fn of(pod: &Pod) -> Self {
         Owner {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            namespace_uid: None,
             pod: pod.metadata.name.clone().unwrap_or_default(),
         }
     }
+
+    /// The rule's view of this owner ([`cocoon_api::contract::owner::Actor`]).
+    pub fn actor(&self) -> Actor<'_> {
+        Actor {
+            namespace: &self.namespace,
+            namespace_uid: self.namespace_uid.as_deref(),
+            pod: &self.pod,
+        }
+    }
+}
+
+/// What a namespace read answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamespaceUid {
+    /// The namespace's current UID.
+    Known(String),
+    /// The agent's identity may not read namespaces (403): the UID is not compared on push
+    /// nor written; a pull of an artifact recording one is refused.
+    Forbidden,
 }
 
 /// Why the gate did not hand out an artifact.
@@ -122,13 +150,7 @@ impl Handler {
         let annotations = Manifest::parse(&fetched.bytes)
             .map_err(|e| GateError::Failed(format!("parse manifest {repo}:{tag}: {e}")))?
             .annotations;
-        tenant::check_artifact_owner(
-            what,
-            &format!("{repo}:{tag}"),
-            &annotations,
-            &owner.namespace,
-            &owner.pod,
-        )?;
+        tenant::check_artifact_owner(what, &format!("{repo}:{tag}"), &annotations, owner)?;
         Ok(Some(OwnedArtifact {
             digest: fetched.digest.to_string(),
             annotations,
@@ -136,7 +158,8 @@ impl Handler {
     }
 
     /// Pushes the local snapshot `name` to `<repo>:<tag>` recording `base_image` and `owner`
-    /// ([`tenant::owner_annotations`]).
+    /// (`cocoon_api::contract::owner::owner_annotations`); a tag that exists and records
+    /// another owner is never replaced ([`PushRefusal::Foreign`]).
     pub(crate) async fn push_owned(
         &self,
         name: &str,
@@ -144,8 +167,126 @@ impl Handler {
         tag: &str,
         base_image: &str,
         owner: &Owner,
-    ) -> Result<(), String> {
-        let extra = tenant::owner_annotations(&owner.namespace, &owner.pod);
-        self.push_from(name, repo, tag, base_image, extra).await
+    ) -> Result<(), PushRefusal> {
+        if let Some(recorded) = self.foreign_tag(repo, tag, owner).await? {
+            return Err(PushRefusal::Foreign(recorded));
+        }
+        let extra = owner_rule::owner_annotations(
+            &owner.namespace,
+            owner.namespace_uid.as_deref(),
+            &owner.pod,
+        );
+        self.push_from(name, repo, tag, base_image, extra)
+            .await
+            .map_err(PushRefusal::Failed)
+    }
+
+    /// The owner recorded by `<repo>:<tag>` when it is not `owner` ([`owner_rule`]): a push
+    /// must not replace it. An absent tag, one recording no owner (Go components) and one
+    /// recording `owner` answer `None`; a manifest that cannot be read fails the push (the
+    /// VM keeps running, nothing is lost).
+    async fn foreign_tag(
+        &self,
+        repo: &str,
+        tag: &str,
+        owner: &Owner,
+    ) -> Result<Option<RecordedOwner>, PushRefusal> {
+        let Some(reg) = &self.registry else {
+            return Ok(None);
+        };
+        match reg.manifest_annotations(repo, tag).await {
+            Ok(a) => Ok(match owner_rule::owner_verdict(&a, &owner.actor()) {
+                OwnerVerdict::Foreign { owner } => Some(owner),
+                OwnerVerdict::Owned | OwnerVerdict::NoOwnerRecorded => None,
+            }),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(PushRefusal::Failed(format!(
+                "read the owner of {repo}:{tag} before replacing it: {e}"
+            ))),
+        }
+    }
+
+    /// Deletes `<repo>:<tag>` when it records `owner` or no owner (the name gates already
+    /// passed); one recording another owner is kept and logged. Errors are logged.
+    pub(crate) async fn delete_owned_tag(&self, repo: &str, tag: &str, owner: &Owner) {
+        let Some(reg) = &self.registry else {
+            return;
+        };
+        let actor = owner.actor();
+        let res = reg
+            .delete_tag_checked(repo, tag, |a| {
+                owner_rule::owner_verdict(a, &actor).may_act()
+            })
+            .await;
+        match res {
+            Ok(cocoon_registry::CheckedDelete::Kept(a)) => {
+                let recorded = RecordedOwner::from_annotations(&a).unwrap_or_default();
+                tracing::warn!(vm = repo, tag, owner = %recorded, actor = %actor, "tag kept: it records another owner");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(vm = repo, tag, error = %e, "compensating tag delete failed"),
+        }
+    }
+
+    /// The owner of `pod`'s snapshots with its namespace's current UID, read from the API on
+    /// every call (pushes and pulls of VM snapshots are rare and heavy; a cached UID could
+    /// outlive a namespace re-created under the same name). A 403 (an identity without the
+    /// `get namespaces` grant, see `manifests/node/rbac.yaml`) gives no UID.
+    pub(crate) async fn owner_of(&self, pod: &Pod) -> Result<Owner, String> {
+        let mut owner = Owner::of(pod);
+        if self.registry.is_none() {
+            // No registry, no artifact: the UID is only ever compared with one.
+            return Ok(owner);
+        }
+        owner.namespace_uid = match self.namespace_uid(&owner.namespace).await? {
+            NamespaceUid::Known(uid) => Some(uid),
+            NamespaceUid::Forbidden => None,
+        };
+        Ok(owner)
+    }
+
+    async fn namespace_uid(&self, ns: &str) -> Result<NamespaceUid, String> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let api: kube::Api<Namespace> = kube::Api::all(self.client.clone());
+        match api.get(ns).await {
+            Ok(n) => n
+                .metadata
+                .uid
+                .filter(|u| !u.is_empty())
+                .map(NamespaceUid::Known)
+                .ok_or_else(|| format!("namespace {ns} has no uid")),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::debug!(
+                    namespace = ns,
+                    "may not read namespaces: owner recorded without the namespace uid"
+                );
+                Ok(NamespaceUid::Forbidden)
+            }
+            Err(e) => Err(format!(
+                "read namespace {ns} (its uid is recorded with every snapshot): {e}"
+            )),
+        }
+    }
+}
+
+/// Why a snapshot push did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushRefusal {
+    /// The tag exists and records another owner: it is left as it is.
+    Foreign(RecordedOwner),
+    /// The push (or the read before it) failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for PushRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PushRefusal::Foreign(o) => write!(
+                f,
+                "the tag belongs to {o} (manifest annotation {}); not replaced",
+                cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE
+            ),
+            PushRefusal::Failed(e) => f.write_str(e),
+        }
     }
 }

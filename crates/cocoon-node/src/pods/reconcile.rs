@@ -385,10 +385,11 @@ impl Handler {
     /// An agent killed after Remove and before `hibernated`: confirm the snapshot and finish.
     async fn finish_hibernate(&self, key: &str, pod: &Pod) {
         let vm = VmSpec::from_meta(&pod.metadata).vm_name;
-        match self
-            .hibernate_evidence(&vm, &super::owned::Owner::of(pod))
-            .await
-        {
+        let evidence = match self.owner_of(pod).await {
+            Ok(owner) => self.hibernate_evidence(&vm, &owner).await,
+            Err(e) => Err(e),
+        };
+        match evidence {
             Ok(rules::Evidence::Found { .. }) => {
                 self.set_lifecycle(pod, LifecycleState::Hibernated, "")
                     .await;

@@ -90,7 +90,9 @@
 //! The contract's hash suffix has 24 bits. A tenant whose namespace shares the first 26
 //! characters with another's could search for a pod name whose *shortened* (over 63
 //! characters) VM name collides with a victim's; the holder rule still protects VMs held on
-//! this node, and the owner annotations protect the registry artifacts this project pushed.
+//! this node, and the owner annotations protect the registry artifacts this project pushed:
+//! pulls check them here, a push never replaces a tag recording another owner, and a local
+//! copy of such a tag is never dropped (`cocoon_api::contract::owner`, issue 35 item 2).
 
 use std::path::{Path, PathBuf};
 
@@ -264,6 +266,17 @@ pub enum Refusal {
         key = cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE
     )]
     OwnedCloneBase { reference: String, owner: String },
+    /// A snapshot artifact records its namespace's UID and this agent could not read the
+    /// pod's namespace's UID to compare (its identity lacks `get namespaces`).
+    #[error(
+        "snapshot {reference} records namespace uid {uid} (manifest annotation {key}) and the uid of namespace {ns} could not be read to compare; grant the node agent get on namespaces (manifests/node/rbac.yaml)",
+        key = cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE_UID
+    )]
+    NamespaceUidUnknown {
+        reference: String,
+        uid: String,
+        ns: String,
+    },
     /// The pod's VM name differs from the one this agent tracks it with.
     #[error(
         "annotation {key}: changed from {tracked:?} to {vm:?}; the VM name of a pod never changes",
@@ -576,12 +589,17 @@ pub enum ArtifactUse {
     CloneBase,
 }
 
-/// May pod `<ns>/<pod>` use a snapshot artifact with these manifest annotations? For its own
-/// VM ([`ArtifactUse::OwnVm`]) an artifact carrying
-/// [`ANNOTATION_OWNER_NAMESPACE`](cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE)
-/// must name `ns` and, where it records one, the pod `pod`; one without it (pushed by the Go
-/// components) is accepted, as the name checks already proved ownership (the repository is
-/// the pod's own `VMNameForPod`). A clone base ([`ArtifactUse::CloneBase`]) must record no
+/// May the pod `owner` use a snapshot artifact with these manifest annotations? For its own
+/// VM ([`ArtifactUse::OwnVm`]) the shared owner rule decides
+/// ([`cocoon_api::contract::owner::owner_verdict`]): an artifact recording
+/// [`ANNOTATION_OWNER_NAMESPACE`](cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE) must
+/// name the pod's namespace and, where it records one, the pod; one without it (pushed by the
+/// Go components) is accepted, as the name checks already proved ownership (the repository is
+/// the pod's own `VMNameForPod`). An artifact recording its namespace's UID
+/// ([`ANNOTATION_OWNER_NAMESPACE_UID`](cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE_UID))
+/// is accepted only when the pod's namespace has that UID now: a namespace deleted and
+/// re-created under the same name never inherits the old one's snapshots, and an agent that
+/// cannot read the UID refuses it. A clone base ([`ArtifactUse::CloneBase`]) must record no
 /// owner at all: the host keeps one copy per image for every namespace (the local copy is
 /// reused without asking the registry again), and a clone base never names a VM repository
 /// ([`check_image_ref`]).
@@ -589,43 +607,47 @@ pub fn check_artifact_owner(
     what: ArtifactUse,
     reference: &str,
     annotations: &std::collections::BTreeMap<String, String>,
-    ns: &str,
-    pod: &str,
+    owner: &super::owned::Owner,
 ) -> Result<(), Refusal> {
-    use cocoon_api::contract::oci::{ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_POD};
-    let Some(owner_ns) = annotations.get(ANNOTATION_OWNER_NAMESPACE) else {
+    use cocoon_api::contract::owner::{OwnerVerdict, RecordedOwner, owner_verdict};
+    let Some(recorded) = RecordedOwner::from_annotations(annotations) else {
         return Ok(());
     };
-    let owner_pod = annotations
-        .get(ANNOTATION_OWNER_POD)
-        .map(String::as_str)
-        .unwrap_or_default();
+    let named = format!(
+        "{}/{}",
+        recorded.namespace,
+        recorded.pod.as_deref().unwrap_or_default()
+    );
     if what == ArtifactUse::CloneBase {
         return Err(Refusal::OwnedCloneBase {
             reference: reference.to_owned(),
-            owner: format!("{owner_ns}/{owner_pod}"),
+            owner: named,
         });
     }
-    let pod_differs = what == ArtifactUse::OwnVm && !owner_pod.is_empty() && owner_pod != pod;
-    if owner_ns != ns || pod_differs {
+    if let OwnerVerdict::Foreign { .. } = owner_verdict(annotations, &owner.actor()) {
+        let owner_named = match (&recorded.namespace_uid, &owner.namespace_uid) {
+            (Some(r), Some(c)) if r != c => {
+                format!("{named} of namespace uid {r} (the namespace now has uid {c})")
+            }
+            _ => named,
+        };
         return Err(Refusal::ForeignSnapshot {
             reference: reference.to_owned(),
-            owner: format!("{owner_ns}/{owner_pod}"),
-            ns: ns.to_owned(),
-            pod: pod.to_owned(),
+            owner: owner_named,
+            ns: owner.namespace.clone(),
+            pod: owner.pod.clone(),
+        });
+    }
+    if let Some(uid) = recorded.namespace_uid
+        && owner.namespace_uid.is_none()
+    {
+        return Err(Refusal::NamespaceUidUnknown {
+            reference: reference.to_owned(),
+            uid,
+            ns: owner.namespace.clone(),
         });
     }
     Ok(())
-}
-
-/// The manifest annotations that record `<ns>/<pod>` as the owner of a pushed snapshot.
-pub fn owner_annotations(ns: &str, pod: &str) -> std::collections::BTreeMap<String, String> {
-    use cocoon_api::contract::oci::{ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_POD};
-    [
-        (ANNOTATION_OWNER_NAMESPACE.to_owned(), ns.to_owned()),
-        (ANNOTATION_OWNER_POD.to_owned(), pod.to_owned()),
-    ]
-    .into()
 }
 
 /// What a pod was admitted as, fixed when this agent first tracks it (after the CreatePod

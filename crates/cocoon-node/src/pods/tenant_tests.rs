@@ -684,92 +684,58 @@ fn image_ref_rows() {
     }
 }
 
+fn owner(ns: &str, uid: Option<&str>, pod: &str) -> crate::pods::owned::Owner {
+    crate::pods::owned::Owner {
+        namespace: ns.to_owned(),
+        namespace_uid: uid.map(str::to_owned),
+        pod: pod.to_owned(),
+    }
+}
+
 #[test]
 fn artifact_owner_rows() {
-    let with = |ns: &str, pod: &str| owner_annotations(ns, pod);
+    use cocoon_api::contract::owner::owner_annotations;
+    let with = |ns: &str, pod: &str| owner_annotations(ns, None, pod);
+    let with_uid = |ns: &str, uid: &str, pod: &str| owner_annotations(ns, Some(uid), pod);
     let none = std::collections::BTreeMap::new();
     let ns_only: std::collections::BTreeMap<String, String> = [(
         cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE.to_owned(),
         "a".to_owned(),
     )]
     .into();
-    for (row, what, annotations, ns, pod, ok) in [
-        (
-            "own VM, own annotations",
-            ArtifactUse::OwnVm,
-            with("a", "p"),
-            "a",
-            "p",
-            true,
-        ),
-        (
-            "own VM, no annotations (Go)",
-            ArtifactUse::OwnVm,
-            none.clone(),
-            "a",
-            "p",
-            true,
-        ),
-        (
-            "own VM, another namespace",
-            ArtifactUse::OwnVm,
-            with("b", "p"),
-            "a",
-            "p",
-            false,
-        ),
-        (
-            "own VM, another pod",
-            ArtifactUse::OwnVm,
-            with("a", "q"),
-            "a",
-            "p",
-            false,
-        ),
-        (
-            "own VM, namespace only",
-            ArtifactUse::OwnVm,
-            ns_only.clone(),
-            "a",
-            "p",
-            true,
-        ),
-        (
-            "clone base recorded for the namespace: shared on the host, so refused",
-            ArtifactUse::CloneBase,
-            with("a", "q"),
-            "a",
-            "p",
-            false,
-        ),
-        (
-            "clone base of another namespace",
-            ArtifactUse::CloneBase,
-            with("b", "q"),
-            "a",
-            "p",
-            false,
-        ),
-        (
-            "plain base image",
-            ArtifactUse::CloneBase,
-            none.clone(),
-            "a",
-            "p",
-            true,
-        ),
-    ] {
-        let got = check_artifact_owner(what, "r:t", &annotations, ns, pod);
+    let own = ArtifactUse::OwnVm;
+    let base = ArtifactUse::CloneBase;
+    #[rustfmt::skip]
+    let rows = [
+        ("own VM, own annotations", own, with("a", "p"), None, true),
+        ("own VM, no annotations (Go)", own, none.clone(), None, true),
+        ("own VM, another namespace", own, with("b", "p"), None, false),
+        ("own VM, another pod", own, with("a", "q"), None, false),
+        ("own VM, namespace only", own, ns_only.clone(), None, true),
+        ("own VM, same namespace uid", own, with_uid("a", "u1", "p"), Some("u1"), true),
+        ("own VM, namespace re-created (uid differs)", own, with_uid("a", "u0", "p"), Some("u1"), false),
+        ("own VM, uid recorded, pod's namespace uid unreadable", own, with_uid("a", "u1", "p"), None, false),
+        ("own VM, no uid recorded (older push), uid known", own, with("a", "p"), Some("u1"), true),
+        ("clone base recorded for the namespace: shared on the host, so refused", base, with("a", "q"), None, false),
+        ("clone base of another namespace", base, with("b", "q"), None, false),
+        ("plain base image", base, none.clone(), None, true),
+    ];
+    for (row, what, annotations, uid, ok) in rows {
+        let got = check_artifact_owner(what, "r:t", &annotations, &owner("a", uid, "p"));
         assert_eq!(got.is_ok(), ok, "{row}: {got:?}");
     }
+    let p = owner("a", None, "p");
     assert_eq!(
-        check_artifact_owner(ArtifactUse::OwnVm, "vk-x:hibernate", &with("b", "q"), "a", "p")
-            .map_err(|e| e.to_string()),
+        check_artifact_owner(own, "vk-x:hibernate", &with("b", "q"), &p).map_err(|e| e.to_string()),
         Err("snapshot vk-x:hibernate belongs to b/q (manifest annotation cocoonstack.snapshot.owner-namespace), not to pod a/p".to_owned())
     );
     assert_eq!(
-        check_artifact_owner(ArtifactUse::CloneBase, "base:v1", &with("a", "q"), "a", "p")
+        check_artifact_owner(own, "vk-x:hibernate", &with_uid("a", "u0", "p"), &owner("a", Some("u1"), "p"))
             .map_err(|e| e.to_string()),
+        Err("snapshot vk-x:hibernate belongs to a/p of namespace uid u0 (the namespace now has uid u1) (manifest annotation cocoonstack.snapshot.owner-namespace), not to pod a/p".to_owned())
+    );
+    assert_eq!(
+        check_artifact_owner(base, "base:v1", &with("a", "q"), &p).map_err(|e| e.to_string()),
         Err("image base:v1: the artifact is the VM snapshot of a/q (manifest annotation cocoonstack.snapshot.owner-namespace); a clone base must be a plain image, shared by every namespace on the node".to_owned())
     );
 }

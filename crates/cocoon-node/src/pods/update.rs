@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::info;
 
 use super::create::ch_windows;
-use super::owned::Owner;
 use super::plan::effects::{PodOp, read_wake_source};
 use super::plan::update::{Dispatch, Gate};
 use super::plan::{self, StepFailed};
@@ -196,7 +195,11 @@ impl Handler {
             return self.wake_fail(pod, f).await;
         }
         let vm = spec.vm_name.as_str();
-        let source = match read_wake_source(self, vm, &Owner::of(pod)).await {
+        let source = match self.owner_of(pod).await {
+            Ok(owner) => read_wake_source(self, vm, &owner).await,
+            Err(e) => Err(e),
+        };
+        let source = match source {
             Ok(s) => s,
             Err(e) => {
                 let f = StepFailed::refused(plan::wake::WAKE.source, e);

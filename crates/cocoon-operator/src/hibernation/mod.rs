@@ -34,8 +34,9 @@ use self::pod_index::PodIndex;
 use crate::controller::{self, has_finalizer};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::ownership::LegacyNames;
-use crate::registry::{RegistryError, TagRegistry};
+use crate::registry::{RegistryError, TagDelete, TagRegistry};
 use crate::vm_lock::Stripes;
+use cocoon_api::contract::owner::{self, Actor};
 
 const CONTROLLER: &str = "cocoonhibernation";
 
@@ -94,6 +95,9 @@ pub struct Context {
     leadership: crate::leader::Leadership,
     /// Whether the ownership gate accepts legacy unhashed VM names ([`crate::ownership`]).
     legacy_vm_names: LegacyNames,
+    /// CR UID → the VMs whose `:hibernate` was reported as another owner's (once per CR and
+    /// VM; forgotten with the CR).
+    foreign_reported: Mutex<HashMap<String, std::collections::BTreeSet<String>>>,
 }
 
 /// The caches one run of the controller reads: built by [`run`] before the controller
@@ -132,6 +136,7 @@ impl Context {
             retries: crate::watch_retry::RetryBackoff::default(),
             leadership: crate::leader::Leadership::always(),
             legacy_vm_names: LegacyNames::default(),
+            foreign_reported: Mutex::default(),
         }
     }
 
@@ -179,6 +184,49 @@ impl Context {
         if let Ok(mut m) = self.observed.lock() {
             m.remove(uid);
         }
+        if let Ok(mut m) = self.foreign_reported.lock() {
+            m.remove(uid);
+        }
+    }
+
+    /// Deletes `<vm>:hibernate` of `cr`'s pod (a name [`Context::owns`] accepted) only when
+    /// the artifact records that pod or no owner ([`cocoon_api::contract::owner`]); one
+    /// recording another owner is kept and reported (Warning `ForeignSnapshotIgnored`, once
+    /// per CR and VM).
+    async fn delete_own_tag(
+        &self,
+        cr: &CocoonHibernation,
+        vm: &str,
+    ) -> Result<TagDelete, RegistryError> {
+        let ns = cr.namespace().unwrap_or_default();
+        let actor = Actor {
+            namespace: &ns,
+            namespace_uid: None,
+            pod: &cr.spec.pod_ref.name,
+        };
+        let done = self
+            .registry
+            .delete_owned_tag(vm, tags::HIBERNATE, actor)
+            .await?;
+        if let TagDelete::Foreign(recorded) = &done {
+            let first = self.foreign_reported.lock().is_ok_and(|mut m| {
+                m.entry(cr.uid().unwrap_or_default())
+                    .or_default()
+                    .insert(vm.to_string())
+            });
+            if first {
+                let artifact = format!("{vm}:{}", tags::HIBERNATE);
+                let by = format!("{actor} (CocoonHibernation {ns}/{})", cr.name_any());
+                warn!(vm, name = %cr.name_any(), owner = %recorded, "the tag records another owner: not deleted");
+                let ev = EventPlan {
+                    warning: true,
+                    reason: owner::FOREIGN_SNAPSHOT_IGNORED,
+                    message: owner::foreign_snapshot_message("delete", &artifact, recorded, &by),
+                };
+                self.publish(cr, &ev).await;
+            }
+        }
+        Ok(done)
     }
 
     async fn publish(&self, cr: &CocoonHibernation, ev: &EventPlan) {
@@ -510,10 +558,7 @@ async fn drop_woken_tag(
         return Ok(false);
     }
     ctx.write("registry tag delete")?;
-    ctx.registry
-        .delete_tag(vm, tags::HIBERNATE)
-        .await
-        .map_err(registry)?;
+    ctx.delete_own_tag(cr, vm).await.map_err(registry)?;
     Ok(true)
 }
 
@@ -599,7 +644,7 @@ async fn delete(
             info!(vm = %vm, name = %cr.name_any(), "another CocoonHibernation still tracks this VM; keeping its :hibernate tag");
         } else {
             ctx.write("registry tag delete")?;
-            if let Err(e) = ctx.registry.delete_tag(&vm, tags::HIBERNATE).await {
+            if let Err(e) = ctx.delete_own_tag(cr, &vm).await {
                 error!(vm = %vm, error = %e, "could not delete the :hibernate tag of a deleted CocoonHibernation; teardown GC may reclaim it");
             }
         }

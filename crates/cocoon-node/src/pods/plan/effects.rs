@@ -20,11 +20,12 @@ use super::{
     Action, ActionError, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove,
     removed,
 };
-use crate::pods::owned::{GateError, Owner};
+use crate::pods::owned::{GateError, Owner, PushRefusal};
 use crate::pods::rules::{self, PodResources};
 use crate::pods::state::TrackedVm;
 use crate::pods::tenant::ArtifactUse;
 use crate::pods::{Handler, status};
+use cocoon_api::contract::owner as owner_rule;
 use cocoon_runtime::{CloneSource, RunRequest, Runtime, SnapshotRecord, VmRecord, exec_capture};
 
 /// One pod operation's view of the handler: the pod, its spec, the VM it acts on, and what
@@ -371,11 +372,75 @@ impl PodOp<'_> {
         }
     }
 
+    /// May this pod drop the local snapshots `<vm>` and `fork-<vm>`? Local snapshots record no
+    /// owner (the runtime keeps a name, an id and the image), so the admission facts that
+    /// planned the drop decide, and, with a registry, the owner `<vm>:hibernate` records: a
+    /// local copy of another pod's artifact (a colliding VM name) is kept and reported. A
+    /// read that fails keeps them too (a leaked snapshot is recoverable, a dropped one not).
+    async fn local_snapshots_are_ours(&self, vm: &str) -> bool {
+        let Some(reg) = &self.h.registry else {
+            return true;
+        };
+        let owner = match self.h.owner_of(self.pod).await {
+            Ok(o) => o,
+            Err(e) => {
+                warn!(pod = %self.key, vm, error = %e, "local snapshots kept: the owner could not be read");
+                return false;
+            }
+        };
+        match reg.manifest_annotations(vm, tags::HIBERNATE).await {
+            Ok(a) => match owner_rule::owner_verdict(&a, &owner.actor()) {
+                owner_rule::OwnerVerdict::Foreign { owner: recorded } => {
+                    let message = owner_rule::foreign_snapshot_message(
+                        "drop local snapshots of",
+                        &format!("{vm}:{}", tags::HIBERNATE),
+                        &recorded,
+                        &owner.actor().to_string(),
+                    );
+                    warn!(pod = %self.key, vm, %message, "local snapshots kept");
+                    self.h
+                        .event(
+                            self.pod,
+                            true,
+                            owner_rule::FOREIGN_SNAPSHOT_IGNORED,
+                            &message,
+                        )
+                        .await;
+                    false
+                }
+                owner_rule::OwnerVerdict::Owned | owner_rule::OwnerVerdict::NoOwnerRecorded => true,
+            },
+            Err(e) if e.is_not_found() => true,
+            Err(e) => {
+                warn!(pod = %self.key, vm, error = %e, "local snapshots kept: the registry could not be read");
+                false
+            }
+        }
+    }
+
     async fn push(&self, name: &str, tag: &str, base_image: &str) -> Result<(), String> {
-        let res = self
-            .h
-            .push_owned(name, name, tag, base_image, &Owner::of(self.pod))
-            .await;
+        let owner = self.h.owner_of(self.pod).await?;
+        let res = self.h.push_owned(name, name, tag, base_image, &owner).await;
+        if let Err(PushRefusal::Foreign(recorded)) = &res {
+            // Another pod's artifact under a colliding name: never replaced. The operation
+            // fails with the reason (a hibernate keeps its VM running); the Warning names both.
+            let message = owner_rule::foreign_snapshot_message(
+                "push",
+                &format!("{name}:{tag}"),
+                recorded,
+                &owner.actor().to_string(),
+            );
+            warn!(pod = %self.key, vm = %name, tag, %message, "push refused: the tag records another owner");
+            self.h
+                .event(
+                    self.pod,
+                    true,
+                    owner_rule::FOREIGN_SNAPSHOT_IGNORED,
+                    &message,
+                )
+                .await;
+        }
+        let res = res.map_err(|e| format!("push {name}:{tag}: {e}"));
         self.h.metrics.snapshot_push(if res.is_ok() {
             m::RESULT_OK
         } else {
@@ -423,7 +488,11 @@ impl PodOp<'_> {
                 reason,
                 message,
             } => h.event(self.pod, *warning, reason, message).await,
-            Action::DropLocalSnapshots { vm } => h.drop_local_snapshots(vm).await,
+            Action::DropLocalSnapshots { vm } => {
+                if self.local_snapshots_are_ours(vm).await {
+                    h.drop_local_snapshots(vm).await;
+                }
+            }
             Action::PullSnapshot {
                 repo,
                 reference,
@@ -461,7 +530,15 @@ impl PodOp<'_> {
                 id,
                 base_image,
             } => self.routine_snapshot(name, id, base_image).await,
-            Action::DropLocalSnapshotsBounded { vm } => drop_local_snapshots_bounded(h, vm).await,
+            Action::DropLocalSnapshotsBounded { vm } => {
+                let check = self.local_snapshots_are_ours(vm);
+                if tokio::time::timeout(Duration::from_secs(10), check)
+                    .await
+                    .unwrap_or(false)
+                {
+                    drop_local_snapshots_bounded(h, vm).await;
+                }
+            }
             Action::Forget => h.forget(self.key),
             Action::FinishDelete => self.finish_delete().await,
             Action::CountLifecycle { op, result, reason } => {
@@ -538,10 +615,14 @@ impl Effects for PodOp<'_> {
             Undo::NicRollback { id } => self.spawn_nic_restore(id, true),
             Undo::RenewDhcp { id } => self.spawn_nic_restore(id, false),
             Undo::DeleteTagWhileVmAlive { repo, tag } => {
-                if let Some(reg) = &self.h.registry
-                    && let Err(e) = reg.delete_tag_if_present(repo, tag).await
-                {
-                    warn!(vm = %repo, error = %e, "compensating tag delete failed");
+                // Only the tag this pod pushed: one recording another owner is left alone.
+                if self.h.registry.is_some() {
+                    match self.h.owner_of(self.pod).await {
+                        Ok(owner) => self.h.delete_owned_tag(repo, tag, &owner).await,
+                        Err(e) => {
+                            warn!(vm = %repo, error = %e, "compensating tag delete skipped: the owner could not be read");
+                        }
+                    }
                 }
             }
             Undo::KeepTag { repo, tag } => {

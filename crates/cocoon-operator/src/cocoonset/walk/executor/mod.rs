@@ -154,10 +154,7 @@ impl Walk<'_> {
                     return Ok(Vec::new());
                 }
                 self.ctx.registry_write()?;
-                self.ctx.count(|s| &s.registry_calls);
-                self.ctx
-                    .registry
-                    .delete_tag(&vm, tag)
+                self.delete_own_tag(&vm, tag)
                     .await
                     .map_err(|e| Error::registry(step, format!("delete {vm}:{tag}"), e))?;
                 self.dropped.push(format!("{vm}:{tag}"));

@@ -3,7 +3,8 @@
 //! tags and the teardown's tag GC.
 
 use cocoon_api::contract::events as ev;
-use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, annotations as ann, tags};
+use cocoon_api::contract::owner::{self, Actor};
+use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, annotations as ann, oci, tags};
 use kube::ResourceExt;
 use tracing::{error, warn};
 
@@ -11,6 +12,7 @@ use crate::cocoonset::steps::teardown::rules::GcItem;
 use crate::cocoonset::walk::Walk;
 use crate::cocoonset::{Error, REGISTRY_CALLS_AT_ONCE};
 use crate::ownership::SetVms;
+use crate::registry::{RegistryError, TagDelete};
 
 impl Walk<'_> {
     /// The ownership gate ([`crate::ownership`]) of this set: its namespace and name, its
@@ -41,6 +43,41 @@ impl Walk<'_> {
         false
     }
 
+    /// Deletes `<vm>:<tag>` (a name [`Walk::own_vm`] accepted) only when the artifact records
+    /// the set's pod whose VM it is, or no owner (Go components); one recording another owner
+    /// (a VM name colliding with another namespace's pod) is kept and reported with a Warning
+    /// Event `ForeignSnapshotIgnored` once per set and tag.
+    pub(super) async fn delete_own_tag(
+        &self,
+        vm: &str,
+        tag: &'static str,
+    ) -> Result<TagDelete, RegistryError> {
+        let pod = self.vm_gate().pod_of(vm).unwrap_or_default();
+        let actor = Actor {
+            namespace: &self.ns,
+            namespace_uid: None,
+            pod: &pod,
+        };
+        self.ctx.count(|s| &s.registry_calls);
+        let done = self.ctx.registry.delete_owned_tag(vm, tag, actor).await?;
+        if let TagDelete::Foreign(recorded) = &done {
+            let artifact = format!("{vm}:{tag}");
+            let uid = self.cs.uid().unwrap_or_default();
+            if self.ctx.memory.first_foreign_report(
+                &uid,
+                oci::ANNOTATION_OWNER_NAMESPACE,
+                &artifact,
+            ) {
+                let by = format!("{} (CocoonSet {}/{})", actor, self.ns, self.name);
+                let message = owner::foreign_snapshot_message("delete", &artifact, recorded, &by);
+                warn!(namespace = %self.ns, name = %self.name, vm, tag, owner = %recorded, "the tag records another owner: not deleted");
+                self.event(true, owner::FOREIGN_SNAPSHOT_IGNORED, message)
+                    .await;
+            }
+        }
+        Ok(done)
+    }
+
     /// Deletes the `:hibernate` tags of `vms` (at most [`REGISTRY_CALLS_AT_ONCE`] at once);
     /// the deleted ones leave the record, then the refusals fail the pass.
     /// A recorded name that is not this set's is reported, never deleted, and leaves the
@@ -61,14 +98,10 @@ impl Walk<'_> {
             }
         }
         let vms = own;
-        let ctx = self.ctx;
-        let registry = &self.ctx.registry;
+        let me = &*self;
         let deletes: Vec<_> = vms
             .iter()
-            .map(|vm| {
-                ctx.count(|s| &s.registry_calls);
-                registry.delete_tag(vm, tags::HIBERNATE)
-            })
+            .map(|vm| me.delete_own_tag(vm, tags::HIBERNATE))
             .collect();
         let results = crate::watch_retry::at_most(REGISTRY_CALLS_AT_ONCE, deletes).await;
         let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
@@ -78,7 +111,8 @@ impl Walk<'_> {
         let mut failures = Vec::new();
         for (vm, r) in vms.iter().zip(results) {
             match r {
-                Ok(()) => record.remove_vm(vm),
+                // A tag recording another owner is not this set's: nothing is owed for it.
+                Ok(_) => record.remove_vm(vm),
                 Err(e) => failures.push((format!("delete {vm}:{}", tags::HIBERNATE), e)),
             }
         }
@@ -103,21 +137,14 @@ impl Walk<'_> {
                 continue;
             }
             self.ctx.registry_write()?;
-            self.ctx.count(|s| &s.registry_calls);
-            if let Err(e) = self
-                .ctx
-                .registry
-                .delete_tag(&item.vm, tags::HIBERNATE)
-                .await
-            {
+            if let Err(e) = self.delete_own_tag(&item.vm, tags::HIBERNATE).await {
                 failures.push((format!("delete {}:{}", item.vm, tags::HIBERNATE), e));
                 continue;
             }
-            if item.drop_latest {
-                self.ctx.count(|s| &s.registry_calls);
-                if let Err(e) = self.ctx.registry.delete_tag(&item.vm, tags::LATEST).await {
-                    error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
-                }
+            if item.drop_latest
+                && let Err(e) = self.delete_own_tag(&item.vm, tags::LATEST).await
+            {
+                error!(vm = %item.vm, error = %e, "could not delete the :latest tag of a deleted CocoonSet; left behind");
             }
         }
         Error::registry_all("teardown GC", failures)
