@@ -16,7 +16,7 @@ use common::{
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::oci::{ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_POD};
-use cocoon_api::contract::{Lifecycle, LifecycleState};
+use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_registry::RetryPolicy;
 use cocoon_runtime::sim::Verb;
