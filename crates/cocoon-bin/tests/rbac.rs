@@ -8,10 +8,10 @@
 //! proves that nothing the operator called was forbidden and that every verb its roles grant was
 //! called — the one exception being `cocoonsets/finalizers`, which is checked by admission (not
 //! called) and is proven needed by a ServiceAccount without it being refused. (The secure
-//! metrics' TokenReview and SubjectAccessReview are called by one scrape of `/metrics`.) The node agents
-//! run the same way in ServiceAccount mode (one ServiceAccount per node in `cocoon-nodes`,
-//! bound to the `cocoon-node` role, held to its node by the shipped admission policies): none
-//! of their requests is refused and every verb of the role is called.
+//! metrics' TokenReview and SubjectAccessReview are called by one scrape of `/metrics`.) The
+//! node agents run the same way in ServiceAccount mode (one ServiceAccount per node in
+//! `cocoon-nodes`, bound to the `cocoon-node` role, held to its node by the shipped admission
+//! policies): none of their requests is refused and every verb of the role is called.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
