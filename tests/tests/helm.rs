@@ -244,6 +244,7 @@ async fn default_render_is_the_kustomization() {
         assert_eq!(
             extra,
             [
+                "rbac.authorization.k8s.io/v1/ClusterRoleBinding//cocoon-operator-test-metrics",
                 "rbac.authorization.k8s.io/v1/Role/cocoon-system/cocoon-operator-test-metrics",
                 "rbac.authorization.k8s.io/v1/RoleBinding/cocoon-system/cocoon-operator-test-metrics",
                 "v1/Pod/cocoon-system/cocoon-operator-test-metrics",
@@ -286,6 +287,42 @@ async fn monitoring_render_is_the_monitoring_component() {
         assert!(!without.contains_key(service));
         // The helm test fetches /metrics through that Service: no Service, no test.
         assert!(without.keys().all(|k| !k.starts_with("v1/Pod/")));
+        // /metrics is secured: the ServiceMonitor presents Prometheus' own ServiceAccount token,
+        // or prometheus-operator's Secret-based authorization instead; readerSubjects binds
+        // cocoon-metrics-reader to Prometheus.
+        let monitor = "monitoring.coreos.com/v1/ServiceMonitor/cocoon-system/cocoon-operator";
+        assert_eq!(
+            got[monitor]["spec"]["endpoints"][0]["bearerTokenFile"],
+            "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        );
+        let with_secret = render(
+            home.path(),
+            &[
+                "--set",
+                "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.authorization.type=Bearer",
+                "--set",
+                "metrics.serviceMonitor.authorization.credentials.name=scrape,metrics.serviceMonitor.authorization.credentials.key=token",
+                "--set-json",
+                r#"metrics.readerSubjects=[{"kind":"ServiceAccount","name":"prometheus-k8s","namespace":"monitoring"}]"#,
+            ],
+        );
+        let endpoint = &with_secret[monitor]["spec"]["endpoints"][0];
+        assert_eq!(
+            endpoint["authorization"],
+            serde_json::json!({"type": "Bearer", "credentials": {"name": "scrape", "key": "token"}})
+        );
+        assert!(endpoint.get("bearerTokenFile").is_none(), "{endpoint}");
+        let binding = &with_secret
+            ["rbac.authorization.k8s.io/v1/ClusterRoleBinding//cocoon-metrics-reader"];
+        assert_eq!(binding["roleRef"]["name"], "cocoon-metrics-reader");
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}])
+        );
+        assert!(
+            !got.contains_key("rbac.authorization.k8s.io/v1/ClusterRoleBinding//cocoon-metrics-reader"),
+            "no binding unless asked for"
+        );
         Ok::<_, BoxError>(())
     })
     .await;
@@ -420,6 +457,7 @@ fn values_show_in_the_render() {
         "rbac.authorization.k8s.io/v1/Role/ops/blue-cocoon-operator-leader-election",
         "rbac.authorization.k8s.io/v1/RoleBinding/ops/blue-cocoon-operator-leader-election",
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-node",
+        "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-metrics-reader",
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-view",
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-edit",
         "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-node-pods",
@@ -495,15 +533,16 @@ fn values_show_in_the_render() {
     );
     // The metrics Service is on by default and follows namePrefix and namespace.name.
     assert!(objs.contains_key("v1/Service/ops/blue-cocoon-operator-metrics"));
-    // So do the PodDisruptionBudget (3 replicas) and the helm test's four objects; the CRDs
-    // keep their names. 21 objects, the 2 CRDs, the budget and the test's pod, ServiceAccount,
-    // Role and RoleBinding.
+    // So do the PodDisruptionBudget (3 replicas) and the helm test's five objects; the CRDs
+    // keep their names. 22 objects (the metrics reader ClusterRole among them), the 2 CRDs, the
+    // budget and the test's pod, ServiceAccount, Role, RoleBinding and ClusterRoleBinding.
     for key in [
         "policy/v1/PodDisruptionBudget/ops/blue-cocoon-operator",
         "v1/Pod/ops/blue-cocoon-operator-test-metrics",
         "v1/ServiceAccount/ops/blue-cocoon-operator-test-metrics",
         "rbac.authorization.k8s.io/v1/Role/ops/blue-cocoon-operator-test-metrics",
         "rbac.authorization.k8s.io/v1/RoleBinding/ops/blue-cocoon-operator-test-metrics",
+        "rbac.authorization.k8s.io/v1/ClusterRoleBinding//blue-cocoon-operator-test-metrics",
         "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonsets.cocoonset.cocoonstack.io",
         "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonhibernations.cocoonset.cocoonstack.io",
     ] {
@@ -513,7 +552,7 @@ fn values_show_in_the_render() {
             objs.keys()
         );
     }
-    assert_eq!(objs.len(), 28, "{:?}", objs.keys());
+    assert_eq!(objs.len(), 30, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.
@@ -1180,6 +1219,22 @@ fn helm_test_hook_checks_the_metrics_endpoints() {
     assert_eq!(
         binding["subjects"],
         serde_json::json!([{"kind": "ServiceAccount", "name": name, "namespace": "ops"}])
+    );
+    // /metrics is secured: the hook's ServiceAccount is bound to the metrics reader role.
+    let reader = &objs[&format!("rbac.authorization.k8s.io/v1/ClusterRoleBinding//{name}")];
+    assert_eq!(reader["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(
+        reader["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+        "before-hook-creation,hook-succeeded"
+    );
+    assert_eq!(reader["roleRef"]["name"], "blue-cocoon-metrics-reader");
+    assert_eq!(
+        reader["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": name, "namespace": "ops"}])
+    );
+    assert_eq!(
+        objs["rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-metrics-reader"]["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
     );
     let pod = &objs[&format!("v1/Pod/ops/{name}")];
     assert_ne!(

@@ -8,6 +8,11 @@
 {{- printf "%scocoon-operator" .Values.namePrefix -}}
 {{- end -}}
 
+{{/* The ClusterRole that may read the operator's /metrics. */}}
+{{- define "cocoon.metricsReaderName" -}}
+{{- printf "%scocoon-metrics-reader" .Values.namePrefix -}}
+{{- end -}}
+
 {{/* The node agents' ClusterRole. */}}
 {{- define "cocoon.nodeRoleName" -}}
 {{- printf "%scocoon-node" .Values.namePrefix -}}

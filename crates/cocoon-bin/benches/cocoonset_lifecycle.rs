@@ -187,6 +187,7 @@ impl OperatorProcess {
             .env("POD_NAMESPACE", ns)
             .env("WATCH_NAMESPACE", ns)
             .env("METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
+            .env("METRICS_SECURE", "false")
             .env("PROBE_ADDR", "127.0.0.1:0")
             .env("LEADER_ELECT", "false")
             .env("COCOONSET_CONCURRENCY", concurrency()?.to_string())

@@ -5,6 +5,9 @@
 //! Service proxy (kube-proxy): only the API (`get` the Service, `list` pods in the namespace) and
 //! a pod network path to the operator's pods, which a NetworkPolicy must admit. Reading the
 //! pods (rather than EndpointSlices) lets a failure name each selected pod and what it lacks.
+//! `/metrics` is secured (TokenReview and SubjectAccessReview): the check presents its own
+//! bearer token (the pod's service-account token, or `--token-file`), whose user needs the
+//! `cocoon-metrics-reader` ClusterRole (the chart binds it to the hook's ServiceAccount).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -43,6 +46,47 @@ pub struct CheckArgs {
     /// Accept an operator of another version than this binary's.
     #[arg(long)]
     any_version: bool,
+    /// The bearer token presented to `/metrics`, read from this file each round (default: the
+    /// token of the Kubernetes client configuration: in a pod, its service-account token).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<std::path::PathBuf>,
+}
+
+/// Where the bearer token for `/metrics` comes from.
+#[derive(Debug, Clone)]
+enum TokenSource {
+    /// A file re-read each round (projected tokens rotate).
+    File(std::path::PathBuf),
+    /// A fixed token of the client configuration.
+    Fixed(String),
+    /// None: `/metrics` is asked without credentials.
+    None,
+}
+
+impl TokenSource {
+    fn of(args: &CheckArgs, config: &kube::Config) -> Self {
+        use secrecy::ExposeSecret as _;
+        if let Some(f) = &args.token_file {
+            return TokenSource::File(f.clone());
+        }
+        if let Some(f) = &config.auth_info.token_file {
+            return TokenSource::File(f.into());
+        }
+        match &config.auth_info.token {
+            Some(t) => TokenSource::Fixed(t.expose_secret().to_owned()),
+            None => TokenSource::None,
+        }
+    }
+
+    fn read(&self) -> Result<Option<String>, String> {
+        match self {
+            TokenSource::File(path) => std::fs::read_to_string(path)
+                .map(|t| Some(t.trim().to_owned()))
+                .map_err(|e| format!("read the token file {}: {e}", path.display())),
+            TokenSource::Fixed(t) => Ok(Some(t.clone())),
+            TokenSource::None => Ok(None),
+        }
+    }
 }
 
 /// One address:port the Service routes to.
@@ -212,14 +256,18 @@ fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
     Ok((status, body.to_string()))
 }
 
-/// `GET /metrics` over HTTP/1.0 (the answer is the whole body up to EOF, never chunked).
-async fn fetch(target: &Target) -> Result<String, String> {
+/// `GET /metrics` over HTTP/1.0 (the answer is the whole body up to EOF, never chunked),
+/// presenting `token` as a bearer token.
+async fn fetch(target: &Target, token: Option<&str>) -> Result<String, String> {
     let work = async {
         let mut conn = TcpStream::connect(target.host_port())
             .await
             .map_err(|e| format!("connect: {e}"))?;
+        let authorization = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
         let req = format!(
-            "GET /metrics HTTP/1.0\r\nHost: {}\r\nUser-Agent: cocoon-operator-check\r\n\r\n",
+            "GET /metrics HTTP/1.0\r\nHost: {}\r\nUser-Agent: cocoon-operator-check\r\n{authorization}\r\n",
             target.host_port()
         );
         conn.write_all(req.as_bytes())
@@ -234,8 +282,26 @@ async fn fetch(target: &Target) -> Result<String, String> {
             return Err(format!("answer larger than {MAX_BODY} bytes"));
         }
         let (status, body) = parse_response(&raw)?;
-        if status != 200 {
-            return Err(format!("HTTP {status}"));
+        match status {
+            200 => {}
+            401 => {
+                return Err(format!(
+                    "HTTP 401 (the operator's /metrics needs a bearer token it can review{})",
+                    if token.is_none() {
+                        "; this check has none"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            403 => {
+                return Err(format!(
+                    "HTTP 403 ({}: bind the cocoon-metrics-reader ClusterRole to this check's \
+                     user)",
+                    body.trim()
+                ));
+            }
+            _ => return Err(format!("HTTP {status}")),
         }
         Ok(body)
     };
@@ -271,6 +337,7 @@ async fn check(args: CheckArgs, namespace: String, timeout: Duration) -> anyhow:
     let config = kube::Config::infer()
         .await
         .context("connect to the Kubernetes API (KUBECONFIG or in-cluster)")?;
+    let tokens = TokenSource::of(&args, &config);
     let client = kube::Client::try_from(cocoon_operator::user_agent::kube_config(config))
         .context("connect to the Kubernetes API")?;
     let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
@@ -279,7 +346,7 @@ async fn check(args: CheckArgs, namespace: String, timeout: Duration) -> anyhow:
     let deadline = tokio::time::Instant::now() + timeout;
     let what = format!("Service {namespace}/{}", args.service);
     loop {
-        let problem = match round(&services, &pods, &args, want).await {
+        let problem = match round(&services, &pods, &args, &tokens, want).await {
             Ok(lines) => {
                 println!("{what}: {} ready pods answer", lines.len());
                 for l in lines {
@@ -334,8 +401,10 @@ async fn round(
     services: &Api<Service>,
     pods: &Api<Pod>,
     args: &CheckArgs,
+    tokens: &TokenSource,
     want: Option<&str>,
 ) -> Result<Vec<String>, String> {
+    let token = tokens.read()?;
     let svc = services
         .get(&args.service)
         .await
@@ -357,7 +426,10 @@ async fn round(
     let mut lines = Vec::new();
     let mut failed = Vec::new();
     for t in &targets {
-        match fetch(t).await.and_then(|body| judge(&body, want)) {
+        match fetch(t, token.as_deref())
+            .await
+            .and_then(|body| judge(&body, want))
+        {
             Ok(line) => lines.push(format!("{}: {line}", t.describe())),
             Err(e) => failed.push(format!("{}: {e}", t.describe())),
         }

@@ -63,6 +63,11 @@ struct RunArgs {
     /// Prometheus listener (`/metrics`).
     #[arg(long, env = "METRICS_ADDR", value_name = "ADDR")]
     metrics_bind_address: Option<String>,
+    /// `/metrics` answers only a bearer token whose user may `get` it (TokenReview, then
+    /// SubjectAccessReview; the `cocoon-metrics-reader` ClusterRole). On unless explicitly
+    /// false; `false` is for local development only.
+    #[arg(long, env = "METRICS_SECURE", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    metrics_secure: Option<String>,
     /// Health probe listener (`/healthz`, `/livez`, `/readyz`).
     #[arg(long, env = "PROBE_ADDR", value_name = "ADDR")]
     health_probe_bind_address: Option<String>,
@@ -154,6 +159,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = RawConfig {
         oci_registry: args.oci_registry,
         metrics_addr: args.metrics_bind_address,
+        metrics_secure: args.metrics_secure,
         probe_addr: args.health_probe_bind_address,
         leader_elect: args.leader_elect,
         cocoonset_concurrency: args.cocoonset_concurrency,
@@ -194,15 +200,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     metrics.set_build_info(env!("CARGO_PKG_VERSION"), env!("COCOON_GIT_REVISION"));
     let readiness = Arc::new(Readiness::default());
+    let metrics_auth = config
+        .metrics_secure
+        .then(|| cocoon_operator::metrics_auth::MetricsAuth::kube(client.clone()));
+    if metrics_auth.is_none() {
+        tracing::warn!("--metrics-secure=false: /metrics answers anyone who reaches it");
+    }
     let (maddr, paddr, serve) = admin::bind(
         &config.metrics_addr,
         &config.probe_addr,
         metrics.clone(),
         readiness.clone(),
+        metrics_auth,
     )
     .await
     .context("bind the admin listeners")?;
-    info!(metrics = %maddr, probes = %paddr, registry = %config.oci_registry, "cocoon-operator starting");
+    info!(metrics = %maddr, metrics_secure = config.metrics_secure, probes = %paddr, registry = %config.oci_registry, "cocoon-operator starting");
     let leadership = if config.leader_elect {
         cocoon_operator::leader::Leadership::elected()
     } else {

@@ -418,6 +418,9 @@ fn operator(env: &Shared, ns: &str) -> Result<Logged, BoxError> {
         .env("POD_NAMESPACE", ns)
         .env("WATCH_NAMESPACE", ns)
         .env("METRICS_ADDR", "127.0.0.1:0")
+        // The names are compared here; the secured listener has tests of its own
+        // (cocoon-operator's metrics_auth.rs, rbac.rs, the helm test).
+        .env("METRICS_SECURE", "false")
         .env("PROBE_ADDR", "127.0.0.1:0")
         .env("LEADER_ELECT", "true")
         .env("OPERATOR_LOG_FORMAT", "json");

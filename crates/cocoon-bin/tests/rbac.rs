@@ -7,10 +7,11 @@
 //! simulated runtime. The API server audits every request of that ServiceAccount; the test then
 //! proves that nothing the operator called was forbidden and that every verb its roles grant was
 //! called — the one exception being `cocoonsets/finalizers`, which is checked by admission (not
-//! called) and is proven needed by a ServiceAccount without it being refused. The node agents
-//! run the same way in ServiceAccount mode (one ServiceAccount per node in `cocoon-nodes`,
-//! bound to the `cocoon-node` role, held to its node by the shipped admission policies): none
-//! of their requests is refused and every verb of the role is called.
+//! called) and is proven needed by a ServiceAccount without it being refused. (The secure
+//! metrics' TokenReview and SubjectAccessReview are called by one scrape of `/metrics`.) The
+//! node agents run the same way in ServiceAccount mode (one ServiceAccount per node in
+//! `cocoon-nodes`, bound to the `cocoon-node` role, held to its node by the shipped admission
+//! policies): none of their requests is refused and every verb of the role is called.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -199,6 +200,21 @@ async fn terminate(child: &mut tokio::process::Child) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The status of `GET /metrics` on 127.0.0.1:`port` with the bearer `token`.
+async fn scrape_status(port: u16, token: &str) -> Result<u16, BoxError> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let req = format!("GET /metrics HTTP/1.0\r\nAuthorization: Bearer {token}\r\n\r\n");
+    conn.write_all(req.as_bytes()).await?;
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await?;
+    let head = String::from_utf8_lossy(&raw);
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status in {head:?}").into())
+}
+
 fn phase_of(cs: &CocoonSet) -> Option<CocoonSetPhase> {
     cs.status.as_ref().and_then(|s| s.phase)
 }
@@ -309,14 +325,16 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
             .await?;
         }
 
-        // The real binary, as the ServiceAccount, leader election on (Lease in cocoon-system).
+        // The real binary, as the ServiceAccount, leader election on (Lease in cocoon-system),
+        // its metrics secured (the default).
+        let metrics_port = cocoon_testenv::free_ports(1)?[0];
         let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_cocoon-operator"))
             .arg("run")
             .env("KUBECONFIG", &kubeconfig)
             .env("OCI_REGISTRY", env.registry_addr())
             .env("POD_NAMESPACE", "cocoon-system")
             .env("WATCH_NAMESPACE", &ns)
-            .env("METRICS_ADDR", "127.0.0.1:0")
+            .env("METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
             .env("PROBE_ADDR", "127.0.0.1:0")
             .env("COCOON_REQUEUE_INTERVAL", "1s")
             .stdin(Stdio::null())
@@ -340,6 +358,14 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
                 && cs.status.as_ref().is_some_and(|s| s.ready_agents == 2)
         })
         .await?;
+        // A scrape: the operator reviews the token (TokenReview) and asks whether its user may
+        // get /metrics (SubjectAccessReview); its own ServiceAccount is no metrics reader.
+        let scraper = run_kubectl(
+            env,
+            &["-n", "cocoon-system", "create", "token", "cocoon-operator"],
+        )?;
+        let status = scrape_status(metrics_port, scraper.trim()).await?;
+        assert_eq!(status, 403, "a token without cocoon-metrics-reader");
         set_suspend(&sets, "a", true).await?;
         wait_set(&sets, "a", "Suspended", WAIT, |cs| {
             settled(cs, CocoonSetPhase::Suspended)

@@ -1,5 +1,7 @@
-//! The admin endpoints: `/metrics` (OpenMetrics text) on the metrics address, `/healthz`,
-//! `/livez` and `/readyz` on the probe address; ready once every controller cache has synced.
+//! The admin endpoints: `/metrics` (OpenMetrics text) on the metrics address, behind
+//! [`crate::metrics_auth`] unless that is turned off, and `/healthz`, `/livez` and `/readyz` on
+//! the probe address (open: kubelet probes carry no token); ready once every controller cache
+//! has synced.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
+use crate::metrics_auth::{self, MetricsAuth};
 
 /// Readiness shared between the controllers and the probe server.
 #[derive(Debug, Default)]
@@ -73,11 +76,14 @@ async fn ready(State(r): State<Arc<Readiness>>) -> impl IntoResponse {
 }
 
 /// Binds both listeners (so a bad address fails start-up) and returns the serving future.
+/// With `auth`, every request to the metrics listener must pass it (401/403 otherwise);
+/// `None` serves `/metrics` to anyone who reaches the address.
 pub async fn bind(
     metrics_addr: &str,
     probe_addr: &str,
     m: Arc<Metrics>,
     readiness: Arc<Readiness>,
+    auth: Option<MetricsAuth>,
 ) -> std::io::Result<(
     SocketAddr,
     SocketAddr,
@@ -86,7 +92,17 @@ pub async fn bind(
     let metrics_listener = TcpListener::bind(metrics_addr).await?;
     let probe_listener = TcpListener::bind(probe_addr).await?;
     let (ma, pa) = (metrics_listener.local_addr()?, probe_listener.local_addr()?);
-    let metrics_app = Router::new().route("/metrics", get(metrics)).with_state(m);
+    let mut metrics_app = Router::new()
+        .route("/metrics", get(metrics))
+        .fallback(|| async { StatusCode::NOT_FOUND })
+        .with_state(m);
+    if let Some(auth) = auth {
+        // `layer` after the fallback: unknown paths are refused too, before any 404.
+        metrics_app = metrics_app.layer(axum::middleware::from_fn_with_state(
+            auth,
+            metrics_auth::middleware,
+        ));
+    }
     let probe_app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))

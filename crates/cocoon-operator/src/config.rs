@@ -24,6 +24,8 @@ pub enum ConfigError {
         env: &'static str,
         value: String,
     },
+    #[error("--metrics-secure (METRICS_SECURE): invalid boolean {0:?} (use true or false)")]
+    MetricsSecure(String),
     #[error(
         "leader election timings: need 0 < retry period ({retry:?}) < renew deadline ({renew_deadline:?}) < lease duration ({lease_duration:?})"
     )]
@@ -48,6 +50,9 @@ pub enum DurationError {
 pub struct RawConfig {
     pub oci_registry: Option<String>,
     pub metrics_addr: Option<String>,
+    /// `--metrics-secure` / `METRICS_SECURE`: `/metrics` needs a token whose user may `get`
+    /// it (on unless explicitly false).
+    pub metrics_secure: Option<String>,
     pub probe_addr: Option<String>,
     pub leader_elect: Option<String>,
     pub cocoonset_concurrency: Option<String>,
@@ -72,6 +77,9 @@ pub struct RawConfig {
 pub struct OperatorConfig {
     pub oci_registry: String,
     pub metrics_addr: String,
+    /// Whether `/metrics` authenticates (TokenReview) and authorizes (SubjectAccessReview)
+    /// each scrape ([`crate::metrics_auth`]); default true.
+    pub metrics_secure: bool,
     pub probe_addr: String,
     pub leader_elect: bool,
     pub cocoonset_concurrency: u16,
@@ -228,6 +236,14 @@ impl RawConfig {
         Ok(OperatorConfig {
             oci_registry,
             metrics_addr: listen_addr(set(&self.metrics_addr).unwrap_or(":8080")),
+            metrics_secure: match set(&self.metrics_secure).map(str::to_ascii_lowercase) {
+                None => true,
+                Some(v) => match v.as_str() {
+                    "true" | "1" | "t" => true,
+                    "false" | "0" | "f" => false,
+                    _ => return Err(ConfigError::MetricsSecure(v)),
+                },
+            },
             probe_addr: listen_addr(set(&self.probe_addr).unwrap_or(":8081")),
             // Anything but an explicit false keeps leader election on.
             leader_elect: !matches!(
@@ -292,6 +308,7 @@ mod tests {
         let c = raw().resolve().expect("valid");
         assert_eq!(c.metrics_addr, "0.0.0.0:8080");
         assert_eq!(c.probe_addr, "0.0.0.0:8081");
+        assert!(c.metrics_secure, "metrics need a token by default");
         assert!(c.leader_elect);
         assert_eq!((c.cocoonset_concurrency, c.hibernation_concurrency), (4, 4));
         assert_eq!(c.hibernation_timing, Timing::default());
@@ -478,6 +495,25 @@ mod tests {
                 ..raw()
             };
             assert_eq!(r.resolve().map(|c| c.leader_elect), Ok(want), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn metrics_are_secure_unless_explicitly_not() {
+        for (v, want) in [
+            ("", Ok(true)),
+            ("true", Ok(true)),
+            ("1", Ok(true)),
+            ("false", Ok(false)),
+            ("FALSE", Ok(false)),
+            ("0", Ok(false)),
+            ("no", Err(ConfigError::MetricsSecure("no".into()))),
+        ] {
+            let r = RawConfig {
+                metrics_secure: Some(v.into()),
+                ..raw()
+            };
+            assert_eq!(r.resolve().map(|c| c.metrics_secure), want, "{v:?}");
         }
     }
 

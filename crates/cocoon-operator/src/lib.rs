@@ -9,6 +9,7 @@ pub mod controller;
 pub mod hibernation;
 pub mod leader;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod ownership;
 pub mod registry;
 pub mod registry_token;

@@ -48,7 +48,7 @@ async fn readyz_after_sync_and_metrics_names() {
         let ns = cocoon_testenv::create_namespace(&client, "admin").await?;
         let metrics = Arc::new(Metrics::new());
         let readiness = Arc::new(Readiness::default());
-        let (maddr, paddr, serve) = admin::bind("127.0.0.1:0", "127.0.0.1:0", metrics.clone(), readiness.clone()).await?;
+        let (maddr, paddr, serve) = admin::bind("127.0.0.1:0", "127.0.0.1:0", metrics.clone(), readiness.clone(), None).await?;
         tokio::spawn(serve);
         assert_eq!(get(paddr, "/healthz").await?.0, 200);
         assert_eq!(get(paddr, "/livez").await?.0, 200);

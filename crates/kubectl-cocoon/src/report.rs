@@ -27,7 +27,9 @@ pub const REDACTED: &str = "[REDACTED]";
 const LOG_TAIL: i64 = 2000;
 
 /// Keys whose string values are secrets (compared lower-case, without `-`/`_`), plus names
-/// ending in `_PASS`/`-PASS`/`Pass` and `_KEY_ID`/`KeyId` (`DB_PASS`, `AWS_ACCESS_KEY_ID`).
+/// ending in `_PASS`/`-PASS`/`Pass` and `_KEY_ID`/`KeyId` (`DB_PASS`, `AWS_ACCESS_KEY_ID`),
+/// and a Docker `config.json`'s credentials: `auth` (base64 `user:pass`), `identitytoken`,
+/// `registrytoken`, and a Secret's whole `.dockerconfigjson` / `.dockercfg`.
 fn is_secret_key(key: &str) -> bool {
     let k: String = key
         .chars()
@@ -45,7 +47,10 @@ fn is_secret_key(key: &str) -> bool {
         || key.ends_with("Pass");
     pass_suffix
         || k.ends_with("keyid")
+        || k == "auth"
         || [
+            "dockerconfigjson",
+            "dockercfg",
             "token",
             "password",
             "passwd",
@@ -98,14 +103,61 @@ pub fn redact(v: &mut Value) {
 ///   JSON strings, `"Authorization":"Basic <x>"`);
 /// * the value of a secret-looking key ([`is_secret_key`]) written `key=value`, `key: value`
 ///   (YAML, headers) or `"key": "value"` (JSON), quoted or not;
-/// * URL userinfo: `https://user:pass@host` → `https://[REDACTED]@host`.
+/// * URL userinfo: `https://user:pass@host` → `https://[REDACTED]@host`;
+/// * a base64 word that decodes to a Docker `config.json` with credentials (a Secret's
+///   `.dockerconfigjson` copied into a log line or an annotation).
+///
+/// A Docker config written as JSON (`{"auths":{"host":{"auth":"…"}}}`, escaped inside a
+/// log's JSON string too) loses its credentials by the key rule.
 pub fn redact_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
         let line = redact_userinfo(line);
         let line = redact_auth_schemes(&line);
+        let line = redact_docker_config_b64(&line);
         out.push_str(&redact_key_values(&line));
     }
+    out
+}
+
+/// Shortest base64 word [`redact_docker_config_b64`] decodes (`{"auths":{}}` is 16).
+const MIN_B64_CONFIG: usize = 16;
+
+/// Replaces each base64 word that decodes to a Docker `config.json` carrying credentials.
+fn redact_docker_config_b64(line: &str) -> String {
+    use base64::Engine as _;
+    // A word is base64 characters and at most two `=` of padding (so `config=eyJ…` splits).
+    let b64 = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/');
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(start) = rest.find(b64) {
+        out.push_str(&rest[..start]);
+        let body = rest[start..]
+            .find(|c: char| !b64(c))
+            .unwrap_or(rest.len() - start);
+        let padding = rest[start + body..]
+            .chars()
+            .take(2)
+            .take_while(|c| *c == '=')
+            .count();
+        let word_len = body + padding;
+        let word = &rest[start..start + word_len];
+        let decoded = (word.len() >= MIN_B64_CONFIG)
+            .then(|| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(word)
+                    .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(word))
+                    .ok()
+            })
+            .flatten();
+        let is_config = decoded.as_deref().is_some_and(|d| {
+            let d = String::from_utf8_lossy(d);
+            d.contains("\"auths\"") || d.contains("\"auth\"") || d.contains("\"identitytoken\"")
+        });
+        out.push_str(if is_config { REDACTED } else { word });
+        rest = &rest[start + word_len..];
+    }
+    out.push_str(rest);
     out
 }
 
@@ -203,9 +255,12 @@ fn redact_key_values(line: &str) -> String {
         if !is_secret_key(key) {
             continue;
         }
-        // Optional closing quote of a quoted key, spaces, then `=` or `:`.
+        // Optional closing quote of a quoted key (`\"` inside a JSON string), spaces, then
+        // `=` or `:`.
         let mut j = i;
-        if line[j..].starts_with(['"', '\'']) {
+        if line[j..].starts_with("\\\"") {
+            j += 2;
+        } else if line[j..].starts_with(['"', '\'']) {
             j += 1;
         }
         let spaced = |from: usize| {
@@ -218,16 +273,22 @@ fn redact_key_values(line: &str) -> String {
             continue;
         };
         // `key: value` needs the space YAML needs; `key:value` is a URL scheme or a time.
-        if sep == ':' && !line[j + 1..].starts_with([' ', '\t', '"', '\'']) {
+        if sep == ':' && !line[j + 1..].starts_with([' ', '\t', '"', '\'', '\\']) {
             continue;
         }
         let v = spaced(j + 1);
+        let escaped_quote = line[v..].starts_with("\\\"");
         let (open, body_start) = match line[v..].chars().next() {
+            _ if escaped_quote => (Some('"'), v + 2),
             Some(q @ ('"' | '\'')) => (Some(q), v + 1),
             Some('{' | '[') | None => continue,
             Some(_) => (None, v),
         };
         let body_end = match open {
+            // `\"value\"` inside a JSON string: up to the next `\`.
+            Some(_) if escaped_quote => line[body_start..]
+                .find('\\')
+                .map_or(line.len(), |e| body_start + e),
             Some(q) => quoted_end(line, body_start, q),
             None => line[body_start..]
                 .find(ends_bare)
@@ -582,6 +643,35 @@ mod tests {
             ),
             ("at 12:30:45 token:abc", "at 12:30:45 token:abc"),
             ("token: {nested: 1}", "token: {nested: 1}"),
+            (
+                r#"{"auths":{"reg.example:5000":{"auth":"dXNlcjpodW50ZXIy"}}}"#,
+                r#"{"auths":{"reg.example:5000":{"auth":"[REDACTED]"}}}"#,
+            ),
+            (
+                r#"{"auths":{"r":{"identitytoken":"idt","registrytoken":"rt","email":"e"}}}"#,
+                r#"{"auths":{"r":{"identitytoken":"[REDACTED]","registrytoken":"[REDACTED]","email":"e"}}}"#,
+            ),
+            (
+                r#"{"level":"info","msg":"{\"auths\":{\"r\":{\"auth\":\"dXNlcjpodW50ZXIy\"}}}"}"#,
+                r#"{"level":"info","msg":"{\"auths\":{\"r\":{\"auth\":\"[REDACTED]\"}}}"}"#,
+            ),
+            (
+                "pull secret data: eyJhdXRocyI6eyJyZWcuZXhhbXBsZTo1MDAwIjp7ImF1dGgiOiJkWE5sY2pwb2RXNTBaWEl5In19fQ==",
+                "pull secret data: [REDACTED]",
+            ),
+            (
+                "config=eyJhdXRocyI6eyJyZWcuZXhhbXBsZTo1MDAwIjp7ImF1dGgiOiJkWE5sY2pwb2RXNTBaWEl5In19",
+                "config=[REDACTED]",
+            ),
+            (
+                ".dockerconfigjson: eyJhdXRocyI6eyJyZWcuZXhhbXBsZTo1MDAwIjp7ImF1dGgiOiJkWE5sY2pwb2RXNTBaWEl5In19fQ==",
+                ".dockerconfigjson: [REDACTED]",
+            ),
+            ("auth: enabled=true", "auth: [REDACTED]"),
+            (
+                "aGVsbG8gd29ybGQsIGhlbGxvIGFnYWlu decodes to prose",
+                "aGVsbG8gd29ybGQsIGhlbGxvIGFnYWlu decodes to prose",
+            ),
             ("plain line", "plain line"),
         ];
         for (input, want) in rows {
@@ -601,6 +691,34 @@ mod tests {
         assert_eq!(v["env"][1]["value"], REDACTED);
         assert_eq!(v["env"][2]["value"], REDACTED);
         assert_eq!(v["note"], "login with Authorization: Basic [REDACTED]");
+    }
+
+    /// A Docker `config.json` as a JSON document, as a Secret's base64 data, and as the
+    /// base64 value of an annotation.
+    #[test]
+    fn docker_config_credentials_are_redacted_in_every_shape() {
+        let b64 =
+            "eyJhdXRocyI6eyJyZWcuZXhhbXBsZTo1MDAwIjp7ImF1dGgiOiJkWE5sY2pwb2RXNTBaWEl5In19fQ==";
+        let mut v = json!({
+            "document": {"auths": {"reg:5000": {
+                "auth": "dXNlcjpodW50ZXIy", "identitytoken": "idt", "registrytoken": "rt",
+                "username": "user"
+            }}},
+            "secret": {"type": "kubernetes.io/dockerconfigjson",
+                "data": {".dockerconfigjson": b64},
+                "stringData": {".dockercfg": "{\"reg\":{\"auth\":\"x\"}}"}},
+            "annotations": {"example.com/pull-config": b64}
+        });
+        redact(&mut v);
+        let auth = &v["document"]["auths"]["reg:5000"];
+        assert_eq!(auth["auth"], REDACTED);
+        assert_eq!(auth["identitytoken"], REDACTED);
+        assert_eq!(auth["registrytoken"], REDACTED);
+        assert_eq!(auth["username"], "user", "not a secret");
+        assert_eq!(v["secret"]["data"][".dockerconfigjson"], REDACTED);
+        assert_eq!(v["secret"]["stringData"][".dockercfg"], REDACTED);
+        assert_eq!(v["annotations"]["example.com/pull-config"], REDACTED);
+        assert!(!v.to_string().contains("dXNlcjpodW50ZXIy"));
     }
 
     #[test]

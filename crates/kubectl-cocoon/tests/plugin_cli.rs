@@ -404,10 +404,16 @@ async fn report_writes_a_redacted_bundle_and_goes_on_where_rbac_refuses() {
         let _node = cocoon_testenv::TestNode::in_pool(&client, &node, &cocoon_testenv::unique_name("pool")).await?;
         create_set(&client, &ns, "demo").await?;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        // A Docker config.json (`auth` is base64 of user:hunter2) as JSON in an env value and
+        // in an Event note, and base64-encoded (a copied `.dockerconfigjson`) in an annotation.
+        let docker_config = r#"{"auths":{"reg.example:5000":{"auth":"dXNlcjpodW50ZXIy"}}}"#;
+        let docker_config_b64 = "eyJhdXRocyI6eyJyZWcuZXhhbXBsZTo1MDAwIjp7ImF1dGgiOiJkWE5sY2pwb2RXNTBaWEl5In19fQ==";
         let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "demo-0", "labels": {"cocoonset.cocoonstack.io/name": "demo", "cocoonset.cocoonstack.io/slot": "0"}},
+            "metadata": {"name": "demo-0", "labels": {"cocoonset.cocoonstack.io/name": "demo", "cocoonset.cocoonstack.io/slot": "0"},
+                "annotations": {"example.com/pull-config": docker_config_b64}},
             "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "x",
-                "env": [{"name": "REGISTRY_TOKEN", "value": "supersecret"}, {"name": "MODE", "value": "run"}]}]}
+                "env": [{"name": "REGISTRY_TOKEN", "value": "supersecret"}, {"name": "MODE", "value": "run"},
+                    {"name": "PULL_CONFIG", "value": docker_config}]}]}
         }))?;
         pods.create(&PostParams::default(), &pod).await?;
         let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
@@ -415,7 +421,7 @@ async fn report_writes_a_redacted_bundle_and_goes_on_where_rbac_refuses() {
             let ev: k8s_openapi::api::events::v1::Event = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": cocoon_testenv::unique_name("ev")},
                 "eventTime": "2026-12-01T10:00:00.000000Z", "reportingController": "test", "reportingInstance": "test",
-                "action": "Test", "reason": reason, "type": "Normal", "note": "n",
+                "action": "Test", "reason": reason, "type": "Normal", "note": format!("pull config {docker_config}"),
                 "regarding": {"apiVersion": "cocoonset.cocoonstack.io/v1", "kind": "CocoonSet", "name": set, "namespace": ns}
             }))?;
             events.create(&PostParams::default(), &ev).await?;
@@ -434,6 +440,10 @@ async fn report_writes_a_redacted_bundle_and_goes_on_where_rbac_refuses() {
         assert!(files["pods.yaml"].contains("demo-0"));
         assert!(files["pods.yaml"].contains("[REDACTED]") && files["pods.yaml"].contains("run"));
         assert!(files.values().all(|b| !b.contains("supersecret")), "the token is redacted");
+        for secret in ["dXNlcjpodW50ZXIy", docker_config_b64] {
+            assert!(files.values().all(|b| !b.contains(secret)), "the Docker config's auth is redacted");
+        }
+        assert!(files["pods.yaml"].contains("auths") && files["events.yaml"].contains("auths"), "the rest of the config stays");
         assert!(files["events.yaml"].contains("ReportMe"));
         assert!(!files["events.yaml"].contains("OtherSet"), "events of another set stay out");
         assert!(files["nodes.yaml"].contains(&node));

@@ -139,7 +139,7 @@ pub(crate) async fn read_wake_source(
                     Ok(Some(a)) => ArtifactRead::Owned { digest: a.digest },
                     Ok(None) => ArtifactRead::Absent,
                     Err(GateError::Refused(r)) => ArtifactRead::Refused(r.to_string()),
-                    Err(GateError::Failed(_)) => ArtifactRead::Unreadable,
+                    Err(GateError::Failed(e)) => ArtifactRead::Unreadable(e),
                 });
             }
             SourceNext::Read(SourceRead::Local) => {

@@ -8,7 +8,10 @@
 //!   `:hibernate` names the same snapshot id (or there is no registry); a stale copy is
 //!   dropped (with its fork baseline) before the pull; an unverifiable one fails the wake and
 //!   stays;
-//! * the pull fetches the digest whose owner was checked;
+//! * the pull fetches the digest whose owner was checked, and nothing else: a manifest that
+//!   could not be read (a transient registry error) or was absent fails the wake rather than
+//!   pulling by tag (fail closed, as the hibernate evidence check does); the next UpdatePod
+//!   retries it;
 //! * the one-shot import is removed after the clone, whatever its outcome (but not when the
 //!   import itself could not be inspected);
 //! * the runtime annotations, tracking, probe and post-restore step come before the `Woken`
@@ -32,8 +35,8 @@ pub(crate) enum ArtifactRead {
     Absent,
     /// It records another owner.
     Refused(String),
-    /// The registry could not be read (the verification reports it in the spec's words).
-    Unreadable,
+    /// The registry could not be read (a transport, 5xx or auth error): the wake fails closed.
+    Unreadable(String),
 }
 
 /// `snapshot inspect <vm>`, by exact name.
@@ -97,8 +100,9 @@ pub(crate) fn source(vm: &str, f: &SourceFacts) -> SourceNext {
     let digest = match &f.artifact {
         None => return SourceNext::Read(SourceRead::Artifact),
         Some(ArtifactRead::Refused(r)) => return SourceNext::Fail(format!("wake {vm}: {r}")),
+        Some(ArtifactRead::Unreadable(e)) => return SourceNext::Fail(unreadable(vm, e)),
         Some(ArtifactRead::Owned { digest }) => Some(digest.as_str()),
-        Some(ArtifactRead::Absent | ArtifactRead::Unreadable) => None,
+        Some(ArtifactRead::Absent) => None,
     };
     let drop_stale = match &f.local {
         None => return SourceNext::Read(SourceRead::Local),
@@ -120,10 +124,26 @@ pub(crate) fn source(vm: &str, f: &SourceFacts) -> SourceNext {
             "wake {vm}: no local snapshot and no puller configured"
         ));
     }
+    // Only the digest whose owner was checked is pulled: a pull by tag could fetch whatever
+    // the tag names by then.
+    let Some(digest) = digest else {
+        return SourceNext::Fail(format!(
+            "wake {vm}: no usable local snapshot and no {vm}:{} in the registry",
+            tags::HIBERNATE
+        ));
+    };
     SourceNext::Use(Source::Pull {
-        reference: digest.unwrap_or(tags::HIBERNATE).to_owned(),
+        reference: digest.to_owned(),
         drop_stale,
     })
+}
+
+/// The failure of a wake whose `:hibernate` manifest could not be read.
+fn unreadable(vm: &str, err: &str) -> String {
+    format!(
+        "wake {vm}: {err} (refusing to pull {vm}:{} unchecked; the next update retries)",
+        tags::HIBERNATE
+    )
 }
 
 /// The failOp reasons of a restore's two halves.

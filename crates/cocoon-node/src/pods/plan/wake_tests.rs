@@ -118,14 +118,59 @@ fn wake_source_table() {
             pull("sha256:d", false),
         ),
         (
-            "an unreadable manifest is pulled by tag (the pull reports the registry's trouble)",
+            "an unreadable manifest (a transient registry error) fails the wake closed: \
+             nothing else is read, nothing is pulled by tag",
             read(
                 true,
-                Some(ArtifactRead::Unreadable),
+                Some(ArtifactRead::Unreadable(
+                    "get manifest vk-a:hibernate: 503".into(),
+                )),
+                None,
+                None,
+            ),
+            SourceNext::Fail(
+                "wake vk-a: get manifest vk-a:hibernate: 503 (refusing to pull \
+                 vk-a:hibernate unchecked; the next update retries)"
+                    .into(),
+            ),
+        ),
+        (
+            "an unreadable manifest fails closed even with a local copy at hand",
+            read(
+                true,
+                Some(ArtifactRead::Unreadable("timeout".into())),
+                present(),
+                None,
+            ),
+            SourceNext::Fail(
+                "wake vk-a: timeout (refusing to pull vk-a:hibernate unchecked; the next \
+                 update retries)"
+                    .into(),
+            ),
+        ),
+        (
+            "no `:hibernate` and no local copy: nothing checked, so nothing is pulled by tag",
+            read(
+                true,
+                Some(ArtifactRead::Absent),
                 Some(LocalRead::Absent),
                 None,
             ),
-            pull("hibernate", false),
+            SourceNext::Fail(
+                "wake vk-a: no usable local snapshot and no vk-a:hibernate in the registry".into(),
+            ),
+        ),
+        (
+            "no `:hibernate` and a stale local copy: the wake fails, the copy is kept",
+            read(
+                true,
+                Some(ArtifactRead::Absent),
+                present(),
+                Some(VerifyRead::Stale),
+            ),
+            SourceNext::Fail(
+                "wake vk-a: no usable local snapshot and no vk-a:hibernate in the registry".into(),
+            ),
         ),
         (
             "no local copy and no registry",
