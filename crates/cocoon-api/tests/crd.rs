@@ -117,7 +117,13 @@ fn scale_subresource_on_the_sub_agents() {
 #[test]
 fn cel_hibernate_policy_is_retain_or_release() {
     let crd = cocoonset_crd();
-    for (policy, ok) in [("retain", true), ("release", true), ("drop", false), ("", false), ("Retain", false)] {
+    for (policy, ok) in [
+        ("retain", true),
+        ("release", true),
+        ("drop", false),
+        ("", false),
+        ("Retain", false),
+    ] {
         let got = messages(crd::validate_cel(
             &crd,
             &cs(json!({"hibernatePolicy": policy, "agent": {"image": "i"}})),
@@ -126,7 +132,11 @@ fn cel_hibernate_policy_is_retain_or_release() {
         if ok {
             assert!(got.is_empty(), "{policy:?}: expected accepted, got {got:?}");
         } else {
-            assert_eq!(got, vec![set::MSG_HIBERNATE_POLICY.to_string()], "{policy:?}");
+            assert_eq!(
+                got,
+                vec![set::MSG_HIBERNATE_POLICY.to_string()],
+                "{policy:?}"
+            );
         }
     }
     assert_eq!(set::MSG_HIBERNATE_POLICY, "must be retain or release");
