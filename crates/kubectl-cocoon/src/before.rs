@@ -91,16 +91,17 @@ const MAX_NAMESPACES: usize = 64;
 /// events` the waits make (no other permission). A namespace whose list fails is left out
 /// (its Events then go by time only); so are namespaces past [`MAX_NAMESPACES`].
 pub async fn read<'a>(client: &Client, namespaces: impl IntoIterator<Item = &'a str>) -> Before {
-    let wanted: BTreeSet<&str> = namespaces.into_iter().take(MAX_NAMESPACES).collect();
-    let lists: Vec<(String, Option<Vec<Event>>)> = futures::stream::iter(wanted)
-        .map(|ns| async move {
-            let api: Api<Event> = Api::namespaced(client.clone(), ns);
-            let items = api.list(&ListParams::default()).await.ok().map(|l| l.items);
-            (ns.to_string(), items)
-        })
-        .buffer_unordered(8)
-        .collect()
-        .await;
+    let wanted: BTreeSet<&str> = namespaces.into_iter().collect();
+    let lists: Vec<(String, Option<Vec<Event>>)> =
+        futures::stream::iter(wanted.into_iter().take(MAX_NAMESPACES))
+            .map(|ns| async move {
+                let api: Api<Event> = Api::namespaced(client.clone(), ns);
+                let items = api.list(&ListParams::default()).await.ok().map(|l| l.items);
+                (ns.to_string(), items)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
     let read: Vec<&str> = lists
         .iter()
         .filter(|(_, l)| l.is_some())
