@@ -71,7 +71,9 @@ async fn cocoonset_cel_rules_and_field_validation() {
             ("empty-image", json!({"agent": {"image": ""}}), "spec.agent.image"),
             ("negative-replicas", json!({"agent": {"image": "i", "replicas": -1}}), "spec.agent.replicas"),
             ("bad-snapshot-policy", json!({"snapshotPolicy": "sometimes", "agent": {"image": "i"}}), "spec.snapshotPolicy: Unsupported value: \"sometimes\""),
-            ("bad-hibernate-policy", json!({"hibernatePolicy": "drop", "agent": {"image": "i"}}), "spec.hibernatePolicy: Unsupported value"),
+            // Issue 36 item 6: cocoon-webhook's words, on the field.
+            ("bad-hibernate-policy", json!({"hibernatePolicy": "drop", "agent": {"image": "i"}}), "spec.hibernatePolicy: Invalid value: \"drop\": must be retain or release"),
+            ("empty-hibernate-policy", json!({"hibernatePolicy": "", "agent": {"image": "i"}}), "spec.hibernatePolicy: Invalid value: \"\": must be retain or release"),
             ("bad-mode", json!({"agent": {"image": "i", "mode": "static"}}), "spec.agent.mode: Unsupported value"),
             ("bad-os", json!({"agent": {"image": "i", "os": "beos"}}), "spec.agent.os: Unsupported value"),
             ("bad-backend", json!({"agent": {"image": "i", "backend": "qemu"}}), "spec.agent.backend: Unsupported value"),
@@ -133,6 +135,10 @@ async fn cocoonset_cel_rules_and_field_validation() {
         assert!(changed.as_deref().is_some_and(|m| m.contains(IMMUTABLE)), "changed: {changed:?}");
         let removed = update_spec(&sets, "class-set", with_class(None)).await;
         assert!(removed.as_deref().is_some_and(|m| m.contains(IMMUTABLE)), "removed: {removed:?}");
+
+        // An unknown policy is refused on update too.
+        let dropped = update_spec(&sets, "minimal", json!({"hibernatePolicy": "Release", "agent": {"image": "i"}})).await;
+        assert!(dropped.as_deref().is_some_and(|m| m.contains("must be retain or release")), "dropped: {dropped:?}");
 
         // Rule 1 also holds on update.
         let grown = update_spec(&sets, "release-lone-main", json!({"hibernatePolicy": "release", "agent": {"image": "i", "replicas": 2}})).await;
@@ -213,6 +219,83 @@ async fn cocoonhibernation_validation() {
                 .as_deref()
                 .is_some_and(|m| m.contains("spec.podRef is immutable")),
             "podRef change: {moved:?}"
+        );
+
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}
+
+/// Issue 36 item 6: `kubectl scale cocoonset/x --replicas 3` sets `spec.agent.replicas` through
+/// the /scale subresource, whose status count is `status.replicas`; `kubectl get cset` finds
+/// the set by its short name.
+#[tokio::test]
+async fn kubectl_scale_sets_the_sub_agents_and_cset_names_the_kind() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "crd-scale").await?;
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        sets.create(
+            &PostParams::default(),
+            &CocoonSet::new("x", cocoon_api::CocoonSetSpec::with_image("i")),
+        )
+        .await?;
+        let kubectl = |args: &[&str]| {
+            let out = env
+                .kubectl()
+                .args(["-n", &ns])
+                .args(args)
+                .output()
+                .expect("run kubectl");
+            assert!(
+                out.status.success(),
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        kubectl(&["scale", "cocoonset/x", "--replicas", "3"]);
+        assert_eq!(
+            sets.get("x").await?.spec.agent.replicas,
+            3,
+            "scaled through /scale"
+        );
+        // The status subresource's count is what the scale reports (the operator writes it).
+        let mut status = sets.get_status("x").await?;
+        status.status = Some(cocoon_api::crd::set::CocoonSetStatus {
+            replicas: 2,
+            ..Default::default()
+        });
+        sets.replace_status("x", &PostParams::default(), &status)
+            .await?;
+        let scale: Value = serde_json::from_str(&kubectl(&[
+            "get",
+            "cset",
+            "x",
+            "--subresource=scale",
+            "-o",
+            "json",
+        ]))?;
+        assert_eq!(scale["kind"], "Scale");
+        assert_eq!(scale["spec"]["replicas"], 3);
+        assert_eq!(scale["status"]["replicas"], 2);
+        // --current-replicas checks the spec count, then updates the scale.
+        kubectl(&[
+            "scale",
+            "cset/x",
+            "--current-replicas",
+            "3",
+            "--replicas",
+            "0",
+        ]);
+        assert_eq!(sets.get("x").await?.spec.agent.replicas, 0);
+        // `cset` names the kind (Go's `cs` stays in the CRD, but kubectl resolves it to
+        // componentstatuses first).
+        assert!(
+            kubectl(&["get", "cset", "-o", "name"])
+                .contains("cocoonset.cocoonset.cocoonstack.io/x")
         );
 
         cocoon_testenv::delete_namespace(&client, &ns).await?;

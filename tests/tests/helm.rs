@@ -102,9 +102,14 @@ fn template(home: &Path) -> Command {
     let mut cmd = helm(home);
     cmd.args(["template", "cocoon"])
         .arg(chart())
-        .args(["--kube-version", cocoon_testenv::paths::k8s_version()]);
+        .args(["--kube-version", cocoon_testenv::paths::k8s_version()])
+        .args(["--set", REGISTRY]);
     cmd
 }
+
+/// `registry.base` has no default (issue 36 item 6): every render names one, the value
+/// manifests/operator/deployment.yaml holds (a later `--set` overrides it).
+const REGISTRY: &str = "registry.base=registry.example.com/cocoon";
 
 fn render(home: &Path, args: &[&str]) -> BTreeMap<String, Value> {
     let out = run_ok(template(home).args(args));
@@ -165,11 +170,53 @@ fn env_of(deploy: &Value) -> BTreeMap<String, Value> {
 #[test]
 fn helm_lint_passes() {
     let home = tempfile::tempdir().unwrap();
-    let out = run_ok(helm(home.path()).args(["lint", "--strict"]).arg(chart()));
+    let out = run_ok(
+        helm(home.path())
+            .args(["lint", "--strict", "--set", REGISTRY])
+            .arg(chart()),
+    );
     assert!(
         stdout(&out).contains("1 chart(s) linted, 0 chart(s) failed"),
         "{}",
         stdout(&out)
+    );
+}
+
+/// Issue 36 item 6: the chart's defaults alone do not render: `registry.base` has no usable
+/// default and is refused, by name, at template (and so install) time; `helm lint`, which
+/// renders `required` values leniently, names it as missing.
+#[test]
+fn the_registry_must_be_named_at_install() {
+    let home = tempfile::tempdir().unwrap();
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    const NAMED: &str = "registry.base (OCI_REGISTRY) must be set";
+    let out = helm(home.path())
+        .args(["template", "cocoon"])
+        .arg(chart())
+        .args(["--kube-version", cocoon_testenv::paths::k8s_version()])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "rendered without registry.base: {}",
+        text(&out)
+    );
+    assert!(text(&out).contains(NAMED), "{}", text(&out));
+    let out = helm(home.path())
+        .args(["lint", "--strict"])
+        .arg(chart())
+        .output()
+        .unwrap();
+    assert!(
+        text(&out).contains(&format!("Missing required value: {NAMED}")),
+        "{}",
+        text(&out)
     );
 }
 
@@ -594,9 +641,9 @@ fn values_show_in_the_render() {
 fn bad_values_are_refused_naming_the_value() {
     let home = tempfile::tempdir().unwrap();
     for (set, named) in [
-        // The schema refuses it first (the template's own `required` message stays for a
-        // chart that skips schema checks, helm --skip-schema-validation).
-        ("registry.base=", "at '/registry/base'"),
+        // The template's `required` names it (the schema has no minLength, whose message
+        // would only give the path).
+        ("registry.base=", "registry.base (OCI_REGISTRY) must be set"),
         (
             "leaderElection.enabled=false",
             "replicas: more than one replica needs leaderElection.enabled",
@@ -693,6 +740,8 @@ async fn helm_install_creates_the_objects_and_uninstall_removes_them() {
             "default".into(),
             "--set".into(),
             format!("namespace.name={ns},namePrefix={prefix},replicas=0"),
+            "--set".into(),
+            REGISTRY.into(),
             // The test environment installed the CRDs (with kubectl): Helm cannot take them
             // over, so this release leaves them to it (the CRD test below has its own).
             "--set".into(),
@@ -1330,7 +1379,7 @@ async fn helm_upgrade_upgrades_the_crds_and_uninstall_keeps_them() {
         let sets = format!(
             "namespace.name={ns},namePrefix={ns}-,nodeSelector.cocoon-helm-test=nowhere,\
              networkPolicy.enabled=true,nodeRole.create=false,nodeAdmission.create=false,\
-             admissionPolicies.create=false"
+             admissionPolicies.create=false,{REGISTRY}"
         );
         let release_args = |verb: &'static str| {
             vec![

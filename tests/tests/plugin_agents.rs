@@ -127,6 +127,7 @@ async fn suspend_and_resume_keep_every_vm_state() {
         )
         .await;
         assert_eq!(out.status.code(), Some(0), "suspend: {}", text(&out.stderr));
+        let suspend_done = std::time::Instant::now();
         let obj: Value = serde_json::from_slice(&out.stdout)?;
         assert_eq!(obj["status"]["phase"], "Suspended");
         // Issue 27 item 5: the result says what each member's push moved.
@@ -153,8 +154,30 @@ async fn suspend_and_resume_keep_every_vm_state() {
             );
         }
 
-        let out = plugin(env, &["-n", &ns, "resume", "demo", "--timeout", "3m"]).await;
+        // Issue 36 item 8: the resume, started within a second of the suspend's end, shows
+        // none of the suspend's pushes (its progress lines or its `transfers`), only its own.
+        let gap = suspend_done.elapsed();
+        assert!(
+            gap < Duration::from_secs(1),
+            "resume started {gap:?} after the suspend"
+        );
+        let out = plugin(
+            env,
+            &["-n", &ns, "resume", "demo", "--timeout", "3m", "-o", "json"],
+        )
+        .await;
         assert_eq!(out.status.code(), Some(0), "resume: {}", text(&out.stderr));
+        let progress = text(&out.stderr);
+        assert!(
+            !progress.contains("pushed "),
+            "the resume shows the suspend's push: {progress}"
+        );
+        let obj: Value = serde_json::from_slice(&out.stdout)?;
+        let transfers = obj["transfers"].as_array().cloned().unwrap_or_default();
+        assert!(
+            transfers.iter().all(|t| t["reason"] != "SnapshotPushed"),
+            "the resume's result lists the suspend's push: {transfers:?}"
+        );
         assert_eq!(
             sim.guest_token(&vms[0])?,
             tokens.0,
@@ -385,6 +408,12 @@ async fn hibernate_and_wake_one_pod_with_a_real_agent_and_guarded_multi_target_w
         );
         let out = plugin(env, &["-n", &ns, "wake", "one-tb", "--timeout", "3m"]).await;
         assert_eq!(out.status.code(), Some(0), "wake: {}", text(&out.stderr));
+        // Issue 36 item 8: the wake right after the hibernate shows none of its push.
+        assert!(
+            !text(&out.stderr).contains("pushed "),
+            "the wake shows the hibernate's push: {}",
+            text(&out.stderr)
+        );
         assert_eq!(sim.guest_token(&vm)?, token, "woken with its state");
 
         // Several targets (-l) without a terminal and without -y: refused as a usage error.

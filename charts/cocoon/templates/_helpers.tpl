@@ -121,4 +121,7 @@ cocoon-edit. */}}
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["list"]
+- apiGroups: ["cocoonset.cocoonstack.io"]
+  resources: ["cocoonsets/scale"]
+  verbs: ["get"]
 {{- end }}

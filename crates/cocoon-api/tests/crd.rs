@@ -49,7 +49,7 @@ fn names_scope_and_category() {
             "CocoonSet",
             "cocoonsets",
             "cocoonset",
-            ["cs", "cocoonsets"],
+            &["cset", "cs", "cocoonsets"][..],
             "CocoonSetList",
         ),
         (
@@ -57,7 +57,7 @@ fn names_scope_and_category() {
             "CocoonHibernation",
             "cocoonhibernations",
             "cocoonhibernation",
-            ["ch", "cocoonhibernations"],
+            &["ch", "cocoonhibernations"][..],
             "CocoonHibernationList",
         ),
     ] {
@@ -69,7 +69,7 @@ fn names_scope_and_category() {
         assert_eq!(crd.spec.names.list_kind.as_deref().unwrap_or(list), list);
         assert_eq!(
             crd.spec.names.short_names.as_deref(),
-            Some(&short.map(String::from)[..])
+            Some(&short.iter().map(|s| s.to_string()).collect::<Vec<_>>()[..])
         );
         assert_eq!(
             crd.spec.names.categories.as_deref(),
@@ -86,6 +86,60 @@ fn names_scope_and_category() {
                 .is_some()
         );
     }
+}
+
+/// `kubectl scale cocoonset/x --replicas N` writes `spec.agent.replicas` (the sub-agents);
+/// the scale's status count is `status.replicas`, the sub-agent pods that exist.
+#[test]
+fn scale_subresource_on_the_sub_agents() {
+    let crd = cocoonset_crd();
+    let scale = crd.spec.versions[0]
+        .subresources
+        .as_ref()
+        .and_then(|s| s.scale.as_ref())
+        .expect("scale subresource");
+    assert_eq!(scale.spec_replicas_path, ".spec.agent.replicas");
+    assert_eq!(scale.status_replicas_path, ".status.replicas");
+    assert_eq!(scale.label_selector_path, None);
+    let status = &schema_of(&crd)["properties"]["status"]["properties"]["replicas"];
+    assert_eq!(status["type"], "integer");
+    // A hibernation has no replicas to scale.
+    let h = hibernation_crd();
+    assert!(
+        h.spec.versions[0]
+            .subresources
+            .as_ref()
+            .is_some_and(|s| s.scale.is_none())
+    );
+}
+
+/// An unknown `spec.hibernatePolicy` is refused with cocoon-webhook's message.
+#[test]
+fn cel_hibernate_policy_is_retain_or_release() {
+    let crd = cocoonset_crd();
+    for (policy, ok) in [
+        ("retain", true),
+        ("release", true),
+        ("drop", false),
+        ("", false),
+        ("Retain", false),
+    ] {
+        let got = messages(crd::validate_cel(
+            &crd,
+            &cs(json!({"hibernatePolicy": policy, "agent": {"image": "i"}})),
+            None,
+        ));
+        if ok {
+            assert!(got.is_empty(), "{policy:?}: expected accepted, got {got:?}");
+        } else {
+            assert_eq!(
+                got,
+                vec![set::MSG_HIBERNATE_POLICY.to_string()],
+                "{policy:?}"
+            );
+        }
+    }
+    assert_eq!(set::MSG_HIBERNATE_POLICY, "must be retain or release");
 }
 
 #[test]
@@ -130,10 +184,15 @@ fn schema_defaults_enums_and_list_maps() {
         spec["properties"]["snapshotPolicy"]["enum"],
         json!(["always", "main-only", "never"])
     );
-    assert_eq!(spec["properties"]["hibernatePolicy"]["default"], "retain");
+    // hibernatePolicy: no `enum` (an enum violation would stop the API server before the CEL
+    // rule that answers with cocoon-webhook's message), one CEL rule instead.
+    let policy = &spec["properties"]["hibernatePolicy"];
+    assert_eq!(policy["default"], "retain");
+    assert_eq!(policy["type"], "string");
+    assert_eq!(policy.get("enum"), None);
     assert_eq!(
-        spec["properties"]["hibernatePolicy"]["enum"],
-        json!(["retain", "release"])
+        policy["x-kubernetes-validations"],
+        json!([{"rule": "self == 'retain' || self == 'release'", "message": "must be retain or release"}])
     );
     assert_eq!(spec["properties"]["nodePool"]["default"], "default");
     let class = &spec["properties"]["snapshotCompatibilityClass"];
@@ -421,7 +480,7 @@ fn minimal_objects_decode_with_the_schema_defaults() {
     let status = serde_json::to_value(set::CocoonSetStatus::default()).expect("encode");
     assert_eq!(
         status,
-        json!({"readyAgents": 0, "desiredAgents": 0, "readyToolboxes": 0, "desiredToolboxes": 0})
+        json!({"readyAgents": 0, "desiredAgents": 0, "replicas": 0, "readyToolboxes": 0, "desiredToolboxes": 0})
     );
 }
 

@@ -79,6 +79,7 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
             ),
             (3, 3, 2, 2)
         );
+        assert_eq!(st.replicas, 2, "status.replicas: the sub-agent pods");
         let main_vm = vm_name_for_agent(&ns, "demo", 0);
         assert_eq!(
             st.agents.iter().map(|a| a.slot).collect::<Vec<_>>(),
@@ -176,11 +177,12 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
             "the set changed on settled passes"
         );
 
-        // Scale up, then down: extras deleted, their VMs stashed for teardown GC.
-        sets.patch(
+        // Scale up through the /scale subresource (what `kubectl scale` writes, issue 36
+        // item 6), then down: extras deleted, their VMs stashed for teardown GC.
+        sets.patch_scale(
             "demo",
             &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"agent": {"replicas": 3}}})),
+            &Patch::Merge(&json!({"spec": {"replicas": 3}})),
         )
         .await?;
         wait_set(&sets, "demo", "4 agents ready", |cs| {
@@ -188,6 +190,15 @@ async fn set_runs_scales_rebuilds_and_tears_down() {
                 && cs.status.as_ref().is_some_and(|s| s.ready_agents == 4)
         })
         .await?;
+        let scale = sets.get_scale("demo").await?;
+        assert_eq!(
+            (
+                scale.spec.and_then(|s| s.replicas),
+                scale.status.map(|s| s.replicas)
+            ),
+            (Some(3), Some(3)),
+            "the scale reads spec.agent.replicas and status.replicas"
+        );
         sets.patch(
             "demo",
             &PatchParams::default(),

@@ -1,6 +1,7 @@
 //! `kubectl cocoon`: lifecycle verbs over CocoonSets and CocoonHibernations. The plugin only
 //! edits desired state and then waits on status; the operator does all orchestration.
 
+pub mod before;
 pub mod cli;
 pub mod complete;
 pub mod conn;
@@ -175,7 +176,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                         grace: failure_grace,
                         output,
                         no_wait: false,
-                        since: None,
+                        after: before::After::default(),
                     };
                     lifecycle::wait(&client, &ns, &targets, &for_phase, opts).await
                 }

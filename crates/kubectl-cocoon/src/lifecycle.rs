@@ -14,6 +14,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
+use crate::before::{self, After, Before};
 use crate::cli::{DryRun, Selection, WaitFlags};
 use crate::dryrun::{self, Action};
 use crate::error::CliError;
@@ -175,18 +178,34 @@ fn post_params(flags: &WaitFlags) -> PostParams {
     }
 }
 
-/// The wait options of a write verb. Warning Events from before this command (less some clock
-/// skew) are an earlier round's.
-fn wait_options(flags: &WaitFlags) -> multi::Options {
+/// The wait options of a write verb. Events from before this command (less some clock skew),
+/// and those already there before the write (`before`), are an earlier round's.
+fn wait_options(flags: &WaitFlags, before: Option<Arc<Before>>) -> multi::Options {
     multi::Options {
         timeout: flags.timeout,
         grace: flags.failure_grace,
         output: flags.output.clone(),
         no_wait: !flags.waits(),
-        since: Timestamp::now()
-            .checked_sub(SignedDuration::from_secs(5))
-            .ok(),
+        after: After {
+            since: Timestamp::now()
+                .checked_sub(SignedDuration::from_secs(5))
+                .ok(),
+            before,
+        },
     }
+}
+
+/// The Events of the targets' namespaces as they are before a write verb writes, when it will
+/// wait (a dry run or `--wait=false` shows no Events).
+async fn events_before<'a>(
+    client: &Client,
+    flags: &WaitFlags,
+    namespaces: impl IntoIterator<Item = &'a str>,
+) -> Option<Arc<Before>> {
+    if flags.dry_run != DryRun::None || !flags.waits() {
+        return None;
+    }
+    Some(Arc::new(before::read(client, namespaces).await))
 }
 
 /// What one write did: a job to wait for, a dry run's outcome (printed with the others once
@@ -284,6 +303,7 @@ async fn conclude(
     client: &Client,
     writes: Vec<Written>,
     flags: &WaitFlags,
+    before: Option<Arc<Before>>,
 ) -> Result<(), CliError> {
     let (jobs, shown, failed) = sort_writes(writes);
     if flags.dry_run != DryRun::None {
@@ -295,7 +315,7 @@ async fn conclude(
             None => Ok(()),
         };
     }
-    multi::wait_all(client, jobs, failed, &wait_options(flags)).await
+    multi::wait_all(client, jobs, failed, &wait_options(flags, before)).await
 }
 
 /// `suspend` (true) or `resume` (false) of CocoonSets.
@@ -322,12 +342,13 @@ pub async fn set_suspend(
             flags.yes,
         )?;
     }
+    let before = events_before(client, flags, targets.iter().map(|(tns, _)| tns.as_str())).await;
     let writes: Vec<Written> = futures::stream::iter(targets.iter())
         .map(|(tns, name)| write_suspend(client, tns, name, suspend, &goal, flags))
         .buffered(WRITE_CONCURRENCY)
         .collect()
         .await;
-    conclude(client, writes, flags).await
+    conclude(client, writes, flags, before).await
 }
 
 /// Sets `desire` on one pod's CocoonHibernation (created, named after the pod, if missing).
@@ -476,6 +497,7 @@ pub async fn pods_and_sets(
     if flags.dry_run == DryRun::None {
         confirm(&word, &all, multi, flags.yes)?;
     }
+    let before = events_before(client, flags, all.iter().map(|(tns, _)| tns.as_str())).await;
     let mut writes: Vec<Written> = Vec::new();
     if let Some(goal) = &set_goal {
         writes.extend(
@@ -495,7 +517,7 @@ pub async fn pods_and_sets(
                 .await,
         );
     }
-    conclude(client, writes, flags).await
+    conclude(client, writes, flags, before).await
 }
 
 fn new_hibernation(pod: &str, desire: Desire) -> CocoonHibernation {
@@ -687,6 +709,11 @@ pub async fn pin(
     if flags.dry_run == DryRun::Client {
         return dryrun::report_client_patch(&cs, &patch, unchanged, flags);
     }
+    let before = if unchanged {
+        None
+    } else {
+        events_before(client, flags, [ns]).await
+    };
     let generation = if unchanged {
         eprintln!(
             "cocoonset {name} already pinned to {}",
@@ -734,7 +761,7 @@ pub async fn pin(
             warnings: Some(crate::waiter::Warnings {
                 api: Api::namespaced(client.clone(), ns),
                 objects: vec![("CocoonSet", name.to_string())],
-                since: wait_options(flags).since,
+                after: wait_options(flags, before).after,
             }),
         },
         |o| {

@@ -10,12 +10,12 @@ use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::CocoonSet;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::Api;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::before::After;
 use crate::cli::OutputFormat;
 use crate::error::{CliError, EXIT_OK};
 use crate::output::print_object;
@@ -43,8 +43,9 @@ pub struct Options {
     pub output: Option<OutputFormat>,
     /// Only write (`--no-wait`): print the objects and stop.
     pub no_wait: bool,
-    /// Warning Events older than this belong to an earlier round.
-    pub since: Option<Timestamp>,
+    /// Which Events belong to this round: newer than the write, and not already there
+    /// before it.
+    pub after: After,
 }
 
 /// The observation of a CocoonSet.
@@ -153,7 +154,7 @@ async fn wait_one(
                 warnings: Some(Warnings {
                     api: events,
                     objects: vec![("CocoonSet", t.name.clone())],
-                    since: opts.since,
+                    after: opts.after.clone(),
                 }),
             };
             let done = wait_for(&api, spec, line, |o| async move {
@@ -182,7 +183,7 @@ async fn wait_one(
                         ("CocoonHibernation", t.name.clone()),
                         ("Pod", t.name.clone()),
                     ],
-                    since: opts.since,
+                    after: opts.after.clone(),
                 }),
             };
             let name = t.name.clone();
@@ -251,7 +252,7 @@ async fn with_transfers(
         return Some(obj);
     };
     let pods: Vec<&str> = members.iter().map(String::as_str).collect();
-    let transfers = crate::waiter::transfers_of(&list.items, &pods, opts.since);
+    let transfers = crate::waiter::transfers_of(&list.items, &pods, &opts.after);
     if !transfers.is_empty()
         && let Some(map) = obj.as_object_mut()
     {

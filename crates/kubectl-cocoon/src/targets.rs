@@ -55,12 +55,12 @@ pub fn parse_target(arg: &str, bare: Kind) -> Result<(Kind, String), CliError> {
         None => (bare, arg),
         Some((word, name)) => {
             let kind = match word {
-                "cocoonset" | "cocoonsets" | "cs" => Kind::CocoonSet,
+                "cocoonset" | "cocoonsets" | "cset" | "cs" => Kind::CocoonSet,
                 "pod" | "pods" | "po" => Kind::Pod,
                 "cocoonhibernation" | "cocoonhibernations" | "ch" => Kind::Pod,
                 _ => {
                     return Err(CliError::Usage(format!(
-                        "{arg:?}: unknown kind {word:?} (use cocoonset/NAME, pod/NAME or cocoonhibernation/NAME)"
+                        "{arg:?}: unknown kind {word:?} (use cocoonset/NAME or cset/NAME, pod/NAME or cocoonhibernation/NAME)"
                     )));
                 }
             };
@@ -340,6 +340,7 @@ mod tests {
             ("demo-0", Kind::Pod, Some((Kind::Pod, "demo-0"))),
             ("cocoonset/demo", Kind::Pod, Some((Kind::CocoonSet, "demo"))),
             ("cs/demo", Kind::Pod, Some((Kind::CocoonSet, "demo"))),
+            ("cset/demo", Kind::Pod, Some((Kind::CocoonSet, "demo"))),
             ("pod/demo-0", Kind::CocoonSet, Some((Kind::Pod, "demo-0"))),
             ("po/demo-0", Kind::CocoonSet, Some((Kind::Pod, "demo-0"))),
             (

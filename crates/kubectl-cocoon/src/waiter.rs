@@ -14,6 +14,7 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use crate::before::After;
 use crate::error::CliError;
 use crate::progress::Line;
 use crate::wait::{Goal, Observation, Verdict, WaitState};
@@ -35,13 +36,14 @@ pub struct WaitSpec<'a> {
 }
 
 /// The Warning Events of one target: core/v1 Events whose involvedObject is one of
-/// `objects` (kind, name), or a member pod the observations name, newer than `since`.
+/// `objects` (kind, name), or a member pod the observations name, that happened after the
+/// write (`after`).
 #[derive(Clone)]
 pub struct Warnings {
     pub api: Api<Event>,
     pub objects: Vec<(&'static str, String)>,
-    /// Older events describe an earlier round.
-    pub since: Option<Timestamp>,
+    /// Older events, and those already there before the write, describe an earlier round.
+    pub after: After,
 }
 
 /// When an Event last happened (series, lastTimestamp, eventTime, creation).
@@ -56,13 +58,13 @@ pub fn last_seen(e: &Event) -> Option<Timestamp> {
 }
 
 /// The newest Warning of `events` about one of `objects` (kind, name, and uid when known),
-/// not older than `since`, as `Reason: message`.
+/// that happened after the write, as `Reason: message`.
 pub fn newest_warning(
     events: &[Event],
     objects: &[(&str, &str, Option<&str>)],
-    since: Option<Timestamp>,
+    after: &After,
 ) -> Option<String> {
-    newest_of(events, objects, since, |e| {
+    newest_of(events, objects, after, |e| {
         e.type_.as_deref() == Some("Warning")
     })
     .map(|e| {
@@ -82,13 +84,13 @@ pub const TRANSFER_REASONS: [&str; 2] = [
 ];
 
 /// The message of the newest snapshot transfer Event about one of `objects` (the member
-/// pods), not older than `since`.
+/// pods) that happened after the write.
 pub fn newest_transfer(
     events: &[Event],
     objects: &[(&str, &str, Option<&str>)],
-    since: Option<Timestamp>,
+    after: &After,
 ) -> Option<String> {
-    newest_of(events, objects, since, |e| {
+    newest_of(events, objects, after, |e| {
         e.type_.as_deref() == Some("Normal")
             && e.reason
                 .as_deref()
@@ -97,15 +99,11 @@ pub fn newest_transfer(
     .and_then(|e| e.message.clone())
 }
 
-/// Every snapshot transfer Event about one of `pods` not older than `since`, oldest first,
+/// Every snapshot transfer Event about one of `pods` that happened after the write, oldest first,
 /// as the `transfers` entries of a lifecycle verb's `-o json|yaml` result:
 /// `{"pod", "reason", "message", "time"}` (the message says how much moved, e.g.
 /// `pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s`).
-pub fn transfers_of(
-    events: &[Event],
-    pods: &[&str],
-    since: Option<Timestamp>,
-) -> Vec<serde_json::Value> {
+pub fn transfers_of(events: &[Event], pods: &[&str], after: &After) -> Vec<serde_json::Value> {
     let mut found: Vec<&Event> = events
         .iter()
         .filter(|e| {
@@ -119,10 +117,7 @@ pub fn transfers_of(
                     .as_deref()
                     .is_some_and(|n| pods.contains(&n))
         })
-        .filter(|e| match (since, last_seen(e)) {
-            (Some(s), Some(t)) => t >= s,
-            _ => true,
-        })
+        .filter(|e| after.admits(e))
         .collect();
     found.sort_by_key(|e| last_seen(e));
     found
@@ -141,7 +136,7 @@ pub fn transfers_of(
 fn newest_of<'e>(
     events: &'e [Event],
     objects: &[(&str, &str, Option<&str>)],
-    since: Option<Timestamp>,
+    after: &After,
     pick: impl Fn(&Event) -> bool,
 ) -> Option<&'e Event> {
     events
@@ -156,10 +151,7 @@ fn newest_of<'e>(
                     && (uid.is_empty() || u.is_none_or(|u| u == uid))
             })
         })
-        .filter(|e| match (since, last_seen(e)) {
-            (Some(s), Some(t)) => t >= s,
-            _ => true,
-        })
+        .filter(|e| after.admits(e))
         .max_by_key(|e| last_seen(e))
 }
 
@@ -189,7 +181,7 @@ impl Warnings {
             .list(&ListParams::default().fields(&selector))
             .await
             .ok()?;
-        newest_warning(&list.items, &objects, self.since)
+        newest_warning(&list.items, &objects, &self.after)
     }
 
     /// The newest transfer Event of the member pods (and pod objects), if any.
@@ -212,7 +204,7 @@ impl Warnings {
             .list(&ListParams::default().fields(&selector))
             .await
             .ok()?;
-        newest_transfer(&list.items, &pods, self.since)
+        newest_transfer(&list.items, &pods, &self.after)
     }
 }
 
@@ -449,6 +441,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The time filter only (nothing known from before the write).
+    fn since(t: Option<Timestamp>) -> After {
+        After {
+            since: t,
+            before: None,
+        }
+    }
+
     fn event(kind: &str, type_: &str, reason: &str, at: &str) -> Event {
         serde_json::from_value(json!({
             "metadata": {"name": format!("e-{reason}-{at}"), "namespace": "ns"},
@@ -470,18 +470,24 @@ mod tests {
         let events = vec![pushed, pulled, other, warning];
         let pod = [("Pod", "demo", None)];
         assert_eq!(
-            newest_transfer(&events, &pod, None).as_deref(),
+            newest_transfer(&events, &pod, &since(None)).as_deref(),
             Some("pulled 1.6 GiB of 6.0 GiB (v2 zstd) in 3.1 s")
         );
         let before_wake: Timestamp = "2026-12-01T10:01:00Z".parse().expect("ts");
-        let since_push = newest_transfer(&events[..1], &pod, None);
+        let since_push = newest_transfer(&events[..1], &pod, &since(None));
         assert_eq!(
             since_push.as_deref(),
             Some("pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s")
         );
         // An earlier round's transfer is not this wait's; another pod's is not this one's.
-        assert_eq!(newest_transfer(&events[..1], &pod, Some(before_wake)), None);
-        assert_eq!(newest_transfer(&events, &[("Pod", "x", None)], None), None);
+        assert_eq!(
+            newest_transfer(&events[..1], &pod, &since(Some(before_wake))),
+            None
+        );
+        assert_eq!(
+            newest_transfer(&events, &[("Pod", "x", None)], &since(None)),
+            None
+        );
     }
 
     #[test]
@@ -502,9 +508,9 @@ mod tests {
         );
         let noise = event("Pod", "Normal", "Started", "2026-12-01T10:06:00Z");
         let events = vec![pulled, noise, pushed, old, stranger, set];
-        let since: Timestamp = "2026-12-01T09:30:00Z".parse().expect("ts");
+        let at: Timestamp = "2026-12-01T09:30:00Z".parse().expect("ts");
         assert_eq!(
-            transfers_of(&events, &["demo"], Some(since)),
+            transfers_of(&events, &["demo"], &since(Some(at))),
             vec![
                 json!({"pod": "demo", "reason": "SnapshotPushed",
                        "message": "pushed 1.6 GiB of 6.0 GiB (v2 zstd) in 4.2 s",
@@ -515,7 +521,7 @@ mod tests {
             ],
             "oldest first, this round's only, member pods only"
         );
-        assert!(transfers_of(&events, &["nobody"], None).is_empty());
+        assert!(transfers_of(&events, &["nobody"], &since(None)).is_empty());
     }
 
     #[test]
@@ -542,21 +548,21 @@ mod tests {
             ),
         ];
         assert_eq!(
-            newest_warning(&events, &[("CocoonSet", "demo", None)], None).as_deref(),
+            newest_warning(&events, &[("CocoonSet", "demo", None)], &since(None)).as_deref(),
             Some("WakeNoCapacity: WakeNoCapacity at 2026-12-01T10:05:00Z")
         );
         assert_eq!(
             newest_warning(
                 &events,
                 &[("CocoonHibernation", "demo", None), ("Pod", "demo", None)],
-                None
+                &since(None)
             )
             .as_deref(),
             Some("HibernateSnapshotFailed: HibernateSnapshotFailed at 2026-12-01T10:08:00Z")
         );
         // Another object's warning is not this one's.
         assert_eq!(
-            newest_warning(&events, &[("CocoonSet", "demo-two", None)], None),
+            newest_warning(&events, &[("CocoonSet", "demo-two", None)], &since(None)),
             None
         );
         // An earlier object of the same name is not this one.
@@ -568,15 +574,15 @@ mod tests {
             newest_warning(
                 &[stale, current],
                 &[("CocoonSet", "demo", Some("new"))],
-                None
+                &since(None)
             )
             .as_deref(),
             Some("Current: Current at 2026-12-01T10:06:30Z")
         );
         // An earlier round's warning is not this wait's.
-        let since: Timestamp = "2026-12-01T10:06:00Z".parse().expect("ts");
+        let at: Timestamp = "2026-12-01T10:06:00Z".parse().expect("ts");
         assert_eq!(
-            newest_warning(&events, &[("CocoonSet", "demo", None)], Some(since)),
+            newest_warning(&events, &[("CocoonSet", "demo", None)], &since(Some(at))),
             None
         );
     }

@@ -96,6 +96,10 @@ fn edit_writes() -> BTreeSet<Grant> {
             out.insert(grant(GROUP, r, v));
         }
     }
+    // kubectl scale: patch, and update with --current-replicas.
+    for v in ["update", "patch"] {
+        out.insert(grant(GROUP, "cocoonsets/scale", v));
+    }
     out
 }
 
@@ -130,6 +134,7 @@ fn shipped_roles_have_no_wildcard_and_view_only_reads() {
     );
     let namespaced = [
         "cocoonsets",
+        "cocoonsets/scale",
         "cocoonhibernations",
         "pods",
         "pods/log",
@@ -477,6 +482,43 @@ async fn object_writes(user: &User, ok: bool, existing: [&str; 2]) -> Result<(),
     Ok(())
 }
 
+/// `kubectl scale cocoonset/demo` (issue 36 item 6) as `user`: a patch of the scale, then an
+/// update of it (`--current-replicas` reads it first); both go through when `ok` and set
+/// `spec.agent.replicas`, else each is refused and nothing changes.
+async fn scale_writes(user: &User, sets: &Api<CocoonSet>, ok: bool) -> Result<(), BoxError> {
+    let target = format!("cocoonset/{SET}");
+    let current = sets.get(SET).await?.spec.agent.replicas;
+    let wanted = if ok { 3 } else { current + 5 };
+    user.kubectl_expect(&["scale", &target, &format!("--replicas={wanted}")], "", ok)
+        .await;
+    let now = sets.get(SET).await?.spec.agent.replicas;
+    assert_eq!(
+        now,
+        if ok { wanted } else { current },
+        "scale as {}",
+        user.role
+    );
+    user.kubectl_expect(
+        &[
+            "scale",
+            &target,
+            &format!("--current-replicas={now}"),
+            &format!("--replicas={}", now + 1),
+        ],
+        "",
+        ok,
+    )
+    .await;
+    let after = sets.get(SET).await?.spec.agent.replicas;
+    assert_eq!(
+        after,
+        if ok { now + 1 } else { now },
+        "scale --current-replicas as {}",
+        user.role
+    );
+    Ok(())
+}
+
 /// The calls `user` made, split into allowed and refused (403), keyed by where they went.
 fn calls(
     log: &cocoon_testenv::AuditLog,
@@ -558,6 +600,17 @@ async fn reads(
     );
     let out = user.allowed(&["describe", &format!("pod/{POD}")], 0).await;
     assert!(text(&out.stdout).contains(POD), "{}", text(&out.stdout));
+    // The /scale subresource reads as a Scale of the sub-agents.
+    let out = user
+        .kubectl_expect(
+            &["get", "cocoonset", SET, "--subresource=scale", "-o", "json"],
+            "",
+            true,
+        )
+        .await;
+    let scale: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(scale["kind"], "Scale", "{scale}");
+    assert!(scale["spec"]["replicas"].is_i64(), "{scale}");
     // The waits read, watch and look for warnings; nothing moves without an operator.
     let out = user
         .allowed(
@@ -803,6 +856,7 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
         edit.allowed(&["suspend", SET, "--wait=false"], 0).await;
         // kubectl's own writes of both kinds (create, replace, delete, delete-collection).
         object_writes(&edit, true, [SET, POD]).await?;
+        scale_writes(&edit, &sets, true).await?;
 
         // Both roles read alike.
         reads(&log, &edit, &node, tmp.path()).await?;
@@ -821,6 +875,7 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
             view.refused(&args).await;
         }
         object_writes(&view, false, [SET, POD]).await?;
+        scale_writes(&view, &sets, false).await?;
         assert_eq!(versions(&sets, &chs).await?, before, "cocoon-view changed nothing");
 
         // What each role called: every grant used, nothing refused but the outside reads (and,

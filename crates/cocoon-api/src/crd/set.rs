@@ -37,6 +37,12 @@ pub const MSG_RELEASE_NEEDS_LONE_MAIN: &str =
 pub const RULE_CPU_CLASS_IMMUTABLE: &str = "!has(oldSelf.snapshotCompatibilityClass) || (has(self.snapshotCompatibilityClass) && self.snapshotCompatibilityClass == oldSelf.snapshotCompatibilityClass)";
 /// Message of CEL rule 2.
 pub const MSG_CPU_CLASS_IMMUTABLE: &str = "snapshotCompatibilityClass is immutable once set";
+/// CEL rule on `spec.hibernatePolicy`: one of the two policies. The schema carries no `enum`
+/// for this field, because an enum violation stops the API server before any CEL rule runs
+/// and answers `Unsupported value` instead of this message.
+pub const RULE_HIBERNATE_POLICY: &str = "self == 'retain' || self == 'release'";
+/// Message of [`RULE_HIBERNATE_POLICY`]: cocoon-webhook's words.
+pub const MSG_HIBERNATE_POLICY: &str = "must be retain or release";
 /// Pattern of `spec.snapshotCompatibilityClass` (a label value).
 pub const CPU_CLASS_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 /// Pattern of `spec.toolboxes[].name` (a DNS label).
@@ -52,6 +58,11 @@ pub const TOOLBOX_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     singular = "cocoonset",
     namespaced,
     status = "CocoonSetStatus",
+    scale(
+        spec_replicas_path = ".spec.agent.replicas",
+        status_replicas_path = ".status.replicas"
+    ),
+    shortname = "cset",
     shortname = "cs",
     shortname = "cocoonsets",
     category = "cocoon",
@@ -79,6 +90,8 @@ pub struct CocoonSetSpec {
     /// `retain` keeps a suspended set's pods (and seats); `release` frees them once the
     /// `:hibernate` snapshot is verified in the registry.
     #[serde(default)]
+    #[schemars(with = "String")]
+    #[x_kube(validation = Rule::new(RULE_HIBERNATE_POLICY).message(MSG_HIBERNATE_POLICY))]
     pub hibernate_policy: HibernatePolicy,
 
     /// Hard placement: every managed pod selects `cocoonstack.io/pool=<nodePool>`.
@@ -297,6 +310,11 @@ pub struct CocoonSetStatus {
     /// `1 + spec.agent.replicas`.
     #[serde(default)]
     pub desired_agents: i32,
+    /// Sub-agent pods that exist (the entries of `agents` other than the main): what
+    /// `spec.agent.replicas` counts, and the `/scale` subresource's `status.replicas`.
+    /// Always written, also 0.
+    #[serde(default)]
+    pub replicas: i32,
     /// Ready toolbox pods. Always written, also 0.
     #[serde(default)]
     pub ready_toolboxes: i32,

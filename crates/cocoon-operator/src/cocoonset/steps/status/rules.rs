@@ -134,6 +134,7 @@ pub fn build_status(
         phase: Some(phase),
         ready_agents: ready,
         desired_agents,
+        replicas: count(c.sub.len()),
         ready_toolboxes: tb_ready,
         desired_toolboxes,
         agents,
@@ -185,11 +186,13 @@ pub fn progress_only(
         && (
             cur.ready_agents,
             cur.desired_agents,
+            cur.replicas,
             cur.ready_toolboxes,
             cur.desired_toolboxes,
         ) == (
             new.ready_agents,
             new.desired_agents,
+            new.replicas,
             new.ready_toolboxes,
             new.desired_toolboxes,
         )

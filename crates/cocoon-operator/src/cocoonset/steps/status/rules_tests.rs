@@ -33,6 +33,8 @@ fn status_build_and_patch_rule() {
     let s = rules::build_status(&cs, &c, None, now);
     assert_eq!(s.phase, Some(CocoonSetPhase::Scaling));
     assert_eq!((s.ready_agents, s.desired_agents), (1, 3));
+    // The /scale subresource's status count: sub-agent pods that exist (one of two).
+    assert_eq!(s.replicas, 1);
     assert_eq!((s.ready_toolboxes, s.desired_toolboxes), (1, 1));
     assert_eq!(s.observed_generation, 3);
     assert_eq!(
@@ -74,6 +76,7 @@ fn status_build_and_patch_rule() {
     assert_eq!(explicit.conditions[1].reason, "Stable");
     let empty = rules::build_status(&cs, &Classified::default(), None, later);
     assert_eq!(empty.phase, Some(CocoonSetPhase::Pending));
+    assert_eq!(empty.replicas, 0);
 
     // Everything ready: Running, Ready=True.
     let all = Classified::from_owned([&main, &ready(sub.clone()), &tb]);
