@@ -6,13 +6,20 @@
 //!   re-created under the same name cannot restore the old one's snapshot;
 //! * a hibernate never replaces a `:hibernate` that records another owner (a VM name that
 //!   collides with another namespace's): the hibernate fails with the reason, the VM keeps
-//!   running, the tag keeps its digest, and a `ForeignSnapshotIgnored` Warning names both.
+//!   running, the tag keeps its digest, and a `ForeignSnapshotIgnored` Warning names both;
+//! * a pod whose VM name collides with a suspended pod's of another namespace never drops that
+//!   pod's local warm-wake copy when it is deleted (its create fails on the foreign
+//!   `:hibernate`, so its delete plans the drop of the local snapshots of its VM name): the
+//!   copy and the tag stay, a `ForeignSnapshotIgnored` Warning names both, and the suspended
+//!   pod wakes with its state.
 
 mod common;
 
+use std::collections::HashMap;
+
 use common::{
-    BoxError, WAIT, ann_of, golden_host, hibernate_pod, node_agent, push_golden, registry, run_pod,
-    vm_pod, wait_failed, wait_lifecycle,
+    BoxError, WAIT, ann_of, golden_host, hibernate_pod, node_agent, patch_ann, push_golden,
+    registry, run_pod, vm_pod, wait_failed, wait_gone, wait_lifecycle, wait_running,
 };
 
 use cocoon_api::contract::annotations as ann;
@@ -20,13 +27,13 @@ use cocoon_api::contract::oci::{
     ANNOTATION_OWNER_NAMESPACE, ANNOTATION_OWNER_NAMESPACE_UID, ANNOTATION_OWNER_POD,
 };
 use cocoon_api::contract::{AnnotationCodec, Lifecycle, LifecycleState};
-use cocoon_api::naming::vm_name_for_pod;
+use cocoon_api::naming::{MAX_NAME_LEN, vm_name_for_pod};
 use cocoon_registry::Reference;
 use cocoon_testenv::{create_namespace, delete_namespace, ensure_namespace, run_test, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 async fn namespace_uid(client: &Client, ns: &str) -> Result<String, BoxError> {
     Ok(Api::<Namespace>::all(client.clone())
@@ -169,6 +176,179 @@ async fn a_hibernate_never_replaces_another_owners_tag() {
             "{note}"
         );
         for n in [&ns, &victim] {
+            delete_namespace(&client, n).await?;
+        }
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// The last 26 characters both pod names share (the kept tail of a shortened VM name).
+const TAIL: &str = "lytics-warehouse-primary-0";
+
+/// A colliding pair of pod names for namespaces `victim_ns` and `tenant_ns` (which share their
+/// first 26 characters): `(vm, v<i>-<TAIL>, a<j>-<TAIL>)`, found by a birthday search over the
+/// 6-hex hash that alone tells the two shortened VM names apart.
+fn colliding_pods(victim_ns: &str, tenant_ns: &str) -> Option<(String, String, String)> {
+    let victims: HashMap<String, String> = (0..16_384u32)
+        .map(|i| {
+            let pod = format!("v{i:x}-{TAIL}");
+            (vm_name_for_pod(victim_ns, &pod), pod)
+        })
+        .collect();
+    (0..1_048_576u32).find_map(|j| {
+        let pod = format!("a{j:x}-{TAIL}");
+        let vm = vm_name_for_pod(tenant_ns, &pod);
+        victims.get(&vm).map(|v| (vm.clone(), v.clone(), pod))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_colliding_pods_delete_never_drops_another_owners_local_copy() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        // 26 shared characters: the kept head of both VM names.
+        let victim = create_namespace(&client, "owner-drop-local-namespace-v").await?;
+        let tenant = create_namespace(&client, "owner-drop-local-namespace-a").await?;
+        let (vm, victim_pod, tenant_pod) =
+            colliding_pods(&victim, &tenant).ok_or("no colliding pair found")?;
+        assert_eq!(vm.len(), MAX_NAME_LEN, "a shortened name: {vm}");
+        assert_eq!(
+            vm,
+            vm_name_for_pod(&tenant, &tenant_pod),
+            "the pair collides"
+        );
+        let tmp = tempfile::tempdir()?;
+        let (node, _node_obj, agent) = node_agent(env, &client, tmp.path()).await?;
+        let reg = registry(env.registry_addr());
+
+        // 1. The victim's pod runs and hibernates: `:hibernate` records it, and the local copy
+        // stays on the node.
+        run_pod(&client, &victim, &victim_pod, &node, &[]).await?;
+        let token = agent.sim.guest_token(&vm)?;
+        hibernate_pod(&client, &victim, &victim_pod, 2).await?;
+        let a = reg.manifest_annotations(&vm, "hibernate").await?;
+        assert_eq!(a.get(ANNOTATION_OWNER_NAMESPACE), Some(&victim));
+        assert_eq!(a.get(ANNOTATION_OWNER_POD), Some(&victim_pod));
+        let digest = |reg: cocoon_registry::RegistryClient, vm: String| async move {
+            reg.head_manifest(&vm, &Reference::parse("hibernate")?)
+                .await?
+                .and_then(|h| h.digest)
+                .map(|d| d.to_string())
+                .ok_or_else(|| BoxError::from("the victim's tag"))
+        };
+        let before = digest(reg.clone(), vm.clone()).await?;
+        assert!(
+            agent.sim.snapshot_dir(&vm).is_some(),
+            "the local copy after the hibernate"
+        );
+
+        // The seat release of a suspended set: the pod is flagged keep-snapshot-on-delete and
+        // deleted; its local warm-wake copy stays.
+        patch_ann(
+            &client,
+            &victim,
+            &victim_pod,
+            serde_json::json!({ann::KEEP_SNAPSHOT_ON_DELETE: "true"}),
+        )
+        .await?;
+        let key = format!("{victim}/{victim_pod}");
+        wait_until("the keep flag seen", WAIT, || async {
+            agent
+                .handler
+                .tracked_pod(&key)
+                .and_then(|p| ann_of(&p, ann::KEEP_SNAPSHOT_ON_DELETE))
+        })
+        .await?;
+        let victims: Api<Pod> = Api::namespaced(client.clone(), &victim);
+        victims
+            .delete(&victim_pod, &DeleteParams::default())
+            .await?;
+        wait_gone(&client, &victim, &victim_pod).await?;
+        assert!(
+            agent.sim.snapshot_dir(&vm).is_some(),
+            "kept on the seat release"
+        );
+
+        // 2. The tenant's pod with the colliding VM name is admitted (no live holder); its
+        // bring-up reads the `:hibernate` evidence, which records the victim, and fails closed
+        // (no VM). Its delete then plans the drop of the local snapshots of that VM name (the
+        // name is its own and no other pod holds it).
+        let tenants: Api<Pod> = Api::namespaced(client.clone(), &tenant);
+        tenants
+            .create(
+                &PostParams::default(),
+                &vm_pod(&tenant, &tenant_pod, &node, &[]),
+            )
+            .await?;
+        let msg = wait_failed(&client, &tenant, &tenant_pod).await?;
+        assert!(
+            msg.contains(&format!("belongs to {victim}/{victim_pod}")),
+            "the evidence read refuses the victim's tag: {msg}"
+        );
+        assert!(
+            agent.sim.snapshot_dir(&vm).is_some(),
+            "the failed create kept it"
+        );
+        tenants
+            .delete(&tenant_pod, &DeleteParams::default())
+            .await?;
+        wait_gone(&client, &tenant, &tenant_pod).await?;
+
+        // 3. The victim's local copy and tag stay (the delete is done once the pod is gone);
+        // the Warning names both.
+        assert!(
+            agent.sim.snapshot_dir(&vm).is_some(),
+            "the victim's local copy survives the colliding pod's delete"
+        );
+        assert_eq!(
+            digest(reg.clone(), vm.clone()).await?,
+            before,
+            "the victim's tag keeps its digest"
+        );
+        let events: Api<Event> = Api::namespaced(client.clone(), &tenant);
+        let note = wait_until(
+            "a ForeignSnapshotIgnored Warning naming both",
+            WAIT,
+            || async {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items.into_iter().find_map(|e| {
+                    (e.reason.as_deref() == Some("ForeignSnapshotIgnored")
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(tenant_pod.as_str()))
+                    .then_some(e.note)
+                    .flatten()
+                })
+            },
+        )
+        .await?;
+        assert!(
+            note.contains(&format!("pod {victim}/{victim_pod}"))
+                && note.contains(&format!("pod {tenant}/{tenant_pod}")),
+            "{note}"
+        );
+
+        // The victim wakes (its pod recreated, restore-marked) with its state.
+        victims
+            .create(
+                &PostParams::default(),
+                &vm_pod(
+                    &victim,
+                    &victim_pod,
+                    &node,
+                    &[(ann::RESTORE_FROM_HIBERNATE, "true")],
+                ),
+            )
+            .await?;
+        wait_running(&client, &victim, &victim_pod).await?;
+        assert_eq!(
+            agent.sim.guest_token(&vm)?,
+            token,
+            "the victim's state is back"
+        );
+
+        for n in [&tenant, &victim] {
             delete_namespace(&client, n).await?;
         }
         Ok::<_, BoxError>(())
