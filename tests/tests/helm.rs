@@ -581,8 +581,9 @@ fn values_show_in_the_render() {
     // The metrics Service is on by default and follows namePrefix and namespace.name.
     assert!(objs.contains_key("v1/Service/ops/blue-cocoon-operator-metrics"));
     // So do the PodDisruptionBudget (3 replicas) and the helm test's five objects; the CRDs
-    // keep their names. 22 objects (the metrics reader ClusterRole among them), the 2 CRDs, the
-    // budget and the test's pod, ServiceAccount, Role, RoleBinding and ClusterRoleBinding.
+    // keep their names. 24 objects (the metrics reader ClusterRole and the node agents'
+    // namespace reader ClusterRole and ClusterRoleBinding among them), the 2 CRDs, the budget
+    // and the test's pod, ServiceAccount, Role, RoleBinding and ClusterRoleBinding.
     for key in [
         "policy/v1/PodDisruptionBudget/ops/blue-cocoon-operator",
         "v1/Pod/ops/blue-cocoon-operator-test-metrics",
@@ -592,6 +593,9 @@ fn values_show_in_the_render() {
         "rbac.authorization.k8s.io/v1/ClusterRoleBinding//blue-cocoon-operator-test-metrics",
         "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonsets.cocoonset.cocoonstack.io",
         "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonhibernations.cocoonset.cocoonstack.io",
+        "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-metrics-reader",
+        "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-node-namespace-reader",
+        "rbac.authorization.k8s.io/v1/ClusterRoleBinding//blue-cocoon-node-namespace-reader",
     ] {
         assert!(
             objs.contains_key(key),
@@ -599,7 +603,7 @@ fn values_show_in_the_render() {
             objs.keys()
         );
     }
-    assert_eq!(objs.len(), 30, "{:?}", objs.keys());
+    assert_eq!(objs.len(), 32, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.
