@@ -221,8 +221,8 @@ pub struct Answers {
     pub pods: BTreeMap<String, Option<Pod>>,
     /// The outcomes of the step's creates and posts so far, in order.
     pub created: Vec<Created>,
-    /// `<vm>:<tag>` of every tag the step dropped so far ([`Write::DropTag`] that reached the
-    /// registry). A drop is a registry write no watch reports, so a step that waits for its
+    /// `<vm>:<tag>` of every tag the step asked the registry to drop so far ([`Write::DropTag`]
+    /// that reached it: deleted, or kept because it records another owner). A drop is a registry write no watch reports, so a step that waits for its
     /// effect reads it again in the same pass, and this tells it that it already dropped.
     pub dropped: BTreeSet<String>,
 }

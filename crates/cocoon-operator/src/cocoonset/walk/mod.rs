@@ -168,8 +168,9 @@ struct Walk<'a> {
     /// The last status this controller wrote to the set, as the pass began and as its own
     /// status writes leave it.
     last_status: Option<WrittenStatus>,
-    /// `<vm>:<tag>` of the tags the running step dropped (moved into its answers after each
-    /// round: a drop is a registry write no watch reports).
+    /// `<vm>:<tag>` of the tags the running step asked the registry to drop, deleted or kept
+    /// by the owner check (moved into its answers after each round: a drop is a registry write
+    /// no watch reports).
     dropped: Vec<String>,
 }
 
