@@ -38,6 +38,14 @@ case "$tag" in
   v[0-9]*.[0-9]*.[0-9]*) ;;
   *) echo "release.sh: --tag $tag is not a vMAJOR.MINOR.PATCH tag" >&2; exit 2 ;;
 esac
+# The starter alerts' runbook links are pinned to a release tag (README "Monitoring"): refuse a
+# tag they do not name, which would ship links to another version's runbooks.
+for rules in charts/cocoon/files/prometheus-rules.yaml manifests/components/monitoring/prometheusrule.yaml; do
+  if grep 'runbook_url:' "$rules" | grep -vq "/blob/$tag/README\.md#"; then
+    echo "release.sh: the runbook links of $rules do not all name $tag (each must read .../blob/$tag/README.md#...)" >&2
+    exit 1
+  fi
+done
 
 log "building kubectl-cocoon $version, release, static ($triple)"
 bin=$(static_binary kubectl-cocoon)
