@@ -1,21 +1,25 @@
-//! The shipped monitoring (issue 28 item 1) against the real binaries: the alert rules are
-//! valid (`promtool check rules`, built by scripts/promtool.sh, and a structural check of every
-//! rule), the chart's and the kustomize component's copies of the rules and the dashboard
-//! agree, and every metric an alert expression or a dashboard query names is one the binaries
-//! really export: a real `cocoon-operator run` and a real `cocoon-operator node` (simulated
-//! runtime) run against the test environment's control plane, do a little work (a CocoonSet
-//! reconciled, a pod's VM created), and both `/metrics` are scraped and compared by name.
+//! The shipped monitoring (issue 28 item 1, issue 36 item 2) against the real binaries: the
+//! alert rules are valid (`promtool check rules`, built by scripts/promtool.sh, and a structural
+//! check of every rule), every alert fires and stays quiet where its fixtures say
+//! (`promtool test rules` on tests/prometheus-rules/, which must hold a firing and a quiet case
+//! for each alert), the runbook links name the release tag, the chart's and the kustomize
+//! component's copies of the rules and the dashboard agree, and every metric an alert expression
+//! or a dashboard query names is one the binaries really export (or kube-state-metrics'): a real
+//! `cocoon-operator run` and a real `cocoon-operator node` (simulated runtime) run against the
+//! test environment's control plane, do a little work (a CocoonSet reconciled, a pod's VM
+//! created), and both `/metrics` are scraped and compared by name.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::taints;
 use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
 use cocoon_testenv::{Shared, create_namespace, delete_namespace, unique_name, wait_until};
 use cocoon_testsupport::binaries::{LoggedChild, sim_node_command};
 use cocoon_testsupport::{BoxError, vm_pod};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,6 +28,17 @@ const WAIT: Duration = Duration::from_secs(120);
 const BIN: &str = env!("CARGO_BIN_EXE_cocoon-operator");
 /// Series Prometheus makes itself rather than scraping them.
 const PROMETHEUS_OWN: [&str; 1] = ["up"];
+/// kube-state-metrics series (its defaults, no allowlist needed) the node alerts read.
+const KUBE_STATE_METRICS: [&str; 2] = ["kube_node_status_condition", "kube_node_spec_taint"];
+/// Where the runbook links point: the README at the release tag of this version.
+fn runbook_base() -> String {
+    format!(
+        "https://github.com/cocoonstack/cocoon/blob/v{}/README.md#",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+/// The promtool unit tests of the rules (`*.test.yaml`).
+const FIXTURES: &str = "tests/prometheus-rules";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -291,8 +306,11 @@ fn every_rule_has_an_alert_expr_for_severity_summary_and_runbook() {
         let runbook = r["annotations"]["runbook_url"]
             .as_str()
             .expect("runbook_url");
-        let anchor = runbook.rsplit_once('#').expect("a README anchor").1;
-        assert_eq!(anchor, alert.to_lowercase(), "{alert}: runbook anchor");
+        assert_eq!(
+            runbook,
+            format!("{}{}", runbook_base(), alert.to_lowercase()),
+            "{alert}: runbook_url pinned to the release tag, anchored at its paragraph"
+        );
         assert!(
             readme.contains(&format!("#### {}", alert.to_lowercase())),
             "{alert}: README has no runbook heading"
@@ -348,6 +366,252 @@ fn promtool_accepts_the_rules() {
         "promtool check rules:\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The promtool unit-test files: every `*.test.yaml` of [`FIXTURES`], sorted.
+fn fixture_files() -> Vec<PathBuf> {
+    let dir = root().join(FIXTURES);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.to_string_lossy().ends_with(".test.yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// How often the fixtures evaluate an alert: cases expecting it to fire, and cases expecting
+/// it quiet (no `exp_alerts`, or an empty list).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Cases {
+    firing: usize,
+    quiet: usize,
+}
+
+/// The cases of one promtool test file, by alert name.
+fn cases_of(fixture: &Value, into: &mut BTreeMap<String, Cases>) {
+    for test in fixture["tests"].as_array().into_iter().flatten() {
+        for case in test["alert_rule_test"].as_array().into_iter().flatten() {
+            let name = case["alertname"].as_str().expect("alertname").to_string();
+            let entry = into.entry(name).or_default();
+            if case["exp_alerts"].as_array().is_some_and(|a| !a.is_empty()) {
+                entry.firing += 1;
+            } else {
+                entry.quiet += 1;
+            }
+        }
+    }
+}
+
+/// What the fixtures lack: an alert of the rules with no firing or no quiet case, and a case
+/// naming an alert the rules do not have (a typo would test nothing).
+fn fixture_gaps(alerts: &BTreeSet<String>, cases: &BTreeMap<String, Cases>) -> Vec<String> {
+    let mut gaps = Vec::new();
+    for alert in alerts {
+        let c = cases.get(alert).copied().unwrap_or_default();
+        if c.firing == 0 {
+            gaps.push(format!("{alert}: no case where it fires"));
+        }
+        if c.quiet == 0 {
+            gaps.push(format!("{alert}: no case where it stays quiet"));
+        }
+    }
+    for name in cases.keys().filter(|n| !alerts.contains(*n)) {
+        gaps.push(format!("{name}: tested but not an alert of the rules"));
+    }
+    gaps
+}
+
+#[test]
+fn fixture_gaps_names_every_missing_case() {
+    let alerts: BTreeSet<String> = ["A", "B", "C"].into_iter().map(String::from).collect();
+    let cases = BTreeMap::from([
+        ("A".to_string(), Cases { firing: 1, quiet: 2 }),
+        ("B".to_string(), Cases { firing: 1, quiet: 0 }),
+        ("Typo".to_string(), Cases { firing: 1, quiet: 1 }),
+    ]);
+    assert_eq!(
+        fixture_gaps(&alerts, &cases),
+        [
+            "B: no case where it stays quiet",
+            "C: no case where it fires",
+            "C: no case where it stays quiet",
+            "Typo: tested but not an alert of the rules",
+        ]
+    );
+    let fixture = yaml(
+        "tests:\n- alert_rule_test:\n  - {alertname: A, eval_time: 1m}\n  \
+         - {alertname: A, eval_time: 2m, exp_alerts: []}\n  \
+         - {alertname: A, eval_time: 3m, exp_alerts: [{exp_labels: {x: y}}]}\n",
+    );
+    let mut got = BTreeMap::new();
+    cases_of(&fixture, &mut got);
+    assert_eq!(got, BTreeMap::from([("A".to_string(), Cases { firing: 1, quiet: 2 })]));
+}
+
+#[test]
+fn every_alert_has_a_firing_and_a_quiet_fixture() {
+    let groups = chart_rules();
+    let alerts: BTreeSet<String> = rules(&groups)
+        .iter()
+        .map(|r| r["alert"].as_str().expect("alert name").to_string())
+        .collect();
+    let files = fixture_files();
+    assert!(!files.is_empty(), "no *.test.yaml in {FIXTURES}");
+    let chart_file = root()
+        .join("charts/cocoon/files/prometheus-rules.yaml")
+        .canonicalize()
+        .expect("the chart's rule file");
+    let mut cases = BTreeMap::new();
+    for file in &files {
+        let fixture = yaml(&std::fs::read_to_string(file).expect("read fixture"));
+        let rule_files: Vec<PathBuf> = fixture["rule_files"]
+            .as_array()
+            .expect("rule_files")
+            .iter()
+            .map(|f| {
+                let dir = file.parent().expect("fixture dir");
+                dir.join(f.as_str().expect("a path")).canonicalize().expect("rule file")
+            })
+            .collect();
+        assert_eq!(
+            rule_files,
+            [chart_file.clone()],
+            "{}: tests the chart's rule file",
+            file.display()
+        );
+        cases_of(&fixture, &mut cases);
+    }
+    let gaps = fixture_gaps(&alerts, &cases);
+    assert!(
+        gaps.is_empty(),
+        "{FIXTURES} lacks cases (each alert needs one firing and one quiet):\n{}",
+        gaps.join("\n")
+    );
+}
+
+#[test]
+fn promtool_unit_tests_of_every_alert_pass() {
+    let files = fixture_files();
+    assert!(!files.is_empty(), "no *.test.yaml in {FIXTURES}");
+    let out = std::process::Command::new(promtool())
+        .args(["test", "rules"])
+        .args(&files)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// README "Monitoring": on a Prometheus with `overrideHonorLabels` the CocoonSet's namespace
+/// arrives as `exported_namespace`; the README's sed writes a copy of the rules grouping by it,
+/// and that copy alerts per CocoonSet again (tests/prometheus-rules/exported-namespace.yaml:
+/// two namespaces' sets of one name are not merged). The unmodified rules fail the same case.
+#[test]
+fn the_exported_namespace_copy_of_the_readme_alerts_per_cocoonset() {
+    let readme = read("README.md");
+    let sed_args = [
+        "-e",
+        "s/by (namespace, cocoonset)/by (exported_namespace, cocoonset)/",
+        "-e",
+        r"s/\$labels\.namespace/$labels.exported_namespace/g",
+    ];
+    assert!(
+        readme.contains(&format!(
+            "sed {} '{}' \\\n    {} '{}' \\",
+            sed_args[0], sed_args[1], sed_args[2], sed_args[3]
+        )),
+        "the README shows this sed"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = dir.path().join("exported-namespace.yaml");
+    std::fs::copy(root().join(FIXTURES).join("exported-namespace.yaml"), &fixture)
+        .expect("copy fixture");
+    let copy = dir.path().join("cocoon-rules-exported-namespace.yaml");
+    let run = |rules: &[u8]| {
+        std::fs::write(&copy, rules).expect("write rules");
+        std::process::Command::new(promtool())
+            .args(["test", "rules"])
+            .arg(&fixture)
+            .output()
+            .expect("run promtool")
+    };
+    let original = root().join("charts/cocoon/files/prometheus-rules.yaml");
+    let sed = std::process::Command::new("sed")
+        .args(sed_args)
+        .arg(&original)
+        .output()
+        .expect("run sed");
+    assert!(sed.status.success(), "sed: {}", String::from_utf8_lossy(&sed.stderr));
+    let rewritten = String::from_utf8(sed.stdout.clone()).expect("UTF-8");
+    assert_eq!(
+        rewritten.matches("by (exported_namespace, cocoonset)").count(),
+        read("charts/cocoon/files/prometheus-rules.yaml")
+            .matches("by (namespace, cocoonset)")
+            .count(),
+        "every per-set grouping rewritten"
+    );
+    assert!(!rewritten.contains("$labels.namespace"), "{rewritten}");
+    let out = run(&sed.stdout);
+    assert!(
+        out.status.success(),
+        "promtool test rules on the rewritten copy:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&std::fs::read(&original).expect("read rules"));
+    assert!(
+        !out.status.success(),
+        "the unmodified rules merge the two namespaces' sets, so the same case fails"
+    );
+}
+
+/// scripts/release.sh refuses a tag the runbook links do not name, before it builds anything
+/// (`RUSTC=/bin/false` makes any build attempt fail fast with another message).
+#[test]
+fn release_refuses_a_tag_the_runbook_links_do_not_name() {
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(root().join("scripts/release.sh"))
+        .args(["--tag", "v999.0.0", "--out"])
+        .arg(out_dir.path())
+        .env("RUSTC", "/bin/false")
+        .output()
+        .expect("run release.sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "release.sh accepted v999.0.0: {stderr}");
+    assert!(
+        stderr.contains("runbook links") && stderr.contains("v999.0.0"),
+        "refused for the runbook links: {stderr}"
+    );
+}
+
+/// CocoonNodeNotReady picks the cocoon nodes by the provider taint every node agent writes on
+/// its Node (contract §4; kube-state-metrics exports taints by default, unlike labels); the
+/// scenario below checks a real agent's Node carries it.
+#[test]
+fn the_node_ready_alert_selects_the_provider_taint() {
+    let groups = chart_rules();
+    let rule = rules(&groups)
+        .into_iter()
+        .find(|r| r["alert"] == "CocoonNodeNotReady")
+        .expect("CocoonNodeNotReady");
+    let expr = rule["expr"].as_str().expect("expr");
+    assert!(
+        expr.contains(&format!(
+            "kube_node_spec_taint{{key=\"{}\",value=\"{}\"}}",
+            taints::PROVIDER_KEY,
+            taints::PROVIDER_VALUE
+        )),
+        "{expr}"
+    );
+    assert!(
+        expr.contains(r#"kube_node_status_condition{condition="Ready",status="true"} == 0"#),
+        "{expr}"
     );
 }
 
@@ -497,6 +761,19 @@ async fn scenario(
     })
     .await?;
 
+    // The taint CocoonNodeNotReady selects cocoon nodes by is on the agent's Node.
+    let node_obj = Api::<Node>::all(admin.clone()).get(node).await?;
+    let tainted = node_obj
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| {
+            ts.iter().any(|t| {
+                t.key == taints::PROVIDER_KEY && t.value.as_deref() == Some(taints::PROVIDER_VALUE)
+            })
+        });
+    assert!(tainted, "the agent's Node carries the provider taint: {:?}", node_obj.spec);
+
     let version = env!("CARGO_PKG_VERSION");
     let op_text = wait_scrape("the operator's metrics after a pass", &op_addr, |t| {
         t.contains("\ncocoon_operator_leader 1\n")
@@ -553,7 +830,9 @@ async fn scenario(
         let names = metric_names(expr);
         assert!(!names.is_empty(), "{whose}: no metric in {expr}");
         for name in names {
-            if PROMETHEUS_OWN.contains(&name.as_str()) {
+            if PROMETHEUS_OWN.contains(&name.as_str())
+                || KUBE_STATE_METRICS.contains(&name.as_str())
+            {
                 continue;
             }
             if !exported.contains(&name) {
