@@ -1561,3 +1561,43 @@ async fn helm_upgrade_upgrades_the_crds_and_uninstall_keeps_them() {
     })
     .await;
 }
+
+/// Issue 36 item 2: the PrometheusRule's runbook links name the release tag of the chart's
+/// `appVersion`, whatever the rule file says: a copy of the chart with another appVersion links
+/// every alert to that tag's README.
+#[test]
+fn the_runbook_links_follow_the_app_version() {
+    let home = tempfile::tempdir().unwrap();
+    let copy = tempfile::tempdir().unwrap();
+    let dir = copy.path().join("cocoon");
+    copy_dir(&chart(), &dir).unwrap();
+    let meta = std::fs::read_to_string(dir.join("Chart.yaml")).unwrap();
+    let app = format!("appVersion: \"{}\"", workspace_version());
+    assert!(meta.contains(&app), "{meta}");
+    std::fs::write(
+        dir.join("Chart.yaml"),
+        meta.replace(&app, "appVersion: \"9.8.7\""),
+    )
+    .unwrap();
+    let out = run_ok(
+        helm(home.path())
+            .args(["template", "cocoon"])
+            .arg(&dir)
+            .args(["--kube-version", cocoon_testenv::paths::k8s_version()])
+            .args(["--set", REGISTRY])
+            .args(["--set", "metrics.prometheusRule.enabled=true"])
+            .args(["--show-only", "templates/prometheusrule.yaml"]),
+    );
+    let text = stdout(&out);
+    let links: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+        .collect();
+    assert!(links.len() >= 12, "{text}");
+    for link in links {
+        assert!(
+            link.starts_with("https://github.com/cocoonstack/cocoon/blob/v9.8.7/README.md#"),
+            "{link}"
+        );
+    }
+}

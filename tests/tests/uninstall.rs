@@ -5,9 +5,10 @@
 //! namespace controller and garbage collector), the real registry, the real controllers and a
 //! real node agent on the simulated runtime:
 //!
-//! * a namespace holding a Running CocoonSet and a Hibernated CocoonHibernation deletes cleanly
-//!   while the operator runs: the namespace goes, the set's `:hibernate` tag and the
-//!   hibernation's are collected, the `:latest` the set's `snapshotPolicy` keeps stays;
+//! * a namespace holding a Running CocoonSet, a Suspended one and a Hibernated
+//!   CocoonHibernation deletes cleanly while the operator runs: the namespace goes, the
+//!   suspended set's `:hibernate` tag and the hibernation's are collected, and the `:latest` the
+//!   agent pushes when the Running set's main is deleted stays (its `snapshotPolicy` keeps it);
 //! * with the operator stopped the same kind of namespace hangs (`NamespaceFinalizersRemaining`),
 //!   and the README's `kubectl patch ... --type=json` on each object frees it; the set's
 //!   `:hibernate` tag stays behind, as the README warns.
@@ -19,15 +20,16 @@ use cocoon_api::contract::finalizers;
 use cocoon_api::crd::hibernation::{
     CocoonHibernation, CocoonHibernationSpec, Desire, HibernationPhase, PodRef,
 };
-use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy};
+use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec, SnapshotPolicy};
 use cocoon_api::naming::{vm_name_for_agent, vm_name_for_pod};
 use cocoon_operator::hibernation::decide::Timing;
 use cocoon_registry::RegistryClient;
 use cocoon_testenv::{Shared, TestNode, unique_name, wait_until};
 use cocoon_testsupport::{Agent, AgentOptions, BoxError, Operator, OperatorOptions, push_tag};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
 /// The README's patch that strips an object's finalizers.
@@ -122,25 +124,44 @@ async fn clean_scenario(
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let chs: Api<CocoonHibernation> = Api::namespaced(client.clone(), ns);
 
-    // A Running CocoonSet (main only; main-only keeps the main's :latest on deletion).
-    let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
-    spec.node_pool = pool.to_string();
-    spec.snapshot_policy = SnapshotPolicy::MainOnly;
-    sets.create(&PostParams::default(), &CocoonSet::new("demo", spec))
+    // Two CocoonSets on the real agent, main only, snapshotPolicy main-only: `live` stays
+    // Running, `sleepy` is suspended (the agent pushes its main's `:hibernate`).
+    for name in ["live", "sleepy"] {
+        let mut spec = CocoonSetSpec::with_image("ubuntu:24.04");
+        spec.node_pool = pool.to_string();
+        spec.snapshot_policy = SnapshotPolicy::MainOnly;
+        spec.agent.mode = AgentMode::Run;
+        sets.create(&PostParams::default(), &CocoonSet::new(name, spec))
+            .await?;
+    }
+    for name in ["live", "sleepy"] {
+        wait_until(&format!("{name} Running with its main's VM"), WAIT, || async {
+            let cs = sets.get_opt(name).await.ok()??;
+            let st = cs.status.as_ref()?;
+            (st.phase == Some(CocoonSetPhase::Running)
+                && st.agents.iter().any(|a| !a.vm_id.is_empty())
+                && cs.finalizers().iter().any(|f| f == finalizers::COCOONSET))
+            .then_some(())
+        })
         .await?;
-    wait_until("demo Running with its main's VM", WAIT, || async {
-        let cs = sets.get_opt("demo").await.ok()??;
-        let st = cs.status.as_ref()?;
-        (st.phase == Some(CocoonSetPhase::Running)
-            && st.agents.iter().any(|a| !a.vm_id.is_empty())
-            && cs.finalizers().iter().any(|f| f == finalizers::COCOONSET))
-        .then_some(())
+    }
+    sets.patch(
+        "sleepy",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"suspend": true}})),
+    )
+    .await?;
+    wait_until("sleepy Suspended", WAIT, || async {
+        let cs = sets.get_opt("sleepy").await.ok()??;
+        (cs.status.as_ref()?.phase == Some(CocoonSetPhase::Suspended)).then_some(())
     })
     .await?;
-    // The tags an earlier hibernate and a routine delete snapshot would have left.
-    let main_vm = vm_name_for_agent(ns, "demo", 0);
-    push_tag(reg, &main_vm, "hibernate").await?;
-    push_tag(reg, &main_vm, "latest").await?;
+    let live_main = vm_name_for_agent(ns, "live", 0);
+    let sleepy_main = vm_name_for_agent(ns, "sleepy", 0);
+    assert!(
+        has_tag(reg, &sleepy_main, "hibernate").await?,
+        "the agent pushed {sleepy_main}:hibernate on suspend"
+    );
 
     // A VM pod the real agent runs, hibernated by a CocoonHibernation (its :hibernate pushed).
     pods.create(
@@ -166,19 +187,21 @@ async fn clean_scenario(
     wait_namespace_gone(client, ns).await?;
 
     assert!(
-        !has_tag(reg, &main_vm, "hibernate").await?,
-        "the set's deletion collected {main_vm}:hibernate"
+        !has_tag(reg, &sleepy_main, "hibernate").await?,
+        "the suspended set's deletion collected {sleepy_main}:hibernate"
     );
     assert!(
         !has_tag(reg, &solo_vm, "hibernate").await?,
         "the hibernation's deletion collected {solo_vm}:hibernate"
     );
     assert!(
-        has_tag(reg, &main_vm, "latest").await?,
-        "snapshotPolicy main-only keeps the main's :latest"
+        has_tag(reg, &live_main, "latest").await?,
+        "the agent's delete snapshot {live_main}:latest stays (main-only keeps the main's)"
     );
     // Leave the shared registry as found.
-    reg.delete_tag_if_present(&main_vm, "latest").await?;
+    for vm in [&live_main, &sleepy_main] {
+        reg.delete_tag_if_present(vm, "latest").await?;
+    }
     Ok(())
 }
 
