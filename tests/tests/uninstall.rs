@@ -135,14 +135,18 @@ async fn clean_scenario(
             .await?;
     }
     for name in ["live", "sleepy"] {
-        wait_until(&format!("{name} Running with its main's VM"), WAIT, || async {
-            let cs = sets.get_opt(name).await.ok()??;
-            let st = cs.status.as_ref()?;
-            (st.phase == Some(CocoonSetPhase::Running)
-                && st.agents.iter().any(|a| !a.vm_id.is_empty())
-                && cs.finalizers().iter().any(|f| f == finalizers::COCOONSET))
-            .then_some(())
-        })
+        wait_until(
+            &format!("{name} Running with its main's VM"),
+            WAIT,
+            || async {
+                let cs = sets.get_opt(name).await.ok()??;
+                let st = cs.status.as_ref()?;
+                (st.phase == Some(CocoonSetPhase::Running)
+                    && st.agents.iter().any(|a| !a.vm_id.is_empty())
+                    && cs.finalizers().iter().any(|f| f == finalizers::COCOONSET))
+                .then_some(())
+            },
+        )
         .await?;
     }
     sets.patch(
@@ -178,7 +182,10 @@ async fn clean_scenario(
     })
     .await?;
     wait_finalizer(&chs, "solo-0", finalizers::COCOONHIBERNATION).await?;
-    assert!(has_tag(reg, &solo_vm, "hibernate").await?, "the agent pushed it");
+    assert!(
+        has_tag(reg, &solo_vm, "hibernate").await?,
+        "the agent pushed it"
+    );
 
     // Delete the whole namespace, operator running.
     Api::<Namespace>::all(client.clone())
@@ -245,14 +252,18 @@ async fn stuck_scenario(
 
     // Deleting the namespace now hangs: the namespace controller reports the finalizers left.
     namespaces.delete(ns, &DeleteParams::default()).await?;
-    let remaining = wait_until("the namespace reports finalizers remaining", WAIT, || async {
-        let n = namespaces.get_opt(ns).await.ok()??;
-        n.status?
-            .conditions?
-            .into_iter()
-            .find(|c| c.type_ == "NamespaceFinalizersRemaining" && c.status == "True")
-            .and_then(|c| c.message)
-    })
+    let remaining = wait_until(
+        "the namespace reports finalizers remaining",
+        WAIT,
+        || async {
+            let n = namespaces.get_opt(ns).await.ok()??;
+            n.status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "NamespaceFinalizersRemaining" && c.status == "True")
+                .and_then(|c| c.message)
+        },
+    )
     .await?;
     assert!(
         remaining.contains(finalizers::COCOONSET)
@@ -264,7 +275,13 @@ async fn stuck_scenario(
         cs.metadata.deletion_timestamp.is_some(),
         "the set is Terminating"
     );
-    assert!(chs.get("stuck").await?.metadata.deletion_timestamp.is_some());
+    assert!(
+        chs.get("stuck")
+            .await?
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
 
     // The README's recovery, verbatim: kubectl patch with the JSON patch on each object.
     let readme = std::fs::read_to_string(

@@ -427,9 +427,27 @@ fn fixture_gaps(alerts: &BTreeSet<String>, cases: &BTreeMap<String, Cases>) -> V
 fn fixture_gaps_names_every_missing_case() {
     let alerts: BTreeSet<String> = ["A", "B", "C"].into_iter().map(String::from).collect();
     let cases = BTreeMap::from([
-        ("A".to_string(), Cases { firing: 1, quiet: 2 }),
-        ("B".to_string(), Cases { firing: 1, quiet: 0 }),
-        ("Typo".to_string(), Cases { firing: 1, quiet: 1 }),
+        (
+            "A".to_string(),
+            Cases {
+                firing: 1,
+                quiet: 2,
+            },
+        ),
+        (
+            "B".to_string(),
+            Cases {
+                firing: 1,
+                quiet: 0,
+            },
+        ),
+        (
+            "Typo".to_string(),
+            Cases {
+                firing: 1,
+                quiet: 1,
+            },
+        ),
     ]);
     assert_eq!(
         fixture_gaps(&alerts, &cases),
@@ -447,7 +465,16 @@ fn fixture_gaps_names_every_missing_case() {
     );
     let mut got = BTreeMap::new();
     cases_of(&fixture, &mut got);
-    assert_eq!(got, BTreeMap::from([("A".to_string(), Cases { firing: 1, quiet: 2 })]));
+    assert_eq!(
+        got,
+        BTreeMap::from([(
+            "A".to_string(),
+            Cases {
+                firing: 1,
+                quiet: 2
+            }
+        )])
+    );
 }
 
 #[test]
@@ -472,12 +499,14 @@ fn every_alert_has_a_firing_and_a_quiet_fixture() {
             .iter()
             .map(|f| {
                 let dir = file.parent().expect("fixture dir");
-                dir.join(f.as_str().expect("a path")).canonicalize().expect("rule file")
+                dir.join(f.as_str().expect("a path"))
+                    .canonicalize()
+                    .expect("rule file")
             })
             .collect();
         assert_eq!(
             rule_files,
-            [chart_file.clone()],
+            std::slice::from_ref(&chart_file),
             "{}: tests the chart's rule file",
             file.display()
         );
@@ -530,8 +559,11 @@ fn the_exported_namespace_copy_of_the_readme_alerts_per_cocoonset() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let fixture = dir.path().join("exported-namespace.yaml");
-    std::fs::copy(root().join(FIXTURES).join("exported-namespace.yaml"), &fixture)
-        .expect("copy fixture");
+    std::fs::copy(
+        root().join(FIXTURES).join("exported-namespace.yaml"),
+        &fixture,
+    )
+    .expect("copy fixture");
     let copy = dir.path().join("cocoon-rules-exported-namespace.yaml");
     let run = |rules: &[u8]| {
         std::fs::write(&copy, rules).expect("write rules");
@@ -547,10 +579,16 @@ fn the_exported_namespace_copy_of_the_readme_alerts_per_cocoonset() {
         .arg(&original)
         .output()
         .expect("run sed");
-    assert!(sed.status.success(), "sed: {}", String::from_utf8_lossy(&sed.stderr));
+    assert!(
+        sed.status.success(),
+        "sed: {}",
+        String::from_utf8_lossy(&sed.stderr)
+    );
     let rewritten = String::from_utf8(sed.stdout.clone()).expect("UTF-8");
     assert_eq!(
-        rewritten.matches("by (exported_namespace, cocoonset)").count(),
+        rewritten
+            .matches("by (exported_namespace, cocoonset)")
+            .count(),
         read("charts/cocoon/files/prometheus-rules.yaml")
             .matches("by (namespace, cocoonset)")
             .count(),
@@ -583,7 +621,10 @@ fn release_refuses_a_tag_the_runbook_links_do_not_name() {
         .output()
         .expect("run release.sh");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "release.sh accepted v999.0.0: {stderr}");
+    assert!(
+        !out.status.success(),
+        "release.sh accepted v999.0.0: {stderr}"
+    );
     assert!(
         stderr.contains("runbook links") && stderr.contains("v999.0.0"),
         "refused for the runbook links: {stderr}"
@@ -772,7 +813,11 @@ async fn scenario(
                 t.key == taints::PROVIDER_KEY && t.value.as_deref() == Some(taints::PROVIDER_VALUE)
             })
         });
-    assert!(tainted, "the agent's Node carries the provider taint: {:?}", node_obj.spec);
+    assert!(
+        tainted,
+        "the agent's Node carries the provider taint: {:?}",
+        node_obj.spec
+    );
 
     let version = env!("CARGO_PKG_VERSION");
     let op_text = wait_scrape("the operator's metrics after a pass", &op_addr, |t| {
