@@ -1421,6 +1421,13 @@ async fn helm_upgrade_upgrades_the_crds_and_uninstall_keeps_them() {
                 "NOTES say how the CRDs are handled: {}",
                 stdout(&out)
             );
+            assert!(
+                stdout(&out).contains(
+                    "Before helm uninstall, delete every CocoonSet and CocoonHibernation"
+                ),
+                "NOTES give the uninstall order (issue 36 item 5): {}",
+                stdout(&out)
+            );
             for name in &names {
                 let crd = crds.get(name).await?;
                 let ann = crd.metadata.annotations.clone().unwrap_or_default();
