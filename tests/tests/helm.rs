@@ -324,10 +324,26 @@ async fn monitoring_render_is_the_monitoring_component() {
                 "--set",
                 "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
                 "--set",
-                "metrics.dashboard.enabled=true",
+                "metrics.dashboard.enabled=true,metrics.nodeScrapeConfig.enabled=true",
             ],
         ));
         assert_same_objects(&got, &want);
+        // The node agents' scrape (issue 36 item 3) is in the component: the ScrapeConfig, its
+        // reader ClusterRole, the scraper ServiceAccount, its token Secret and their binding.
+        let node_scrape: Vec<_> = want
+            .keys()
+            .filter(|k| k.contains("cocoon-node-metrics") || k.contains("ScrapeConfig"))
+            .collect();
+        assert_eq!(
+            node_scrape,
+            [
+                "monitoring.coreos.com/v1alpha1/ScrapeConfig/cocoon-system/cocoon-node",
+                "rbac.authorization.k8s.io/v1/ClusterRole//cocoon-node-metrics-reader",
+                "rbac.authorization.k8s.io/v1/ClusterRoleBinding//cocoon-node-metrics-reader",
+                "v1/Secret/cocoon-system/cocoon-node-metrics-scraper",
+                "v1/ServiceAccount/cocoon-system/cocoon-node-metrics-scraper",
+            ]
+        );
         let service = "v1/Service/cocoon-system/cocoon-operator-metrics";
         assert!(want.contains_key(service), "{:?}", want.keys());
         let without = render(home.path(), &["--set", "metrics.service.enabled=false"]);
@@ -431,6 +447,123 @@ async fn unaggregated_render_is_the_no_role_aggregation_component() {
         Ok::<_, BoxError>(())
     })
     .await;
+}
+
+/// The node agents' ScrapeConfig (issue 36 item 3): node discovery kept to the cocoon virtual
+/// nodes, job cocoon-node, HTTPS with the scraper ServiceAccount's token, which is allowed get
+/// nodes/metrics; TLS verified against the configured CA unless insecureSkipVerify is asked
+/// for (and one of them is required); another authorization drops the ServiceAccount.
+#[test]
+fn node_scrape_config_scrapes_cocoon_nodes_like_kubelets() {
+    let home = tempfile::tempdir().unwrap();
+    let key = "monitoring.coreos.com/v1alpha1/ScrapeConfig/cocoon-system/cocoon-node";
+    let reader = "rbac.authorization.k8s.io/v1/ClusterRole//cocoon-node-metrics-reader";
+    let binding = "rbac.authorization.k8s.io/v1/ClusterRoleBinding//cocoon-node-metrics-reader";
+    let scraper = "v1/ServiceAccount/cocoon-system/cocoon-node-metrics-scraper";
+    let token = "v1/Secret/cocoon-system/cocoon-node-metrics-scraper";
+    let default = render(home.path(), &[]);
+    assert!(
+        [key, reader, binding, scraper, token]
+            .iter()
+            .all(|k| !default.contains_key(*k)),
+        "off by default"
+    );
+    let on = render(
+        home.path(),
+        &["--set", "metrics.nodeScrapeConfig.enabled=true"],
+    );
+    let spec = &on[key]["spec"];
+    assert_eq!(spec["jobName"], "cocoon-node", "the alerts' up{{job=\"cocoon-node\"}}");
+    assert_eq!(spec["kubernetesSDConfigs"], serde_json::json!([{"role": "Node"}]));
+    assert_eq!(
+        spec["relabelings"],
+        serde_json::json!([{
+            "action": "keep",
+            "sourceLabels": ["__meta_kubernetes_node_label_type", "__meta_kubernetes_node_label_cocoonstack_io_pool"],
+            "regex": "virtual-kubelet;.+",
+        }])
+    );
+    assert_eq!((&spec["scheme"], &spec["metricsPath"]), (&"HTTPS".into(), &"/metrics".into()));
+    assert_eq!(
+        spec["authorization"],
+        serde_json::json!({"type": "Bearer", "credentials": {"name": "cocoon-node-metrics-scraper", "key": "token"}})
+    );
+    assert_eq!(
+        spec["tlsConfig"],
+        serde_json::json!({"ca": {"configMap": {"name": "cocoon-node-serving-ca", "key": "ca.crt"}}, "insecureSkipVerify": false})
+    );
+    assert_eq!(
+        on[reader]["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}])
+    );
+    assert_eq!(
+        on[token]["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        "cocoon-node-metrics-scraper"
+    );
+    assert_eq!(on[token]["type"], "kubernetes.io/service-account-token");
+    assert_eq!(
+        on[binding]["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "cocoon-node-metrics-scraper", "namespace": "cocoon-system"}])
+    );
+
+    // Self-signed agents: verification off only when asked, and then the CA may go.
+    let insecure = render(
+        home.path(),
+        &[
+            "--set",
+            "metrics.nodeScrapeConfig.enabled=true,metrics.nodeScrapeConfig.insecureSkipVerify=true,metrics.nodeScrapeConfig.ca=null",
+        ],
+    );
+    assert_eq!(
+        insecure[key]["spec"]["tlsConfig"],
+        serde_json::json!({"insecureSkipVerify": true})
+    );
+    let out = template(home.path())
+        .args([
+            "--set",
+            "metrics.nodeScrapeConfig.enabled=true,metrics.nodeScrapeConfig.ca=null",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "no CA and no insecureSkipVerify rendered");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("metrics.nodeScrapeConfig needs ca"),
+        "{err}"
+    );
+
+    // Another token (e.g. a scrape identity of your own): no scraper ServiceAccount; the
+    // reader role is bound to metrics.readerSubjects, and to nobody without them.
+    let own = [
+        "--set",
+        "metrics.nodeScrapeConfig.enabled=true,metrics.nodeScrapeConfig.authorization.type=Bearer",
+        "--set",
+        "metrics.nodeScrapeConfig.authorization.credentials.name=scrape,metrics.nodeScrapeConfig.authorization.credentials.key=token",
+        "--set",
+        "namePrefix=blue-,metrics.nodeScrapeConfig.labels.release=kube-prometheus,metrics.nodeScrapeConfig.interval=1m",
+    ];
+    let objs = render(home.path(), &own);
+    let blue = |k: &str| k.replace("cocoon-node", "blue-cocoon-node");
+    assert_eq!(
+        objs[&blue(key)]["spec"]["authorization"],
+        serde_json::json!({"type": "Bearer", "credentials": {"name": "scrape", "key": "token"}})
+    );
+    assert_eq!(objs[&blue(key)]["spec"]["scrapeInterval"], "1m");
+    assert_eq!(objs[&blue(key)]["metadata"]["labels"]["release"], "kube-prometheus");
+    assert!(objs.contains_key(&blue(reader)));
+    for gone in [binding, scraper, token] {
+        assert!(!objs.contains_key(&blue(gone)), "{gone}: {:?}", objs.keys());
+    }
+    let mut with_subjects = own.to_vec();
+    with_subjects.extend([
+        "--set-json",
+        r#"metrics.readerSubjects=[{"kind":"ServiceAccount","name":"prometheus-k8s","namespace":"monitoring"}]"#,
+    ]);
+    let objs = render(home.path(), &with_subjects);
+    assert_eq!(
+        objs[&blue(binding)]["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}])
+    );
 }
 
 #[test]

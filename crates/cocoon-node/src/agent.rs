@@ -259,6 +259,8 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         security,
         backend.clone(),
         HostReader::new(config.cocoon_root_dir.clone()),
+        // The same registry the VK_METRICS_ADDR listener serves, behind nodes/metrics.
+        metrics.clone(),
         &config.node_name,
         &shutdown,
         config.kubelet_limits,

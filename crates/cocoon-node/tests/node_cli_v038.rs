@@ -123,6 +123,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
         // The agent as the binary composes it: the runtime from `VK_COCOON_BIN`.
         let token = CancellationToken::new();
         let backend = Arc::new(AgentPodBackend::default());
+        let metrics = Arc::new(NodeMetrics::new(root.clone()));
         let tls = TlsMaterial::self_signed(&node, "127.0.0.1".parse()?)?;
         let kubelet = KubeletServer::start(
             "127.0.0.1:0".parse()?,
@@ -130,6 +131,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
             common::kubelet_security(env, &node, &[], false)?,
             backend.clone(),
             HostReader::new(root.clone()),
+            metrics.clone(),
             &node,
             &token,
         )
@@ -163,7 +165,7 @@ async fn node_agent_on_cocoon_v038_registers_adopts_and_reports_missing_verbs() 
             client: client.clone(),
             runtime,
             registry: Some(common::registry(env.registry_addr())),
-            metrics: Arc::new(NodeMetrics::new(root.clone())),
+            metrics,
             registration: Some(NodeRegistration::from_config(
                 &config,
                 resources,

@@ -1,6 +1,7 @@
 //! The kubelet HTTPS API and the `/metrics` listener, served for real on loopback: logs
 //! through a test PodBackend (with and without a live VM), the not-implemented routes, the
-//! stats endpoints, and the spec's metric names on `/metrics`.
+//! stats endpoints, the spec's metric names on `/metrics`, and the same registry on the
+//! kubelet port's `/metrics` behind `get nodes/metrics` (issue 36 item 3).
 
 mod common;
 
@@ -104,6 +105,19 @@ async fn start_server(
     root: &std::path::Path,
     cancel: &CancellationToken,
 ) -> KubeletServer {
+    let metrics = Arc::new(NodeMetrics::new(root));
+    start_server_with(node, pods, security, root, metrics, cancel).await
+}
+
+/// [`start_server`] serving `metrics` on `/metrics`.
+async fn start_server_with(
+    node: &str,
+    pods: Arc<FakePods>,
+    security: cocoon_node::kubelet::ApiSecurity,
+    root: &std::path::Path,
+    metrics: Arc<NodeMetrics>,
+    cancel: &CancellationToken,
+) -> KubeletServer {
     let tls = TlsMaterial::self_signed(node, "127.0.0.1".parse().expect("ip")).expect("tls");
     KubeletServer::start(
         "127.0.0.1:0".parse().expect("addr"),
@@ -111,6 +125,7 @@ async fn start_server(
         security,
         pods,
         HostReader::new(root.to_path_buf()),
+        metrics,
         node,
         cancel,
     )
@@ -234,18 +249,36 @@ async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> T
 
 /// A ClusterRole granting `nodes/proxy` get+create, bound to `ns/sa`.
 async fn grant_node_proxy(client: &kube::Client, name: &str, ns: &str, sa: &str) -> TestResult {
+    grant(
+        client,
+        name,
+        ns,
+        sa,
+        PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["nodes/proxy".into()]),
+            verbs: vec!["get".into(), "create".into()],
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// A ClusterRole `name` with the one `rule`, bound to `ns/sa` by a ClusterRoleBinding `name`.
+async fn grant(
+    client: &kube::Client,
+    name: &str,
+    ns: &str,
+    sa: &str,
+    rule: PolicyRule,
+) -> TestResult {
     let roles: Api<ClusterRole> = Api::all(client.clone());
     let role = ClusterRole {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             ..Default::default()
         },
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec![String::new()]),
-            resources: Some(vec!["nodes/proxy".into()]),
-            verbs: vec!["get".into(), "create".into()],
-            ..Default::default()
-        }]),
+        rules: Some(vec![rule]),
         ..Default::default()
     };
     roles.create(&PostParams::default(), &role).await?;
@@ -402,4 +435,132 @@ async fn metrics_listener_serves_spec_names() {
     }
     cancel.cancel();
     server.shutdown().await;
+}
+
+/// `get nodes/metrics` on the named node only (what a Prometheus identity needs, narrowed to
+/// one node so the test can tell nodes apart).
+fn node_metrics_on(node: &str) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["nodes/metrics".into()]),
+        resource_names: Some(vec![node.to_owned()]),
+        verbs: vec!["get".into()],
+        ..Default::default()
+    }
+}
+
+/// The lines of an exposition that do not change between two scrapes of an idle agent: all
+/// but the values of the node and process collectors (read from `/proc` and statfs at scrape
+/// time, so they move); their HELP and TYPE lines stay.
+fn stable_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| !l.starts_with("cocoon_vk_node_") && !l.starts_with("process_"))
+        .collect()
+}
+
+/// Issue 36 item 3: the kubelet port serves the agent's own registry on `/metrics`, authorized
+/// as a kubelet authorizes it (`get nodes/metrics` on this node): a ServiceAccount allowed that
+/// scrapes the spec's `cocoon_vk_*` names, the very text the `VK_METRICS_ADDR` listener serves
+/// (and live: a counter bumped after start shows); no credentials is 401; an identity with
+/// only `nodes/proxy`, with nothing, or with `nodes/metrics` on another node is 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_port_serves_node_metrics_to_nodes_metrics_readers_only() {
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "kubelet-metrics").await?;
+        let node = unique_name("vk-metrics");
+        let other_node = unique_name("vk-metrics-other");
+        let cancel = CancellationToken::new();
+        let root = tempfile::tempdir()?;
+        let metrics = Arc::new(NodeMetrics::new(root.path()));
+        metrics.wake("ok");
+        metrics.vm_boot("clone", "sim", 1.0);
+        let pods = Arc::new(FakePods::default());
+        let server = start_server_with(
+            &node,
+            pods.clone(),
+            kubelet_security(env, &node, &[], false)?,
+            root.path(),
+            metrics.clone(),
+            &cancel,
+        )
+        .await;
+        let local = MetricsServer::start("127.0.0.1:0".parse()?, metrics.clone(), &cancel).await?;
+
+        let scraper = service_account_token(&client, &ns, "scraper").await?;
+        let elsewhere = service_account_token(&client, &ns, "elsewhere").await?;
+        let proxier = service_account_token(&client, &ns, "proxier").await?;
+        let nobody = service_account_token(&client, &ns, "nobody").await?;
+        let roles = [
+            unique_name("node-metrics-here"),
+            unique_name("node-metrics-there"),
+            unique_name("node-metrics-proxy"),
+        ];
+        grant(&client, &roles[0], &ns, "scraper", node_metrics_on(&node)).await?;
+        grant(&client, &roles[1], &ns, "elsewhere", node_metrics_on(&other_node)).await?;
+        grant_node_proxy(&client, &roles[2], &ns, "proxier").await?;
+
+        // Refused: no credentials (401); nothing, only nodes/proxy, nodes/metrics elsewhere (403).
+        let r = call(&server, "GET", "/metrics", &Creds::none()).await;
+        assert_eq!(r.map(|(code, _)| code), Ok(401));
+        for (who, token) in [("nobody", &nobody), ("proxier", &proxier), ("elsewhere", &elsewhere)] {
+            let r = call(&server, "GET", "/metrics", &Creds::token(token)).await;
+            assert!(
+                matches!(&r, Ok((403, body)) if body.contains(&format!(
+                    "user=system:serviceaccount:{ns}:{who}, verb=get, resource=nodes, subresource(s)=[metrics]"
+                ))),
+                "{who}: {r:?}"
+            );
+        }
+
+        // Allowed: the spec's node-agent names, in the OpenMetrics text of the local listener.
+        let (code, body) = call(&server, "GET", "/metrics", &Creds::token(&scraper)).await?;
+        assert_eq!(code, 200, "{body}");
+        for want in [
+            "cocoon_vk_wake_total{result=\"ok\"} 1",
+            "cocoon_vk_vm_boot_duration_seconds_bucket{le=\"1.0\",mode=\"clone\",backend=\"sim\"} 1",
+            "cocoon_vk_pod_evict_failure_total 0",
+            "# TYPE cocoon_vk_snapshot_push_duration_seconds histogram",
+            "cocoon_vk_vm_table_size 0",
+            "cocoon_vk_node_cpu_seconds_total ",
+            "cocoon_vk_node_memory_used_bytes ",
+            "cocoon_vk_node_storage_available_bytes ",
+            "cocoon_vk_node_storage_total_bytes ",
+        ] {
+            assert!(body.contains(want), "missing {want:?} in\n{body}");
+        }
+        assert!(body.trim_end().ends_with("# EOF"), "not OpenMetrics:\n{body}");
+        let (code, plain) = parse_response(&get_plain(local.local_addr(), "/metrics").await?);
+        assert_eq!(code, 200);
+        assert_eq!(stable_lines(&body), stable_lines(&plain), "the two listeners differ");
+        // The live registry, not a copy: a counter bumped now shows on the next scrape.
+        metrics.wake("failed");
+        let (_, again) = call(&server, "GET", "/metrics", &Creds::token(&scraper)).await?;
+        assert!(again.contains("cocoon_vk_wake_total{result=\"failed\"} 1"), "{again}");
+        // nodes/metrics covers /metrics/resource too (the kubelet's mapping), not stats.
+        let r = call(&server, "GET", "/metrics/resource", &Creds::token(&scraper)).await;
+        assert_eq!(r.map(|(code, _)| code), Ok(200));
+        let r = call(&server, "GET", "/stats/summary", &Creds::token(&scraper)).await;
+        assert_eq!(r.map(|(code, _)| code), Ok(403));
+
+        server.shutdown().await;
+        local.shutdown().await;
+        for role in &roles {
+            let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(role, &DeleteParams::default()).await;
+            let _ = Api::<ClusterRole>::all(client.clone()).delete(role, &DeleteParams::default()).await;
+        }
+        delete_namespace(&client, &ns).await?;
+        TestResult::Ok(())
+    })
+    .await;
+}
+
+/// One plain-HTTP `GET path` to `addr` with `Connection: close`: the raw response.
+async fn get_plain(addr: std::net::SocketAddr, path: &str) -> TestResult<Vec<u8>> {
+    let mut tcp = TcpStream::connect(addr).await?;
+    tcp.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut raw = Vec::new();
+    tcp.read_to_end(&mut raw).await?;
+    Ok(raw)
 }

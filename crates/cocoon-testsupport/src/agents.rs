@@ -138,9 +138,19 @@ impl Agent {
         let runtime: Arc<dyn Runtime> = Arc::new(sim_rt);
         let token = CancellationToken::new();
         let backend = Arc::new(AgentPodBackend::default());
+        let metrics = Arc::new(NodeMetrics::new(root.to_owned()));
         let (kubelet, registration) = match &opts.kubelet {
             Some(k) => {
-                let server = start_kubelet(&client, node, root, k, backend.clone(), &token).await?;
+                let server = start_kubelet(
+                    &client,
+                    node,
+                    root,
+                    k,
+                    backend.clone(),
+                    metrics.clone(),
+                    &token,
+                )
+                .await?;
                 let reg = registration(node, root, registry_addr, &k.pool, server.port())?;
                 (Some(server), Some(reg))
             }
@@ -171,7 +181,7 @@ impl Agent {
                     .clone()
                     .unwrap_or_else(|| registry(registry_addr)),
             ),
-            metrics: Arc::new(NodeMetrics::new(root.to_owned())),
+            metrics,
             registration,
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -256,13 +266,14 @@ impl Drop for Agent {
 }
 
 /// Starts the kubelet API of `node` on loopback (a free port), secured as [`KubeletOptions`]
-/// says, answering from `backend`.
+/// says, answering from `backend` (and `/metrics` from the agent's `metrics`).
 async fn start_kubelet(
     client: &Client,
     node: &str,
     root: &Path,
     k: &KubeletOptions,
     backend: Arc<AgentPodBackend>,
+    metrics: Arc<NodeMetrics>,
     token: &CancellationToken,
 ) -> Result<KubeletServer, BoxError> {
     let loopback: std::net::IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
@@ -277,6 +288,7 @@ async fn start_kubelet(
         security,
         backend,
         HostReader::new(root.to_owned()),
+        metrics,
         node,
         token,
     )

@@ -19,6 +19,11 @@
 //! * `/attach/...`, `/portForward/...` → 501 with the message below
 //! * `GET /stats/summary` (kubelet stats API v1alpha1 JSON subset)
 //! * `GET /metrics/resource` (Prometheus text)
+//! * `GET /metrics`: the agent's own registry ([`NodeMetrics`], every `cocoon_vk_*` family), the
+//!   same OpenMetrics text the `VK_METRICS_ADDR` listener serves, so Prometheus can scrape
+//!   node agents the way it scrapes kubelets: node discovery, the kubelet endpoint port, a
+//!   bearer token allowed `get` on `nodes/metrics` (issue 36 item 3). Always on: it is behind
+//!   the same authentication and authorization as every other route
 //! * `GET /healthz` → `ok`
 //!
 //! Bounds ([`limits`], issue 26 item 8): a logs answer carries at most
@@ -32,7 +37,8 @@
 //!
 //! Every route is behind [`auth`]: client certificate (verified against the client CA) or
 //! bearer token (TokenReview), then a SubjectAccessReview on `nodes/<subresource>`, as the
-//! kubelet does with webhook authentication and authorization. The spec's "client
+//! kubelet does with webhook authentication and authorization (`/metrics` and `/metrics/*`:
+//! `get nodes/metrics`). The spec's "client
 //! certificates are not required" is kept in that a client may present none and use a token.
 
 pub mod auth;
@@ -189,6 +195,8 @@ pub enum ServeError {
 struct ApiState {
     backend: Arc<dyn PodBackend>,
     host: HostReader,
+    /// The agent's registry, served on `/metrics`.
+    metrics: Arc<NodeMetrics>,
     node_name: String,
     started: Timestamp,
     /// Exec sessions running on upgraded connections.
@@ -215,12 +223,14 @@ type Shared = Arc<ApiState>;
 pub fn router(
     backend: Arc<dyn PodBackend>,
     host: HostReader,
+    metrics: Arc<NodeMetrics>,
     node_name: &str,
     auth: KubeletAuth,
 ) -> Router {
     router_with(
         backend,
         host,
+        metrics,
         node_name,
         auth,
         TaskTracker::new(),
@@ -234,6 +244,7 @@ pub fn router(
 fn router_with(
     backend: Arc<dyn PodBackend>,
     host: HostReader,
+    metrics: Arc<NodeMetrics>,
     node_name: &str,
     auth: KubeletAuth,
     sessions: TaskTracker,
@@ -244,6 +255,7 @@ fn router_with(
     let state: Shared = Arc::new(ApiState {
         backend,
         host,
+        metrics,
         node_name: node_name.to_string(),
         started: Timestamp::now(),
         sessions,
@@ -271,6 +283,7 @@ fn router_with(
         )
         .route("/stats/summary", get(stats_summary))
         .route("/metrics/resource", get(metrics_resource))
+        .route("/metrics", get(node_metrics))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state)
         // Every route, also the unknown ones, is behind authentication and authorization.
@@ -633,6 +646,23 @@ async fn metrics_resource(State(st): State<Shared>) -> Response {
         .into_response()
 }
 
+/// The agent's registry in the OpenMetrics text format: the answer of `/metrics` on both the
+/// kubelet API and the `VK_METRICS_ADDR` listener.
+fn openmetrics(metrics: &NodeMetrics) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics.render(),
+    )
+        .into_response()
+}
+
+async fn node_metrics(State(st): State<Shared>) -> Response {
+    openmetrics(&st.metrics)
+}
+
 /// A running kubelet HTTPS server.
 #[derive(Debug)]
 pub struct KubeletServer {
@@ -644,13 +674,16 @@ pub struct KubeletServer {
 
 impl KubeletServer {
     /// Binds `addr` (port 0 picks a free port) and serves the API until `parent` is cancelled
-    /// or [`KubeletServer::shutdown`] is called, with the default [`KubeletLimits`].
+    /// or [`KubeletServer::shutdown`] is called, with the default [`KubeletLimits`]; `/metrics`
+    /// serves `metrics`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         addr: SocketAddr,
         tls: &TlsMaterial,
         security: ApiSecurity,
         backend: Arc<dyn PodBackend>,
         host: HostReader,
+        metrics: Arc<NodeMetrics>,
         node_name: &str,
         parent: &CancellationToken,
     ) -> Result<Self, ServeError> {
@@ -660,6 +693,7 @@ impl KubeletServer {
             security,
             backend,
             host,
+            metrics,
             node_name,
             parent,
             KubeletLimits::default(),
@@ -675,6 +709,7 @@ impl KubeletServer {
         security: ApiSecurity,
         backend: Arc<dyn PodBackend>,
         host: HostReader,
+        metrics: Arc<NodeMetrics>,
         node_name: &str,
         parent: &CancellationToken,
         limits: KubeletLimits,
@@ -693,6 +728,7 @@ impl KubeletServer {
         let app = router_with(
             backend,
             host,
+            metrics,
             node_name,
             security.auth,
             tasks.clone(),
@@ -879,15 +915,7 @@ impl MetricsServer {
             "/metrics",
             get(move || {
                 let metrics = metrics.clone();
-                async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        metrics.render(),
-                    )
-                }
+                async move { openmetrics(&metrics) }
             }),
         );
         let cancel = parent.child_token();

@@ -707,6 +707,7 @@ pub async fn start_kubelet(
         kubelet_security(env, node, &[], false)?,
         backend.clone(),
         cocoon_node::node::HostReader::new(root.to_owned()),
+        Arc::new(cocoon_node::metrics::NodeMetrics::new(root)),
         node,
         &token,
         limits,
