@@ -473,8 +473,14 @@ fn node_scrape_config_scrapes_cocoon_nodes_like_kubelets() {
         &["--set", "metrics.nodeScrapeConfig.enabled=true"],
     );
     let spec = &on[key]["spec"];
-    assert_eq!(spec["jobName"], "cocoon-node", "the alerts' up{{job=\"cocoon-node\"}}");
-    assert_eq!(spec["kubernetesSDConfigs"], serde_json::json!([{"role": "Node"}]));
+    assert_eq!(
+        spec["jobName"], "cocoon-node",
+        "the alerts' up{{job=\"cocoon-node\"}}"
+    );
+    assert_eq!(
+        spec["kubernetesSDConfigs"],
+        serde_json::json!([{"role": "Node"}])
+    );
     assert_eq!(
         spec["relabelings"],
         serde_json::json!([{
@@ -483,7 +489,10 @@ fn node_scrape_config_scrapes_cocoon_nodes_like_kubelets() {
             "regex": "virtual-kubelet;.+",
         }])
     );
-    assert_eq!((&spec["scheme"], &spec["metricsPath"]), (&"HTTPS".into(), &"/metrics".into()));
+    assert_eq!(
+        (&spec["scheme"], &spec["metricsPath"]),
+        (&"HTTPS".into(), &"/metrics".into())
+    );
     assert_eq!(
         spec["authorization"],
         serde_json::json!({"type": "Bearer", "credentials": {"name": "cocoon-node-metrics-scraper", "key": "token"}})
@@ -525,12 +534,12 @@ fn node_scrape_config_scrapes_cocoon_nodes_like_kubelets() {
         ])
         .output()
         .unwrap();
-    assert!(!out.status.success(), "no CA and no insecureSkipVerify rendered");
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("metrics.nodeScrapeConfig needs ca"),
-        "{err}"
+        !out.status.success(),
+        "no CA and no insecureSkipVerify rendered"
     );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("metrics.nodeScrapeConfig needs ca"), "{err}");
 
     // Another token (e.g. a scrape identity of your own): no scraper ServiceAccount; the
     // reader role is bound to metrics.readerSubjects, and to nobody without them.
@@ -549,7 +558,10 @@ fn node_scrape_config_scrapes_cocoon_nodes_like_kubelets() {
         serde_json::json!({"type": "Bearer", "credentials": {"name": "scrape", "key": "token"}})
     );
     assert_eq!(objs[&blue(key)]["spec"]["scrapeInterval"], "1m");
-    assert_eq!(objs[&blue(key)]["metadata"]["labels"]["release"], "kube-prometheus");
+    assert_eq!(
+        objs[&blue(key)]["metadata"]["labels"]["release"],
+        "kube-prometheus"
+    );
     assert!(objs.contains_key(&blue(reader)));
     for gone in [binding, scraper, token] {
         assert!(!objs.contains_key(&blue(gone)), "{gone}: {:?}", objs.keys());

@@ -558,8 +558,10 @@ async fn kubelet_port_serves_node_metrics_to_nodes_metrics_readers_only() {
 /// One plain-HTTP `GET path` to `addr` with `Connection: close`: the raw response.
 async fn get_plain(addr: std::net::SocketAddr, path: &str) -> TestResult<Vec<u8>> {
     let mut tcp = TcpStream::connect(addr).await?;
-    tcp.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
+    tcp.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut raw = Vec::new();
     tcp.read_to_end(&mut raw).await?;
     Ok(raw)
