@@ -304,7 +304,8 @@ async fn default_render_is_the_kustomization() {
 }
 
 /// The same comparison with the optional monitoring objects on: the chart's ServiceMonitor,
-/// PrometheusRule and dashboard ConfigMap are those of manifests/components/monitoring
+/// node ScrapeConfig (with its RBAC), PrometheusRule and dashboard ConfigMap are those of
+/// manifests/components/monitoring
 /// (tests/monitoring-overlay puts it on top of manifests/); and the metrics Service goes with
 /// `metrics.service.enabled=false`.
 #[tokio::test]
@@ -499,7 +500,7 @@ fn node_scrape_config_scrapes_cocoon_nodes_like_kubelets() {
     );
     assert_eq!(
         spec["tlsConfig"],
-        serde_json::json!({"ca": {"configMap": {"name": "cocoon-node-serving-ca", "key": "ca.crt"}}, "insecureSkipVerify": false})
+        serde_json::json!({"ca": {"configMap": {"name": "kube-root-ca.crt", "key": "ca.crt"}}, "insecureSkipVerify": false})
     );
     assert_eq!(
         on[reader]["rules"],
