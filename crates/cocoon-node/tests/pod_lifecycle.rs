@@ -530,7 +530,9 @@ fn stop_and_remove_calls(agent: &TestAgent, id: &str) -> Vec<(Verb, Option<u64>)
         .sim
         .calls()
         .into_iter()
-        .filter(|c| matches!(c.verb, Verb::Stop | Verb::Remove) && c.targets.iter().any(|t| t == id))
+        .filter(|c| {
+            matches!(c.verb, Verb::Stop | Verb::Remove) && c.targets.iter().any(|t| t == id)
+        })
         .map(|c| (c.verb, c.args["timeout_secs"].as_u64()))
         .collect()
 }
@@ -555,8 +557,8 @@ async fn delete_stops_the_guest_within_its_grace_period_then_removes_it() {
             api.create(&PostParams::default(), &vm_pod(&ns, name, &node, &[]))
                 .await?;
         }
-        let polite = ann_of(&wait_running(&client, &ns, "polite").await?, ann::VM_ID)
-            .ok_or("polite id")?;
+        let polite =
+            ann_of(&wait_running(&client, &ns, "polite").await?, ann::VM_ID).ok_or("polite id")?;
         let stubborn = ann_of(&wait_running(&client, &ns, "stubborn").await?, ann::VM_ID)
             .ok_or("stubborn id")?;
         agent
@@ -590,8 +592,7 @@ async fn delete_stops_the_guest_within_its_grace_period_then_removes_it() {
             [(Verb::Stop, Some(2)), (Verb::Remove, None)]
         );
         assert!(agent.sim.vm_info(&stubborn).is_err(), "removed by force");
-        let events: Api<k8s_openapi::api::core::v1::Event> =
-            Api::namespaced(client.clone(), &ns);
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
         let want = format!("vm {stubborn} did not stop within 2s; removing it by force");
         wait_until("VMStopTimeout event", WAIT, || {
             let events = events.clone();

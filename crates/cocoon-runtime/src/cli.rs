@@ -23,6 +23,12 @@
 //! itself (bounded, [`MAX_LOG_TAIL_BYTES`]). If the help cannot be run at all, no optional
 //! feature is assumed, the §3.2 verbs are ([`Capabilities::UNDETECTED`]).
 //!
+//! Supported releases (issue 40): v0.3.8 and v0.5.x. `vm stop --timeout N` (both have it;
+//! capability `stop` = the `vm` help lists `stop`) is the graceful shutdown a caller runs
+//! before `vm rm --force`, which on v0.5.x kills at once. v0.5.x's `vm exec` reports its own
+//! failures as `Error: exec: …` with exit status 1: those are runtime errors, not the guest's
+//! exit code (see [`exec_out`]'s table).
+//!
 //! Whatever the capabilities say, a CLI that answers with its command *group* help and exit
 //! status 0 (a release without the verb) or with `unknown flag` / `unknown shorthand flag`
 //! yields [`RuntimeError::Unsupported`], never a result; for `exec`, whose output streams to
@@ -51,8 +57,7 @@ use super::io::{ExportHandle, ImportHandle};
 use super::parse;
 use super::stats;
 use super::types::{
-    CloneRequest, ExecRequest, RunRequest, SnapshotRecord, StaleCreateOutcome,
-    VmRecord, VmStats,
+    CloneRequest, ExecRequest, RunRequest, SnapshotRecord, StaleCreateOutcome, VmRecord, VmStats,
 };
 
 /// Longest event line accepted (§5 reader rules); longer lines are skipped.

@@ -34,8 +34,8 @@ pub fn parse_vm_list(context: &str, out: &[u8]) -> Result<Vec<VmRecord>> {
     Ok(entries
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|entry| match VmRecord::deserialize(&entry) {
-            Ok(vm) => Some(vm),
+        .map(|entry| match VmRecord::deserialize(&entry) {
+            Ok(vm) => vm,
             Err(e) => {
                 let vm = salvage_vm(&entry);
                 tracing::warn!(
@@ -44,7 +44,7 @@ pub fn parse_vm_list(context: &str, out: &[u8]) -> Result<Vec<VmRecord>> {
                     error = %e,
                     "VM record does not fully decode; keeping its id, name and state"
                 );
-                Some(vm)
+                vm
             }
         })
         .filter(|vm| !vm.id.is_empty())

@@ -111,7 +111,10 @@ fn every_argv(caps: &Capabilities) -> Vec<Vec<String>> {
         clone.from = CloneSource::Dir(PathBuf::from("/var/lib/cocoon/golden"));
         out.push(args::clone_args(&clone, caps).expect("clone dir").argv);
     }
-    for (os, backend) in [("linux", Backend::Firecracker), ("windows", Backend::CloudHypervisor)] {
+    for (os, backend) in [
+        ("linux", Backend::Firecracker),
+        ("windows", Backend::CloudHypervisor),
+    ] {
         let run = RunRequest {
             image: "ghcr.io/cocoonstack/cocoon/ubuntu:24.04".into(),
             name: "vk-r".into(),
@@ -328,7 +331,11 @@ fn v059_records_decode_without_failing_the_list() {
     assert_eq!(ch.hypervisor, "cloud-hypervisor");
     assert!(ch.is_running());
     assert_eq!(ch.pid, 41872);
-    assert_eq!(ch.network_configs.len(), 1, "the null NIC entry carries nothing");
+    assert_eq!(
+        ch.network_configs.len(),
+        1,
+        "the null NIC entry carries nothing"
+    );
     assert_eq!(ch.mac(), "aa:bb:cc:00:11:22");
     assert_eq!(ch.ip(), "10.88.0.5");
     assert_eq!(ch.extra["transition_generation"], 3);
@@ -414,11 +421,23 @@ async fn v059_logs_are_the_hypervisors_log() {
 fn snapshot_names_follow_the_stricter_rule_of_both_releases() {
     for bad in ["repo@sha256:abc", "vk-a@1", "-x", "", &"a".repeat(64)] {
         let err = args::snapshot_save_args(bad, "vk-a").expect_err(bad);
-        assert!(matches!(err, RuntimeError::InvalidArgument(_)), "{bad}: {err:?}");
-        assert!(err.to_string().contains("^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,62}$"), "{err}");
+        assert!(
+            matches!(err, RuntimeError::InvalidArgument(_)),
+            "{bad}: {err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,62}$"),
+            "{err}"
+        );
         assert!(args::snapshot_import_args(bad).is_err(), "{bad}");
     }
-    for good in ["vk-a", "ghcr.io/cocoonstack/ubuntu:24.04", "fork-vk-a.b_c", &"a".repeat(63)] {
+    for good in [
+        "vk-a",
+        "ghcr.io/cocoonstack/ubuntu:24.04",
+        "fork-vk-a.b_c",
+        &"a".repeat(63),
+    ] {
         args::snapshot_save_args(good, "vk-a").expect(good);
     }
 }

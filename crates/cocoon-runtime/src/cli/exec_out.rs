@@ -130,13 +130,19 @@ pub(super) fn exec_cli_refusal(
 /// cocoon's own `exec` failure (the third row of the module table): exit status 1 and a last
 /// stderr line starting with [`CLI_EXEC_FAILURE`]. The error is classified by its §3.4
 /// phrases (`VM not found` → `VmNotFound`), otherwise `Other`; never `ExitCode`.
-pub(super) fn exec_cli_failure(label: &str, code: Option<i32>, err: &Peeked) -> Option<RuntimeError> {
+pub(super) fn exec_cli_failure(
+    label: &str,
+    code: Option<i32>,
+    err: &Peeked,
+) -> Option<RuntimeError> {
     if code != Some(1) {
         return None;
     }
     let line = err.last_line()?;
     line.starts_with(CLI_EXEC_FAILURE).then(|| {
-        match classify(format!("{label}: cocoon failed before the guest command's exit was known: {line}")) {
+        match classify(format!(
+            "{label}: cocoon failed before the guest command's exit was known: {line}"
+        )) {
             // A phrase the classifier maps to a guest exit cannot come from here.
             RuntimeError::ExitCode { message, .. } => RuntimeError::Other(message),
             e => e,

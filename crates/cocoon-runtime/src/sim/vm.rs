@@ -24,9 +24,8 @@ use crate::error::{Result, RuntimeError, classify};
 use crate::tarfmt;
 use crate::types::{
     CloneRequest, CloneSource, CpuPolicy, ExecRequest, HYPERVISOR_CH, HYPERVISOR_FC, IdSet,
-    RunRequest, STATE_CREATING, STATE_RUNNING, STATE_STOPPED, StaleCreateOutcome, TapStats, VmConfig,
-    VmRecord,
-    VmStats,
+    RunRequest, STATE_CREATING, STATE_RUNNING, STATE_STOPPED, StaleCreateOutcome, TapStats,
+    VmConfig, VmRecord, VmStats,
 };
 
 pub(super) const GIB: i64 = 1 << 30;

@@ -6,9 +6,7 @@ use cocoon_api::naming::Role;
 
 use cocoon_api::contract::events::node as ev;
 
-use super::delete::{
-    Facts, Gate, StopReport, StopResult, Vm, gate, plan, stop_grace, stop_report,
-};
+use super::delete::{Facts, Gate, StopReport, StopResult, Vm, gate, plan, stop_grace, stop_report};
 use crate::pods::plan::testkit::{self, Script};
 use crate::pods::plan::{StepFailed, exec};
 
