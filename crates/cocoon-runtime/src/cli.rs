@@ -27,7 +27,7 @@
 //! capability `stop` = the `vm` help lists `stop`) is the graceful shutdown a caller runs
 //! before `vm rm --force`, which on v0.5.x kills at once. v0.5.x's `vm exec` reports its own
 //! failures as `Error: exec: …` with exit status 1: those are runtime errors, not the guest's
-//! exit code (see [`exec_out`]'s table).
+//! exit code (the table in `cli/exec_out.rs`).
 //!
 //! Whatever the capabilities say, a CLI that answers with its command *group* help and exit
 //! status 0 (a release without the verb) or with `unknown flag` / `unknown shorthand flag`
