@@ -100,7 +100,8 @@ pub trait Runtime: Send + Sync {
     /// `exec`: run argv in the guest; a non-zero guest exit is [`RuntimeError::ExitCode`].
     async fn exec(&self, req: ExecRequest) -> Result<()>;
 
-    /// `logs`: the console log, optionally only the last `tail` lines, at most
+    /// `logs`: what `cocoon vm logs` prints (on v0.5.x the hypervisor's log, not the guest
+    /// console; the simulator keeps a console log), optionally only the last `tail` lines, at most
     /// [`cli::MAX_LOG_TAIL_BYTES`] of it (see [`Runtime::logs_capped`]).
     async fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>> {
         self.logs_capped(id, tail, cli::MAX_LOG_TAIL_BYTES).await
