@@ -33,8 +33,10 @@
 //!   VM's snapshot on the host ([`is_clone_base_name`]). The spec's `<repo>` alone for
 //!   `latest` is not used; a node upgraded from it pulls `<repo>:latest` once more.
 //! * **Snapshot-name character rule (§2.4).** [`is_valid_snapshot_name`]: 1–63 characters,
-//!   `^[a-zA-Z0-9][a-zA-Z0-9._:/@-]{0,62}$` (`:`/`/`/`@` so image references can name clone
-//!   bases). The simulated runtime must enforce the same function.
+//!   `^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,62}$` (`:`/`/` so image references can name clone
+//!   bases). This is the stricter rule of the supported `cocoon` releases: v0.5.x refuses any
+//!   other name (`types/vm.go`'s snapshot-name check), so `@` (a digest reference) is refused
+//!   here too, before anything runs. The simulated runtime enforces the same function.
 //! * **Slot recovery (§2.3).** [`extract_agent_slot`] takes the candidate slot from the decimal
 //!   digits just before the `-<6 hex>` suffix and accepts it only if recomputing
 //!   `vm_name_for_pod(ns, "<cs>-<n>")` gives back exactly `vm`. For unshortened names this
@@ -149,11 +151,10 @@ pub fn is_valid_vm_name(name: &str) -> bool {
     name_matches(name, |c| matches!(c, b'.' | b'_' | b'-'))
 }
 
-/// The chosen host snapshot-name rule: `^[a-zA-Z0-9][a-zA-Z0-9._:/@-]{0,62}$`.
+/// The chosen host snapshot-name rule: `^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,62}$` (the rule of
+/// `cocoon` v0.5.x, stricter than v0.3.8's).
 pub fn is_valid_snapshot_name(name: &str) -> bool {
-    name_matches(name, |c| {
-        matches!(c, b'.' | b'_' | b'-' | b':' | b'/' | b'@')
-    })
+    name_matches(name, |c| matches!(c, b'.' | b'_' | b'-' | b':' | b'/'))
 }
 
 /// 1–63 bytes, first alphanumeric, the rest alphanumeric or accepted by `extra`.

@@ -336,7 +336,10 @@ fn name_validators() {
     assert!(is_valid_vm_name(&"a".repeat(63)));
     assert!(!is_valid_vm_name(&"a".repeat(64)));
     assert!(is_valid_snapshot_name("ghcr.io/cocoonstack/ubuntu:24.04"));
-    assert!(is_valid_snapshot_name("repo@sha256:abc"));
+    // `@` is refused: cocoon v0.5.x's snapshot-name rule has no `@` (issue 40).
+    assert!(!is_valid_snapshot_name("repo@sha256:abc"));
+    assert!(!is_valid_snapshot_name("vk-a@x"));
+    assert!(is_valid_snapshot_name("a._:/-Z9"));
     assert!(!is_valid_snapshot_name("/abs"));
     assert!(!is_valid_snapshot_name(&"a".repeat(64)));
 }

@@ -25,7 +25,7 @@ use common::{
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_node::kubelet::{KubeletLimits, KubeletServer, MetricsServer, NO_LIVE_VM_BODY};
 use cocoon_node::metrics::NodeMetrics;
-use cocoon_runtime::sim::Verb;
+use cocoon_runtime::sim::{FailRule, Verb};
 use cocoon_testenv::{
     Shared, create_namespace, delete_namespace, run_test, unique_name, wait_until,
 };
@@ -197,6 +197,25 @@ async fn kubectl_exec_and_logs_through_the_api_server() {
                 "{via}: the guest's stderr is carried: {r:?}"
             );
         }
+
+        // Issue 40: cocoon's own exec failure (v0.5.x: `Error: exec: …`, exit 1) is a runtime
+        // error, so the kubelet API answers a failure status naming it, never "exit code 1".
+        let vm_a = vm_name_for_pod(&ns, "a");
+        agent.sim.fail(
+            FailRule::new(
+                Verb::Exec,
+                "Error: exec: dial agent: connection refused (cocoon-agent may still be starting; retry shortly)",
+            )
+            .times(1)
+            .target(vm_a.clone()),
+        );
+        let r = kubectl(env, &["exec", "-n", &ns, "a", "--", "true"], None, true).await?;
+        assert_ne!(r.code, Some(0), "cocoon failed: {r:?}");
+        assert!(r.stderr.contains("dial agent"), "the cause is named: {r:?}");
+        assert!(
+            !r.stderr.contains("command terminated with exit code"),
+            "not reported as the guest's exit: {r:?}"
+        );
 
         // The exec ran in the VM: a file written by one exec is read by the next.
         let r = kubectl(

@@ -523,3 +523,105 @@ async fn ready_when_the_lease_lands_not_at_the_next_poll() {
     })
     .await;
 }
+
+/// The sim's `stop` and `remove` calls naming VM `id`, in order, with the stop's timeout.
+fn stop_and_remove_calls(agent: &TestAgent, id: &str) -> Vec<(Verb, Option<u64>)> {
+    agent
+        .sim
+        .calls()
+        .into_iter()
+        .filter(|c| {
+            matches!(c.verb, Verb::Stop | Verb::Remove) && c.targets.iter().any(|t| t == id)
+        })
+        .map(|c| (c.verb, c.args["timeout_secs"].as_u64()))
+        .collect()
+}
+
+/// Issue 40: deleting a pod shuts its guest down within the pod's grace period
+/// (`vm stop --timeout <grace>`) before the forced remove; a guest that ignores the stop is
+/// still removed once the grace period runs out, with a `VMStopTimeout` Warning Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delete_stops_the_guest_within_its_grace_period_then_removes_it() {
+    run_test(|env| async move {
+        let OnNode {
+            client,
+            ns,
+            node,
+            root,
+            _tmp,
+            _node_obj,
+        } = on_new_node(env, "node-stop").await?;
+        let agent = start_agent(env, &node, &root).await?;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        for name in ["polite", "stubborn"] {
+            api.create(&PostParams::default(), &vm_pod(&ns, name, &node, &[]))
+                .await?;
+        }
+        let polite =
+            ann_of(&wait_running(&client, &ns, "polite").await?, ann::VM_ID).ok_or("polite id")?;
+        let stubborn = ann_of(&wait_running(&client, &ns, "stubborn").await?, ann::VM_ID)
+            .ok_or("stubborn id")?;
+        agent
+            .sim
+            .ignore_shutdown(&vm_name_for_pod(&ns, "stubborn"), true);
+
+        // A guest that answers: stop with the pod's grace period, then the remove.
+        api.delete("polite", &DeleteParams::default().grace_period(7))
+            .await?;
+        wait_gone(&client, &ns, "polite").await?;
+        let calls = stop_and_remove_calls(&agent, &polite);
+        assert_eq!(
+            calls,
+            [(Verb::Stop, Some(7)), (Verb::Remove, None)],
+            "stop --timeout 7, then rm"
+        );
+        assert!(agent.sim.vm_info(&polite).is_err(), "removed");
+
+        // A guest that never shuts down: the agent waits out the grace period, then removes.
+        let asked = std::time::Instant::now();
+        api.delete("stubborn", &DeleteParams::default().grace_period(2))
+            .await?;
+        wait_gone(&client, &ns, "stubborn").await?;
+        assert!(
+            asked.elapsed() >= std::time::Duration::from_secs(2),
+            "the guest got its grace period: {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(
+            stop_and_remove_calls(&agent, &stubborn),
+            [(Verb::Stop, Some(2)), (Verb::Remove, None)]
+        );
+        assert!(agent.sim.vm_info(&stubborn).is_err(), "removed by force");
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+        let want = format!("vm {stubborn} did not stop within 2s; removing it by force");
+        wait_until("VMStopTimeout event", WAIT, || {
+            let events = events.clone();
+            let want = want.clone();
+            async move {
+                let list = events.list(&Default::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .any(|e| {
+                        e.reason.as_deref() == Some("VMStopTimeout")
+                            && e.type_.as_deref() == Some("Warning")
+                            && e.involved_object.name.as_deref() == Some("stubborn")
+                            && e.message.as_deref() == Some(want.as_str())
+                    })
+                    .then_some(())
+            }
+        })
+        .await?;
+        let list = events.list(&Default::default()).await?;
+        assert!(
+            !list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("VMStopTimeout")
+                    && e.involved_object.name.as_deref() == Some("polite")
+            }),
+            "a guest that stopped in time is not evented"
+        );
+        agent.kill().await;
+        delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}

@@ -128,6 +128,7 @@ async fn another_namespace_cannot_take_restore_fork_or_snapshot_a_vm() {
             Verb::Run,
             Verb::Clone,
             Verb::Remove,
+            Verb::Stop,
             Verb::SnapshotSave,
             Verb::SnapshotImport,
         ] {
@@ -441,7 +442,7 @@ async fn an_unmanaged_decoy_is_never_a_fork_source() {
         assert_eq!(info.id, id_b, "B's VM kept");
         assert!(info.alive, "B's VM still running");
         assert_eq!(agent.sim.guest_token(&vm_b)?, token_b, "B's guest state");
-        for verb in [Verb::SnapshotSave, Verb::Clone, Verb::Run, Verb::Remove] {
+        for verb in [Verb::SnapshotSave, Verb::Clone, Verb::Run, Verb::Remove, Verb::Stop] {
             assert_eq!(
                 agent.sim.call_count(verb),
                 0,

@@ -159,7 +159,7 @@ async fn clone_images_never_resolve_into_another_namespaces_vm_snapshots() {
             let p = api_b.get(name).await?;
             assert_eq!(ann_of(&p, ann::VM_ID), None, "{name}: no VM");
         }
-        for verb in [Verb::Clone, Verb::Run, Verb::SnapshotSave, Verb::Remove] {
+        for verb in [Verb::Clone, Verb::Run, Verb::SnapshotSave, Verb::Remove, Verb::Stop] {
             assert_eq!(agent.sim.call_count(verb), 0, "{verb:?}: {:?}", agent.sim.calls());
         }
         assert!(
@@ -375,7 +375,7 @@ async fn managed_and_pre_assigned_ids_are_fixed_at_admission() {
             }
         })
         .await?;
-        for verb in [Verb::SnapshotSave, Verb::Remove, Verb::Clone, Verb::Run] {
+        for verb in [Verb::SnapshotSave, Verb::Remove, Verb::Stop, Verb::Clone, Verb::Run] {
             assert_eq!(agent.sim.call_count(verb), 0, "{verb:?}: {:?}", agent.sim.calls());
         }
         assert!(agent.sim.vm_info(&vm_a)?.alive, "A's VM still runs");

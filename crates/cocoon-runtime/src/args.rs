@@ -72,7 +72,7 @@ pub fn check_arg(label: &str, kind: ArgKind, value: &str) -> Result<()> {
     }
     let rule = match kind {
         ArgKind::Vm => "must match ^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$",
-        ArgKind::Snapshot => "must match ^[a-zA-Z0-9][a-zA-Z0-9._:/@-]{0,62}$",
+        ArgKind::Snapshot => "must match ^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,62}$",
         ArgKind::Image | ArgKind::Network => {
             "must be non-empty, not start with '-' and hold no whitespace or control character"
         }
@@ -129,6 +129,9 @@ pub struct Capabilities {
     pub net: bool,
     /// `vm net --nics`.
     pub net_nics: bool,
+    /// The `vm stop` verb (with `--timeout`, which v0.3.8 and v0.5.x both have): the graceful
+    /// shutdown before `vm rm --force` (issue 40).
+    pub stop: bool,
 }
 
 /// The help texts capability detection reads; `None` for a verb help that was not read
@@ -164,6 +167,7 @@ impl Capabilities {
         logs_tail: true,
         net: true,
         net_nics: true,
+        stop: true,
     };
     /// Nothing optional and none of the probed verbs.
     pub const NONE: Capabilities = Capabilities {
@@ -178,10 +182,13 @@ impl Capabilities {
         logs_tail: false,
         net: false,
         net_nics: false,
+        stop: false,
     };
     /// The help could not be read: no optional feature, but the verbs of §3.2 (`exec -i`,
-    /// `logs --tail`, `net --nics`) are assumed, so their failures show the CLI's own error.
+    /// `logs --tail`, `net --nics`) and `vm stop` are assumed, so their failures show the
+    /// CLI's own error.
     pub const UNDETECTED: Capabilities = Capabilities {
+        stop: true,
         exec: true,
         exec_stdin: true,
         logs: true,
@@ -222,6 +229,7 @@ impl Capabilities {
             logs_tail: has(&logs, "--tail"),
             net: net.is_some(),
             net_nics: has(&net, "--nics"),
+            stop: lists_verb(&help.vm, "stop"),
         }
     }
 }
@@ -497,6 +505,18 @@ pub fn list_args() -> Vec<String> {
 pub fn remove_args(id: &str) -> Result<Vec<String>> {
     let argv = vec![s("vm"), s("rm"), s("--force")];
     with_positional(argv, "cocoon vm rm", ArgKind::Vm, id)
+}
+
+/// `vm stop --timeout <secs> -- <id>`: the guest gets `secs` (at least 1: cocoon reads 0 as
+/// its configured default) to shut down.
+pub fn stop_args(id: &str, timeout_secs: u64) -> Result<Vec<String>> {
+    let argv = vec![
+        s("vm"),
+        s("stop"),
+        s("--timeout"),
+        timeout_secs.max(1).to_string(),
+    ];
+    with_positional(argv, "cocoon vm stop", ArgKind::Vm, id)
 }
 
 /// `vm start -- <id>`.

@@ -473,7 +473,7 @@ fn help(clone: &str, vm: &str, verbs: [Option<&str>; 3]) -> HelpTexts {
 #[test]
 fn capabilities_from_help_text() {
     let new_clone = "Flags:\n  --restore-mode string\n  --on-demand\n  --cpu-weight int\n  --cpu-quota-us int\n  --cpu-period-us int\n  --from-dir string\n";
-    let new_vm = "Available Commands:\n  exec    run\n  logs    console log\n  net     resize\n  reconcile-stale-create\n";
+    let new_vm = "Available Commands:\n  exec    run\n  logs    console log\n  net     resize\n  reconcile-stale-create\n  stop    Stop running VM(s)\n";
     let caps = Capabilities::from_help(&help(
         new_clone,
         new_vm,

@@ -23,6 +23,12 @@
 //! itself (bounded, [`MAX_LOG_TAIL_BYTES`]). If the help cannot be run at all, no optional
 //! feature is assumed, the §3.2 verbs are ([`Capabilities::UNDETECTED`]).
 //!
+//! Supported releases (issue 40): v0.3.8 and v0.5.x. `vm stop --timeout N` (both have it;
+//! capability `stop` = the `vm` help lists `stop`) is the graceful shutdown a caller runs
+//! before `vm rm --force`, which on v0.5.x kills at once. v0.5.x's `vm exec` reports its own
+//! failures as `Error: exec: …` with exit status 1: those are runtime errors, not the guest's
+//! exit code (the table in `cli/exec_out.rs`).
+//!
 //! Whatever the capabilities say, a CLI that answers with its command *group* help and exit
 //! status 0 (a release without the verb) or with `unknown flag` / `unknown shorthand flag`
 //! yields [`RuntimeError::Unsupported`], never a result; for `exec`, whose output streams to
@@ -37,18 +43,21 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWri
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
+mod exec_out;
+
+use exec_out::{Peeked, exec_cli_failure, exec_cli_refusal, pump};
+
 use super::Runtime;
 use super::args::HelpTexts;
 use super::args::{self, Capabilities};
-use super::error::{Result, RuntimeError, classify, says_unknown_flag, strip_ansi};
+use super::error::{Result, RuntimeError, classify, strip_ansi};
 use super::events::{EventStream, VmEvent, parse_event_line};
 use super::heal::{RawSnapshotVerbs, RetryPolicy, save_healing};
 use super::io::{ExportHandle, ImportHandle};
 use super::parse;
 use super::stats;
 use super::types::{
-    ByteWriter, CloneRequest, ExecRequest, RunRequest, SnapshotRecord, StaleCreateOutcome,
-    VmRecord, VmStats,
+    CloneRequest, ExecRequest, RunRequest, SnapshotRecord, StaleCreateOutcome, VmRecord, VmStats,
 };
 
 /// Longest event line accepted (§5 reader rules); longer lines are skipped.
@@ -100,33 +109,6 @@ struct Captured {
     status: ExitStatus,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
-}
-
-/// For an `exec` whose capabilities were not detected: the CLI's own refusal, told from guest
-/// output by its texts. Exit 0 with nothing but the group help on stdout is a missing verb;
-/// a failure whose stderr is the flag parser's `unknown flag` is a missing flag.
-fn exec_cli_refusal(
-    label: &str,
-    code: Option<i32>,
-    out: &Peeked,
-    err: &Peeked,
-) -> Option<RuntimeError> {
-    match code {
-        Some(0) => out
-            .whole()
-            .filter(|o| args::is_group_help(&String::from_utf8_lossy(o)))
-            .map(|_| no_verb(label, "exec")),
-        Some(_) => err
-            .whole()
-            .map(trimmed)
-            .filter(|e| says_unknown_flag(e))
-            .map(|e| {
-                RuntimeError::Unsupported(format!(
-                    "{label}: the installed cocoon CLI refused the invocation: {e}"
-                ))
-            }),
-        None => None,
-    }
 }
 
 /// Go-style text of a non-success exit: `exit status N` or `signal: N`.
@@ -353,9 +335,7 @@ impl CliRuntime {
             if n == 0 {
                 break;
             }
-            let room = EXEC_PEEK.saturating_sub(head.head.len()).min(n);
-            head.head.extend_from_slice(&buf[..room]);
-            head.total += n;
+            head.see(&buf[..n], EXEC_PEEK);
             keeper.push(&buf[..n]);
         }
         let status = child
@@ -493,51 +473,6 @@ async fn next_line(
             }));
         }
     }
-}
-
-/// What [`pump`] saw of a pipe: its first bytes (up to the peek size) and its length.
-#[derive(Debug, Default)]
-struct Peeked {
-    head: Vec<u8>,
-    total: usize,
-}
-
-impl Peeked {
-    /// The whole output, if it fit in the peek.
-    fn whole(&self) -> Option<&[u8]> {
-        (self.total == self.head.len()).then_some(self.head.as_slice())
-    }
-}
-
-/// Copies a child pipe into the caller's writer (or discards it), keeping its first `peek`
-/// bytes.
-async fn pump(
-    pipe: Option<impl AsyncRead + Unpin>,
-    mut sink: Option<ByteWriter>,
-    peek: usize,
-) -> std::io::Result<Peeked> {
-    let mut seen = Peeked::default();
-    let Some(mut pipe) = pipe else {
-        return Ok(seen);
-    };
-    let mut buf = vec![0u8; 32 << 10];
-    loop {
-        let n = pipe.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        let chunk = &buf[..n];
-        let keep = peek.saturating_sub(seen.head.len()).min(n);
-        seen.head.extend_from_slice(&chunk[..keep]);
-        seen.total += n;
-        if let Some(w) = sink.as_mut() {
-            w.write_all(chunk).await?;
-        }
-    }
-    if let Some(w) = sink.as_mut() {
-        w.flush().await?;
-    }
-    Ok(seen)
 }
 
 /// Keeps the last `lines` lines of a byte stream within `max_bytes` (older lines, then the
@@ -750,6 +685,15 @@ impl Runtime for CliRuntime {
             .map(drop)
     }
 
+    async fn stop(&self, id: &str, timeout: std::time::Duration) -> Result<()> {
+        let label = format!("cocoon vm stop {id}");
+        if !self.caps.stop {
+            return Err(no_verb(&label, "stop"));
+        }
+        let argv = args::stop_args(id, timeout.as_secs())?;
+        self.run_combined(&label, &argv).await.map(drop)
+    }
+
     async fn start(&self, id: &str) -> Result<()> {
         self.run_stdout(&format!("cocoon vm start {id}"), &args::start_args(id)?)
             .await
@@ -819,6 +763,9 @@ impl Runtime for CliRuntime {
         if !self.detected
             && let Some(e) = exec_cli_refusal(&label, status.code(), &out, &err)
         {
+            return Err(e);
+        }
+        if let Some(e) = exec_cli_failure(&label, status.code(), &err) {
             return Err(e);
         }
         match status.code() {
@@ -1058,39 +1005,6 @@ mod tests {
                 String::from_utf8_lossy(&k.finish()),
                 String::from_utf8_lossy(want),
                 "{chunks:?} lines={lines} max={max}"
-            );
-        }
-    }
-
-    #[test]
-    fn undetected_exec_tells_cli_refusals_from_guest_output() {
-        let peeked = |b: &[u8]| Peeked {
-            head: b.to_vec(),
-            total: b.len(),
-        };
-        let help = peeked(b"Manage virtual machines\n\nUsage:\n  cocoon vm [command]\n\nAvailable Commands:\n  clone  x\n");
-        let none = peeked(b"");
-        let flag = peeked(b"Error: unknown shorthand flag: 'i' in -i\n");
-        let guest = peeked(b"sh: 1: nope: not found\n");
-        let cut = Peeked {
-            head: help.head.clone(),
-            total: help.total + 1,
-        };
-        let cases: &[(Option<i32>, &Peeked, &Peeked, bool)] = &[
-            (Some(0), &help, &none, true),
-            (Some(0), &cut, &none, false),
-            (Some(0), &guest, &none, false),
-            (Some(1), &none, &flag, true),
-            (Some(1), &none, &guest, false),
-            (Some(3), &help, &none, false),
-            (None, &none, &flag, false),
-        ];
-        for (code, out, err, want) in cases {
-            let got = exec_cli_refusal("cocoon vm exec x", *code, out, err);
-            assert_eq!(
-                matches!(got, Some(RuntimeError::Unsupported(_))),
-                *want,
-                "{code:?} {out:?} {err:?}"
             );
         }
     }

@@ -87,13 +87,21 @@ pub trait Runtime: Send + Sync {
     /// VM; callers that treat that as success decide so themselves.
     async fn remove(&self, id: &str) -> Result<()>;
 
+    /// `stop` (beyond §1, issue 40): ask the guest to shut down (ACPI power button), the
+    /// runtime waiting at most `timeout` (whole seconds, at least 1) for it. `VmNotFound` for
+    /// a missing VM. The caller bounds the call itself: dropping it ends the wait (the CLI
+    /// backend kills its `cocoon vm stop` child), and a guest that ignores the request keeps
+    /// the call pending until the runtime's own timeout handling ends it.
+    async fn stop(&self, id: &str, timeout: std::time::Duration) -> Result<()>;
+
     /// `start`: restart a stopped or errored VM in place (disk and network kept).
     async fn start(&self, id: &str) -> Result<()>;
 
     /// `exec`: run argv in the guest; a non-zero guest exit is [`RuntimeError::ExitCode`].
     async fn exec(&self, req: ExecRequest) -> Result<()>;
 
-    /// `logs`: the console log, optionally only the last `tail` lines, at most
+    /// `logs`: what `cocoon vm logs` prints (on v0.5.x the hypervisor's log, not the guest
+    /// console; the simulator keeps a console log), optionally only the last `tail` lines, at most
     /// [`cli::MAX_LOG_TAIL_BYTES`] of it (see [`Runtime::logs_capped`]).
     async fn logs(&self, id: &str, tail: Option<u64>) -> Result<Vec<u8>> {
         self.logs_capped(id, tail, cli::MAX_LOG_TAIL_BYTES).await

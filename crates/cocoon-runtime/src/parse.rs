@@ -17,21 +17,61 @@ pub fn parse_vm(context: &str, out: &[u8]) -> Result<VmRecord> {
     serde_json::from_slice(out).map_err(|e| decode_error(context, e))
 }
 
-/// `vm list -o json`: a JSON array; `No VMs found.` or empty output is an empty list; entries
-/// with an empty id are skipped.
+/// `vm list -o json`: a JSON array (v0.5.x prints `[]` when empty); `No VMs found.` (v0.3.8)
+/// or empty output is an empty list; entries with an empty id are skipped.
+///
+/// One record that does not decode never fails the whole list: it is kept as a salvaged
+/// record ([`salvage_vm`]: its id, name, hypervisor, state and PID where they have the right
+/// type) with a warning, so the VM stays visible to the agent instead of vanishing.
 pub fn parse_vm_list(context: &str, out: &[u8]) -> Result<Vec<VmRecord>> {
     let text = String::from_utf8_lossy(out);
     let text = text.trim();
     if text.is_empty() || text == "No VMs found." {
         return Ok(Vec::new());
     }
-    let vms: Option<Vec<VmRecord>> =
+    let entries: Option<Vec<serde_json::Value>> =
         serde_json::from_str(text).map_err(|e| decode_error(context, e))?;
-    Ok(vms
+    Ok(entries
         .unwrap_or_default()
         .into_iter()
+        .map(|entry| match VmRecord::deserialize(&entry) {
+            Ok(vm) => vm,
+            Err(e) => {
+                let vm = salvage_vm(&entry);
+                tracing::warn!(
+                    context,
+                    vm = %vm.id,
+                    error = %e,
+                    "VM record does not fully decode; keeping its id, name and state"
+                );
+                vm
+            }
+        })
         .filter(|vm| !vm.id.is_empty())
         .collect())
+}
+
+/// The fields the agent cannot do without, read one by one from a record that does not
+/// decode as a whole: `id`, `hypervisor`, `state`, `pid` and `config.name`, each only when it
+/// has the expected JSON type (anything else reads as empty / 0).
+pub fn salvage_vm(entry: &serde_json::Value) -> VmRecord {
+    let text = |v: Option<&serde_json::Value>| {
+        v.and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut vm = VmRecord {
+        id: text(entry.get("id")),
+        hypervisor: text(entry.get("hypervisor")),
+        state: text(entry.get("state")),
+        pid: entry
+            .get("pid")
+            .and_then(serde_json::Value::as_i64)
+            .unwrap_or_default(),
+        ..VmRecord::default()
+    };
+    vm.config.name = text(entry.get("config").and_then(|c| c.get("name")));
+    vm
 }
 
 /// One snapshot record (`snapshot inspect`).

@@ -47,6 +47,18 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// Reads a list whose entries may be `null` (cocoon v0.5.x's `[]*NetworkConfig` prints a nil
+/// entry as `null`): the list itself may be `null` too; `null` entries carry nothing and are
+/// dropped.
+fn null_entries_dropped<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let list = Option::<Vec<Option<T>>>::deserialize(d)?.unwrap_or_default();
+    Ok(list.into_iter().flatten().collect())
+}
+
 /// A set of ids, printed by cocoon as a JSON object of empty objects (`{"<id>": {}}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IdSet(pub BTreeSet<String>);
@@ -222,11 +234,11 @@ pub struct VmRecord {
     /// Hypervisor API socket.
     #[serde(default)]
     pub socket_path: String,
-    /// NICs, first NIC first.
-    #[serde(default, deserialize_with = "null_as_default")]
+    /// NICs, first NIC first; `null` entries (v0.5.x) are dropped.
+    #[serde(default, deserialize_with = "null_entries_dropped")]
     pub network_configs: Vec<NetworkConfig>,
-    /// Disks.
-    #[serde(default, deserialize_with = "null_as_default")]
+    /// Disks; `null` entries are dropped.
+    #[serde(default, deserialize_with = "null_entries_dropped")]
     pub storage_configs: Vec<StorageConfig>,
     /// True once the VM has booted (or was restored from a snapshot).
     #[serde(default)]

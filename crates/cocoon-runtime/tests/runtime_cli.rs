@@ -225,7 +225,7 @@ async fn capability_detection_reads_help_and_gates_optional_flags() {
     );
     fake.answer(
         "2",
-        "Available Commands:\n  exec  run a command\n  logs  console log\n  net  resize NICs\n  reconcile-stale-create  collect a stale record\n",
+        "Available Commands:\n  exec  run a command\n  logs  console log\n  net  resize NICs\n  reconcile-stale-create  collect a stale record\n  stop  Stop running VM(s)\n",
         "",
         0,
     );

@@ -33,10 +33,11 @@ use futures::StreamExt;
 
 use cli_v038::{Replay, VM_ID, VM_NAME, fixture, fixture_text, install_script};
 
-/// What v0.3.8 supports, per its help texts.
+/// What v0.3.8 supports, per its help texts (its `vm --help` lists `stop`).
 fn v038_caps() -> Capabilities {
     Capabilities {
         on_demand: true,
+        stop: true,
         ..Capabilities::NONE
     }
 }

@@ -1102,3 +1102,45 @@ async fn dropping_a_completion_aborts_the_transfer_like_killing_the_cli() {
             .is_snapshot_not_found()
     );
 }
+
+/// Issue 40: `stop` shuts a guest down (record `stopped`, then `start` boots it again), is a
+/// no-op on a stopped VM, says `VmNotFound` for a missing one, and a guest set to ignore it
+/// keeps the call pending until the caller's deadline.
+#[tokio::test]
+async fn stop_shuts_the_guest_down_unless_it_ignores_the_request() {
+    let n = node();
+    let vm = boot(&n, "vk-stop").await;
+    n.rt.stop(&vm.id, Duration::from_secs(5))
+        .await
+        .expect("stop");
+    let after = n.rt.inspect(&vm.id).await.expect("inspect");
+    assert_eq!(after.state, "stopped");
+    assert_eq!(after.pid, 0);
+    n.rt.stop(&vm.id, Duration::from_secs(5))
+        .await
+        .expect("stopping a stopped VM");
+    let stops = n.sim.calls_of(Verb::Stop);
+    assert_eq!(stops.len(), 2);
+    assert_eq!(stops[0].args["timeout_secs"], 5);
+    assert!(
+        n.rt.stop("vk-nosuch", Duration::from_secs(1))
+            .await
+            .expect_err("missing")
+            .is_vm_not_found()
+    );
+
+    n.rt.start(&vm.id).await.expect("start");
+    n.sim.ignore_shutdown("vk-stop", true);
+    let pending = tokio::time::timeout(
+        Duration::from_millis(300),
+        n.rt.stop(&vm.id, Duration::from_secs(1)),
+    )
+    .await;
+    assert!(pending.is_err(), "an ignoring guest never answers");
+    assert!(n.rt.inspect(&vm.id).await.expect("inspect").is_running());
+    n.sim.ignore_shutdown("vk-stop", false);
+    n.rt.stop(&vm.id, Duration::from_secs(1))
+        .await
+        .expect("stop");
+    n.rt.remove(&vm.id).await.expect("remove");
+}

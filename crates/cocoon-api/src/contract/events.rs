@@ -117,6 +117,13 @@ pub mod node {
     /// or a `clone-from-dir` directory outside its tenant (node-agent tenant isolation). The
     /// message names the annotation; the pod's lifecycle is `failed` with the same text.
     pub const TENANT_ISOLATION_REFUSED: &str = "TenantIsolationRefused";
+    /// Warning (not in the spec's table; chosen here, issue 40): a deleted pod's guest did not
+    /// shut down within the pod's grace period (`vm stop --timeout`), so `vm rm --force`
+    /// killed it. The delete goes on; the message names the VM and the grace period.
+    pub const VM_STOP_TIMEOUT: &str = "VMStopTimeout";
+    /// Warning (not in the spec's table; chosen here, issue 40): the graceful `vm stop` of a
+    /// deleted pod's VM failed; `vm rm --force` removes it anyway.
+    pub const VM_STOP_FAILED: &str = "VMStopFailed";
 
     /// `Hibernated` message when the snapshot reached the registry.
     pub const MSG_HIBERNATED_PUSHED: &str = "snapshot pushed to registry";

@@ -86,6 +86,12 @@ impl Handler {
             ),
             registry: self.registry.is_some(),
             image: &spec.image,
+            grace_secs: plan::delete::stop_grace(
+                pod.metadata.deletion_grace_period_seconds,
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds),
+            ),
         };
         let steps = plan::delete::plan(&facts);
         let op = PodOp::new(self, &key, pod, &spec, vm.as_ref());

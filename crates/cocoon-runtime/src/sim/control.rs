@@ -27,6 +27,8 @@ pub enum Verb {
     List,
     /// `remove`.
     Remove,
+    /// `stop` (the graceful shutdown before a pod's `remove`, issue 40).
+    Stop,
     /// `start`.
     Start,
     /// `exec`.
@@ -63,12 +65,13 @@ pub enum Verb {
 
 impl Verb {
     /// Every verb, in declaration order.
-    pub const ALL: [Verb; 21] = [
+    pub const ALL: [Verb; 22] = [
         Verb::Clone,
         Verb::Run,
         Verb::Inspect,
         Verb::List,
         Verb::Remove,
+        Verb::Stop,
         Verb::Start,
         Verb::Exec,
         Verb::Logs,
@@ -95,6 +98,7 @@ impl Verb {
             Verb::Inspect => "inspect",
             Verb::List => "list",
             Verb::Remove => "remove",
+            Verb::Stop => "stop",
             Verb::Start => "start",
             Verb::Exec => "exec",
             Verb::Logs => "logs",
@@ -348,6 +352,9 @@ pub(crate) struct Control {
     pub cancel_gen: HashMap<Verb, u64>,
     pub withhold_all_leases: bool,
     pub withhold_leases: BTreeSet<String>,
+    /// VM ids or names whose guest ignores `stop` (never shuts down; the caller's deadline
+    /// ends the call).
+    pub ignore_shutdown: BTreeSet<String>,
     pub stale_create_script: VecDeque<StaleCreateOutcome>,
     pub latencies: Latencies,
     pub disk: DiskSpec,
@@ -428,7 +435,8 @@ impl Control {
             Verb::Clone => l.clone,
             Verb::Run => l.run,
             Verb::Start => l.start,
-            Verb::Remove => l.remove,
+            // A guest that answers the power button stops as fast as a remove.
+            Verb::Remove | Verb::Stop => l.remove,
             Verb::SnapshotSave => l.save,
             Verb::NetResize => l.net_resize,
             Verb::Exec => l.exec,

@@ -289,6 +289,21 @@ impl SimHandle {
         Ok(rec)
     }
 
+    /// The guest of `vm` (id or name) ignores `stop` (`true`) or answers it again (`false`):
+    /// an ignoring guest never shuts down, so the `stop` call stays pending until its caller
+    /// drops it (issue 40's "guest that does not stop in time").
+    pub fn ignore_shutdown(&self, vm: &str, ignore: bool) {
+        {
+            let mut c = self.inner.ctl();
+            if ignore {
+                c.ignore_shutdown.insert(vm.to_owned());
+            } else {
+                c.ignore_shutdown.remove(vm);
+            }
+        }
+        self.inner.bump_ctl();
+    }
+
     /// The guest prints `bytes` on its console, as is (no timestamp, no newline added): what
     /// a guest writing to its serial console does; `vm logs` reads it back.
     pub fn guest_print(&self, vm: &str, bytes: &[u8]) -> Result<()> {

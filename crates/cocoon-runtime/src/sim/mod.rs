@@ -513,6 +513,10 @@ impl Runtime for SimRuntime {
         vm::remove(&self.inner, id).await
     }
 
+    async fn stop(&self, id: &str, timeout: std::time::Duration) -> Result<()> {
+        vm::stop(&self.inner, id, timeout).await
+    }
+
     async fn start(&self, id: &str) -> Result<()> {
         vm::start(&self.inner, id).await
     }

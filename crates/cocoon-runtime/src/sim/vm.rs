@@ -24,8 +24,8 @@ use crate::error::{Result, RuntimeError, classify};
 use crate::tarfmt;
 use crate::types::{
     CloneRequest, CloneSource, CpuPolicy, ExecRequest, HYPERVISOR_CH, HYPERVISOR_FC, IdSet,
-    RunRequest, STATE_CREATING, STATE_RUNNING, StaleCreateOutcome, TapStats, VmConfig, VmRecord,
-    VmStats,
+    RunRequest, STATE_CREATING, STATE_RUNNING, STATE_STOPPED, StaleCreateOutcome, TapStats,
+    VmConfig, VmRecord, VmStats,
 };
 
 pub(super) const GIB: i64 = 1 << 30;
@@ -262,6 +262,26 @@ impl Inner {
     }
 
     /// Marks a VM running with a fresh PID and schedules its DHCP leases.
+    /// The guest of `id` shut down: record `stopped`, PID 0, process gone.
+    pub(super) fn shut_down(self: &Arc<Self>, id: &str, line: &str) -> Result<()> {
+        let vm = {
+            let mut st = self.st();
+            let vm = st.vms.get_mut(id).ok_or_else(|| vm_not_found(id))?;
+            let now = Utc::now();
+            vm.record.state = STATE_STOPPED.into();
+            vm.record.pid = 0;
+            vm.record.stopped_at = Some(now);
+            vm.record.updated_at = Some(now);
+            vm.alive = false;
+            let vm = vm.clone();
+            self.save_vms(&st)?;
+            vm
+        };
+        self.console(&vm, line);
+        self.changed();
+        Ok(())
+    }
+
     pub(super) fn boot(self: &Arc<Self>, id: &str, line: &str) -> Result<VmRecord> {
         let due = Utc::now()
             + chrono::Duration::from_std(self.lease_delay).unwrap_or(chrono::Duration::zero());
@@ -614,6 +634,28 @@ pub(super) async fn remove(inner: &Arc<Inner>, id: &str) -> Result<()> {
         Some(message) => Err(classify(message)),
         None => Ok(()),
     }
+}
+
+/// `vm stop --timeout`: a running guest shuts down (record `stopped`, process gone) after
+/// the verb's latency; a stopped one stays stopped. A guest set to ignore shutdown
+/// ([`super::SimHandle::ignore_shutdown`]) never answers: the call stays pending until the
+/// caller drops it, the way a wedged guest holds `cocoon vm stop` until its deadline.
+pub(super) async fn stop(inner: &Arc<Inner>, id: &str, timeout: Duration) -> Result<()> {
+    let args = serde_json::json!({ "timeout_secs": timeout.as_secs() });
+    let call = inner.begin(Verb::Stop, On::Vm(id), args).await?;
+    let vm = inner.vm(id)?;
+    call.pace().await;
+    let ignores = {
+        let c = inner.ctl();
+        c.ignore_shutdown.contains(&vm.record.id) || c.ignore_shutdown.contains(vm.record.name())
+    };
+    if !vm.alive {
+        return Ok(());
+    }
+    if ignores {
+        std::future::pending::<()>().await;
+    }
+    inner.shut_down(&vm.record.id, "stop: guest shut down (simulated)")
 }
 
 pub(super) async fn start(inner: &Arc<Inner>, id: &str) -> Result<()> {

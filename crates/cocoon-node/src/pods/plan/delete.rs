@@ -9,6 +9,9 @@
 //!   unless `keep` (the warm-wake cache of a seat release) or the VM name is not provably
 //!   its own (tenant isolation);
 //! * the routine snapshot goes before the remove and never blocks it;
+//! * then the graceful stop (issue 40): `vm stop --timeout <grace>`, bounded by the pod's
+//!   grace period ([`stop_grace`]), never blocks the remove either; what each of its outcomes
+//!   leads to is [`stop_report`]'s table;
 //! * a failed remove fails the delete with the VM still tracked (the controller retries);
 //! * the local snapshots go after the remove, awaited, so an immediate recreate cannot race
 //!   them; then the pod is forgotten and reported `Succeeded`.
@@ -73,6 +76,92 @@ pub(crate) struct Facts<'a> {
     pub registry: bool,
     /// The pod's image (recorded as the routine snapshot's base image).
     pub image: &'a str,
+    /// The graceful-stop budget in seconds ([`stop_grace`]); 0 = no stop.
+    pub grace_secs: u64,
+}
+
+/// The kubelet's default grace period, for a pod that gives none.
+pub(crate) const DEFAULT_GRACE_SECS: u64 = 30;
+/// The longest graceful stop a delete waits for, whatever the pod asks: the delete holds the
+/// pod's operations while it waits.
+pub(crate) const MAX_STOP_GRACE_SECS: u64 = 600;
+
+/// The graceful-stop budget of a deleted pod, as a kubelet reads it:
+/// `metadata.deletionGracePeriodSeconds` when set (what the delete request asked), else
+/// `spec.terminationGracePeriodSeconds`, else 30; a negative value reads as 0 (no stop), and
+/// the result is capped at [`MAX_STOP_GRACE_SECS`].
+pub(crate) fn stop_grace(deletion: Option<i64>, termination: Option<i64>) -> u64 {
+    deletion
+        .or(termination)
+        .map_or(DEFAULT_GRACE_SECS, |s| u64::try_from(s).unwrap_or(0))
+        .min(MAX_STOP_GRACE_SECS)
+}
+
+/// How the graceful stop before the remove went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StopResult {
+    /// The guest shut down within the grace period.
+    Stopped,
+    /// The runtime no longer knows the VM.
+    Gone,
+    /// The grace period ran out first (the stop call was dropped, killing `cocoon vm stop`).
+    TimedOut,
+    /// The installed runtime has no `vm stop`.
+    Unsupported(String),
+    /// `vm stop` failed (its error text).
+    Failed(String),
+}
+
+/// What a delete reports about its graceful stop; the remove follows in every case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StopReport {
+    /// Log at warn (else info).
+    pub warn: bool,
+    /// The log line.
+    pub log: String,
+    /// A Warning Event on the pod: reason and message.
+    pub event: Option<(&'static str, String)>,
+}
+
+/// The graceful-stop table (README "Deleting a pod: graceful stop"):
+///
+/// | stop result | log | Warning Event |
+/// |---|---|---|
+/// | stopped | info `vm <id> stopped within its grace period of <n>s` | — |
+/// | gone | info `vm <id> already gone before its stop` | — |
+/// | timed out | warn `vm <id> did not stop within <n>s; removing it by force` | `VMStopTimeout`, same text |
+/// | failed | warn `stop vm <id>: <err>; removing it by force` | `VMStopFailed`, same text |
+/// | unsupported | warn `<err>; removing vm <id> by force` | — (a node-wide condition, logged) |
+pub(crate) fn stop_report(id: &str, grace_secs: u64, result: &StopResult) -> StopReport {
+    let quiet = |log: String| StopReport {
+        warn: false,
+        log,
+        event: None,
+    };
+    let loud = |reason: &'static str, log: String| StopReport {
+        warn: true,
+        event: Some((reason, log.clone())),
+        log,
+    };
+    match result {
+        StopResult::Stopped => quiet(format!(
+            "vm {id} stopped within its grace period of {grace_secs}s"
+        )),
+        StopResult::Gone => quiet(format!("vm {id} already gone before its stop")),
+        StopResult::TimedOut => loud(
+            ev::VM_STOP_TIMEOUT,
+            format!("vm {id} did not stop within {grace_secs}s; removing it by force"),
+        ),
+        StopResult::Failed(e) => loud(
+            ev::VM_STOP_FAILED,
+            format!("stop vm {id}: {e}; removing it by force"),
+        ),
+        StopResult::Unsupported(e) => StopReport {
+            warn: true,
+            log: format!("{e}; removing vm {id} by force"),
+            event: None,
+        },
+    }
 }
 
 /// The delete's steps.
@@ -115,6 +204,12 @@ pub(crate) fn plan(f: &Facts<'_>) -> Vec<Step> {
             name: vm.name.to_owned(),
             id: vm.id.to_owned(),
             base_image: f.image.to_owned(),
+        }));
+    }
+    if f.grace_secs > 0 {
+        steps.push(Step::then(Action::StopVm {
+            id: vm.id.to_owned(),
+            grace_secs: f.grace_secs,
         }));
     }
     steps.push(

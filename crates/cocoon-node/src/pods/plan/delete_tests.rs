@@ -4,7 +4,9 @@
 use cocoon_api::contract::SnapshotPolicy;
 use cocoon_api::naming::Role;
 
-use super::delete::{Facts, Gate, Vm, gate, plan};
+use cocoon_api::contract::events::node as ev;
+
+use super::delete::{Facts, Gate, StopReport, StopResult, Vm, gate, plan, stop_grace, stop_report};
 use crate::pods::plan::testkit::{self, Script};
 use crate::pods::plan::{StepFailed, exec};
 
@@ -25,6 +27,7 @@ fn live() -> Facts<'static> {
         role: Role::Main,
         registry: true,
         image: "img:1",
+        grace_secs: 30,
     }
 }
 
@@ -38,6 +41,7 @@ fn hibernated() -> Facts<'static> {
 }
 
 const ROUTINE: &str = "routine snapshot: save vk-a from id-1, push vk-a:latest (base image img:1)";
+const STOP: &str = "stop id-1 within 30s";
 const REMOVE: &str = "remove id-1 | fail -: remove vm id-1";
 const DROP: &str = "drop local snapshots vk-a and fork-vk-a (10 s each, awaited)";
 const FINISH: &str = "forget the pod, status Succeeded";
@@ -49,7 +53,7 @@ fn delete_plan_table() {
         (
             "a live VM, policy always: routine snapshot, remove, local snapshots, forget",
             live(),
-            vec![ROUTINE, REMOVE, DROP, FINISH, OK],
+            vec![ROUTINE, STOP, REMOVE, DROP, FINISH, OK],
         ),
         (
             "keep-snapshot-on-delete: the local snapshot stays as the warm-wake cache",
@@ -57,7 +61,7 @@ fn delete_plan_table() {
                 keep: true,
                 ..live()
             },
-            vec![ROUTINE, REMOVE, FINISH, OK],
+            vec![ROUTINE, STOP, REMOVE, FINISH, OK],
         ),
         (
             "main-only policy on a sub-agent: no routine snapshot",
@@ -66,7 +70,7 @@ fn delete_plan_table() {
                 role: Role::SubAgent,
                 ..live()
             },
-            vec![REMOVE, DROP, FINISH, OK],
+            vec![STOP, REMOVE, DROP, FINISH, OK],
         ),
         (
             "main-only policy on the main",
@@ -74,7 +78,7 @@ fn delete_plan_table() {
                 policy: SnapshotPolicy::MainOnly,
                 ..live()
             },
-            vec![ROUTINE, REMOVE, DROP, FINISH, OK],
+            vec![ROUTINE, STOP, REMOVE, DROP, FINISH, OK],
         ),
         (
             "policy never",
@@ -82,7 +86,7 @@ fn delete_plan_table() {
                 policy: SnapshotPolicy::Never,
                 ..live()
             },
-            vec![REMOVE, DROP, FINISH, OK],
+            vec![STOP, REMOVE, DROP, FINISH, OK],
         ),
         (
             "no registry: nothing to push to, so no routine snapshot",
@@ -90,7 +94,23 @@ fn delete_plan_table() {
                 registry: false,
                 ..live()
             },
-            vec![REMOVE, DROP, FINISH, OK],
+            vec![STOP, REMOVE, DROP, FINISH, OK],
+        ),
+        (
+            "grace period 0: no graceful stop, the remove at once",
+            Facts {
+                grace_secs: 0,
+                ..live()
+            },
+            vec![ROUTINE, REMOVE, DROP, FINISH, OK],
+        ),
+        (
+            "the stop gets the pod's grace period, after the routine snapshot",
+            Facts {
+                grace_secs: 7,
+                ..live()
+            },
+            vec![ROUTINE, "stop id-1 within 7s", REMOVE, DROP, FINISH, OK],
         ),
         (
             "an unmanaged pod: its VM is never removed, the pod only forgotten",
@@ -170,9 +190,88 @@ async fn a_failed_remove_fails_the_delete_with_the_vm_still_tracked() {
         script.calls(),
         [
             "routine snapshot: save vk-a from id-1, push vk-a:latest (base image img:1)",
+            "stop id-1 within 30s",
             "remove id-1 ✗",
         ]
     );
+}
+
+#[tokio::test]
+async fn a_failed_stop_never_blocks_the_remove() {
+    let script = Script::default().fail("stop", 1);
+    let res = exec::run(&script, &plan(&live())).await;
+    assert_eq!(res, Ok(()));
+    let calls = script.calls();
+    assert_eq!(calls[1], "stop id-1 within 30s ✗");
+    assert_eq!(calls[2], "remove id-1");
+}
+
+#[test]
+fn stop_grace_table() {
+    // (situation, metadata.deletionGracePeriodSeconds, spec.terminationGracePeriodSeconds, secs)
+    let rows: &[(&str, Option<i64>, Option<i64>, u64)] = &[
+        ("neither: the kubelet default", None, None, 30),
+        ("the pod spec's", None, Some(7), 7),
+        ("the delete request's wins", Some(3), Some(60), 3),
+        ("a delete with grace 0: no stop", Some(0), Some(60), 0),
+        ("negative reads as 0", Some(-5), None, 0),
+        ("capped", None, Some(86_400), 600),
+    ];
+    for (situation, deletion, termination, want) in rows {
+        assert_eq!(stop_grace(*deletion, *termination), *want, "{situation}");
+    }
+}
+
+#[test]
+fn stop_report_table() {
+    let warn = |reason: &'static str, text: &str| StopReport {
+        warn: true,
+        log: text.to_owned(),
+        event: Some((reason, text.to_owned())),
+    };
+    let rows: Vec<(StopResult, StopReport)> = vec![
+        (
+            StopResult::Stopped,
+            StopReport {
+                warn: false,
+                log: "vm id-1 stopped within its grace period of 7s".into(),
+                event: None,
+            },
+        ),
+        (
+            StopResult::Gone,
+            StopReport {
+                warn: false,
+                log: "vm id-1 already gone before its stop".into(),
+                event: None,
+            },
+        ),
+        (
+            StopResult::TimedOut,
+            warn(
+                ev::VM_STOP_TIMEOUT,
+                "vm id-1 did not stop within 7s; removing it by force",
+            ),
+        ),
+        (
+            StopResult::Failed("exit status 1 (output: Error: stop: boom)".into()),
+            warn(
+                ev::VM_STOP_FAILED,
+                "stop vm id-1: exit status 1 (output: Error: stop: boom); removing it by force",
+            ),
+        ),
+        (
+            StopResult::Unsupported("cocoon vm stop id-1: no vm stop".into()),
+            StopReport {
+                warn: true,
+                log: "cocoon vm stop id-1: no vm stop; removing vm id-1 by force".into(),
+                event: None,
+            },
+        ),
+    ];
+    for (result, want) in rows {
+        assert_eq!(stop_report("id-1", 7, &result), want, "{result:?}");
+    }
 }
 
 #[test]

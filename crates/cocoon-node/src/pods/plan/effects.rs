@@ -26,7 +26,9 @@ use crate::pods::state::TrackedVm;
 use crate::pods::tenant::ArtifactUse;
 use crate::pods::{Handler, status};
 use cocoon_api::contract::owner as owner_rule;
-use cocoon_runtime::{CloneSource, RunRequest, Runtime, SnapshotRecord, VmRecord, exec_capture};
+use cocoon_runtime::{
+    CloneSource, RunRequest, Runtime, RuntimeError, SnapshotRecord, VmRecord, exec_capture,
+};
 
 /// One pod operation's view of the handler: the pod, its spec, the VM it acts on, and what
 /// the steps so far handed on.
@@ -451,6 +453,29 @@ impl PodOp<'_> {
 }
 
 impl PodOp<'_> {
+    /// [`Action::StopVm`]: `vm stop` bounded by the grace period (the call is dropped when
+    /// it runs out, which kills the `cocoon` child), then the report of `delete::stop_report`.
+    async fn stop_gracefully(&self, id: &str, grace_secs: u64) {
+        use super::delete::{StopResult, stop_report};
+        let grace = Duration::from_secs(grace_secs);
+        let result = match tokio::time::timeout(grace, self.h.rt.stop(id, grace)).await {
+            Err(_) => StopResult::TimedOut,
+            Ok(Ok(())) => StopResult::Stopped,
+            Ok(Err(e)) if e.is_vm_not_found() => StopResult::Gone,
+            Ok(Err(RuntimeError::Unsupported(e))) => StopResult::Unsupported(e),
+            Ok(Err(e)) => StopResult::Failed(e.to_string()),
+        };
+        let report = stop_report(id, grace_secs, &result);
+        if report.warn {
+            warn!(pod = %self.key, vm = %id, "{}", report.log);
+        } else {
+            info!(pod = %self.key, vm = %id, "{}", report.log);
+        }
+        if let Some((reason, message)) = report.event {
+            self.h.event(self.pod, true, reason, &message).await;
+        }
+    }
+
     /// Every action but the fork snapshot's (see [`Effects::apply`]).
     async fn apply_step(&self, action: &Action) -> Result<(), String> {
         let h = self.h;
@@ -475,6 +500,7 @@ impl PodOp<'_> {
                 return h.clear_runtime(self.pod).await.map_err(|e| e.to_string());
             }
             Action::RemoveVm { id } => return removed(h.rt.remove(id).await),
+            Action::StopVm { id, grace_secs } => self.stop_gracefully(id, *grace_secs).await,
             Action::CountPhaseOk(phase) => h.metrics.hibernate(phase, m::RESULT_OK),
             Action::UntrackVm => {
                 h.probes.forget(self.key);

@@ -57,6 +57,10 @@ pub(crate) enum Action {
     RetryFailedClear,
     /// `vm rm --force <id>`; a VM the runtime no longer knows counts as removed.
     RemoveVm { id: String },
+    /// `vm stop --timeout <grace_secs> <id>`, bounded by `grace_secs`: the graceful shutdown
+    /// before a delete's remove. Never fails the plan; its outcome is logged and, when the
+    /// guest did not stop, evented (`delete::stop_report`).
+    StopVm { id: String, grace_secs: u64 },
     /// `cocoon_vk_hibernate_total{phase, result=ok}` += 1.
     CountPhaseOk(&'static str),
     /// Drop the pod's VM from the tables and stop its probe (the pod stays tracked).

@@ -21,6 +21,7 @@ pub(crate) fn action(a: &Action) -> String {
         Action::ClearRuntime => "clear id/ip".into(),
         Action::RetryFailedClear => "clear id/ip again if that failed".into(),
         Action::RemoveVm { id } => format!("remove {id}"),
+        Action::StopVm { id, grace_secs } => format!("stop {id} within {grace_secs}s"),
         Action::CountPhaseOk(p) => format!("count {p} ok"),
         Action::UntrackVm => "untrack the VM".into(),
         Action::PublishStatus => "publish status".into(),
