@@ -385,10 +385,10 @@ fn node(args: NodeArgs) -> anyhow::Result<()> {
         eprintln!("cocoon-operator node: {msg}");
         std::process::exit(1);
     };
-    let file = match &args.config {
-        Some(path) => Some(FileSettings::load(path).unwrap_or_else(|e| fail(e.to_string()))),
-        None => None,
-    };
+    let file = args
+        .config
+        .as_deref()
+        .map(|path| FileSettings::load(path).unwrap_or_else(|e| fail(e.to_string())));
     let settings = Settings::merge(file.as_ref(), |k| std::env::var(k).ok());
     // A value's error, with the file it came from (the environment needs no mention).
     let located = |e: config::ConfigError| match settings.file_of(e.var()) {

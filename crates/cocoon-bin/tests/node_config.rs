@@ -131,10 +131,7 @@ fn the_environment_overrides_the_config_file() {
         dir.path(),
         "OCI_REGISTRY: 127.0.0.1:5000\nVK_NODE_IP: 127.0.0.1\nVK_RESERVE_PERCENT: 10\n",
     );
-    let (code, stderr) = run(node(
-        &["--config", &file],
-        &[("VK_RESERVE_PERCENT", "101")],
-    ));
+    let (code, stderr) = run(node(&["--config", &file], &[("VK_RESERVE_PERCENT", "101")]));
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("parse VK_RESERVE_PERCENT=\"101\": must be 0-100"),
@@ -193,7 +190,10 @@ async fn the_agent_notifies_systemd_ready_watchdog_and_stopping() {
             .spawn()?;
         let outcome = async {
             let first = next(&sock, WAIT).await?;
-            assert!(first.starts_with("READY=1\n"), "first notification: {first:?}");
+            assert!(
+                first.starts_with("READY=1\n"),
+                "first notification: {first:?}"
+            );
             // READY=1 means registered: the Node is there, as the file and environment say.
             let nodes: Api<Node> = Api::all(client.clone());
             let n = nodes.get(&node_name).await?;

@@ -28,9 +28,16 @@ fn notify_socket_is_a_path_or_abstract() {
     }
 }
 
+/// `WATCHDOG_USEC`, `WATCHDOG_PID`, and the timeout (or the error) they give process 4242.
+type WatchdogCase = (
+    Option<&'static str>,
+    Option<&'static str>,
+    Result<Option<Duration>, &'static str>,
+);
+
 #[test]
 fn watchdog_timeout_follows_sd_watchdog_enabled() {
-    let cases: &[(Option<&str>, Option<&str>, Result<Option<Duration>, &str>)] = &[
+    let cases: &[WatchdogCase] = &[
         (None, None, Ok(None)),
         (Some(""), None, Ok(None)),
         (Some("0"), None, Ok(None)),
@@ -56,7 +63,7 @@ fn watchdog_timeout_follows_sd_watchdog_enabled() {
     for (usec, pid, want) in cases {
         assert_eq!(
             watchdog_timeout(*usec, *pid, 4242),
-            want.clone().map_err(str::to_string),
+            (*want).map_err(str::to_string),
             "{usec:?} {pid:?}"
         );
     }
