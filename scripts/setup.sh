@@ -33,6 +33,7 @@ if [ "$demo" = 0 ]; then
   command -v runc >/dev/null 2>&1 || need_pkgs+=(runc)
   command -v skopeo >/dev/null 2>&1 || need_pkgs+=(skopeo)
   command -v containerd >/dev/null 2>&1 || need_pkgs+=(containerd)
+  command -v systemd-analyze >/dev/null 2>&1 || need_pkgs+=(systemd)   # verify and score the node unit
   [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
   [ -x /usr/lib/cni/loopback ] || need_pkgs+=(containernetworking-plugins)
   command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need_pkgs+=(iproute2)  # the kubelet node's address on lo

@@ -37,7 +37,11 @@ enum Command {
     /// Reconcile CocoonSet and CocoonHibernation resources.
     Run(Box<RunArgs>),
     /// Run the node agent for this host (virtual-kubelet style).
-    Node,
+    #[command(
+        after_help = "Every setting is an environment variable (or a --config key): --help lists them all.",
+        after_long_help = cocoon_node::settings::help_text()
+    )]
+    Node(NodeArgs),
     /// Print the CustomResourceDefinitions as YAML (or write one file per CRD).
     Crd {
         /// Write `<group>_<plural>.yaml` files into this directory instead of printing.
@@ -49,6 +53,15 @@ enum Command {
     /// Check that the metrics Service's ready endpoints answer with this version's build info
     /// (the chart's `helm test`).
     CheckMetrics(check::CheckArgs),
+}
+
+/// Flags of `node`: the settings themselves are environment variables (listed by `--help`).
+#[derive(Args, Debug)]
+struct NodeArgs {
+    /// YAML file of settings, keyed by the variable names (`VK_NODE_NAME: host-1`); a variable
+    /// set in the environment overrides the file; an unknown key is refused.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -354,41 +367,53 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => tokio::runtime::Runtime::new()
             .context("start the async runtime")?
             .block_on(run(*args)),
-        Command::Node => node(),
+        Command::Node(args) => node(args),
         Command::Sim(args) => simctl::main(args),
         Command::CheckMetrics(args) => check::main(args),
     }
 }
 
-/// `node`: the per-host node agent. Logging comes from `VK_LOG_LEVEL` and `VK_LOG_FORMAT`
-/// (`text` or `json`; an invalid value of either exits with status 1), the rest of the configuration from the environment (`contract.md` §12.2).
-fn node() -> anyhow::Result<()> {
-    let raw = std::env::var(cocoon_api::contract::env::node::LOG_LEVEL)
-        .ok()
+/// `node`: the per-host node agent. Its settings come from the environment over the optional
+/// `--config` file (`cocoon_node::settings`); logging from `VK_LOG_LEVEL` and `VK_LOG_FORMAT`.
+/// A bad setting exits with status 1 and a message naming the variable (and the file, when
+/// the value came from there).
+fn node(args: NodeArgs) -> anyhow::Result<()> {
+    use cocoon_api::contract::env::node as env;
+    use cocoon_node::config::{self, NodeConfig};
+    use cocoon_node::settings::{FileSettings, Settings};
+    let fail = |msg: String| -> ! {
+        eprintln!("cocoon-operator node: {msg}");
+        std::process::exit(1);
+    };
+    let file = args
+        .config
+        .as_deref()
+        .map(|path| FileSettings::load(path).unwrap_or_else(|e| fail(e.to_string())));
+    let settings = Settings::merge(file.as_ref(), |k| std::env::var(k).ok());
+    // A value's error, with the file it came from (the environment needs no mention).
+    let located = |e: config::ConfigError| match settings.file_of(e.var()) {
+        Some(path) => format!("{e} (set in {})", path.display()),
+        None => e.to_string(),
+    };
+    let raw = settings
+        .get(env::LOG_LEVEL)
         .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| cocoon_api::contract::env::node::DEFAULT_LOG_LEVEL.to_owned());
-    let level = match cocoon_node::config::parse_log_level(&raw) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("cocoon-operator node: {e}");
-            std::process::exit(1);
-        }
-    };
-    let raw_format = std::env::var(cocoon_api::contract::env::node::LOG_FORMAT).unwrap_or_default();
-    let format = match cocoon_node::config::parse_log_format(&raw_format) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("cocoon-operator node: {e}");
-            std::process::exit(1);
-        }
-    };
+        .unwrap_or_else(|| env::DEFAULT_LOG_LEVEL.to_owned());
+    let level = config::parse_log_level(&raw).unwrap_or_else(|e| fail(located(e)));
+    let raw_format = settings.get(env::LOG_FORMAT).unwrap_or_default();
+    let format = config::parse_log_format(&raw_format).unwrap_or_else(|e| fail(located(e)));
     let builder =
         tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(level));
     match format {
-        cocoon_node::config::LogFormat::Text => builder.init(),
-        cocoon_node::config::LogFormat::Json => builder.json().init(),
+        config::LogFormat::Text => builder.init(),
+        config::LogFormat::Json => builder.json().init(),
     }
-    let config = cocoon_node::config::NodeConfig::from_env().context("node agent configuration")?;
+    if let Some(path) = &args.config {
+        info!(config = %path.display(), "settings from the environment over the config file");
+    }
+    let config = NodeConfig::from_settings(&settings, config::first_non_loopback_ipv4)
+        .map_err(|e| anyhow::anyhow!(located(e)))
+        .context("node agent configuration")?;
     tokio::runtime::Runtime::new()
         .context("start the async runtime")?
         .block_on(cocoon_node::agent::run(config))

@@ -142,7 +142,11 @@ pub async fn run_agent(
                     );
                 }
             }
-            Some(NodeHeartbeat::start(parts.client.clone(), reg, &token))
+            let hb = NodeHeartbeat::start(parts.client.clone(), reg, &token);
+            for beat in hb.heartbeats() {
+                handler.liveness.register(beat);
+            }
+            Some(hb)
         }
         None => None,
     };
@@ -184,12 +188,22 @@ pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
 
 /// `cocoon-operator node`: builds everything from `config` and runs until SIGINT/SIGTERM.
 pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
-    let kube_config = kube::Config::infer()
+    // Every later reader takes its values from the settings (environment over `--config`).
+    let settings = config.settings.clone();
+    let get = |k: &str| settings.get(k);
+    let kube_config = kube_config(settings.get(cocoon_api::contract::env::node::KUBECONFIG))
         .await
-        .map_err(kube::Error::InferConfig)?;
+        .map_err(|e| AgentError::Config(format!("kubeconfig: {e}")))?;
     let client = Client::try_from(crate::user_agent::kube_config(kube_config))?;
+    let notifier = crate::systemd::Notifier::from_settings(&settings).map(Arc::new);
+    let watchdog = crate::systemd::watchdog_timeout(
+        settings.get(crate::systemd::WATCHDOG_USEC).as_deref(),
+        settings.get(crate::systemd::WATCHDOG_PID).as_deref(),
+        std::process::id(),
+    )
+    .map_err(AgentError::Config)?;
     let metrics = Arc::new(NodeMetrics::new(config.cocoon_root_dir.clone()));
-    let (runtime, sim) = config.runtime.open(|k| std::env::var(k).ok()).await?;
+    let (runtime, sim) = config.runtime.open(get).await?;
     let shutdown = CancellationToken::new();
     // The simulator's control socket for black-box tests and demos (never on the real runtime).
     let _control = sim
@@ -204,8 +218,7 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
     } else {
         // Credentials, CA, client certificate and insecure hosts from the environment
         // (`OCI_REGISTRY_*`, `DOCKER_CONFIG`), as the README documents them.
-        let mut rc = RegistryConfig::for_registry(&config.oci_registry)?
-            .with_access_env(&|k| std::env::var(k).ok())?;
+        let mut rc = RegistryConfig::for_registry(&config.oci_registry)?.with_access_env(&get)?;
         // The snapshot knobs of registry.md §5.5 (all 0: the v1 artifact, as before).
         rc.apply_snapshot_knobs(
             config.snapshot_zstd_level,
@@ -273,9 +286,13 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
     info!(kubelet_port = kubelet.port(), metrics = %config.metrics_addr, "listeners up");
     let registration = NodeRegistration::from_config(&config, resources, kubelet.port());
     let signal = shutdown.clone();
+    let stopping = notifier.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
         info!("shutdown signal received");
+        if let Some(n) = &stopping {
+            n.send("STOPPING=1");
+        }
         signal.cancel();
     });
     let parts = AgentParts {
@@ -286,11 +303,27 @@ pub async fn run(config: NodeConfig) -> Result<(), AgentError> {
         metrics,
         registration: Some(registration),
     };
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (tx, rx) = tokio::sync::oneshot::channel::<Arc<Handler>>();
     let late = backend.clone();
+    let kubelet_beat = kubelet.heartbeat();
+    let stop_watchdog = shutdown.clone();
     tokio::spawn(async move {
-        if let Ok(handler) = rx.await {
-            late.set(handler);
+        let Ok(handler) = rx.await else {
+            return;
+        };
+        // The Node is registered, its heartbeat loops run and both servers listen.
+        handler.liveness.register(kubelet_beat);
+        let liveness = handler.liveness.clone();
+        late.set(handler);
+        if let Some(n) = notifier {
+            n.send("READY=1\nSTATUS=node registered, serving pods");
+            if let Some(timeout) = watchdog {
+                info!(
+                    ?timeout,
+                    "feeding the systemd watchdog while the main loops run"
+                );
+                crate::systemd::run_watchdog(n, liveness, timeout, stop_watchdog).await;
+            }
         }
     });
     let result = run_agent(parts, shutdown, Some(tx)).await;
@@ -391,6 +424,35 @@ impl PodBackend for AgentPodBackend {
         }
         Ok(out)
     }
+}
+
+/// The Kubernetes client configuration: the colon-separated kubeconfig list `kubeconfig`
+/// (from the settings) merged as kubectl does, else what [`kube::Config::infer`] finds
+/// (`~/.kube/config`, then in-cluster).
+async fn kube_config(kubeconfig: Option<String>) -> Result<kube::Config, String> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let paths: Vec<std::path::PathBuf> = kubeconfig
+        .as_deref()
+        .map(|v| {
+            std::env::split_paths(v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    if paths.is_empty() {
+        return kube::Config::infer().await.map_err(|e| e.to_string());
+    }
+    let merged = paths
+        .iter()
+        .try_fold(Kubeconfig::default(), |m, p| {
+            Kubeconfig::read_from(p).and_then(|c| m.merge(c))
+        })
+        .map_err(|e| e.to_string())?;
+    let mut config = kube::Config::from_custom_kubeconfig(merged, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    config.apply_debug_overrides();
+    Ok(config)
 }
 
 async fn wait_for_signal() {

@@ -50,6 +50,7 @@ use cocoon_runtime::BackendChoice;
 
 use crate::kubelet::limits::KubeletLimits;
 use crate::pods::host_reach::{self, HostReach};
+use crate::settings::Settings;
 
 /// A configuration error; every variant's text is the fatal message the process exits with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,6 +93,28 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+}
+
+impl ConfigError {
+    /// The variable at fault, to say where its value came from.
+    pub fn var(&self) -> &'static str {
+        match self {
+            ConfigError::MissingRegistry => env::OCI_REGISTRY,
+            ConfigError::RestoreMode(_) => env::RESTORE_MODE,
+            ConfigError::ReservePercent(_) => env::RESERVE_PERCENT,
+            ConfigError::LogLevel(_) => env::LOG_LEVEL,
+            ConfigError::LogFormat(_) => env::LOG_FORMAT,
+            ConfigError::NodeIp(_) | ConfigError::NoNodeIp => env::NODE_IP,
+            ConfigError::ListenAddr { var, .. }
+            | ConfigError::HostReach { var, .. }
+            | ConfigError::Limit { var, .. } => var,
+            ConfigError::SnapshotCpuClass(_) => env::SNAPSHOT_CPU_CLASS,
+            ConfigError::Runtime(_) => cocoon_runtime::ENV_RUNTIME,
+            ConfigError::CloneFromDirRoot(_) => env::CLONE_FROM_DIR_ROOTS,
+            ConfigError::CloneBaseKeep(_) => env::CLONE_BASE_KEEP,
+            ConfigError::UnmanagedIpCidrs(_) => env::UNMANAGED_IP_CIDRS,
+        }
+    }
 }
 
 /// What to do with a VM that no pod claims (`VK_ORPHAN_POLICY`).
@@ -288,12 +311,26 @@ pub struct NodeConfig {
     /// `VK_KUBELET_PREAUTH_CONNECTIONS`, `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT`,
     /// `VK_STREAMING_CONNECTION_IDLE_TIMEOUT`); see [`parse_kubelet_limits`].
     pub kubelet_limits: KubeletLimits,
+    /// Every setting of [`crate::settings::SETTINGS`] as given, for the readers after this
+    /// parse (runtime backend, registry access, kubeconfig, systemd notification).
+    pub settings: Settings,
 }
 
 impl NodeConfig {
     /// Reads the process environment; the node IP falls back to interface detection.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok(), first_non_loopback_ipv4)
+    }
+
+    /// Builds the configuration from merged `settings` (environment over `--config` file),
+    /// keeping them, with their origins, in [`NodeConfig::settings`].
+    pub fn from_settings(
+        settings: &Settings,
+        detect_ip: impl FnOnce() -> Option<Ipv4Addr>,
+    ) -> Result<Self, ConfigError> {
+        let mut cfg = Self::from_lookup(|k| settings.get(k), detect_ip)?;
+        cfg.settings = settings.clone();
+        Ok(cfg)
     }
 
     /// Builds the configuration from `get` (an env lookup) and `detect_ip` (called only when
@@ -459,6 +496,7 @@ impl NodeConfig {
             unmanaged_ip_ranges,
             timings: Timings::default(),
             kubelet_limits: parse_kubelet_limits(&val)?,
+            settings: Settings::capture(&get),
         })
     }
 }

@@ -11,6 +11,8 @@
 //!   startup reconcile, the VM event watcher, probes and status.
 //! * [`agent`]: composes the startup order of `node.md` §1 and runs the agent.
 //! * [`kubelet`]: the kubelet HTTPS API and the metrics listener (`node.md` §13).
+//! * [`settings`]: the table of every setting (environment variable / `--config` key).
+//! * [`systemd`]: `Type=notify` readiness and the watchdog fed by the main loops' heartbeats.
 
 pub mod agent;
 pub mod config;
@@ -20,4 +22,10 @@ pub mod kubelet;
 pub mod metrics;
 pub mod node;
 pub mod pods;
+pub mod settings;
+#[cfg(test)]
+mod settings_tests;
+pub mod systemd;
+#[cfg(test)]
+mod systemd_tests;
 pub mod user_agent;

@@ -70,6 +70,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::metrics::NodeMetrics;
 use crate::node::capacity::HostReader;
+use crate::systemd::{BEAT_EVERY, Heartbeat};
 
 pub use auth::{KubeReviewer, KubeletAuth, PeerIdentity, Reviewer};
 pub use limits::KubeletLimits;
@@ -670,6 +671,7 @@ pub struct KubeletServer {
     certificate: Vec<u8>,
     cancel: CancellationToken,
     task: JoinHandle<()>,
+    heartbeat: Heartbeat,
 }
 
 impl KubeletServer {
@@ -736,6 +738,7 @@ impl KubeletServer {
             cancel.clone(),
             limits,
         );
+        let heartbeat = Heartbeat::new("kubelet API accept", BEAT_EVERY);
         let task = tokio::spawn(accept_loop(
             listener,
             acceptor,
@@ -744,6 +747,7 @@ impl KubeletServer {
             tasks,
             sessions_stop,
             limits,
+            heartbeat.clone(),
         ));
         tracing::info!(
             addr = %local_addr,
@@ -756,11 +760,17 @@ impl KubeletServer {
             certificate: tls.chain.first().map(|c| c.to_vec()).unwrap_or_default(),
             cancel,
             task,
+            heartbeat,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The accept loop's heartbeat, for the systemd watchdog.
+    pub fn heartbeat(&self) -> Heartbeat {
+        self.heartbeat.clone()
     }
 
     /// The bound port, for `status.daemonEndpoints.kubeletEndpoint.port`.
@@ -784,6 +794,7 @@ impl KubeletServer {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn accept_loop(
     listener: TcpListener,
     acceptor: TlsAcceptor,
@@ -792,14 +803,18 @@ async fn accept_loop(
     tasks: TaskTracker,
     sessions_stop: CancellationToken,
     limits: KubeletLimits,
+    heartbeat: Heartbeat,
 ) {
     // Connections not yet authenticated: a client that opens connections and never finishes
     // a handshake or a request holds one of these, never more than the limit.
     let preauth = Arc::new(tokio::sync::Semaphore::new(limits.preauth_connections));
     let mut refused_logged = false;
+    let mut idle = tokio::time::interval(BEAT_EVERY);
     loop {
+        heartbeat.beat();
         let (tcp, peer) = tokio::select! {
             () = cancel.cancelled() => break,
+            _ = idle.tick() => continue,
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {

@@ -33,6 +33,8 @@ use kube::{Client, Resource};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::systemd::Heartbeat;
+
 pub use capacity::{HostFigures, HostReader, Resources};
 pub use object::{COCOON_VERSION, NodeRegistration};
 
@@ -282,14 +284,17 @@ pub async fn fixup_once(client: &Client, reg: &NodeRegistration) -> Result<bool,
 pub struct NodeHeartbeat {
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    beats: Vec<Heartbeat>,
 }
 
-/// Runs `tick` now and then every `period` until `cancel` fires; errors are logged.
+/// Runs `tick` now and then every `period` until `cancel` fires; errors are logged. `beat`
+/// beats on every pass (whatever its outcome: a failing API call is a live loop).
 fn spawn_loop<F, Fut>(
     cancel: CancellationToken,
     first_delay: Duration,
     period: Duration,
     what: &'static str,
+    beat: Heartbeat,
     mut tick: F,
 ) -> JoinHandle<()>
 where
@@ -310,6 +315,7 @@ where
                 () = cancel.cancelled() => break,
                 r = tick() => r,
             };
+            beat.beat();
             if let Err(e) = res {
                 tracing::warn!(error = %e, "{what} failed");
             }
@@ -327,12 +333,16 @@ impl NodeHeartbeat {
         let transition = now();
         let t = reg.timings.clone();
 
+        // Each pass waits up to a period, then does its API call.
+        let lease_beat = Heartbeat::new("lease renew", t.lease_renew);
+        let status_beat = Heartbeat::new("node status refresh", t.status_refresh);
         let (c, r) = (client.clone(), reg.clone());
         let lease = spawn_loop(
             cancel.clone(),
             Duration::ZERO,
             t.lease_renew,
             "lease renew",
+            lease_beat.clone(),
             move || {
                 let (c, r) = (c.clone(), r.clone());
                 async move { renew_lease(&c, &r).await }
@@ -345,6 +355,7 @@ impl NodeHeartbeat {
             t.status_refresh,
             t.status_refresh,
             "node status refresh",
+            status_beat.clone(),
             move || {
                 let (c, r, tr) = (c.clone(), r.clone(), transition.clone());
                 async move { refresh_status(&c, &r, &tr).await }
@@ -385,7 +396,13 @@ impl NodeHeartbeat {
         NodeHeartbeat {
             cancel,
             tasks: vec![lease, status, fixup],
+            beats: vec![lease_beat, status_beat],
         }
+    }
+
+    /// The heartbeats of the Lease and status loops, for the systemd watchdog.
+    pub fn heartbeats(&self) -> Vec<Heartbeat> {
+        self.beats.clone()
     }
 
     /// Stops renewing and waits for the loops to end. The Node and Lease are left in place.

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::{Handler, PodError, not_found, pod_key, status};
+use crate::systemd::{BEAT_EVERY, Heartbeat};
 
 type Workers = Arc<Mutex<HashMap<String, watch::Sender<Option<Pod>>>>>;
 
@@ -47,9 +48,15 @@ pub async fn run(handler: Arc<Handler>) {
     let mut relist = Relist::default();
     handler.spawn(lifecycle_reconciler(handler.clone()));
     handler.spawn(drift_reconciler(handler.clone()));
+    // The systemd watchdog's view of this loop: it beats on every event and on an idle tick.
+    let beat = Heartbeat::new("pod watch", BEAT_EVERY);
+    handler.liveness.register(beat.clone());
+    let mut idle = tokio::time::interval(BEAT_EVERY);
     loop {
+        beat.beat();
         let next = tokio::select! {
             _ = handler.shutdown.cancelled() => break,
+            _ = idle.tick() => continue,
             n = stream.try_next() => n,
         };
         let event = match next {
@@ -233,8 +240,11 @@ async fn worker(
 
 /// §5.4: re-flush intents whose flushed snapshot differs; `ready` re-runs the publication.
 async fn lifecycle_reconciler(h: Arc<Handler>) {
+    let beat = Heartbeat::new("pod lifecycle reconciler", h.cfg.timing.lifecycle_reconcile);
+    h.liveness.register(beat.clone());
     loop {
         tokio::time::sleep(h.cfg.timing.lifecycle_reconcile).await;
+        beat.beat();
         let dirty: Vec<(String, Option<LifecycleState>)> = h
             .tables()
             .intents
@@ -243,6 +253,7 @@ async fn lifecycle_reconciler(h: Arc<Handler>) {
             .map(|(k, i)| (k.clone(), i.lifecycle.state))
             .collect();
         for (key, state) in dirty {
+            beat.beat();
             let Some(pod) = h.tracked_pod(&key) else {
                 continue;
             };

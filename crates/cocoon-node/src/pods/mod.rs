@@ -318,6 +318,8 @@ pub struct Handler {
     names_freed: tokio::sync::watch::Sender<u64>,
     /// Changes of the lease file, cutting the waits on a DHCP lease short.
     pub(crate) leases: Arc<LeaseWatch>,
+    /// Heartbeats of this agent's main loops, for the systemd watchdog ([`crate::systemd`]).
+    pub liveness: crate::systemd::Liveness,
 }
 
 impl Handler {
@@ -367,6 +369,7 @@ impl Handler {
             pulls: Arc::default(),
             names_freed: tokio::sync::watch::Sender::new(0),
             leases,
+            liveness: crate::systemd::Liveness::default(),
         })
     }
 
