@@ -59,6 +59,7 @@ fn names_in_sources() -> BTreeSet<String> {
     let mut files = Vec::new();
     for dir in [
         "crates/cocoon-node/src",
+        "crates/cocoon-kubelet/src",
         "crates/cocoon-runtime/src",
         "crates/cocoon-registry/src",
     ] {

@@ -16,13 +16,16 @@
 
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::settings::Settings;
+
+/// The loops' heartbeat lives with the kubelet API (its accept loop beats one); the watchdog
+/// here decides on all of them.
+pub use cocoon_kubelet::heartbeat::{BEAT_EVERY, Heartbeat, LoopAge};
 
 /// Where systemd listens for notifications.
 pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
@@ -30,9 +33,6 @@ pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
 pub const WATCHDOG_USEC: &str = "WATCHDOG_USEC";
 /// The process the watchdog timeout is meant for.
 pub const WATCHDOG_PID: &str = "WATCHDOG_PID";
-
-/// How often the event-driven loops (pod watch, kubelet accept) beat while idle.
-pub const BEAT_EVERY: Duration = Duration::from_secs(5);
 
 /// A notification socket address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,57 +124,6 @@ impl Notifier {
     }
 }
 
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-fn millis_since_epoch(t: Instant) -> u64 {
-    u64::try_from(t.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX)
-}
-
-#[derive(Debug)]
-struct Beat {
-    name: &'static str,
-    period: Duration,
-    last_ms: AtomicU64,
-}
-
-/// A main loop's sign of life: the loop calls [`Heartbeat::beat`] at least every `period`
-/// while it turns. Cheap to clone (shared).
-#[derive(Debug, Clone)]
-pub struct Heartbeat(Arc<Beat>);
-
-impl Heartbeat {
-    /// A heartbeat that has just beaten.
-    pub fn new(name: &'static str, period: Duration) -> Self {
-        let hb = Heartbeat(Arc::new(Beat {
-            name,
-            period,
-            last_ms: AtomicU64::new(0),
-        }));
-        hb.beat();
-        hb
-    }
-
-    /// The loop is alive now.
-    pub fn beat(&self) {
-        self.0
-            .last_ms
-            .store(millis_since_epoch(Instant::now()), Ordering::Relaxed);
-    }
-
-    /// The facts [`decide`] needs, at `now`.
-    pub fn observe(&self, now: Instant) -> LoopAge {
-        let last = self.0.last_ms.load(Ordering::Relaxed);
-        LoopAge {
-            name: self.0.name,
-            period: self.0.period,
-            age: Duration::from_millis(millis_since_epoch(now).saturating_sub(last)),
-        }
-    }
-}
-
 /// The heartbeats of the main loops of one agent (shared; loops register as they start).
 #[derive(Debug, Clone, Default)]
 pub struct Liveness(Arc<Mutex<Vec<Heartbeat>>>);
@@ -194,14 +143,6 @@ impl Liveness {
             .map(|hb| hb.observe(now))
             .collect()
     }
-}
-
-/// How long ago a loop beat, and how often it promised to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoopAge {
-    pub name: &'static str,
-    pub period: Duration,
-    pub age: Duration,
 }
 
 /// What the watchdog does this turn.

@@ -19,7 +19,7 @@
 //! * `/attach/...`, `/portForward/...` → 501 with the message below
 //! * `GET /stats/summary` (kubelet stats API v1alpha1 JSON subset)
 //! * `GET /metrics/resource` (Prometheus text)
-//! * `GET /metrics`: the agent's own registry ([`NodeMetrics`], every `cocoon_vk_*` family), the
+//! * `GET /metrics`: the agent's own registry ([`MetricsText`], every `cocoon_vk_*` family), the
 //!   same OpenMetrics text the `VK_METRICS_ADDR` listener serves, so Prometheus can scrape
 //!   node agents the way it scrapes kubelets: node discovery, the kubelet endpoint port, a
 //!   bearer token allowed `get` on `nodes/metrics` (issue 36 item 3). Always on: it is behind
@@ -44,7 +44,9 @@
 pub mod auth;
 pub mod exec;
 mod follow;
+pub mod heartbeat;
 pub mod limits;
+mod server;
 pub mod spdy;
 pub mod tls;
 
@@ -59,21 +61,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use k8s_openapi::jiff::Timestamp;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::metrics::NodeMetrics;
-use crate::node::capacity::HostReader;
-use crate::systemd::{BEAT_EVERY, Heartbeat};
-
 pub use auth::{KubeReviewer, KubeletAuth, PeerIdentity, Reviewer};
 pub use limits::KubeletLimits;
+pub use server::{KubeletServer, MetricsServer};
 pub use tls::{TlsError, TlsMaterial, load_client_ca};
 
 /// Body of a logs request for a pod with no live VM.
@@ -88,6 +82,22 @@ pub const DEFAULT_TAIL_LINES: u32 = 200;
 pub const CONTAINER_NAME: &str = "agent";
 /// Grace given to in-flight requests on shutdown (`node.md` §15).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// What the kubelet API needs from the node besides its pods ([`PodBackend`]): the host's own
+/// usage, for `/stats/summary` and `/metrics/resource`.
+pub trait NodeUsage: Send + Sync {
+    /// Busy CPU seconds of the host.
+    fn node_cpu_seconds(&self) -> Option<f64>;
+    /// Memory in use on the host, in bytes.
+    fn memory_used_bytes(&self) -> Option<u64>;
+}
+
+/// The agent's metrics registry, which `/metrics` serves (on the kubelet API and on the plain
+/// listener of [`MetricsServer`]).
+pub trait MetricsText: Send + Sync {
+    /// The registry in the OpenMetrics text format.
+    fn render(&self) -> String;
+}
 
 /// An error of the pod side, reported to the client as HTTP 500 with its text.
 #[derive(Debug, thiserror::Error)]
@@ -195,9 +205,9 @@ pub enum ServeError {
 
 struct ApiState {
     backend: Arc<dyn PodBackend>,
-    host: HostReader,
+    host: Arc<dyn NodeUsage>,
     /// The agent's registry, served on `/metrics`.
-    metrics: Arc<NodeMetrics>,
+    metrics: Arc<dyn MetricsText>,
     node_name: String,
     started: Timestamp,
     /// Exec sessions running on upgraded connections.
@@ -223,14 +233,14 @@ type Shared = Arc<ApiState>;
 /// a request carries its client identity as a [`PeerIdentity`] extension).
 pub fn router(
     backend: Arc<dyn PodBackend>,
-    host: HostReader,
-    metrics: Arc<NodeMetrics>,
+    host: impl NodeUsage + 'static,
+    metrics: Arc<dyn MetricsText>,
     node_name: &str,
     auth: KubeletAuth,
 ) -> Router {
     router_with(
         backend,
-        host,
+        Arc::new(host),
         metrics,
         node_name,
         auth,
@@ -244,8 +254,8 @@ pub fn router(
 #[allow(clippy::too_many_arguments)]
 fn router_with(
     backend: Arc<dyn PodBackend>,
-    host: HostReader,
-    metrics: Arc<NodeMetrics>,
+    host: Arc<dyn NodeUsage>,
+    metrics: Arc<dyn MetricsText>,
     node_name: &str,
     auth: KubeletAuth,
     sessions: TaskTracker,
@@ -493,7 +503,7 @@ async fn container_logs(
 }
 
 /// Node figures at request time: busy CPU ns and memory in use.
-fn node_usage(host: &HostReader) -> (u64, u64) {
+fn node_usage(host: &dyn NodeUsage) -> (u64, u64) {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let cpu_ns = host
         .node_cpu_seconds()
@@ -508,7 +518,7 @@ async fn stats_summary(State(st): State<Shared>) -> Response {
     };
     let now = Timestamp::now().to_string();
     let started = st.started.to_string();
-    let (node_cpu, node_mem) = node_usage(&st.host);
+    let (node_cpu, node_mem) = node_usage(st.host.as_ref());
     let pods: Vec<_> = pods
         .iter()
         .map(|p| {
@@ -639,7 +649,7 @@ async fn metrics_resource(State(st): State<Shared>) -> Response {
         Ok(p) => p,
         Err(e) => return backend_failure(&e),
     };
-    let (cpu, mem) = node_usage(&st.host);
+    let (cpu, mem) = node_usage(st.host.as_ref());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         render_resource_metrics(&pods, cpu, mem),
@@ -649,7 +659,7 @@ async fn metrics_resource(State(st): State<Shared>) -> Response {
 
 /// The agent's registry in the OpenMetrics text format: the answer of `/metrics` on both the
 /// kubelet API and the `VK_METRICS_ADDR` listener.
-fn openmetrics(metrics: &NodeMetrics) -> Response {
+fn openmetrics(metrics: &dyn MetricsText) -> Response {
     (
         [(
             header::CONTENT_TYPE,
@@ -661,312 +671,7 @@ fn openmetrics(metrics: &NodeMetrics) -> Response {
 }
 
 async fn node_metrics(State(st): State<Shared>) -> Response {
-    openmetrics(&st.metrics)
-}
-
-/// A running kubelet HTTPS server.
-#[derive(Debug)]
-pub struct KubeletServer {
-    local_addr: SocketAddr,
-    certificate: Vec<u8>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    heartbeat: Heartbeat,
-}
-
-impl KubeletServer {
-    /// Binds `addr` (port 0 picks a free port) and serves the API until `parent` is cancelled
-    /// or [`KubeletServer::shutdown`] is called, with the default [`KubeletLimits`]; `/metrics`
-    /// serves `metrics`.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn start(
-        addr: SocketAddr,
-        tls: &TlsMaterial,
-        security: ApiSecurity,
-        backend: Arc<dyn PodBackend>,
-        host: HostReader,
-        metrics: Arc<NodeMetrics>,
-        node_name: &str,
-        parent: &CancellationToken,
-    ) -> Result<Self, ServeError> {
-        Self::start_with_limits(
-            addr,
-            tls,
-            security,
-            backend,
-            host,
-            metrics,
-            node_name,
-            parent,
-            KubeletLimits::default(),
-        )
-        .await
-    }
-
-    /// [`KubeletServer::start`] with the given limits.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn start_with_limits(
-        addr: SocketAddr,
-        tls: &TlsMaterial,
-        security: ApiSecurity,
-        backend: Arc<dyn PodBackend>,
-        host: HostReader,
-        metrics: Arc<NodeMetrics>,
-        node_name: &str,
-        parent: &CancellationToken,
-        limits: KubeletLimits,
-    ) -> Result<Self, ServeError> {
-        let acceptor = TlsAcceptor::from(tls.server_config(&security.client_ca)?);
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| ServeError::Bind { addr, source })?;
-        let cancel = parent.child_token();
-        let tasks = TaskTracker::new();
-        // Exec sessions outlive their HTTP request; they stop once the grace is over.
-        let sessions_stop = CancellationToken::new();
-        let app = router_with(
-            backend,
-            host,
-            metrics,
-            node_name,
-            security.auth,
-            tasks.clone(),
-            sessions_stop.clone(),
-            cancel.clone(),
-            limits,
-        );
-        let heartbeat = Heartbeat::new("kubelet API accept", BEAT_EVERY);
-        let task = tokio::spawn(accept_loop(
-            listener,
-            acceptor,
-            app,
-            cancel.clone(),
-            tasks,
-            sessions_stop,
-            limits,
-            heartbeat.clone(),
-        ));
-        tracing::info!(
-            addr = %local_addr,
-            self_signed = tls.self_signed,
-            client_ca = !security.client_ca.is_empty(),
-            "kubelet API listening"
-        );
-        Ok(KubeletServer {
-            local_addr,
-            certificate: tls.chain.first().map(|c| c.to_vec()).unwrap_or_default(),
-            cancel,
-            task,
-            heartbeat,
-        })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// The accept loop's heartbeat, for the systemd watchdog.
-    pub fn heartbeat(&self) -> Heartbeat {
-        self.heartbeat.clone()
-    }
-
-    /// The bound port, for `status.daemonEndpoints.kubeletEndpoint.port`.
-    pub fn port(&self) -> u16 {
-        self.local_addr.port()
-    }
-
-    /// DER of the serving certificate (tests pin it).
-    pub fn certificate_der(&self) -> &[u8] {
-        &self.certificate
-    }
-
-    /// Stops accepting, gives in-flight requests [`SHUTDOWN_GRACE`], then returns.
-    pub async fn shutdown(self) {
-        self.cancel.cancel();
-        if let Err(e) = self.task.await
-            && e.is_panic()
-        {
-            tracing::error!(error = %e, "kubelet API task panicked");
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    app: Router,
-    cancel: CancellationToken,
-    tasks: TaskTracker,
-    sessions_stop: CancellationToken,
-    limits: KubeletLimits,
-    heartbeat: Heartbeat,
-) {
-    // Connections not yet authenticated: a client that opens connections and never finishes
-    // a handshake or a request holds one of these, never more than the limit.
-    let preauth = Arc::new(tokio::sync::Semaphore::new(limits.preauth_connections));
-    let mut refused_logged = false;
-    let mut idle = tokio::time::interval(BEAT_EVERY);
-    loop {
-        heartbeat.beat();
-        let (tcp, peer) = tokio::select! {
-            () = cancel.cancelled() => break,
-            _ = idle.tick() => continue,
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    // Accept errors (EMFILE and the like) are transient; back off briefly so
-                    // the loop does not spin.
-                    tracing::warn!(error = %e, "kubelet API accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let Ok(permit) = preauth.clone().try_acquire_owned() else {
-            // Dropping the socket closes it at once; one warning per burst.
-            if !refused_logged {
-                tracing::warn!(
-                    %peer,
-                    limit = limits.preauth_connections,
-                    "kubelet API: too many connections awaiting authentication; closing new ones (VK_KUBELET_PREAUTH_CONNECTIONS)"
-                );
-                refused_logged = true;
-            }
-            drop(tcp);
-            continue;
-        };
-        refused_logged = false;
-        let preauth_slot = limits::PreAuthSlot::new(permit);
-        let handshake_timeout = limits.tls_handshake_timeout;
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        let stop = cancel.clone();
-        tasks.spawn(async move {
-            let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "kubelet API TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "kubelet API TLS handshake timed out");
-                    return;
-                }
-            };
-            // The client certificate, if any, was verified against the client CA during the
-            // handshake; its identity rides along with every request of the connection.
-            let peer_identity = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(|leaf| PeerIdentity::from_der(leaf.as_ref()))
-                .unwrap_or_default();
-            let service = TowerToHyperService::new(
-                app.layer(axum::Extension(peer_identity))
-                    .layer(axum::Extension(preauth_slot.clone())),
-            );
-            // Upgrades are on for exec; an upgraded connection leaves this future and lives
-            // on in its exec session.
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .with_upgrades();
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                () = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "kubelet API connection ended with error");
-            }
-            // Never authenticated: the slot is freed with the connection.
-            preauth_slot.release();
-        });
-    }
-    drop(listener);
-    tasks.close();
-    if tokio::time::timeout(SHUTDOWN_GRACE, tasks.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("kubelet API connections still open after the shutdown grace");
-        sessions_stop.cancel();
-        // Sessions end promptly once cancelled; connections still open are dropped below.
-        let _ = tokio::time::timeout(Duration::from_secs(1), tasks.wait()).await;
-    }
-    sessions_stop.cancel();
-}
-
-/// A running `/metrics` listener.
-#[derive(Debug)]
-pub struct MetricsServer {
-    local_addr: SocketAddr,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl MetricsServer {
-    /// Serves `GET /metrics` (OpenMetrics text of `metrics`) on `addr` until cancelled.
-    pub async fn start(
-        addr: SocketAddr,
-        metrics: Arc<NodeMetrics>,
-        parent: &CancellationToken,
-    ) -> Result<Self, ServeError> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| ServeError::Bind { addr, source })?;
-        let app = Router::new().route(
-            "/metrics",
-            get(move || {
-                let metrics = metrics.clone();
-                async move { openmetrics(&metrics) }
-            }),
-        );
-        let cancel = parent.child_token();
-        let stop = cancel.clone();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app).with_graceful_shutdown(async move {
-                stop.cancelled().await;
-            });
-            if let Err(e) = served.await {
-                tracing::warn!(error = %e, "metrics listener failed");
-            }
-        });
-        tracing::info!(addr = %local_addr, "metrics listener started");
-        Ok(MetricsServer {
-            local_addr,
-            cancel,
-            task,
-        })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// Stops the listener; in-flight scrapes get [`SHUTDOWN_GRACE`], then the task is aborted
-    /// so a hung scraper cannot hold shutdown.
-    pub async fn shutdown(self) {
-        self.cancel.cancel();
-        let abort = self.task.abort_handle();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.task)
-            .await
-            .is_err()
-        {
-            abort.abort();
-        }
-    }
+    openmetrics(st.metrics.as_ref())
 }
 
 #[cfg(test)]

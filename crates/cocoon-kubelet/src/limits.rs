@@ -4,7 +4,7 @@
 //! and for how long their TLS handshake may take, and how long a stream may stay idle.
 //!
 //! The limits are [`KubeletLimits`] (defaults below, each an env var of the node agent, see
-//! [`crate::config`]); the rules are pure functions and a slot table ([`Slots`]) so that they
+//! `cocoon_node::config`); the rules are pure functions and a slot table ([`Slots`]) so that they
 //! are table-tested here, and the server only acts on their answers.
 
 use std::collections::HashMap;
