@@ -381,10 +381,7 @@ fn inline_modules(lines: &[&str]) -> Vec<(Vec<String>, bool)> {
             .or_else(|| t.strip_prefix("pub(super) "))
             .or_else(|| t.strip_prefix("pub "))
             .unwrap_or(t);
-        if let Some(name) = rest
-            .strip_prefix("mod ")
-            .and_then(|r| r.strip_suffix(" {"))
-        {
+        if let Some(name) = rest.strip_prefix("mod ").and_then(|r| r.strip_suffix(" {")) {
             let test = prev == "#[cfg(test)]" || stack.last().is_some_and(|m| m.2);
             stack.push((name.trim().to_owned(), indent, test));
         }
@@ -433,7 +430,10 @@ fn plan_import_breaches(module: &[&str], test_file: bool, text: &str) -> Vec<Str
         let mut parser = TreeParser { s: bytes, i };
         let mut leaves = Vec::new();
         parser.tree(Vec::new(), &mut leaves);
-        let shown = joined[i..parser.i].split_whitespace().collect::<Vec<_>>().join(" ");
+        let shown = joined[i..parser.i]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         i = parser.i.max(i + root.len());
         let (inline, test_code) = &modules[line];
         let test_code = test_file || *test_code;
@@ -549,7 +549,9 @@ fn the_pod_planners_import_only_plan_and_the_pure_rules() {
         .filter(|w| w[0] == "#[cfg(test)]")
         .filter_map(|w| {
             let rest = w[1].strip_prefix("pub(crate) ").unwrap_or(w[1]);
-            rest.strip_prefix("mod ")?.strip_suffix(';').map(str::to_owned)
+            rest.strip_prefix("mod ")?
+                .strip_suffix(';')
+                .map(str::to_owned)
         })
         .collect();
     let mut breaches = Vec::new();
@@ -566,7 +568,11 @@ fn the_pod_planners_import_only_plan_and_the_pure_rules() {
         }
         let test_file = stem.ends_with("_tests") || test_only.iter().any(|t| t == stem);
         let text = std::fs::read_to_string(&file).expect("read a planner");
-        let shown = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         for b in plan_import_breaches(&module, test_file, &text) {
             breaches.push(format!("{shown}: {b}"));
         }

@@ -15,7 +15,7 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{
-    AnnotationCodec, Backend, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec,
+    AnnotationCodec, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -23,24 +23,13 @@ use tracing::{info, warn};
 
 use super::plan::create::{BringUpPlan, Route};
 use super::plan::effects::{PodOp, read_wake_source};
-use super::plan::follow_up::{self, Background};
+use super::plan::follow_up::{self, Background, FollowUp};
 use super::plan::{self, StepFailed, admit};
 use super::rules::{self, NicInfo};
 use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, Result, annotation, failed, pod_key, uid};
 use cocoon_runtime::{CloneRequest, CloneSource, CpuPolicy, VmRecord};
-
-/// Which background step follows a bring-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FollowUp {
-    /// Ready now.
-    None,
-    /// Post-restore (wake accounting).
-    Restore,
-    /// Post-clone (op `create`).
-    Clone,
-}
 
 impl Handler {
     /// CreatePod (§6.1).
@@ -458,9 +447,4 @@ impl Handler {
             self.metrics.wake(m::RESULT_OK);
         }
     }
-}
-
-/// CH+Windows: the hibernate drops the NIC and the wake hot-adds one.
-pub(crate) fn ch_windows(spec: &VmSpec) -> bool {
-    spec.backend == Some(Backend::CloudHypervisor) && spec.os == Some(Os::Windows)
 }

@@ -16,7 +16,7 @@ use cocoon_api::contract::{
 use k8s_openapi::api::core::v1::Pod;
 use tracing::info;
 
-use super::create::ch_windows;
+use super::plan::ch_windows;
 use super::plan::effects::{PodOp, read_wake_source};
 use super::plan::update::{Dispatch, Gate};
 use super::plan::{self, StepFailed};

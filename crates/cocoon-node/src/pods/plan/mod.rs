@@ -28,9 +28,14 @@ pub(crate) mod update;
 pub(crate) mod vm_event;
 pub(crate) mod wake;
 
-use cocoon_api::contract::LifecycleState;
+use cocoon_api::contract::{Backend, LifecycleState, Os, VmSpec};
 
-use super::create::FollowUp;
+use follow_up::FollowUp;
+
+/// CH+Windows: the hibernate drops the NIC and the wake hot-adds one.
+pub(crate) fn ch_windows(spec: &VmSpec) -> bool {
+    spec.backend == Some(Backend::CloudHypervisor) && spec.os == Some(Os::Windows)
+}
 
 /// One thing an operation does. The executor applies a plan's actions in their order.
 #[derive(Debug, Clone, PartialEq, Eq)]
