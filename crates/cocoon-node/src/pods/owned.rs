@@ -25,7 +25,8 @@ use k8s_openapi::api::core::v1::Pod;
 use cocoon_api::contract::owner::{self as owner_rule, Actor, OwnerVerdict, RecordedOwner};
 
 use super::Handler;
-use super::tenant::{self, ArtifactUse, Refusal};
+use super::plan::transfer::{GateError, OwnedArtifact};
+use super::tenant::{self, ArtifactUse};
 
 /// The pod a snapshot belongs to: `<namespace>/<pod>`, and its namespace's UID when read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,26 +69,6 @@ pub enum NamespaceUid {
     /// The agent's identity may not read namespaces (403): the UID is not compared on push
     /// nor written; a pull of an artifact recording one is refused.
     Forbidden,
-}
-
-/// Why the gate did not hand out an artifact.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GateError {
-    /// The artifact belongs to someone else.
-    #[error(transparent)]
-    Refused(#[from] Refusal),
-    /// The registry could not be read.
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// A checked registry artifact.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedArtifact {
-    /// The manifest digest (`sha256:…`) to pull.
-    pub digest: String,
-    /// Its manifest annotations.
-    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl Handler {

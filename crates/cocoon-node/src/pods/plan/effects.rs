@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
 use super::exec::Effects;
+use super::transfer::GateError;
 use super::wake::{
     ArtifactRead, LocalRead, Source, SourceFacts, SourceNext, SourceRead, VerifyRead,
 };
@@ -20,7 +21,7 @@ use super::{
     Action, ActionError, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove,
     removed,
 };
-use crate::pods::owned::{GateError, Owner, PushRefusal};
+use crate::pods::owned::{Owner, PushRefusal};
 use crate::pods::rules::{self, PodResources};
 use crate::pods::state::TrackedVm;
 use crate::pods::tenant::ArtifactUse;
