@@ -20,10 +20,10 @@ use futures::future::{BoxFuture, Shared};
 use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
-use super::owned::Owner;
 use super::plan::ActionError;
 use super::plan::transfer::{self, BaseImage, ByKind, LocalCopy, RunImage};
 use super::rules::Evidence;
+use super::tenant::Owner;
 use super::tenant::{self, ArtifactUse, SourceVm};
 use super::{Handler, PodError, Result, failed};
 use crate::metrics::NodeMetrics;

@@ -21,10 +21,11 @@ use super::{
     Action, ActionError, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove,
     removed,
 };
-use crate::pods::owned::{Owner, PushRefusal};
+use crate::pods::owned::PushRefusal;
 use crate::pods::rules::{self, PodResources};
 use crate::pods::state::TrackedVm;
 use crate::pods::tenant::ArtifactUse;
+use crate::pods::tenant::Owner;
 use crate::pods::{Handler, status};
 use cocoon_api::contract::owner as owner_rule;
 use cocoon_runtime::{
