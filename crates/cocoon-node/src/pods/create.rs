@@ -21,8 +21,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
+use super::effects::{PodOp, read_wake_source};
+use super::exec;
 use super::plan::create::{BringUpPlan, Route};
-use super::plan::effects::{PodOp, read_wake_source};
 use super::plan::follow_up::{self, Background, FollowUp};
 use super::plan::{self, StepFailed, admit};
 use super::rules::{self, NicInfo};
@@ -112,7 +113,7 @@ impl Handler {
                     info!(pod = %key, vm = %spec.vm_name, id = %vm.id(), "adopting existing VM");
                     op.adopting(vm);
                 }
-                if let Err(f) = plan::exec::run(&op, &steps).await {
+                if let Err(f) = exec::run(&op, &steps).await {
                     return self.fail_create_with(&pod, false, f).await;
                 }
                 return Ok(());
@@ -149,7 +150,7 @@ impl Handler {
             Ok(BringUpPlan::Fresh(steps)) => steps,
             Ok(BringUpPlan::Restore) => {
                 // The boot clock spans the wake source's reads and pull.
-                let _ = plan::exec::run(&op, &plan::create::restore_begin()).await;
+                let _ = exec::run(&op, &plan::create::restore_begin()).await;
                 let vm = spec.vm_name.as_str();
                 let source = match self.owner_of(&pod).await {
                     Ok(owner) => read_wake_source(self, vm, &owner).await,
@@ -168,7 +169,7 @@ impl Handler {
                 }
             }
         };
-        if let Err(f) = plan::exec::run(&op, &steps).await {
+        if let Err(f) = exec::run(&op, &steps).await {
             return self.fail_create_with(&pod, restoring, f).await;
         }
         Ok(())
