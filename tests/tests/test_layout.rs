@@ -3,6 +3,10 @@
 //! of 300 lines or more lives in a sibling `<name>_tests.rs` that the parent module declares
 //! (never through `#[path]`); no inline test module goes by another name. And no source file
 //! under a crate's `src/` reaches 1000 lines, except the few still listed to be split.
+//!
+//! And the node agent's planners (`crates/cocoon-node/src/pods/plan/`) are the pure leaf of
+//! the pod operations: they reach nothing of the crate but plan's own modules and the pure
+//! rule modules `pods::{rules, tenant, intent}`, and no I/O handle of another crate.
 
 use std::path::{Path, PathBuf};
 
@@ -254,6 +258,328 @@ fn no_crate_source_file_reaches_the_size_limit() {
     assert!(
         breaches.is_empty(),
         "source files of {MAX_SOURCE_LINES} lines or more (issue 37 item 6):\n{}",
+        breaches.join("\n")
+    );
+}
+
+/// The node agent's planners, from the workspace root.
+const PLAN_DIR: &str = "crates/cocoon-node/src/pods/plan";
+
+/// The modules of `crate::pods` the planners may use: pure rules, no handle.
+const PURE_POD_MODULES: [&str; 3] = ["rules", "tenant", "intent"];
+
+/// What test code of the planners may use beyond that: the executor their tables run the
+/// plans through (against a recording fake, never the handler).
+const TEST_POD_MODULES: [&str; 1] = ["exec"];
+
+/// The roots of a path a planner could reach the crate or an I/O handle through.
+const ROOTS: [&str; 7] = [
+    "crate",
+    "super",
+    "self",
+    "kube",
+    "tokio",
+    "cocoon_runtime",
+    "cocoon_registry",
+];
+
+fn is_ident_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// A tiny parser of a path or use tree (`a::b::{c, d::{self, e}, f as g}`) into its leaves,
+/// each as its segments (`self` and `*` leaves are their prefix).
+struct TreeParser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl TreeParser<'_> {
+    fn skip_ws(&mut self) {
+        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+
+    fn ident(&mut self) -> Option<String> {
+        self.skip_ws();
+        let start = self.i;
+        while self.i < self.s.len() && is_ident_byte(self.s[self.i]) {
+            self.i += 1;
+        }
+        (self.i > start).then(|| String::from_utf8_lossy(&self.s[start..self.i]).into_owned())
+    }
+
+    fn eat(&mut self, token: &str) -> bool {
+        let save = self.i;
+        self.skip_ws();
+        if self.s[self.i..].starts_with(token.as_bytes()) {
+            self.i += token.len();
+            true
+        } else {
+            self.i = save;
+            false
+        }
+    }
+
+    /// One tree after `prefix`, its leaves appended to `out`.
+    fn tree(&mut self, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+        let mut path = prefix;
+        loop {
+            if self.eat("{") {
+                loop {
+                    if self.eat("}") {
+                        return;
+                    }
+                    self.tree(path.clone(), out);
+                    if !self.eat(",") {
+                        self.eat("}");
+                        return;
+                    }
+                }
+            }
+            if self.eat("*") {
+                out.push(path);
+                return;
+            }
+            match self.ident() {
+                Some(seg) if seg == "self" && !path.is_empty() => {}
+                Some(seg) => path.push(seg),
+                None => {
+                    out.push(path);
+                    return;
+                }
+            }
+            if !self.eat("::") {
+                if self.eat(" as ") || self.eat("as ") {
+                    self.ident();
+                }
+                out.push(path);
+                return;
+            }
+        }
+    }
+}
+
+/// The inline module each line sits in (its names, and whether it is test code), from
+/// rustfmt's layout: `mod name {` opens one, a `}` at its indent closes it.
+fn inline_modules(lines: &[&str]) -> Vec<(Vec<String>, bool)> {
+    let mut stack: Vec<(String, usize, bool)> = Vec::new();
+    let mut out = Vec::with_capacity(lines.len());
+    let mut prev = "";
+    for line in lines {
+        let indent = line.len() - line.trim_start().len();
+        let t = line.trim();
+        if t == "}" && stack.last().is_some_and(|m| m.1 == indent) {
+            stack.pop();
+        }
+        let rest = t
+            .strip_prefix("pub(crate) ")
+            .or_else(|| t.strip_prefix("pub(super) "))
+            .or_else(|| t.strip_prefix("pub "))
+            .unwrap_or(t);
+        if let Some(name) = rest.strip_prefix("mod ").and_then(|r| r.strip_suffix(" {")) {
+            let test = prev == "#[cfg(test)]" || stack.last().is_some_and(|m| m.2);
+            stack.push((name.trim().to_owned(), indent, test));
+        }
+        if !t.is_empty() {
+            prev = t;
+        }
+        out.push((
+            stack.iter().map(|m| m.0.clone()).collect(),
+            stack.last().is_some_and(|m| m.2),
+        ));
+    }
+    out
+}
+
+/// What in one file of `pods/plan/` reaches beyond the planners' leaf. `module` is the
+/// file's module path (`["pods", "plan", "wake"]`); `test_file`: the file is test code
+/// only (a `_tests.rs` sibling, a `#[cfg(test)]` helper module).
+fn plan_import_breaches(module: &[&str], test_file: bool, text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let modules = inline_modules(&lines);
+    // The code without its comments (doc links are no imports), one line per line.
+    let code: Vec<&str> = lines
+        .iter()
+        .map(|l| l.find("//").map_or(*l, |c| &l[..c]))
+        .collect();
+    let mut starts = Vec::with_capacity(code.len());
+    let mut joined = String::new();
+    for l in &code {
+        starts.push(joined.len());
+        joined.push_str(l);
+        joined.push('\n');
+    }
+    let bytes = joined.as_bytes();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let boundary = i == 0 || !(is_ident_byte(bytes[i - 1]) || bytes[i - 1] == b':');
+        let root = ROOTS
+            .iter()
+            .find(|r| boundary && bytes[i..].starts_with(format!("{r}::").as_bytes()));
+        let Some(root) = root else {
+            i += 1;
+            continue;
+        };
+        let line = starts.partition_point(|&s| s <= i) - 1;
+        let mut parser = TreeParser { s: bytes, i };
+        let mut leaves = Vec::new();
+        parser.tree(Vec::new(), &mut leaves);
+        let shown = joined[i..parser.i]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        i = parser.i.max(i + root.len());
+        let (inline, test_code) = &modules[line];
+        let test_code = test_file || *test_code;
+        let here: Vec<String> = module
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain(inline.iter().cloned())
+            .collect();
+        for leaf in leaves {
+            if let Some(why) = reach_breach(&here, test_code, &leaf) {
+                found.push(format!("line {}: `{shown}` {why}", line + 1));
+            }
+        }
+    }
+    found
+}
+
+/// Why a path from the module `here` leaves the planners' leaf, if it does.
+fn reach_breach(here: &[String], test_code: bool, path: &[String]) -> Option<String> {
+    let first = path.first()?.as_str();
+    let resolved: Vec<String> = match first {
+        "crate" => path[1..].to_vec(),
+        "self" => here.iter().chain(&path[1..]).cloned().collect(),
+        "super" => {
+            let ups = path.iter().take_while(|s| *s == "super").count();
+            let base = &here[..here.len().saturating_sub(ups)];
+            base.iter().chain(&path[ups..]).cloned().collect()
+        }
+        // Test code runs its async tables on tokio (`#[tokio::test]`).
+        "tokio" if test_code => return None,
+        "kube" | "tokio" => return Some(format!("uses the I/O crate `{first}`")),
+        "cocoon_runtime" => {
+            let item = path.get(1).map_or("", String::as_str);
+            return ["Runtime", "cli", "sim", "io"]
+                .contains(&item)
+                .then(|| format!("reaches the runtime itself (`cocoon_runtime::{item}`)"));
+        }
+        "cocoon_registry" => {
+            let item = path.get(1).map_or("", String::as_str);
+            return (item == "client" || item.contains("Client"))
+                .then(|| format!("reaches a registry client (`cocoon_registry::{item}`)"));
+        }
+        _ => return None,
+    };
+    let r: Vec<&str> = resolved.iter().map(String::as_str).collect();
+    let allowed = match r.as_slice() {
+        ["pods", "plan", ..] => true,
+        ["pods", m, ..] if PURE_POD_MODULES.contains(m) => true,
+        ["pods", m, ..] if test_code && TEST_POD_MODULES.contains(m) => true,
+        _ => false,
+    };
+    (!allowed).then(|| format!("reaches `crate::{}`", r.join("::")))
+}
+
+#[test]
+fn the_plan_checker_sees_each_kind_of_reach() {
+    let file = ["pods", "plan", "wake"];
+    let clean = "use super::{Action, Step};\nuse super::wake::{self, Source};\n\
+                 use crate::pods::rules::{self, Evidence};\nuse crate::pods::{intent::Intent, tenant};\n\
+                 use cocoon_runtime::{RuntimeError, VmRecord};\n\
+                 /// See [`super::super::create::FollowUp`] and `crate::pods::Handler`.\n\
+                 fn f() { crate::pods::plan::exec_free(); } // crate::pods::owned::Owner\n";
+    let seen = plan_import_breaches(&file, false, clean);
+    assert!(seen.is_empty(), "{seen:?}");
+
+    let dirty = "use crate::pods::create::{FollowUp, ch_windows};\n\
+                 use super::super::{Handler, status};\n\
+                 use crate::pods::{\n    rules,\n    owned::Owner,\n};\n\
+                 use crate::node::capacity::CPU;\n\
+                 use cocoon_runtime::{Runtime, VmRecord};\n\
+                 use kube::Client;\n\
+                 fn f() { let _ = crate::pods::exec::run; }\n";
+    let seen = plan_import_breaches(&file, false, dirty);
+    let want = [
+        "line 1: `crate::pods::create::{FollowUp, ch_windows}` reaches `crate::pods::create::FollowUp`",
+        "line 1: `crate::pods::create::{FollowUp, ch_windows}` reaches `crate::pods::create::ch_windows`",
+        "line 2: `super::super::{Handler, status}` reaches `crate::pods::Handler`",
+        "line 2: `super::super::{Handler, status}` reaches `crate::pods::status`",
+        "line 3: `crate::pods::{ rules, owned::Owner, }` reaches `crate::pods::owned::Owner`",
+        "line 7: `crate::node::capacity::CPU` reaches `crate::node::capacity::CPU`",
+        "line 8: `cocoon_runtime::{Runtime, VmRecord}` reaches the runtime itself (`cocoon_runtime::Runtime`)",
+        "line 9: `kube::Client` uses the I/O crate `kube`",
+        "line 10: `crate::pods::exec::run` reaches `crate::pods::exec::run`",
+    ];
+    assert_eq!(seen, want);
+
+    // `super::` of plan's own `mod.rs` is `pods`; of an inline module, its file.
+    let seen = plan_import_breaches(&["pods", "plan"], false, "use super::create::FollowUp;\n");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let inline = "fn a() {}\n\n#[cfg(test)]\nmod tests {\n    use super::super::Step;\n    use super::*;\n    \
+                  use crate::pods::exec::run;\n}\nuse crate::pods::exec::run;\n";
+    let seen = plan_import_breaches(&file, false, inline);
+    assert_eq!(
+        seen,
+        ["line 9: `crate::pods::exec::run` reaches `crate::pods::exec::run`"],
+        "test code may run the executor, the planner itself may not"
+    );
+    let test_file = "use crate::pods::exec;\n#[tokio::test]\nasync fn t() {}\n";
+    assert!(plan_import_breaches(&file, true, test_file).is_empty());
+    let seen = plan_import_breaches(&file, false, "fn f() { tokio::spawn(g()); }\n");
+    assert_eq!(seen, ["line 1: `tokio::spawn` uses the I/O crate `tokio`"]);
+}
+
+#[test]
+fn the_pod_planners_import_only_plan_and_the_pure_rules() {
+    let root = workspace_root();
+    let dir = root.join(PLAN_DIR);
+    let mod_rs = std::fs::read_to_string(dir.join("mod.rs")).expect("read pods/plan/mod.rs");
+    // The files `mod.rs` declares under `#[cfg(test)]`: test code only.
+    let mod_lines: Vec<&str> = mod_rs.lines().map(str::trim).collect();
+    let test_only: Vec<String> = mod_lines
+        .windows(2)
+        .filter(|w| w[0] == "#[cfg(test)]")
+        .filter_map(|w| {
+            let rest = w[1].strip_prefix("pub(crate) ").unwrap_or(w[1]);
+            rest.strip_prefix("mod ")?
+                .strip_suffix(';')
+                .map(str::to_owned)
+        })
+        .collect();
+    let mut breaches = Vec::new();
+    let mut files = 0;
+    for file in rust_files(&dir) {
+        files += 1;
+        let stem = file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("a UTF-8 file name");
+        let mut module = vec!["pods", "plan"];
+        if stem != "mod" {
+            module.push(stem);
+        }
+        let test_file = stem.ends_with("_tests") || test_only.iter().any(|t| t == stem);
+        let text = std::fs::read_to_string(&file).expect("read a planner");
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        for b in plan_import_breaches(&module, test_file, &text) {
+            breaches.push(format!("{shown}: {b}"));
+        }
+    }
+    assert!(files >= 10, "only {files} files found under {PLAN_DIR}");
+    assert!(
+        breaches.is_empty(),
+        "pods/plan/ must import nothing from the crate but plan's own modules and \
+         pods::{{{}}} (README \"Contributing\"):\n{}",
+        PURE_POD_MODULES.join(", "),
         breaches.join("\n")
     );
 }

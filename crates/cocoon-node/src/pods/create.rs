@@ -15,32 +15,22 @@ use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{
-    AnnotationCodec, Backend, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec,
+    AnnotationCodec, HibernateFlags, LifecycleState, Os, VmRuntime, VmSpec,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
+use super::effects::{PodOp, read_wake_source};
+use super::exec;
 use super::plan::create::{BringUpPlan, Route};
-use super::plan::effects::{PodOp, read_wake_source};
-use super::plan::follow_up::{self, Background};
+use super::plan::follow_up::{self, Background, FollowUp};
 use super::plan::{self, StepFailed, admit};
 use super::rules::{self, NicInfo};
 use super::state::TrackedVm;
 use super::tenant;
 use super::{Handler, Result, annotation, failed, pod_key, uid};
 use cocoon_runtime::{CloneRequest, CloneSource, CpuPolicy, VmRecord};
-
-/// Which background step follows a bring-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FollowUp {
-    /// Ready now.
-    None,
-    /// Post-restore (wake accounting).
-    Restore,
-    /// Post-clone (op `create`).
-    Clone,
-}
 
 impl Handler {
     /// CreatePod (§6.1).
@@ -123,7 +113,7 @@ impl Handler {
                     info!(pod = %key, vm = %spec.vm_name, id = %vm.id(), "adopting existing VM");
                     op.adopting(vm);
                 }
-                if let Err(f) = plan::exec::run(&op, &steps).await {
+                if let Err(f) = exec::run(&op, &steps).await {
                     return self.fail_create_with(&pod, false, f).await;
                 }
                 return Ok(());
@@ -160,7 +150,7 @@ impl Handler {
             Ok(BringUpPlan::Fresh(steps)) => steps,
             Ok(BringUpPlan::Restore) => {
                 // The boot clock spans the wake source's reads and pull.
-                let _ = plan::exec::run(&op, &plan::create::restore_begin()).await;
+                let _ = exec::run(&op, &plan::create::restore_begin()).await;
                 let vm = spec.vm_name.as_str();
                 let source = match self.owner_of(&pod).await {
                     Ok(owner) => read_wake_source(self, vm, &owner).await,
@@ -179,7 +169,7 @@ impl Handler {
                 }
             }
         };
-        if let Err(f) = plan::exec::run(&op, &steps).await {
+        if let Err(f) = exec::run(&op, &steps).await {
             return self.fail_create_with(&pod, restoring, f).await;
         }
         Ok(())
@@ -458,9 +448,4 @@ impl Handler {
             self.metrics.wake(m::RESULT_OK);
         }
     }
-}
-
-/// CH+Windows: the hibernate drops the NIC and the wake hot-adds one.
-pub(crate) fn ch_windows(spec: &VmSpec) -> bool {
-    spec.backend == Some(Backend::CloudHypervisor) && spec.os == Some(Os::Windows)
 }

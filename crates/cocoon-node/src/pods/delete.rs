@@ -13,8 +13,10 @@ use cocoon_api::naming::{owner_cocoonset_name, role_for_pod};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::info;
 
+use super::effects::PodOp;
+use super::exec;
+use super::plan;
 use super::plan::delete::Gate;
-use super::plan::{self, effects::PodOp};
 use super::{Handler, Result, failed, pod_key, tenant};
 
 impl Handler {
@@ -95,7 +97,7 @@ impl Handler {
         };
         let steps = plan::delete::plan(&facts);
         let op = PodOp::new(self, &key, pod, &spec, vm.as_ref());
-        if let Err(f) = plan::exec::run(&op, &steps).await {
+        if let Err(f) = exec::run(&op, &steps).await {
             self.metrics
                 .pod_lifecycle(ev::OP_DELETE, m::RESULT_FAILED, "");
             return Err(failed(f.message));

@@ -22,43 +22,11 @@ use cocoon_registry::{Manifest, Reference};
 use cocoon_runtime::{RuntimeError, SnapshotRecord, VmRecord};
 use k8s_openapi::api::core::v1::Pod;
 
-use cocoon_api::contract::owner::{self as owner_rule, Actor, OwnerVerdict, RecordedOwner};
+use cocoon_api::contract::owner::{self as owner_rule, OwnerVerdict, RecordedOwner};
 
 use super::Handler;
-use super::tenant::{self, ArtifactUse, Refusal};
-
-/// The pod a snapshot belongs to: `<namespace>/<pod>`, and its namespace's UID when read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    /// Its namespace.
-    pub namespace: String,
-    /// Its namespace's UID (read from the API by [`Handler::owner_of`]; `None` when the
-    /// agent's identity may not read namespaces, or for a clone base, which needs none).
-    pub namespace_uid: Option<String>,
-    /// Its name.
-    pub pod: String,
-}
-
-impl Owner {
-    /// The owner a pod's own snapshots record, without its namespace's UID (clone bases:
-    /// they must record no owner at all).
-    pub fn of(pod: &Pod) -> Self {
-        Owner {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            namespace_uid: None,
-            pod: pod.metadata.name.clone().unwrap_or_default(),
-        }
-    }
-
-    /// The rule's view of this owner ([`cocoon_api::contract::owner::Actor`]).
-    pub fn actor(&self) -> Actor<'_> {
-        Actor {
-            namespace: &self.namespace,
-            namespace_uid: self.namespace_uid.as_deref(),
-            pod: &self.pod,
-        }
-    }
-}
+use super::plan::transfer::{GateError, OwnedArtifact};
+use super::tenant::{self, ArtifactUse, Owner};
 
 /// What a namespace read answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,26 +36,6 @@ pub enum NamespaceUid {
     /// The agent's identity may not read namespaces (403): the UID is not compared on push
     /// nor written; a pull of an artifact recording one is refused.
     Forbidden,
-}
-
-/// Why the gate did not hand out an artifact.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GateError {
-    /// The artifact belongs to someone else.
-    #[error(transparent)]
-    Refused(#[from] Refusal),
-    /// The registry could not be read.
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// A checked registry artifact.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedArtifact {
-    /// The manifest digest (`sha256:…`) to pull.
-    pub digest: String,
-    /// Its manifest annotations.
-    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl Handler {

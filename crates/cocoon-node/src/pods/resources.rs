@@ -27,6 +27,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::node::capacity::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, parse_quantity_milli};
 
+/// The verdict's refusal; it lives with the admission's planner, which acts on it.
+pub use super::plan::admit::Rejection;
+
 /// The kubelet's reason for a quantity it cannot read.
 pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
 
@@ -92,20 +95,6 @@ impl Allocatable {
 fn read(raw: &str, bytes: bool) -> Result<u128, String> {
     let milli = parse_quantity_milli(raw).map_err(|e| format!("{raw:?}: {e}"))?;
     Ok(if bytes { milli.div_ceil(1000) } else { milli })
-}
-
-/// A refusal: the pod's `status.reason` and the kubelet's message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    pub reason: String,
-    pub message: String,
-}
-
-impl Rejection {
-    /// The pod's `status.message`, as the kubelet's `rejectPod` writes it.
-    pub fn status_message(&self) -> String {
-        format!("Pod was rejected: {}", self.message)
-    }
 }
 
 /// One container's amounts: each resource's request, else its limit.

@@ -98,7 +98,9 @@ use std::path::{Path, PathBuf};
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::env::node as env;
+use cocoon_api::contract::owner::Actor;
 use cocoon_api::naming::{VM_HASH_HEX_LEN, VM_NAME_PREFIX, vm_name_for_pod};
+use k8s_openapi::api::core::v1::Pod;
 
 /// How a VM name relates to a pod under the naming contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -589,6 +591,39 @@ pub enum ArtifactUse {
     CloneBase,
 }
 
+/// The pod a snapshot belongs to: `<namespace>/<pod>`, and its namespace's UID when read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its namespace's UID (read from the API by `Handler::owner_of`; `None` when the
+    /// agent's identity may not read namespaces, or for a clone base, which needs none).
+    pub namespace_uid: Option<String>,
+    /// Its name.
+    pub pod: String,
+}
+
+impl Owner {
+    /// The owner a pod's own snapshots record, without its namespace's UID (clone bases:
+    /// they must record no owner at all).
+    pub fn of(pod: &Pod) -> Self {
+        Owner {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            namespace_uid: None,
+            pod: pod.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The rule's view of this owner ([`cocoon_api::contract::owner::Actor`]).
+    pub fn actor(&self) -> Actor<'_> {
+        Actor {
+            namespace: &self.namespace,
+            namespace_uid: self.namespace_uid.as_deref(),
+            pod: &self.pod,
+        }
+    }
+}
+
 /// May the pod `owner` use a snapshot artifact with these manifest annotations? For its own
 /// VM ([`ArtifactUse::OwnVm`]) the shared owner rule decides
 /// ([`cocoon_api::contract::owner::owner_verdict`]): an artifact recording
@@ -607,7 +642,7 @@ pub fn check_artifact_owner(
     what: ArtifactUse,
     reference: &str,
     annotations: &std::collections::BTreeMap<String, String>,
-    owner: &super::owned::Owner,
+    owner: &Owner,
 ) -> Result<(), Refusal> {
     use cocoon_api::contract::owner::{OwnerVerdict, RecordedOwner, owner_verdict};
     let Some(recorded) = RecordedOwner::from_annotations(annotations) else {

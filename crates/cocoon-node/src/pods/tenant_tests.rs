@@ -684,8 +684,8 @@ fn image_ref_rows() {
     }
 }
 
-fn owner(ns: &str, uid: Option<&str>, pod: &str) -> crate::pods::owned::Owner {
-    crate::pods::owned::Owner {
+fn owner(ns: &str, uid: Option<&str>, pod: &str) -> Owner {
+    Owner {
         namespace: ns.to_owned(),
         namespace_uid: uid.map(str::to_owned),
         pod: pod.to_owned(),

@@ -2,7 +2,7 @@
 //! push/pull through the runtime's export/import streams, clone-base and fork snapshots,
 //! image materialisation and hibernate evidence (what their reads mean is decided in
 //! [`super::plan::transfer`]; the wake source is decided in `plan::wake`, read in
-//! `plan::effects`).
+//! `effects`).
 //!
 //! Single flights are per-key async locks whose holder re-checks the local store first;
 //! registry pulls are additionally shared ([`Handler::shared_pull`]): one spawned task per
@@ -20,10 +20,10 @@ use futures::future::{BoxFuture, Shared};
 use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
-use super::owned::Owner;
 use super::plan::ActionError;
 use super::plan::transfer::{self, BaseImage, ByKind, LocalCopy, RunImage};
 use super::rules::Evidence;
+use super::tenant::Owner;
 use super::tenant::{self, ArtifactUse, SourceVm};
 use super::{Handler, PodError, Result, failed};
 use crate::metrics::NodeMetrics;

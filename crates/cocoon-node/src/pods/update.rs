@@ -16,8 +16,9 @@ use cocoon_api::contract::{
 use k8s_openapi::api::core::v1::Pod;
 use tracing::info;
 
-use super::create::ch_windows;
-use super::plan::effects::{PodOp, read_wake_source};
+use super::effects::{PodOp, read_wake_source};
+use super::exec;
+use super::plan::ch_windows;
 use super::plan::update::{Dispatch, Gate};
 use super::plan::{self, StepFailed};
 use super::state::TrackedVm;
@@ -160,7 +161,7 @@ impl Handler {
             Err(refused) => return self.hibernate_fail(key, pod, refused).await,
         };
         let op = PodOp::new(self, key, pod, spec, Some(&vm));
-        if let Err(f) = plan::exec::run(&op, &steps).await {
+        if let Err(f) = exec::run(&op, &steps).await {
             return self.hibernate_fail(key, pod, f).await;
         }
         info!(pod = %key, vm = %spec.vm_name, "hibernated");
@@ -191,7 +192,7 @@ impl Handler {
             return Ok(());
         }
         let op = PodOp::new(self, key, pod, spec, None);
-        if let Err(f) = plan::exec::run(&op, &plan::wake::begin()).await {
+        if let Err(f) = exec::run(&op, &plan::wake::begin()).await {
             return self.wake_fail(pod, f).await;
         }
         let vm = spec.vm_name.as_str();
@@ -208,7 +209,7 @@ impl Handler {
         };
         op.clone_from(&source);
         let steps = plan::wake::plan(vm, &source, ch_windows(spec));
-        if let Err(f) = plan::exec::run(&op, &steps).await {
+        if let Err(f) = exec::run(&op, &steps).await {
             return self.wake_fail(pod, f).await;
         }
         info!(pod = %key, vm = %spec.vm_name, "woken");

@@ -31,7 +31,21 @@ use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 
 use super::StepFailed;
-use crate::pods::resources::Rejection;
+
+/// A refusal of the resource admission (`pods::resources::fit`): the pod's `status.reason`
+/// and the kubelet's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+impl Rejection {
+    /// The pod's `status.message`, as the kubelet's `rejectPod` writes it.
+    pub fn status_message(&self) -> String {
+        format!("Pod was rejected: {}", self.message)
+    }
+}
 
 /// What the admission found so far (`None`: not done yet).
 #[derive(Debug, Clone, Default)]

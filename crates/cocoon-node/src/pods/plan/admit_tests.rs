@@ -4,8 +4,7 @@
 
 use cocoon_api::contract::VmSpec;
 
-use super::admit::{Found, Next, SKIPPED, next};
-use crate::pods::resources::Rejection;
+use super::admit::{Found, Next, Rejection, SKIPPED, next};
 
 /// The answers the shell would get: the claim (the resource fit), the runtime lookup of the
 /// pre-assigned id, the tenant check, the host reach check, the unmanaged IP check.

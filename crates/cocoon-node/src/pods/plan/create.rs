@@ -22,9 +22,10 @@ use cocoon_api::contract::events::{hibernate_snapshot_exists_message, node as ev
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::naming::fork_snapshot_name;
 
+use super::ch_windows;
+use super::follow_up::FollowUp;
 use super::wake::{self, Reasons, Source};
 use super::{Action, CloneFrom, ClonePull, Failure, Step, StepFailed, Undo};
-use crate::pods::create::{FollowUp, ch_windows};
 use crate::pods::rules::{self, BringUp, Evidence, Verdict};
 
 /// What a CreatePod is planned from, once the pod is admitted.

@@ -6,9 +6,10 @@ use cocoon_api::contract::{Backend, Mode, Os, VmSpec};
 use super::create::{
     BringUpPlan, Facts, RestoreDecision, Route, bring_up, restore, restore_decision, route,
 };
+use crate::pods::exec;
+use crate::pods::plan::StepFailed;
 use crate::pods::plan::testkit::{self, Script};
 use crate::pods::plan::wake::Source;
-use crate::pods::plan::{StepFailed, exec};
 use crate::pods::rules::Evidence;
 use cocoon_runtime::SnapshotRecord;
 

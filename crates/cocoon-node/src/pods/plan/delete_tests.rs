@@ -7,8 +7,9 @@ use cocoon_api::naming::Role;
 use cocoon_api::contract::events::node as ev;
 
 use super::delete::{Facts, Gate, StopReport, StopResult, Vm, gate, plan, stop_grace, stop_report};
+use crate::pods::exec;
+use crate::pods::plan::StepFailed;
 use crate::pods::plan::testkit::{self, Script};
-use crate::pods::plan::{StepFailed, exec};
 
 const LIVE: Vm<'static> = Vm {
     id: "id-1",

@@ -20,8 +20,19 @@ use std::time::Duration;
 use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::{Backend, Os, VmSpec};
 
-use crate::pods::create::{FollowUp, ch_windows};
+use super::ch_windows;
 use crate::pods::rules::{self, NicInfo};
+
+/// Which background step follows a bring-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FollowUp {
+    /// Ready now.
+    None,
+    /// Post-restore (wake accounting).
+    Restore,
+    /// Post-clone (op `create`).
+    Clone,
+}
 
 /// §6.1 step 15: publish `ready` now (else refresh the status; `ready` comes later).
 pub(crate) fn ready_now(follow: FollowUp, failed: bool) -> bool {

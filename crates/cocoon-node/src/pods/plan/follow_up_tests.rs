@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use cocoon_api::contract::{Backend, Os, VmSpec};
 
-use super::follow_up::{Background, background, hint, ip_wait_timeout, ready_now};
-use crate::pods::create::FollowUp;
+use super::follow_up::{Background, FollowUp, background, hint, ip_wait_timeout, ready_now};
 use crate::pods::rules::{NicInfo, WINDOWS_FIXUP};
 
 fn spec(os: Option<Os>, backend: Option<Backend>) -> VmSpec {

@@ -14,8 +14,7 @@
 use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::{LifecycleState, Os, VmSpec, tags};
 
-use super::{Action, Failure, Step, StepFailed, Undo};
-use crate::pods::create::ch_windows;
+use super::{Action, Failure, Step, StepFailed, Undo, ch_windows};
 
 /// What the hibernate of a pod is planned from.
 #[derive(Debug, Clone, Copy)]

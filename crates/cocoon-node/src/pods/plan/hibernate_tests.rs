@@ -4,8 +4,9 @@
 use cocoon_api::contract::{Backend, Os, VmSpec};
 
 use super::hibernate::{Facts, plan};
+use crate::pods::exec;
 use crate::pods::plan::testkit::{self, Script};
-use crate::pods::plan::{AfterFailedRemove, StepFailed, exec};
+use crate::pods::plan::{AfterFailedRemove, StepFailed};
 
 fn spec(backend: Option<Backend>, os: Option<Os>) -> VmSpec {
     VmSpec {

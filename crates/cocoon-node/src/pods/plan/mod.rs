@@ -1,11 +1,16 @@
 //! The pod operations as planned pipelines, in the shape of the CocoonSet controller's steps:
 //! a pure planner per operation turns observed facts into an ordered list of [`Step`]s
 //! (runtime calls, registry calls, API writes), each saying what its failure means
-//! ([`OnFailure`]) and what undoes it if a later step fails ([`Undo`]); one executor
-//! ([`exec::run`]) applies them in order and, on a failure, runs the compensations the plan
-//! gives ([`compensations`]). No planner holds a client or a runtime handle; the executor
-//! reaches the runtime, the registry and the API only through [`exec::Effects`], which the
-//! handler implements in [`effects`].
+//! ([`OnFailure`]) and what undoes it if a later step fails ([`Undo`]); one executor, in the
+//! shell (`pods::exec::run`), applies them in order and, on a failure, runs the compensations
+//! the plan gives ([`compensations`]). No planner holds a client or a runtime handle; the
+//! executor reaches the runtime, the registry and the API only through `pods::exec::Effects`,
+//! which the handler implements in `pods::effects`.
+//!
+//! This module is the pure leaf of the pod operations: it imports nothing of the crate but
+//! its own modules and the pure rules `pods::{rules, tenant, intent}` (its test code also
+//! runs the plans through `pods::exec`), and no I/O handle; `tests/tests/test_layout.rs`
+//! keeps it so.
 //!
 //! Planned: hibernate ([`hibernate`]), wake ([`wake`]), delete ([`delete`]), create from
 //! the mode dispatch on ([`create`]), the create's admission before it ([`admit`]), the
@@ -18,8 +23,6 @@
 pub(crate) mod admit;
 pub(crate) mod create;
 pub(crate) mod delete;
-pub(crate) mod effects;
-pub(crate) mod exec;
 pub(crate) mod follow_up;
 pub(crate) mod hibernate;
 pub(crate) mod stale;
@@ -28,9 +31,14 @@ pub(crate) mod update;
 pub(crate) mod vm_event;
 pub(crate) mod wake;
 
-use cocoon_api::contract::LifecycleState;
+use cocoon_api::contract::{Backend, LifecycleState, Os, VmSpec};
 
-use super::create::FollowUp;
+use follow_up::FollowUp;
+
+/// CH+Windows: the hibernate drops the NIC and the wake hot-adds one.
+pub(crate) fn ch_windows(spec: &VmSpec) -> bool {
+    spec.backend == Some(Backend::CloudHypervisor) && spec.os == Some(Os::Windows)
+}
 
 /// One thing an operation does. The executor applies a plan's actions in their order.
 #[derive(Debug, Clone, PartialEq, Eq)]

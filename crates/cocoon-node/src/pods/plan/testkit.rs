@@ -5,10 +5,10 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use super::exec::Effects;
 use super::{
     Action, ActionError, AfterFailedRemove, CloneFrom, ClonePull, Failure, OnFailure, Step, Undo,
 };
+use crate::pods::exec::Effects;
 
 /// An action as a short sentence.
 pub(crate) fn action(a: &Action) -> String {

@@ -22,8 +22,28 @@ use cocoon_api::contract::oci::ANNOTATION_BASE_IMAGE;
 use cocoon_registry::Kind;
 use cocoon_runtime::{RuntimeError, SnapshotRecord};
 
-use crate::pods::owned::{GateError, OwnedArtifact};
 use crate::pods::rules::{Evidence, parse_ref};
+use crate::pods::tenant::Refusal;
+
+/// Why the trust gate (`pods::owned`) did not hand out an artifact.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    /// The artifact belongs to someone else.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The registry could not be read.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A registry artifact the trust gate checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedArtifact {
+    /// The manifest digest (`sha256:…`) to pull.
+    pub digest: String,
+    /// Its manifest annotations.
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
 
 /// `hibernateEvidence(vm)` without a registry client, from the exact-name inspect of `<vm>`.
 pub(crate) fn local_evidence<T>(

@@ -5,10 +5,9 @@ use cocoon_registry::Kind;
 use cocoon_runtime::{RuntimeError, SnapshotRecord};
 
 use super::transfer::{
-    BaseImage, ByKind, LocalCopy, RunImage, base_image, by_kind, local_copy, local_evidence,
-    registry_evidence, run_image, run_image_flight,
+    BaseImage, ByKind, GateError, LocalCopy, OwnedArtifact, RunImage, base_image, by_kind,
+    local_copy, local_evidence, registry_evidence, run_image, run_image_flight,
 };
-use crate::pods::owned::{GateError, OwnedArtifact};
 use crate::pods::rules::Evidence;
 use crate::pods::tenant::Refusal;
 

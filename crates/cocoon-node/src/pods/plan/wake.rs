@@ -22,8 +22,8 @@ use cocoon_api::contract::events::{node as ev, woken_message};
 use cocoon_api::contract::{LifecycleState, tags};
 use cocoon_api::naming::hibernate_import_snapshot_name;
 
+use super::follow_up::FollowUp;
 use super::{Action, CloneFrom, ClonePull, Failure, Step, Undo};
-use crate::pods::create::FollowUp;
 use cocoon_runtime::SnapshotRecord;
 
 /// The manifest of `<vm>:hibernate`, through the trust gate.

@@ -6,8 +6,9 @@ use super::wake::{
     ArtifactRead, LocalRead, Source, SourceFacts, SourceNext, SourceRead, VerifyRead, begin, plan,
     source,
 };
+use crate::pods::exec;
+use crate::pods::plan::StepFailed;
 use crate::pods::plan::testkit::{self, Script};
-use crate::pods::plan::{StepFailed, exec};
 use cocoon_runtime::SnapshotRecord;
 
 const VM: &str = "vk-a";

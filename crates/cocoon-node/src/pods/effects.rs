@@ -13,17 +13,19 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info, warn};
 
 use super::exec::Effects;
-use super::wake::{
+use super::plan::transfer::GateError;
+use super::plan::wake::{
     ArtifactRead, LocalRead, Source, SourceFacts, SourceNext, SourceRead, VerifyRead,
 };
-use super::{
+use super::plan::{
     Action, ActionError, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove,
     removed,
 };
-use crate::pods::owned::{GateError, Owner, PushRefusal};
+use crate::pods::owned::PushRefusal;
 use crate::pods::rules::{self, PodResources};
 use crate::pods::state::TrackedVm;
 use crate::pods::tenant::ArtifactUse;
+use crate::pods::tenant::Owner;
 use crate::pods::{Handler, status};
 use cocoon_api::contract::owner as owner_rule;
 use cocoon_runtime::{
@@ -117,7 +119,7 @@ async fn drop_local_snapshots_bounded(h: &Handler, vm: &str) {
     let _ = task.await;
 }
 
-/// `resolveWakeSource(vm)`'s reads (§8.3), as [`super::wake::source`] asks for them, for the
+/// `resolveWakeSource(vm)`'s reads (§8.3), as [`super::plan::wake::source`] asks for them, for the
 /// pod `owner`: the registry's `:hibernate` is used (and trusted to verify the local copy)
 /// only when it is the owner's. Counts `cocoon_vk_snapshot_verify_total`.
 pub(crate) async fn read_wake_source(
@@ -130,7 +132,7 @@ pub(crate) async fn read_wake_source(
         ..SourceFacts::default()
     };
     loop {
-        match super::wake::source(vm, &f) {
+        match super::plan::wake::source(vm, &f) {
             SourceNext::Use(source) => return Ok(source),
             SourceNext::Fail(e) => return Err(e),
             SourceNext::Read(SourceRead::Artifact) => {
@@ -456,7 +458,7 @@ impl PodOp<'_> {
     /// [`Action::StopVm`]: `vm stop` bounded by the grace period (the call is dropped when
     /// it runs out, which kills the `cocoon` child), then the report of `delete::stop_report`.
     async fn stop_gracefully(&self, id: &str, grace_secs: u64) {
-        use super::delete::{StopResult, stop_report};
+        use super::plan::delete::{StopResult, stop_report};
         let grace = Duration::from_secs(grace_secs);
         let result = match tokio::time::timeout(grace, self.h.rt.stop(id, grace)).await {
             Err(_) => StopResult::TimedOut,

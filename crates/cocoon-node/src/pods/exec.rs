@@ -1,12 +1,12 @@
 //! The one executor of the pod operations' plans: applies the steps in order, each finished
 //! before the next starts, and on a failure that fails the operation runs the compensations
-//! the plan gives ([`super::compensations`]), then returns the failure. The caller reports
+//! the plan gives ([`super::plan::compensations`]), then returns the failure. The caller reports
 //! it (failOp, §12.3); the executor only logs the failures the plan says to go on after.
 
 use async_trait::async_trait;
 use tracing::warn;
 
-use super::{
+use super::plan::{
     Action, ActionError, AfterFailedRemove, OnFailure, Step, StepFailed, Undo, compensations,
 };
 
@@ -90,8 +90,8 @@ pub(crate) async fn run<E: Effects + ?Sized>(fx: &E, steps: &[Step]) -> Result<(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testkit::Script;
-    use super::super::{Failure, Step};
+    use super::super::plan::testkit::Script;
+    use super::super::plan::{Failure, Step};
     use super::*;
     use cocoon_api::contract::LifecycleState;
 
