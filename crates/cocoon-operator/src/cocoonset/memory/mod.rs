@@ -12,8 +12,9 @@
 //!
 //! A pass reads what it knows it wrote in one call at its start ([`WriteMemory::recall`]),
 //! records each write as it succeeds, and [`WriteMemory::forget`] drops everything of a set
-//! once it is gone. A set being torn down keeps nothing of its writes but its pod deletes
-//! (teardown deletes each pod once), its labels and its reports. Every entry comes from this controller's own
+//! once it is gone. A set being torn down keeps of its writes only what teardown reads again:
+//! the set as its last write returned it (the delete stash is not written twice while the
+//! cache lags) and its pod deletes (each pod is deleted once); its labels and its reports stay. Every entry comes from this controller's own
 //! writes and reports and leaves with its set, so the memory stays bounded.
 
 pub mod deleted;
@@ -110,9 +111,15 @@ impl Sets {
 
     /// Nothing of the writes of the set `uid` is kept (its labels and reports stay).
     fn forget_writes(&mut self, uid: &str) {
+        self.forget_all_but_teardown(uid);
+        self.set_copies.forget_set(uid);
+    }
+
+    /// What teardown does not read again of the set `uid`'s writes goes: its status, its
+    /// expected creates, its written pods.
+    fn forget_all_but_teardown(&mut self, uid: &str) {
         self.status.remove(uid);
         self.expected.forget_set(uid);
-        self.set_copies.forget_set(uid);
         self.pod_copies.forget_set(uid);
     }
 }
@@ -179,7 +186,7 @@ impl WriteMemory {
             deleted = sets.deleted.observe(&uid, cached, now);
             sets.pods_as_written(&uid, &mut owned, now);
             if cs.metadata.deletion_timestamp.is_some() {
-                sets.forget_writes(&uid);
+                sets.forget_all_but_teardown(&uid);
             } else {
                 let in_cache = owned.iter().filter_map(|p| {
                     Some((p.metadata.name.as_deref()?, p.metadata.uid.as_deref()?))
@@ -199,12 +206,8 @@ impl WriteMemory {
         }
     }
 
-    /// A write of the set returned `written`; the cache showed it at `base`. Nothing is kept
-    /// of a set being deleted.
+    /// A write of the set returned `written`; the cache showed it at `base`.
     pub fn wrote_set(&self, base: Option<&str>, written: CocoonSet) {
-        if written.metadata.deletion_timestamp.is_some() {
-            return;
-        }
         if let (Some(base), Some(uid)) = (base, written.uid()) {
             self.lock()
                 .set_copies
@@ -444,17 +447,19 @@ mod tests {
     }
 
     #[test]
-    fn a_set_being_torn_down_keeps_nothing_of_its_writes_but_its_labels_and_reports() {
+    fn a_set_being_torn_down_keeps_of_its_writes_only_the_set_and_its_labels_and_reports() {
         let m = WriteMemory::default();
         remember_all(&m, "a");
         let mut deleting = cached("a", "30");
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         let recall = m.recall(&deleting, |_| vec![main_at("20")]);
         assert!(recall.pending_creates.is_empty() && recall.last_status.is_none());
-        // Nothing it writes from here on is kept either.
-        m.wrote_set(Some("30"), deleting.clone());
-        let again = m.recall(&cached("a", "10"), |_| Vec::new());
-        assert_eq!(again.cs.resource_version().as_deref(), Some("10"));
+        // Its stash write is read back while the cache still shows the set from before it.
+        let mut stashed = deleting.clone();
+        stashed.metadata.resource_version = Some("31".into());
+        m.wrote_set(Some("30"), stashed);
+        let again = m.recall(&deleting, |_| Vec::new());
+        assert_eq!(again.cs.resource_version().as_deref(), Some("31"));
         assert!(again.pending_creates.is_empty() && again.last_status.is_none());
         assert_eq!(m.expected_creates(), 0);
         // Its labels and its reports stay until the set is gone.
