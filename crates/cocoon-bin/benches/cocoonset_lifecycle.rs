@@ -14,13 +14,18 @@
 //!    bring-up), sub-agents created and Ready, toolbox created and Ready, Running seen;
 //! 2. **suspend / resume** of one such set, the same number of rounds: spec edit → `Suspended`,
 //!    spec edit → `Running` with every agent ready;
-//! 3. **many**: `COCOON_BENCH_SETS` sets (default 50, `agent.replicas: 0`) created at once →
-//!    all Running.
+//! 3. **delete** of the create rounds' sets, one a round: the DELETE → the set and every pod
+//!    it had gone (their deletion watch events);
+//! 4. **many**: `COCOON_BENCH_SETS` sets (default 50, `agent.replicas: 0`) created at once →
+//!    all Running;
+//! 5. **many deleted**: those sets deleted at once → every set and pod gone.
 //!
 //! For each: the operator's writes, counted from the audit log (completed create/update/patch/
 //! delete requests of the operator's account with User-Agent `cocoon-operator/…`, between the
 //! edit and the moment its writes went quiet), and the operator process's CPU time (utime +
-//! stime from `/proc/<pid>/stat`) over the same window; for the last scenario also its RSS.
+//! stime from `/proc/<pid>/stat`) over the same window; for the many-set create also its RSS.
+//! The delete scenarios also print the writes by verb and resource and the failed ones (status
+//! >= 400) by verb, resource and code.
 //!
 //! `COCOON_BENCH_SCALE=<n>` runs a scale scenario instead: n sets of main + 1 sub-agent + 1
 //! toolbox (3n pods over three agents, here each a `cocoon-operator node` process of its own
@@ -50,7 +55,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -477,6 +482,10 @@ struct SetSeen {
 struct Timeline {
     pods: BTreeMap<String, Vec<PodSeen>>,
     sets: BTreeMap<String, Vec<SetSeen>>,
+    /// When each pod's last deletion event arrived (it left the API server).
+    pods_gone: BTreeMap<String, Timestamp>,
+    /// When each set's deletion event arrived.
+    sets_gone: BTreeMap<String, Timestamp>,
 }
 
 type Shared = Arc<Mutex<Timeline>>;
@@ -521,14 +530,62 @@ fn record_set(t: &Shared, cs: &CocoonSet) {
     }
 }
 
-/// Watches the namespace's pods and sets into the timeline; returns once both have listed.
+/// Watches the namespace's pods and sets into the timeline, their deletions included; returns
+/// once every watch has listed.
 async fn start_timeline(client: &Client, ns: &str) -> BenchResult<Shared> {
     let t: Shared = Arc::default();
     let (tp, ts) = (t.clone(), t.clone());
     let on_pod = move |p: &Pod| record_pod(&tp, p);
     let on_set = move |cs: &CocoonSet| record_set(&ts, cs);
     watch_pods_and_sets(client, ns, on_pod, on_set).await?;
+    let pods = watch_deletes(Api::<Pod>::namespaced(client.clone(), ns), t.clone(), |t| {
+        &mut t.pods_gone
+    });
+    let sets = watch_deletes(
+        Api::<CocoonSet>::namespaced(client.clone(), ns),
+        t.clone(),
+        |t| &mut t.sets_gone,
+    );
+    tokio::time::timeout(Duration::from_secs(60), pods).await??;
+    tokio::time::timeout(Duration::from_secs(60), sets).await??;
     Ok(t)
+}
+
+/// Watches `api` for deletions (re-listing after an error) and stamps each into the map of the
+/// timeline `gone` picks; the receiver fires once the initial list is done.
+fn watch_deletes<K>(
+    api: Api<K>,
+    t: Shared,
+    gone: fn(&mut Timeline) -> &mut BTreeMap<String, Timestamp>,
+) -> tokio::sync::oneshot::Receiver<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    use kube::runtime::{WatchStreamExt, watcher};
+    let (listed, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut ready = Some(listed);
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(watcher::Event::Delete(o)) => {
+                    let at = Timestamp::now();
+                    if let Ok(mut t) = t.lock() {
+                        gone(&mut t).insert(o.name_any(), at);
+                    }
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(r) = ready.take() {
+                        let _ = r.send(());
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    rx
 }
 
 impl Timeline {
@@ -561,6 +618,34 @@ impl Timeline {
             .iter()
             .find(|s| s.at >= since && f(s))
             .map(|s| s.at)
+    }
+
+    /// The pods of set `set` (named `<set>-…`) seen since they last left, if they did.
+    fn live_pods(&self, set: &str) -> Vec<String> {
+        let prefix = format!("{set}-");
+        self.pods
+            .iter()
+            .filter(|(name, seen)| {
+                name.starts_with(&prefix)
+                    && seen.last().is_some_and(|last| {
+                        self.pods_gone.get(*name).is_none_or(|gone| last.at > *gone)
+                    })
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// When set `set` and every pod of `pods` had left, at or after `since`: the last of
+    /// their deletion events.
+    fn all_gone(&self, set: &str, pods: &[String], since: Timestamp) -> Option<Timestamp> {
+        let gone = |map: &BTreeMap<String, Timestamp>, name: &str| {
+            map.get(name).copied().filter(|at| *at >= since)
+        };
+        let mut last = gone(&self.sets_gone, set)?;
+        for pod in pods {
+            last = last.max(gone(&self.pods_gone, pod)?);
+        }
+        Some(last)
     }
 }
 
@@ -738,6 +823,26 @@ impl Bench<'_> {
         Ok(round)
     }
 
+    /// DELETEs the set `name` and waits until it and its pods are gone; returns its figures.
+    async fn delete_round(&self, name: &str, print: bool) -> BenchResult<Teardown> {
+        let cpu0 = cpu_of(self.op.pid());
+        let t0 = Timestamp::now();
+        let (_, gone) = delete_all(self, &[name.to_owned()]).await?;
+        let writes = self.op.quiet(&self.audit, &self.ns).await?;
+        let cpu = cpu_of(self.op.pid()).saturating_sub(cpu0);
+        let mine = writes_between(&writes, t0, Timestamp::now());
+        if print {
+            println!(
+                "  operator writes of one delete (audit log, completion time after the DELETE):"
+            );
+            for w in &mine {
+                println!("    {}", describe(w, t0));
+            }
+        }
+        let ms = since_ms(t0, Some(gone)).unwrap_or(f64::NAN);
+        Ok(Teardown::of(&mine, ms, cpu))
+    }
+
     /// Edits `spec.suspend` of `name`; returns its figures with the per-pod breakdown.
     async fn transition(&self, name: &str, suspend: bool, print: bool) -> BenchResult<Transition> {
         let cpu0 = cpu_of(self.op.pid());
@@ -828,6 +933,89 @@ impl Bench<'_> {
             registry: registry.values().sum(),
         })
     }
+}
+
+/// The DELETE of one set's or many sets' figures.
+struct Teardown {
+    ms: f64,
+    writes: usize,
+    /// The writes by `verb resource` (with `/subresource`).
+    by_kind: BTreeMap<String, usize>,
+    /// The failed writes (status >= 400) by `verb resource code`.
+    failed: BTreeMap<String, usize>,
+    cpu_ms: f64,
+}
+
+impl Teardown {
+    fn of(writes: &[&AuditRecord], ms: f64, cpu: Duration) -> Teardown {
+        let mut by_kind = BTreeMap::new();
+        let mut failed = BTreeMap::new();
+        for w in writes {
+            *by_kind
+                .entry(format!("{} {}", w.verb, w.resource))
+                .or_insert(0) += 1;
+            if w.code >= 400 {
+                *failed
+                    .entry(format!("{} {} {}", w.verb, w.resource, w.code))
+                    .or_insert(0) += 1;
+            }
+        }
+        Teardown {
+            ms,
+            writes: writes.len(),
+            by_kind,
+            failed,
+            cpu_ms: cpu.as_secs_f64() * 1000.0,
+        }
+    }
+
+    fn failed_count(&self) -> usize {
+        self.failed.values().sum()
+    }
+}
+
+/// Adds `from`'s counts into `into`.
+fn add_counts(into: &mut BTreeMap<String, usize>, from: &BTreeMap<String, usize>) {
+    for (k, n) in from {
+        *into.entry(k.clone()).or_insert(0) += n;
+    }
+}
+
+/// DELETEs the sets `names` (at most `CREATES_AT_ONCE` in flight, as a user's tooling would),
+/// waits until each set and every pod it had is gone; returns when the DELETEs were all
+/// issued and when the last of them was gone.
+async fn delete_all(b: &Bench<'_>, names: &[String]) -> BenchResult<(Timestamp, Timestamp)> {
+    let t0 = Timestamp::now();
+    let pods: Vec<Vec<String>> = {
+        let tl = b.timeline.lock().map_err(|_| "timeline poisoned")?;
+        names.iter().map(|n| tl.live_pods(n)).collect()
+    };
+    let deletes: Vec<_> = names
+        .iter()
+        .map(|name| async move { b.sets.delete(name, &DeleteParams::default()).await })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(deletes)
+        .buffer_unordered(CREATES_AT_ONCE)
+        .collect()
+        .await;
+    for r in results {
+        r?;
+    }
+    let issued = Timestamp::now();
+    let t = &b.timeline;
+    let what = format!("{} set(s) and their pods gone", names.len());
+    let (names, pods) = (&names, &pods);
+    let gone = cocoon_testenv::wait_until(&what, WAIT, || async move {
+        let tl = t.lock().ok()?;
+        names
+            .iter()
+            .zip(pods)
+            .map(|(n, p)| tl.all_gone(n, p, t0))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|v| v.into_iter().max())
+    })
+    .await?;
+    Ok((issued, gone))
 }
 
 /// One suspend or resume: edit → phase, the operator's writes and CPU, and for each of the
@@ -1067,7 +1255,45 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
         println!("    {:<36} {:>6.0}", "phase seen", p50(&t));
     }
 
-    // (3) many sets at once.
+    // (3) delete of one set at a time: the create rounds' sets, each Running (main + 2
+    // sub-agents + 1 toolbox).
+    let mut dels = Vec::new();
+    for r in 0..rounds {
+        dels.push(b.delete_round(&format!("one-{r}"), every || r == 0).await?);
+    }
+    {
+        let t: Vec<f64> = dels.iter().map(|x| x.ms).collect();
+        let w: Vec<f64> = dels.iter().map(|x| x.writes as f64).collect();
+        let c: Vec<f64> = dels.iter().map(|x| x.cpu_ms).collect();
+        let (mut kinds, mut failed) = (BTreeMap::new(), BTreeMap::new());
+        for d in &dels {
+            add_counts(&mut kinds, &d.by_kind);
+            add_counts(&mut failed, &d.failed);
+        }
+        println!(
+            "delete -> gone, 1 set (main + 2 sub-agents + 1 toolbox), {rounds} rounds: DELETE -> \
+             set and pods gone p50 {:>5.0} ms max {:>5.0} ms | operator writes p50 {:.0} (min \
+             {:.0}, max {:.0}) | failed writes {} | operator CPU p50 {:.0} ms",
+            p50(&t),
+            pct(&t, 100),
+            p50(&w),
+            pct(&w, 0),
+            pct(&w, 100),
+            failed.values().sum::<usize>(),
+            p50(&c),
+        );
+        println!("  writes over the rounds by kind: {kinds:?}");
+        println!("  failed writes over the rounds: {failed:?}");
+        println!(
+            "  per round (ms, writes, failed): {}",
+            dels.iter()
+                .map(|d| format!("{:.0}/{}/{}", d.ms, d.writes, d.failed_count()))
+                .collect::<Vec<_>>()
+                .join("  ")
+        );
+    }
+
+    // (4) many sets at once.
     let cpu0 = cpu_of(b.op.pid());
     let t0 = Timestamp::now();
     let names: Vec<String> = (0..n_sets).map(|i| format!("many-{i}")).collect();
@@ -1131,9 +1357,32 @@ async fn scenarios(b: &Bench<'_>, pool: &str, rounds: usize, n_sets: usize) -> B
             println!("    {label:<30} {:>6.2} / {:>6.2}", p50(v), pct(v, 100));
         }
     }
+    // (5) the many sets deleted at once.
+    let cpu0 = cpu_of(b.op.pid());
+    let t0 = Timestamp::now();
+    let (issued, gone) = delete_all(b, &names).await?;
+    let writes = b.op.quiet(&b.audit, &b.ns).await?;
+    let cpu = cpu_of(b.op.pid()).saturating_sub(cpu0);
+    let mine: Vec<&AuditRecord> = writes_between(&writes, t0, Timestamp::now())
+        .into_iter()
+        .filter(|w| w.name.starts_with("many-"))
+        .collect();
+    let many = Teardown::of(&mine, since_ms(t0, Some(gone)).unwrap_or(f64::NAN), cpu);
+    println!(
+        "{n_sets} sets (replicas 0) deleted at once: deletes issued in {:.2} s, all gone (sets \
+         and pods) after {:.2} s | operator writes {} | failed writes {} | operator CPU {:.2} s",
+        issued.duration_since(t0).as_secs_f64(),
+        many.ms / 1000.0,
+        many.writes,
+        many.failed_count(),
+        many.cpu_ms / 1000.0,
+    );
+    println!("  writes by kind: {:?}", many.by_kind);
+    println!("  failed writes: {:?}", many.failed);
     println!(
         "goals (issue #20): create p50 < 1000 ms, {DEFAULT_SETS} sets < 4 s, suspend/resume p50 \
-         < 350 ms, <= 8 / <= 12 operator writes"
+         < 350 ms, <= 8 / <= 12 operator writes; (issue #36) teardown under Go v0.3.3's writes: \
+         < 15 for one set, < 221 for {DEFAULT_SETS} sets, no failed write"
     );
     Ok(())
 }

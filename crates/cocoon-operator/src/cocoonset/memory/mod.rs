@@ -4,17 +4,20 @@
 //! One [`WriteMemory`] holds, by set UID:
 //! * the objects the set's last writes returned while the caches still show versions from
 //!   before them ([`fresh`]), the pods it created that the pod cache does not show yet
-//!   ([`expected`]), and the last status it wrote with the versions up to that write (step
+//!   ([`expected`]), the pods it deleted that the pod cache still shows as they were
+//!   ([`deleted`]), and the last status it wrote with the versions up to that write (step
 //!   14 skips writing the same status again while the cache has not caught up);
 //! * the set's metric labels (its series go when the set does) and the VM names the
 //!   ownership gate refused and reported, each reported once.
 //!
 //! A pass reads what it knows it wrote in one call at its start ([`WriteMemory::recall`]),
 //! records each write as it succeeds, and [`WriteMemory::forget`] drops everything of a set
-//! once it is gone. A set being torn down keeps nothing of its writes (no later pass needs
-//! them), only its labels and its reports. Every entry comes from this controller's own
+//! once it is gone. A set being torn down keeps of its writes only what teardown reads again:
+//! the set as its last write returned it (the delete stash is not written twice while the
+//! cache lags) and its pod deletes (each pod is deleted once); its labels and its reports stay. Every entry comes from this controller's own
 //! writes and reports and leaves with its set, so the memory stays bounded.
 
+pub mod deleted;
 pub mod expected;
 pub mod fresh;
 #[cfg(test)]
@@ -28,6 +31,7 @@ use cocoon_api::crd::set::{CocoonSet, CocoonSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use self::deleted::{Cached, Deleted};
 use self::expected::Expected;
 use self::fresh::Fresh;
 use super::steps::status::rules::versions_seen;
@@ -51,6 +55,8 @@ struct Sets {
     status: HashMap<String, WrittenStatus>,
     /// The pods created that the cache does not show yet.
     expected: Expected,
+    /// The pods deleted that the cache still shows as they were.
+    deleted: Deleted,
     /// The sets and pods as the last writes returned them.
     set_copies: Fresh<CocoonSet>,
     pod_copies: Fresh<Pod>,
@@ -105,9 +111,15 @@ impl Sets {
 
     /// Nothing of the writes of the set `uid` is kept (its labels and reports stay).
     fn forget_writes(&mut self, uid: &str) {
+        self.forget_all_but_teardown(uid);
+        self.set_copies.forget_set(uid);
+    }
+
+    /// What teardown does not read again of the set `uid`'s writes goes: its status, its
+    /// expected creates, its written pods.
+    fn forget_all_but_teardown(&mut self, uid: &str) {
         self.status.remove(uid);
         self.expected.forget_set(uid);
-        self.set_copies.forget_set(uid);
         self.pod_copies.forget_set(uid);
     }
 }
@@ -131,6 +143,9 @@ pub struct Recall {
     pub pending_creates: BTreeMap<String, Duration>,
     /// The last status this controller wrote to the set.
     pub last_status: Option<WrittenStatus>,
+    /// The UIDs of the set's pods this controller deleted a moment ago that the cache still
+    /// shows as they were (not terminating).
+    pub deleted: BTreeSet<String>,
 }
 
 impl WriteMemory {
@@ -159,11 +174,19 @@ impl WriteMemory {
             .filter_map(|p| Some((p.name_any(), p.resource_version()?)))
             .collect();
         let (mut pending_creates, mut last_status) = (BTreeMap::new(), None);
+        let mut deleted = BTreeSet::new();
         if let Some(uid) = cs.uid() {
             let mut sets = self.lock();
+            let cached = owned.iter().filter_map(|p| {
+                Some(Cached {
+                    uid: p.metadata.uid.as_deref()?,
+                    terminating: p.metadata.deletion_timestamp.is_some(),
+                })
+            });
+            deleted = sets.deleted.observe(&uid, cached, now);
             sets.pods_as_written(&uid, &mut owned, now);
             if cs.metadata.deletion_timestamp.is_some() {
-                sets.forget_writes(&uid);
+                sets.forget_all_but_teardown(&uid);
             } else {
                 let in_cache = owned.iter().filter_map(|p| {
                     Some((p.metadata.name.as_deref()?, p.metadata.uid.as_deref()?))
@@ -179,15 +202,12 @@ impl WriteMemory {
             pod_bases,
             pending_creates,
             last_status,
+            deleted,
         }
     }
 
-    /// A write of the set returned `written`; the cache showed it at `base`. Nothing is kept
-    /// of a set being deleted.
+    /// A write of the set returned `written`; the cache showed it at `base`.
     pub fn wrote_set(&self, base: Option<&str>, written: CocoonSet) {
-        if written.metadata.deletion_timestamp.is_some() {
-            return;
-        }
         if let (Some(base), Some(uid)) = (base, written.uid()) {
             self.lock()
                 .set_copies
@@ -227,6 +247,13 @@ impl WriteMemory {
             .created(set_uid, pod, pod_uid, Instant::now());
     }
 
+    /// A delete of the pod `pod_uid` of the set `set_uid` succeeded (or found it gone).
+    pub fn deleted(&self, set_uid: &str, pod_uid: &str) {
+        self.lock()
+            .deleted
+            .deleted(set_uid, pod_uid, Instant::now());
+    }
+
     /// Remembers the metric labels of `cs`; `Some` the first time, for its series to be
     /// initialised.
     pub fn track(&self, cs: &CocoonSet) -> Option<SetLabels> {
@@ -256,6 +283,7 @@ impl WriteMemory {
     pub fn forget(&self, uid: &str) -> Option<SetLabels> {
         let mut sets = self.lock();
         sets.forget_writes(uid);
+        sets.deleted.forget_set(uid);
         sets.foreign.remove(uid);
         sets.labels.remove(uid)
     }
@@ -267,6 +295,7 @@ impl WriteMemory {
         let keep = |uid: &str| present.contains(uid);
         sets.status.retain(|uid, _| keep(uid));
         sets.expected.retain_sets(keep);
+        sets.deleted.retain_sets(keep);
         sets.set_copies.retain_sets(keep);
         sets.pod_copies.retain_sets(keep);
         sets.foreign.retain(|uid, _| keep(uid));
@@ -287,6 +316,7 @@ impl WriteMemory {
         sets.labels.contains_key(uid)
             || sets.status.contains_key(uid)
             || sets.expected.has_set(uid)
+            || sets.deleted.has_set(uid)
             || sets.set_copies.has_set(uid)
             || sets.pod_copies.has_set(uid)
             || sets.foreign.contains_key(uid)
@@ -417,23 +447,52 @@ mod tests {
     }
 
     #[test]
-    fn a_set_being_torn_down_keeps_nothing_of_its_writes_but_its_labels_and_reports() {
+    fn a_set_being_torn_down_keeps_of_its_writes_only_the_set_and_its_labels_and_reports() {
         let m = WriteMemory::default();
         remember_all(&m, "a");
         let mut deleting = cached("a", "30");
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         let recall = m.recall(&deleting, |_| vec![main_at("20")]);
         assert!(recall.pending_creates.is_empty() && recall.last_status.is_none());
-        // Nothing it writes from here on is kept either.
-        m.wrote_set(Some("30"), deleting.clone());
-        let again = m.recall(&cached("a", "10"), |_| Vec::new());
-        assert_eq!(again.cs.resource_version().as_deref(), Some("10"));
+        // Its stash write is read back while the cache still shows the set from before it.
+        let mut stashed = deleting.clone();
+        stashed.metadata.resource_version = Some("31".into());
+        m.wrote_set(Some("30"), stashed);
+        let again = m.recall(&deleting, |_| Vec::new());
+        assert_eq!(again.cs.resource_version().as_deref(), Some("31"));
         assert!(again.pending_creates.is_empty() && again.last_status.is_none());
         assert_eq!(m.expected_creates(), 0);
         // Its labels and its reports stay until the set is gone.
         assert!(m.track(&cached("a", "10")).is_none(), "still tracked");
         assert!(!m.first_foreign_report("a", ann::VM_NAME, "vk-other"));
         assert!(m.remembers("a"));
+    }
+
+    #[test]
+    fn a_pod_deleted_counts_as_deleted_until_the_cache_shows_it_going_teardown_included() {
+        let m = WriteMemory::default();
+        let mut deleting = cached("a", "30");
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        m.deleted("a", "pod-0");
+        let deleted = |pods: Vec<Pod>| m.recall(&deleting, |_| pods).deleted;
+        assert_eq!(
+            deleted(vec![main_at("20")]),
+            BTreeSet::from(["pod-0".to_string()]),
+            "the cache still shows it as it was"
+        );
+        assert!(m.remembers("a"), "kept while the set is torn down");
+        let mut going = main_at("21");
+        going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert!(deleted(vec![going]).is_empty(), "the cache shows it going");
+        assert!(!m.remembers("a"));
+        m.deleted("a", "pod-0");
+        assert!(
+            deleted(Vec::new()).is_empty(),
+            "the cache no longer shows it"
+        );
+        m.deleted("a", "pod-0");
+        m.forget("a");
+        assert!(deleted(vec![main_at("20")]).is_empty(), "the set went");
     }
 
     #[test]

@@ -78,10 +78,14 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
     walk.set_base = recall.set_base;
     walk.pod_bases = recall.pod_bases;
     walk.last_status = recall.last_status;
+    walk.pod_uids = owned
+        .iter()
+        .filter_map(|p| Some((p.name_any(), p.metadata.uid.clone()?)))
+        .collect();
 
     // Step 2 — teardown.
     if walk.cs.metadata.deletion_timestamp.is_some() {
-        let plan = steps::teardown::plan(&walk.observed(&owned));
+        let plan = steps::teardown::plan(&walk.observed(&owned), &recall.deleted);
         return Ok(walk
             .apply_step(plan)
             .await?
@@ -165,6 +169,9 @@ struct Walk<'a> {
     /// pass began: the base of what its writes return ([`super::memory::fresh`]).
     set_base: Option<String>,
     pod_bases: HashMap<String, String>,
+    /// The UIDs of the owned pods the cache showed when the pass began, by name: a delete is
+    /// remembered by UID ([`super::memory::deleted`]).
+    pod_uids: HashMap<String, String>,
     /// The last status this controller wrote to the set, as the pass began and as its own
     /// status writes leave it.
     last_status: Option<WrittenStatus>,
@@ -195,6 +202,7 @@ impl<'a> Walk<'a> {
             probe_error: None,
             set_base: None,
             pod_bases: HashMap::new(),
+            pod_uids: HashMap::new(),
             last_status: None,
             dropped: Vec::new(),
         }

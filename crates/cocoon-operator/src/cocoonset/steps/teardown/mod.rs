@@ -1,10 +1,13 @@
 //! Seed step 2 — teardown: `deletionTimestamp` is set.
 //!
 //! Stash the VM names of every owned pod (with the status's and the reclaim record's) onto
-//! `delete-vm-names`, delete the pods, and once they are gone GC the registry tags of every
-//! stashed VM: `:hibernate` always, `:latest` where vk-cocoon never pushed one. A failed
-//! `:hibernate` delete keeps the finalizer (the pass fails and retries); then the finalizer
-//! goes.
+//! `delete-vm-names`, delete the pods that are still there and not yet going
+//! ([`rules::pods_to_delete`]: each pod is deleted once), and once they are all gone GC the
+//! registry tags of every stashed VM: `:hibernate` always, `:latest` where vk-cocoon never
+//! pushed one. A failed `:hibernate` delete keeps the finalizer (the pass fails and retries);
+//! then the finalizer goes.
+
+use std::collections::BTreeSet;
 
 use cocoon_api::contract::{AnnotationCodec, finalizers};
 use kube::ResourceExt;
@@ -15,7 +18,9 @@ pub mod rules;
 #[cfg(test)]
 mod rules_tests;
 
-pub fn plan(o: &Observed<'_>) -> StepPlan {
+/// The teardown of `o.cs`; `deleted`: the UIDs of its pods this controller deleted a moment
+/// ago that the cache still shows as they were ([`crate::cocoonset::memory::deleted`]).
+pub fn plan(o: &Observed<'_>, deleted: &BTreeSet<String>) -> StepPlan {
     if !o.cs.finalizers().iter().any(|f| f == finalizers::COCOONSET) {
         return StepPlan::then(Vec::new(), Next::AwaitChange);
     }
@@ -23,7 +28,8 @@ pub fn plan(o: &Observed<'_>) -> StepPlan {
     let mut writes = vec![Write::SetAnnotations(names.delta(o.cs.annotations()))];
     if !o.owned.is_empty() {
         // Tag GC waits for the pods: the node agent may push :latest while they go.
-        writes.extend(o.owned.iter().map(|p| Write::DeletePod(p.name_any())));
+        let delete = rules::pods_to_delete(o.owned, deleted);
+        writes.extend(delete.into_iter().map(|p| Write::DeletePod(p.name_any())));
         return StepPlan::then(writes, Next::RequeueAfter(o.timing.wait_for_main));
     }
     writes.push(Write::GcTags(rules::gc_items(o.cs, o.ns, &names)));
@@ -40,6 +46,8 @@ mod tests {
     use cocoon_api::crd::set::{CocoonSet, SnapshotPolicy};
     use cocoon_api::naming;
     use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
 
     use super::rules::GcItem;
     use super::*;
@@ -58,10 +66,11 @@ mod tests {
 
     fn run(cs: &CocoonSet, owned: &[Pod]) -> StepPlan {
         let (classified, timing) = (Classified::default(), Timing::default());
-        plan(&Observed {
+        let o = Observed {
             owned,
             ..observe(cs, &classified, &timing)
-        })
+        };
+        plan(&o, &BTreeSet::new())
     }
 
     fn stash_of(plan: &StepPlan) -> String {
@@ -99,6 +108,30 @@ mod tests {
                 Write::DeletePod("demo-0".into()),
                 Write::DeletePod("demo-1".into())
             ]
+        );
+        assert_eq!(p.next, Next::RequeueAfter(Timing::default().wait_for_main));
+    }
+
+    #[test]
+    fn pods_still_going_are_not_deleted_again_and_hold_the_gc_and_the_finalizer_back() {
+        let cs = deleting(&[finalizers::COCOONSET], SnapshotPolicy::Always);
+        let mut main = pods::build_agent_pod(&cs, NS, 0, "", None);
+        main.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        let mut sub = pods::build_agent_pod(&cs, NS, 1, "vm-main", Some("n1"));
+        sub.metadata.uid = Some("sub-uid".into());
+        let (classified, timing) = (Classified::default(), Timing::default());
+        let owned = [main, sub];
+        let o = Observed {
+            owned: &owned,
+            ..observe(&cs, &classified, &timing)
+        };
+        // The main is terminating; the sub-agent was deleted a moment ago and the cache still
+        // shows it as it was.
+        let p = plan(&o, &BTreeSet::from(["sub-uid".to_string()]));
+        assert!(
+            p.writes[1..].is_empty(),
+            "no delete, no GC, no finalizer: {:?}",
+            p.writes
         );
         assert_eq!(p.next, Next::RequeueAfter(Timing::default().wait_for_main));
     }

@@ -1,5 +1,7 @@
-//! Pure rules of step 2 (teardown) of `cocoonset.md`: the delete stash and the registry GC
-//! over it. The step's planner ([`super::plan`]) decides on them.
+//! Pure rules of step 2 (teardown) of `cocoonset.md`: the delete stash, the pods to delete
+//! and the registry GC over the stash. The step's planner ([`super::plan`]) decides on them.
+
+use std::collections::BTreeSet;
 
 use cocoon_api::contract::{AnnotationCodec, DeleteVmNames, ReclaimRecord};
 use cocoon_api::crd::set::CocoonSet;
@@ -22,6 +24,30 @@ pub fn stash_names<'a>(cs: &CocoonSet, pods: impl IntoIterator<Item = &'a Pod>) 
     names.union(pods.into_iter().map(pods::vm_name));
     names.union(ReclaimRecord::from_meta(&cs.metadata).vms.iter());
     names
+}
+
+/// Step 2.3: the owned pods (from the cache, terminating ones included) that teardown deletes,
+/// in their order. Only what is still there and not yet going is deleted:
+/// * a pod absent from the cache is not deleted (it is gone; another delete would answer
+///   NotFound);
+/// * a pod already terminating (a `deletionTimestamp`) is not deleted again: its deletion is
+///   under way, and another DELETE changes nothing of it (its grace period stands);
+/// * a pod this controller deleted a moment ago (`deleted`, by UID) that the cache still shows
+///   as it was is not deleted again either: the cache has not caught up with that delete.
+///
+/// Every other owned pod is deleted. Whatever this leaves out still holds the registry GC and
+/// the finalizer back until the cache no longer shows it (the planner waits on `owned`).
+pub fn pods_to_delete<'a>(owned: &'a [Pod], deleted: &BTreeSet<String>) -> Vec<&'a Pod> {
+    owned
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.metadata
+                .uid
+                .as_ref()
+                .is_none_or(|uid| !deleted.contains(uid))
+        })
+        .collect()
 }
 
 /// One VM of the registry GC: always drop `:hibernate`; drop `:latest` unless kept.

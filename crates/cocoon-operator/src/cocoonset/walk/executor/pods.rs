@@ -33,14 +33,20 @@ impl Walk<'_> {
             .collect()
     }
 
+    /// Deletes a pod (NotFound is success) and remembers the delete until the cache shows the
+    /// pod going ([`crate::cocoonset::memory::deleted`]).
     pub(super) async fn delete_pod(&mut self, name: &str) -> Result<(), Error> {
         self.pending_stamps.remove(name);
         self.ctx.write(line!())?;
         match self.pod_api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
         }
+        if let (Some(set), Some(pod)) = (self.cs.uid(), self.pod_uids.get(name)) {
+            self.ctx.memory.deleted(&set, pod);
+        }
+        Ok(())
     }
 
     /// Patches a pod's annotations, carrying its pending generation stamp along.
