@@ -16,12 +16,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
-use cocoon_testenv::{Shared, create_namespace, delete_namespace, unique_name, wait_until};
+use cocoon_testenv::{
+    Shared, bind_cluster_role, create_namespace, delete_namespace, service_account_token,
+    unique_name, wait_until,
+};
 use cocoon_testsupport::binaries::{LoggedChild, sim_node_command};
 use cocoon_testsupport::{BoxError, vm_pod};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use serde_json::Value;
 
@@ -131,33 +133,6 @@ fn scrape(target: &str, token: Option<&str>) -> Result<(u16, String), BoxError> 
     Ok((code.trim().parse()?, body.to_string()))
 }
 
-async fn service_account_token(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-) -> Result<String, BoxError> {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    sas.create(&PostParams::default(), &sa).await?;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            expiration_seconds: Some(600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let issued: TokenRequest = sas
-        .create_subresource("token", name, &PostParams::default(), &request)
-        .await?;
-    Ok(issued.status.ok_or("no token issued")?.token)
-}
-
 /// The shipped reader ClusterRole's rules under a unique `name`, bound to `ns/sa`.
 async fn bind_shipped_reader(
     client: &kube::Client,
@@ -171,30 +146,7 @@ async fn bind_shipped_reader(
         name: Some(name.to_owned()),
         ..Default::default()
     };
-    Api::<ClusterRole>::all(client.clone())
-        .create(&PostParams::default(), &role)
-        .await?;
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: name.to_owned(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: sa.to_owned(),
-            namespace: Some(ns.to_owned()),
-            ..Default::default()
-        }]),
-    };
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await?;
-    Ok(())
+    Ok(bind_cluster_role(client, role, ns, sa).await?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

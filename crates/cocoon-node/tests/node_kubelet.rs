@@ -16,13 +16,13 @@ use cocoon_node::metrics::NodeMetrics;
 use cocoon_node::node::HostReader;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cocoon_testenv::{create_namespace, delete_namespace, run_test, unique_name};
+use cocoon_testenv::{
+    create_namespace, delete_namespace, run_test, service_account_token, unique_name,
+};
 use common::kubelet::{self, Creds, TestCa};
 use common::{TestResult, apiserver_kubelet_client, kubelet_security};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
+use kube::api::{Api, DeleteParams, ObjectMeta};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -219,34 +219,6 @@ async fn kubelet_api_over_https() {
     .await;
 }
 
-/// Creates a ServiceAccount and returns a token for it (TokenRequest).
-async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> TestResult<String> {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    sas.create(&PostParams::default(), &sa).await?;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let issued: TokenRequest = sas
-        .create_subresource("token", name, &PostParams::default(), &request)
-        .await?;
-    Ok(issued
-        .status
-        .ok_or("no token in the TokenRequest status")?
-        .token)
-}
-
 /// A ClusterRole granting `nodes/proxy` get+create, bound to `ns/sa`.
 async fn grant_node_proxy(client: &kube::Client, name: &str, ns: &str, sa: &str) -> TestResult {
     grant(
@@ -272,7 +244,6 @@ async fn grant(
     sa: &str,
     rule: PolicyRule,
 ) -> TestResult {
-    let roles: Api<ClusterRole> = Api::all(client.clone());
     let role = ClusterRole {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -281,27 +252,7 @@ async fn grant(
         rules: Some(vec![rule]),
         ..Default::default()
     };
-    roles.create(&PostParams::default(), &role).await?;
-    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: name.to_owned(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: sa.to_owned(),
-            namespace: Some(ns.to_owned()),
-            ..Default::default()
-        }]),
-    };
-    bindings.create(&PostParams::default(), &binding).await?;
-    Ok(())
+    Ok(cocoon_testenv::bind_cluster_role(client, role, ns, sa).await?)
 }
 
 /// The kubelet's authentication and authorization on the real API server: no credentials

@@ -10,18 +10,17 @@
 //! treats a remembered pod as already deleted. Entries come only from this controller's own
 //! deletes and each leaves by one of those ways, so the memory stays bounded.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+
+use super::per_set::PerSet;
 
 /// How long a deleted pod is expected to show terminating before the cache is trusted again
 /// (another delete of it is harmless: the pod is going either way).
 pub const EXPECT_FOR: Duration = Duration::from_secs(30);
 
 /// The expected deletes of every set, by set UID, then pod UID, with when each lapses.
-#[derive(Debug, Default)]
-pub struct Deleted {
-    sets: HashMap<String, BTreeMap<String, Instant>>,
-}
+pub type Deleted = PerSet<Instant>;
 
 /// A pod as the cache shows it: its UID and whether it carries a `deletionTimestamp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,13 +29,10 @@ pub struct Cached<'a> {
     pub terminating: bool,
 }
 
-impl Deleted {
+impl PerSet<Instant> {
     /// A delete of the pod `pod_uid` of the set `set_uid` succeeded at `now`.
     pub fn deleted(&mut self, set_uid: &str, pod_uid: &str, now: Instant) {
-        self.sets
-            .entry(set_uid.to_string())
-            .or_default()
-            .insert(pod_uid.to_string(), now + EXPECT_FOR);
+        self.insert(set_uid, pod_uid, now + EXPECT_FOR);
     }
 
     /// A pass of the set `set_uid` whose cache shows its pods `cached`: the entries the cache
@@ -49,49 +45,15 @@ impl Deleted {
         cached: impl IntoIterator<Item = Cached<'a>>,
         now: Instant,
     ) -> BTreeSet<String> {
-        self.sets.retain(|_, pods| {
-            pods.retain(|_, until| *until > now);
-            !pods.is_empty()
-        });
-        let Some(pods) = self.sets.get_mut(set_uid) else {
-            return BTreeSet::new();
-        };
-        let behind: BTreeSet<&str> = cached
-            .into_iter()
-            .filter(|p| !p.terminating)
-            .map(|p| p.uid)
-            .collect();
-        pods.retain(|uid, _| behind.contains(uid.as_str()));
-        let pending = pods.keys().cloned().collect();
-        if pods.is_empty() {
-            self.sets.remove(set_uid);
-        }
-        pending
-    }
-
-    /// The set is gone: nothing of it is expected any more.
-    pub fn forget_set(&mut self, set_uid: &str) {
-        self.sets.remove(set_uid);
-    }
-
-    /// Only the sets `keep` names are expected for.
-    pub fn retain_sets(&mut self, keep: impl Fn(&str) -> bool) {
-        self.sets.retain(|uid, _| keep(uid));
-    }
-
-    /// Whether a delete of a pod of the set `set_uid` is expected.
-    pub fn has_set(&self, set_uid: &str) -> bool {
-        self.sets.contains_key(set_uid)
-    }
-
-    /// Expected deletes over all sets.
-    pub fn len(&self) -> usize {
-        self.sets.values().map(BTreeMap::len).sum()
-    }
-
-    /// No delete is expected.
-    pub fn is_empty(&self) -> bool {
-        self.sets.is_empty()
+        self.settle(set_uid, now, |pods| {
+            let behind: BTreeSet<&str> = cached
+                .into_iter()
+                .filter(|p| !p.terminating)
+                .map(|p| p.uid)
+                .collect();
+            pods.retain(|uid, _| behind.contains(uid.as_str()));
+            pods.keys().cloned().collect()
+        })
     }
 }
 

@@ -9,30 +9,36 @@
 //! as existing and pending. Entries come only from this controller's own successful creates,
 //! and each leaves by one of those three ways, so the memory stays bounded.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+use super::per_set::{Lapses, PerSet};
 
 /// How long a created pod is expected before the cache is trusted again.
 pub const EXPECT_FOR: Duration = Duration::from_secs(30);
 
 /// One expected pod: the UID its create returned and when the expectation lapses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
+pub struct Entry {
     pod_uid: String,
     until: Instant,
 }
 
-/// The expected creates of every set, by set UID, then pod name.
-#[derive(Debug, Default)]
-pub struct Expected {
-    sets: HashMap<String, BTreeMap<String, Entry>>,
+impl Lapses for Entry {
+    fn until(&self) -> Instant {
+        self.until
+    }
 }
 
-impl Expected {
+/// The expected creates of every set, by set UID, then pod name.
+pub type Expected = PerSet<Entry>;
+
+impl PerSet<Entry> {
     /// A create of `pod` (UID `pod_uid`) for the set `set_uid` returned Created at `now`.
     pub fn created(&mut self, set_uid: &str, pod: &str, pod_uid: &str, now: Instant) {
-        self.sets.entry(set_uid.to_string()).or_default().insert(
-            pod.to_string(),
+        self.insert(
+            set_uid,
+            pod,
             Entry {
                 pod_uid: pod_uid.to_string(),
                 until: now + EXPECT_FOR,
@@ -49,51 +55,16 @@ impl Expected {
         cached: impl IntoIterator<Item = (&'a str, &'a str)>,
         now: Instant,
     ) -> BTreeMap<String, Duration> {
-        self.sets.retain(|_, pods| {
-            pods.retain(|_, e| e.until > now);
-            !pods.is_empty()
-        });
-        let Some(pods) = self.sets.get_mut(set_uid) else {
-            return BTreeMap::new();
-        };
-        for (name, uid) in cached {
-            if pods.get(name).is_some_and(|e| e.pod_uid == uid) {
-                pods.remove(name);
+        self.settle(set_uid, now, |pods| {
+            for (name, uid) in cached {
+                if pods.get(name).is_some_and(|e| e.pod_uid == uid) {
+                    pods.remove(name);
+                }
             }
-        }
-        let pending = pods
-            .iter()
-            .map(|(name, e)| (name.clone(), e.until.saturating_duration_since(now)))
-            .collect();
-        if pods.is_empty() {
-            self.sets.remove(set_uid);
-        }
-        pending
-    }
-
-    /// The set is gone (or being torn down): nothing of it is expected any more.
-    pub fn forget_set(&mut self, set_uid: &str) {
-        self.sets.remove(set_uid);
-    }
-
-    /// Only the sets `keep` names are expected for.
-    pub fn retain_sets(&mut self, keep: impl Fn(&str) -> bool) {
-        self.sets.retain(|uid, _| keep(uid));
-    }
-
-    /// Whether a pod of the set `set_uid` is expected.
-    pub fn has_set(&self, set_uid: &str) -> bool {
-        self.sets.contains_key(set_uid)
-    }
-
-    /// Expected pods over all sets.
-    pub fn len(&self) -> usize {
-        self.sets.values().map(BTreeMap::len).sum()
-    }
-
-    /// No pod is expected.
-    pub fn is_empty(&self) -> bool {
-        self.sets.is_empty()
+            pods.iter()
+                .map(|(name, e)| (name.clone(), e.until.saturating_duration_since(now)))
+                .collect()
+        })
     }
 }
 

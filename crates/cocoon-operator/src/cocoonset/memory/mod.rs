@@ -22,6 +22,7 @@ pub mod expected;
 pub mod fresh;
 #[cfg(test)]
 mod fresh_tests;
+pub mod per_set;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
