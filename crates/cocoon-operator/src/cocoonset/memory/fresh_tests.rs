@@ -98,7 +98,9 @@ async fn a_pass_over_caches_that_do_not_show_its_own_writes_yet_does_not_write_t
             }
         };
 
-        // Pass 1: the record, the hibernate annotation on the pod, Suspending.
+        // Pass 1: the record, the hibernate annotation on the pod, Suspending. Tracked first,
+        // as `reconcile` does: the memory keeps writes only of tracked sets.
+        ctx.track(&cs);
         walk::walk(&cs, &ctx, &caches).await?;
         let on_server = pod_api.get(&main.name_any()).await?;
         assert_eq!(

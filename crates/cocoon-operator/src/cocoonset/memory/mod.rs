@@ -207,12 +207,24 @@ impl WriteMemory {
         }
     }
 
-    /// A write of the set returned `written`; the cache showed it at `base`.
+    /// A write of the set returned `written`; the cache showed it at `base`. Nothing is kept
+    /// of a write that let the set go (its last finalizer removed), nor of a set already
+    /// forgotten: the watch's delete event may be handled before the write's answer is.
     pub fn wrote_set(&self, base: Option<&str>, written: CocoonSet) {
+        let going = written.metadata.deletion_timestamp.is_some()
+            && written
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_none_or(Vec::is_empty);
+        if going {
+            return;
+        }
         if let (Some(base), Some(uid)) = (base, written.uid()) {
-            self.lock()
-                .set_copies
-                .wrote(&uid, base, written, Instant::now());
+            let mut sets = self.lock();
+            if sets.labels.contains_key(&uid) {
+                sets.set_copies.wrote(&uid, base, written, Instant::now());
+            }
         }
     }
 
@@ -249,10 +261,12 @@ impl WriteMemory {
     }
 
     /// A delete of the pod `pod_uid` of the set `set_uid` succeeded (or found it gone).
+    /// Nothing is kept for a set already forgotten (its delete event came first).
     pub fn deleted(&self, set_uid: &str, pod_uid: &str) {
-        self.lock()
-            .deleted
-            .deleted(set_uid, pod_uid, Instant::now());
+        let mut sets = self.lock();
+        if sets.labels.contains_key(set_uid) {
+            sets.deleted.deleted(set_uid, pod_uid, Instant::now());
+        }
     }
 
     /// Remembers the metric labels of `cs`; `Some` the first time, for its series to be
@@ -337,6 +351,7 @@ impl WriteMemory {
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::annotations as ann;
+    use cocoon_api::contract::finalizers;
     use cocoon_api::crd::set::CocoonSetPhase;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
@@ -453,6 +468,7 @@ mod tests {
         remember_all(&m, "a");
         let mut deleting = cached("a", "30");
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        deleting.metadata.finalizers = Some(vec![finalizers::COCOONSET.into()]);
         let recall = m.recall(&deleting, |_| vec![main_at("20")]);
         assert!(recall.pending_creates.is_empty() && recall.last_status.is_none());
         // Its stash write is read back while the cache still shows the set from before it.
@@ -474,6 +490,7 @@ mod tests {
         let m = WriteMemory::default();
         let mut deleting = cached("a", "30");
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert!(m.track(&deleting).is_some());
         m.deleted("a", "pod-0");
         let deleted = |pods: Vec<Pod>| m.recall(&deleting, |_| pods).deleted;
         assert_eq!(
@@ -485,7 +502,10 @@ mod tests {
         let mut going = main_at("21");
         going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert!(deleted(vec![going]).is_empty(), "the cache shows it going");
-        assert!(!m.remembers("a"));
+        assert!(
+            !m.lock().deleted.has_set("a"),
+            "nothing of its deletes is kept"
+        );
         m.deleted("a", "pod-0");
         assert!(
             deleted(Vec::new()).is_empty(),
@@ -494,6 +514,29 @@ mod tests {
         m.deleted("a", "pod-0");
         m.forget("a");
         assert!(deleted(vec![main_at("20")]).is_empty(), "the set went");
+    }
+
+    #[test]
+    fn writes_answered_after_the_set_was_forgotten_leave_nothing_behind() {
+        // The watch's delete event of a set may be handled before the answer of the write
+        // that let it go (its last finalizer removed), or of a pod delete of its last pass.
+        let m = WriteMemory::default();
+        let cs = cached("a", "30");
+        assert!(m.track(&cs).is_some());
+        m.forget("a");
+        m.deleted("a", "pod-0");
+        m.wrote_set(Some("30"), cached("a", "31"));
+        assert!(!m.remembers("a"), "a forgotten set stays forgotten");
+
+        assert!(m.track(&cs).is_some());
+        let mut let_go = cached("a", "32");
+        let_go.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        let_go.metadata.finalizers = None;
+        m.wrote_set(Some("31"), let_go);
+        assert!(
+            !m.lock().set_copies.has_set("a"),
+            "the write that removed the last finalizer is not kept"
+        );
     }
 
     #[test]
