@@ -37,6 +37,7 @@ impl Handler {
             }
             Gate::Pass => {}
         }
+        self.tables().mark_deleting(&key, pod);
         let spec = VmSpec::from_meta(&pod.metadata);
         let vm = self.tracked_vm(&key);
         // `managed` as the pod was admitted (tenant isolation): a managed pod flipped to

@@ -85,6 +85,26 @@ pub struct Tables {
 }
 
 impl Tables {
+    /// The tracked pod of `key` (the same pod as `pod`, by UID) is being deleted from now
+    /// on: the VM event handler, which reads the tracked copy, then leaves the VM to the
+    /// delete (a guest the delete stops is never restarted in place). Keeps `pod`'s
+    /// `deletionTimestamp`, or now when it has none (the pod already vanished).
+    pub fn mark_deleting(&mut self, key: &str, pod: &Pod) {
+        let Some(tracked) = self.pods.get_mut(key) else {
+            return;
+        };
+        if tracked.metadata.uid != pod.metadata.uid || tracked.metadata.deletion_timestamp.is_some()
+        {
+            return;
+        }
+        tracked.metadata.deletion_timestamp = Some(
+            pod.metadata
+                .deletion_timestamp
+                .clone()
+                .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now())),
+        );
+    }
+
     /// Tracks `vm` for `key` in both maps (copy-on-write replacement).
     pub fn track_vm(&mut self, key: &str, vm: TrackedVm) {
         self.vms_by_name.insert(vm.name().to_owned(), vm.clone());
@@ -301,5 +321,36 @@ mod tests {
         let got = t.fork_holders_of("vk-a-main-333333", None);
         assert_eq!(got.len(), 1);
         assert!(got[0].managed && got[0].vm.is_none(), "managed, no VM yet");
+    }
+
+    /// Issue 40: once its delete starts, the tracked copy says the pod is going, so the VM
+    /// event handler leaves the guest the delete stops alone; another pod of the name is not
+    /// touched, and a timestamp already there stays.
+    #[test]
+    fn a_pod_being_deleted_is_marked_on_its_tracked_copy_only() {
+        let mut t = Tables::default();
+        let tracked = pod("a", "main", "u-main", "vk-a");
+        t.pods.insert("a/main".into(), tracked.clone());
+        t.mark_deleting("a/main", &pod("a", "main", "u-other", "vk-a"));
+        assert!(
+            t.pods["a/main"].metadata.deletion_timestamp.is_none(),
+            "other UID"
+        );
+        let mut deleting = tracked.clone();
+        let at = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        deleting.metadata.deletion_timestamp = Some(at.clone());
+        t.mark_deleting("a/main", &deleting);
+        assert_eq!(
+            t.pods["a/main"].metadata.deletion_timestamp,
+            Some(at.clone())
+        );
+        t.mark_deleting("a/main", &tracked);
+        assert_eq!(
+            t.pods["a/main"].metadata.deletion_timestamp,
+            Some(at),
+            "kept"
+        );
+        t.mark_deleting("a/gone", &tracked);
+        assert!(!t.pods.contains_key("a/gone"));
     }
 }
