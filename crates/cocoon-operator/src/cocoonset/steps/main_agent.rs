@@ -16,11 +16,11 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::create::{self, Protocol, rules::cr_restorable};
-use super::status::rules::build_status;
-use super::triage::{self, rules::Triage};
 use super::{Answers, Created, Next, Observed, Read, StepPlan, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::{self, Protocol, rules::cr_restorable};
+use crate::cocoonset::shared::status::{build_status, held};
+use crate::cocoonset::shared::triage::{self, rules::Triage};
 
 /// The step's name in a registry error.
 pub const STEP: &str = "main agent";
@@ -86,7 +86,7 @@ pub fn plan(
         let new = build_status(o.cs, o.classified, Some(phase), status_time);
         // While Pending, a main (or any pod) coming up moves its entry more often than the
         // counts move: that is held back as in step 14.
-        if !super::status::held(o, &new) {
+        if !held(o, &new) {
             writes.push(Write::Status(new));
         }
         return StepPlan::then(writes, Next::RequeueAfter(t.wait_for_main));
@@ -104,7 +104,7 @@ mod tests {
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, classify, observe, ready, set};
     use crate::cocoonset::pods::Classified;
-    use crate::cocoonset::steps::create::rules::TagRead;
+    use crate::cocoonset::shared::create::rules::TagRead;
 
     fn run(cs: &CocoonSet, main: Option<Pod>) -> StepPlan {
         run_with(cs, main, &Answers::default())

@@ -2,9 +2,8 @@
 //! finalizer (3), classify (4), stamp (5), suspend (6), failed_main (7), migrate (8),
 //! release_wake (9), unsuspend (10), main_agent (11), sub_agents (12), toolboxes (13) and
 //! status (14). A step with rules of its own is a folder: `mod.rs` the planner, `rules.rs`
-//! the pure rules, `rules_tests.rs` their table tests. Two folders hold rules several steps
-//! share: [`create`] (the create protocol, §7, and restore intent, §8: steps 6, 8, 9 and
-//! 11–13) and [`triage`] (the rebuild budget, §6: steps 7 and 11–13).
+//! the pure rules, `rules_tests.rs` their table tests. The rules several steps share are in
+//! [`crate::cocoonset::shared`].
 //!
 //! Each step reads what the pass has observed so far ([`Observed`]) and returns a
 //! [`StepPlan`]: the writes to make, in order, the reads it needs, and what the pass does
@@ -16,7 +15,6 @@
 //! to the API server or the registry.
 
 pub mod classify;
-pub mod create;
 pub mod failed_main;
 pub mod finalizer;
 pub mod main_agent;
@@ -28,7 +26,6 @@ pub mod sub_agents;
 pub mod suspend;
 pub mod teardown;
 pub mod toolboxes;
-pub mod triage;
 pub mod unsuspend;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,10 +37,10 @@ use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use self::create::rules::TagRead;
 use self::teardown::rules::GcItem;
 use super::Timing;
 use super::pods::Classified;
+use super::shared::create::rules::TagRead;
 
 /// What a step sees: the set as this pass knows it (its own writes mirrored in), the
 /// controller-owned pods from the cache (terminating ones included), their step-4

@@ -18,17 +18,16 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
-use cocoon_api::contract::AnnotationCodec;
 use cocoon_api::naming::{self, Role};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::create::rules::{CreateFacts, cr_restorable};
-use super::create::{self, Protocols};
-use super::teardown::rules::stash_names;
-use super::triage::{self, rules::rebuild_reason};
 use super::{Answers, Created, Draft, Next, Observed, Read, StepPlan, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::rules::{CreateFacts, cr_restorable};
+use crate::cocoonset::shared::create::{self, Protocols};
+use crate::cocoonset::shared::stash;
+use crate::cocoonset::shared::triage::{self, rules::rebuild_reason};
 
 /// The step's name in a registry error.
 pub const STEP: &str = "sub-agents";
@@ -82,7 +81,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         }
     }
     // 12.3.
-    let removals = remove(&acc.observed(o), &survey.extras);
+    let removals = stash::remove(&acc.observed(o), &survey.extras);
     if !removals.is_empty() {
         acc.extend(removals);
         acc.push(Write::Changed);
@@ -147,18 +146,6 @@ pub fn creates(
         .collect()
 }
 
-/// Scale-down, or any removal of pods that leave the spec: stash their VM names first, then
-/// delete them.
-pub fn remove(o: &Observed<'_>, leaving: &[Pod]) -> Vec<Write> {
-    if leaving.is_empty() {
-        return Vec::new();
-    }
-    let stash = stash_names(o.cs, leaving);
-    let mut writes = vec![Write::SetAnnotations(stash.delta(o.cs.annotations()))];
-    writes.extend(leaving.iter().map(|p| Write::DeletePod(p.name_any())));
-    writes
-}
-
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::annotations as ann;
@@ -168,7 +155,7 @@ mod tests {
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, observe, on, set, write_kinds as kinds};
     use crate::cocoonset::pods::Classified;
-    use crate::cocoonset::steps::create::rules::TagRead;
+    use crate::cocoonset::shared::create::rules::TagRead;
 
     fn bound_main(cs: &CocoonSet) -> Pod {
         on(pods::build_agent_pod(cs, NS, 0, "", None), "node-a")
@@ -378,23 +365,5 @@ mod tests {
         let p = plan(&observe(&cs, &c, &t), &Answers::default(), Utc::now());
         assert_eq!(kinds(&p.writes), ["backoff 25s", "backoff 25s"]);
         assert_eq!(p.next, Next::Continue, "nothing to post, nothing to read");
-    }
-
-    #[test]
-    fn scale_down_stashes_the_leaving_vms_first_then_deletes() {
-        let t = Timing::default();
-        let cs = set().with_replicas(0).at_generation(1);
-        let c = Classified::default();
-        let leaving = pods::build_agent_pod(&cs, NS, 3, "vm", Some("n"));
-        let w = remove(&observe(&cs, &c, &t), std::slice::from_ref(&leaving));
-        match &w[..] {
-            [Write::SetAnnotations(stash), Write::DeletePod(name)] => {
-                let value = stash.get(ann::DELETE_VM_NAMES).cloned().flatten();
-                assert_eq!(value, Some(naming::vm_name_for_agent(NS, "demo", 3)));
-                assert_eq!(name, "demo-3");
-            }
-            other => panic!("stash then delete, got {other:?}"),
-        }
-        assert!(remove(&observe(&cs, &c, &t), &[]).is_empty());
     }
 }

@@ -23,10 +23,11 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::create::{self, Protocol, rules::cr_restorable};
-use super::triage::{self, rules::rebuild_reason};
-use super::{Answers, Created, Draft, Next, Observed, Read, StepPlan, Write, sub_agents};
+use super::{Answers, Created, Draft, Next, Observed, Read, StepPlan, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::{self, Protocol, rules::cr_restorable};
+use crate::cocoonset::shared::stash;
+use crate::cocoonset::shared::triage::{self, rules::rebuild_reason};
 
 /// The step's name in a registry error.
 pub const STEP: &str = "toolboxes";
@@ -108,7 +109,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         }
     }
     // 13.3.
-    let removals = sub_agents::remove(&acc.observed(o), &leaving);
+    let removals = stash::remove(&acc.observed(o), &leaving);
     if !removals.is_empty() {
         acc.extend(removals);
         acc.push(Write::Changed);
@@ -250,7 +251,7 @@ mod tests {
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, observe, set, write_kinds as kinds};
     use crate::cocoonset::pods::Classified;
-    use crate::cocoonset::steps::create::rules::TagRead;
+    use crate::cocoonset::shared::create::rules::TagRead;
 
     #[test]
     fn each_toolbox_is_triaged_or_created_a_foreign_pod_of_its_name_collides_and_leavers_go() {

@@ -16,9 +16,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use self::rules::Verdict;
-use super::triage::{self, rules::Triage};
-use super::{Answers, Counter, Next, Observed, StepPlan, Write, status, unsuspend};
+use super::{Answers, Counter, Next, Observed, StepPlan, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::status::build_status;
+use crate::cocoonset::shared::triage::{self, rules::Triage};
+use crate::cocoonset::shared::unsuspend;
 
 pub mod rules;
 #[cfg(test)]
@@ -119,7 +121,7 @@ pub fn report(o: &Observed<'_>, main: &Pod, status_time: Timestamp) -> StepPlan 
             writes.push(Write::Count(Counter::LifecycleStateFailed { phase }));
         }
     }
-    writes.push(Write::Status(status::rules::build_status(
+    writes.push(Write::Status(build_status(
         o.cs,
         o.classified,
         Some(CocoonSetPhase::Failed),

@@ -25,9 +25,9 @@ use cocoon_api::naming::{self, Role};
 use kube::ResourceExt;
 
 use self::rules::{Advance, Engage};
-use super::create::{self, Protocol, rules::wake_boots_fresh};
 use super::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write, log};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::{self, Protocol, rules::wake_boots_fresh};
 
 pub mod rules;
 #[cfg(test)]
@@ -252,8 +252,8 @@ mod tests {
     use crate::cocoonset::fixtures::{
         NS, SetFixture, classify, live, observe, on, phase, set, unschedulable, vm, with,
     };
+    use crate::cocoonset::shared::create::rules::TagRead;
     use crate::cocoonset::steps::Probed;
-    use crate::cocoonset::steps::create::rules::TagRead;
 
     /// The set pinned to `pin`, Migrating already with `migrating`.
     fn pinned(pin: &str, migrating: bool) -> CocoonSet {

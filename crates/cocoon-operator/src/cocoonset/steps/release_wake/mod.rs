@@ -20,10 +20,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use self::rules::WakeStep;
-use super::create::{self, Protocol, rules::wake_boots_fresh};
-use super::status::rules::build_status;
 use super::{Answers, Counter, Next, Observed, Read, StepPlan, Write, log};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::{self, Protocol, rules::wake_boots_fresh};
+use crate::cocoonset::shared::status::build_status;
 
 pub mod rules;
 #[cfg(test)]
@@ -133,7 +133,7 @@ mod tests {
     use super::*;
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, classify, live, observe, on, ready, set};
-    use crate::cocoonset::steps::create::rules::TagRead;
+    use crate::cocoonset::shared::create::rules::TagRead;
 
     /// A release-policy set at generation 2 in `phase`, its main's node stashed as `hint`
     /// (none when empty).

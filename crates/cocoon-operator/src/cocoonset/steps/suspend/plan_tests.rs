@@ -3,14 +3,24 @@
 
 use cocoon_api::crd::set::CocoonSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 
-use super::*;
+use chrono::{DateTime, Utc};
+use cocoon_api::contract::events::operator as reasons;
+use cocoon_api::contract::{
+    AnnotationCodec, ReclaimRecord, SuspendingSince, annotations as ann, tags,
+};
+use cocoon_api::crd::set::{CocoonSetPhase, HibernatePolicy};
+
+use super::{GATE, STEP, plan};
 use crate::cocoonset::Timing;
 use crate::cocoonset::fixtures::{
     self, NS, SetFixture, at, classify, observe, on, phase, set, vm, with,
 };
+use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::rules::TagRead;
 use crate::cocoonset::steps::Probed;
-use crate::cocoonset::steps::create::rules::TagRead;
+use crate::cocoonset::steps::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write};
 
 /// The set suspended (under the release policy with `release`), in `phase`.
 fn suspended(release: bool, phase: Option<CocoonSetPhase>) -> CocoonSet {

@@ -7,7 +7,6 @@
 //! announced once by a Warning Event with the status that first carries it; the set then
 //! waits for a spec change.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cocoon_api::crd::set::CocoonSetStatus;
@@ -15,12 +14,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::toolboxes::InvalidSpec;
 use super::{Next, Observed, StepPlan, Write};
-use crate::cocoonset::pods;
+use crate::cocoonset::shared::status::{self as rules, held};
 use crate::conditions::{NewCondition, find, set_condition};
-
-pub mod rules;
-#[cfg(test)]
-mod rules_tests;
 
 /// What steps 11–13 left for step 14.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -71,20 +66,6 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
     StepPlan::then(writes, next)
 }
 
-/// Whether `status` differs from the set's only in what [`rules::progress_only`] holds back,
-/// on the pass's classification: such a status is not written (steps 11 and 14).
-pub fn held(o: &Observed<'_>, status: &CocoonSetStatus) -> bool {
-    let not_ready: BTreeSet<&str> = o
-        .classified
-        .all_by_name
-        .iter()
-        .filter(|(_, pod)| !pods::is_ready(pod))
-        .map(|(name, _)| name.as_str())
-        .collect();
-    o.cs.status.as_ref() != Some(status)
-        && rules::progress_only(o.cs.status.as_ref(), status, &not_ready)
-}
-
 fn mark_invalid(
     status: &mut CocoonSetStatus,
     reason: &str,
@@ -115,6 +96,7 @@ mod tests {
     use super::*;
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, classify, observe, set};
+    use crate::cocoonset::pods;
     use crate::cocoonset::steps::toolboxes::INVALID_TOOLBOXES;
 
     fn run(cs: &CocoonSet, progress: &Progress) -> StepPlan {

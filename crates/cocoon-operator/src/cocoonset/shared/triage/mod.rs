@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use self::rules::Triage;
-use super::{Counter, Observed, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::steps::{Counter, Observed, Write, log};
 
 pub mod rules;
 #[cfg(test)]
@@ -120,7 +120,7 @@ impl Triaged {
                     o.generation()
                 ),
             }),
-            Triage::Rebuild { attempt, reason } => out.push(super::log(format!(
+            Triage::Rebuild { attempt, reason } => out.push(log(format!(
                 "rebuilding pod {pod}: attempt {attempt} ({reason})"
             ))),
             _ => {}

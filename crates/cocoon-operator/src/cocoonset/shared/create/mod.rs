@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use self::rules::{CreateDecision, CreateFacts, TagRead};
-use super::{Answers, Observed, Read, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::steps::{Answers, Observed, Read, Write, log};
 
 pub mod rules;
 #[cfg(test)]
@@ -93,7 +93,7 @@ pub fn protocol(
             tag: cocoon_api::contract::tags::HIBERNATE,
             step,
         });
-        writes.push(super::log(format!(
+        writes.push(log(format!(
             "dropped the :hibernate tag of {vm}: the new pod could not boot over it"
         )));
     }
