@@ -14,7 +14,7 @@ use cocoon_api::contract::{AnnotationCodec, ReclaimRecord, annotations as ann, b
 use kube::ResourceExt;
 
 use crate::cocoonset::pods;
-use crate::cocoonset::steps::{Answers, Next, Observed, Read, StepPlan, Write, log};
+use crate::cocoonset::steps::{Answers, Next, Observed, Read, StepPlan, Write, effects, log};
 
 pub mod rules;
 #[cfg(test)]
@@ -53,16 +53,19 @@ pub fn bookkeeping(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     let first = rules::unsuspend_first_write(&record, &hibernated, &present, o.generation());
     let names: Vec<String> = hibernated.iter().map(|p| p.name_any()).collect();
     let woken = format!("unsuspended: woken {names:?}");
-    let mut writes = vec![Write::Record(first)];
+    let mut writes = effects![Write::Record(first)];
     if !names.is_empty() {
-        writes.push(Write::MarkPods {
-            names,
-            delta: bool_delta(ann::HIBERNATE, false),
-        });
+        writes.push(
+            Write::MarkPods {
+                names,
+                delta: bool_delta(ann::HIBERNATE, false),
+            }
+            .into(),
+        );
     }
-    writes.push(Write::ClearSuspended);
-    writes.push(log(woken));
-    StepPlan::then(writes, Next::Continue)
+    writes.push(Write::ClearSuspended.into());
+    writes.push(log(woken).into());
+    StepPlan::of(writes, Next::Continue)
 }
 
 #[cfg(test)]
@@ -174,7 +177,10 @@ mod tests {
         );
         let p = run(&cs, &owned, &cached(vec![cr]));
         assert!(!p.writes.iter().any(|w| matches!(w, Write::MarkPods { .. })));
-        assert_eq!(p.writes.last(), Some(&log("unsuspended: woken []")));
+        assert_eq!(
+            p.effects().last(),
+            Some(&log("unsuspended: woken []").into())
+        );
         // An annotation the set did not write itself: a fresh list decides.
         let cs = recording(&ReclaimRecord::default());
         let owned = [agent(&cs, 0, true)];

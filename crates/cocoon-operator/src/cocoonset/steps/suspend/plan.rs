@@ -16,7 +16,9 @@ use super::rules::{self, Deadline, GateItem};
 use crate::cocoonset::pods;
 use crate::cocoonset::shared::create::{self, Protocol};
 use crate::cocoonset::shared::stash::stash_names;
-use crate::cocoonset::steps::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write};
+use crate::cocoonset::steps::{
+    Answers, Counter, Created, Effect, Next, Note, Observed, Read, StepPlan, Write, effects,
+};
 
 /// The step's name in a registry error.
 pub const STEP: &str = "suspend";
@@ -82,7 +84,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         };
         return StepPlan::requeue(vec![record, mark], o.timing.suspend_poll);
     }
-    let mut writes = vec![Write::SetAnnotations(delta)];
+    let mut writes = effects![Write::SetAnnotations(delta)];
     // 6A.3: no probe while a pod is still incomplete; then all go out together.
     let mut probes = Vec::new();
     let mut incomplete = false;
@@ -103,7 +105,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
     } else {
         match &answers.probed {
             None => {
-                return StepPlan::read(
+                return StepPlan::read_of(
                     writes,
                     vec![Read::Probe {
                         vms: probes,
@@ -119,15 +121,15 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         let probe_error = answers.probed.as_ref().and_then(|p| p.error.clone());
         writes.extend(not_complete(o, deadline, probe_error));
         let next = Next::RequeueAfter(o.timing.suspend_poll);
-        return StepPlan::then(writes, next);
+        return StepPlan::of(writes, next);
     }
-    writes.push(clear_suspending_since(o));
+    writes.push(clear_suspending_since(o).into());
     if release {
         writes.extend(release_seats(o));
-        return StepPlan::requeue(writes, o.timing.suspend_poll);
+        return StepPlan::of(writes, Next::RequeueAfter(o.timing.suspend_poll));
     }
-    writes.push(Write::Phase(Some(CocoonSetPhase::Suspended)));
-    StepPlan::then(writes, Next::AwaitChange)
+    writes.push(Write::Phase(Some(CocoonSetPhase::Suspended)).into());
+    StepPlan::of(writes, Next::AwaitChange)
 }
 
 fn clear_suspending_since(o: &Observed<'_>) -> Write {
@@ -155,8 +157,8 @@ fn create_main(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         Protocol::Decided {
             pod, mut writes, ..
         } => {
-            writes.push(Write::PostPod(pod));
-            StepPlan::read(writes, Vec::new())
+            writes.push(Write::PostPod(pod).into());
+            StepPlan::read_of(writes, Vec::new())
         }
     }
 }
@@ -165,24 +167,30 @@ fn create_main(o: &Observed<'_>, answers: &Answers) -> StepPlan {
 /// write (a restart's stamp may have gone out with it; writing it again is then no call).
 /// A probe error fails the pass after the status, so the registry gets backoff; the
 /// deadline still counts it.
-fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String>) -> Vec<Write> {
-    let mut writes = Vec::new();
+fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String>) -> Vec<Effect> {
+    let mut writes: Vec<Effect> = Vec::new();
     match deadline {
-        Deadline::Restart(stamp) => writes.push(Write::SetAnnotations(stamp.desired())),
+        Deadline::Restart(stamp) => writes.push(Write::SetAnnotations(stamp.desired()).into()),
         Deadline::Running => {}
         Deadline::Exceeded => {
             let msg =
                 ev::suspend_timed_out_message(o.timing.suspend_deadline, probe_error.as_deref());
-            writes.push(Write::Log {
-                warn: true,
-                message: format!("suspend timed out: {msg}"),
-            });
-            writes.push(Write::Event {
-                warning: true,
-                reason: reasons::SUSPEND_TIMED_OUT,
-                message: msg,
-            });
-            writes.push(Write::Phase(Some(CocoonSetPhase::Failed)));
+            writes.push(
+                Note::Log {
+                    warn: true,
+                    message: format!("suspend timed out: {msg}"),
+                }
+                .into(),
+            );
+            writes.push(
+                Note::Event {
+                    warning: true,
+                    reason: reasons::SUSPEND_TIMED_OUT,
+                    message: msg,
+                }
+                .into(),
+            );
+            writes.push(Write::Phase(Some(CocoonSetPhase::Failed)).into());
             return writes;
         }
     }
@@ -191,10 +199,10 @@ fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String
         i32::try_from(o.cs.spec.toolboxes.len()).unwrap_or(i32::MAX),
     );
     if !rules::suspending_reported(o.cs.status.as_ref(), o.generation(), desired) {
-        writes.push(Write::Phase(Some(CocoonSetPhase::Suspending)));
+        writes.push(Write::Phase(Some(CocoonSetPhase::Suspending)).into());
     }
     if probe_error.is_some() {
-        writes.push(Write::FailProbe { step: GATE });
+        writes.push(Write::FailProbe { step: GATE }.into());
     }
     writes
 }
@@ -203,8 +211,8 @@ fn not_complete(o: &Observed<'_>, deadline: Deadline, probe_error: Option<String
 /// node first, then each pod flagged keep-snapshot-on-delete (best effort: a missing flag
 /// costs the wake a registry pull, while blocking the delete would keep the seat the policy
 /// exists to free) and deleted, then Suspended.
-fn release_seats(o: &Observed<'_>) -> Vec<Write> {
-    let mut writes = vec![Write::SetAnnotations(
+fn release_seats(o: &Observed<'_>) -> Vec<Effect> {
+    let mut writes = effects![Write::SetAnnotations(
         stash_names(o.cs, o.classified.all_by_name.values()).delta(o.cs.annotations()),
     )];
     if let Some(node) = o
@@ -214,21 +222,23 @@ fn release_seats(o: &Observed<'_>) -> Vec<Write> {
         .map(|m| pods::bound_node(m).to_string())
         .filter(|n| !n.is_empty())
     {
-        writes.push(Write::SetAnnotations(
-            HibernatedOnNode(node).delta(o.cs.annotations()),
-        ));
+        writes.push(Write::SetAnnotations(HibernatedOnNode(node).delta(o.cs.annotations())).into());
     }
     for name in rules::release_victims(o.classified) {
-        writes.push(Write::FlagPod {
-            name: name.clone(),
-            delta: bool_delta(ann::KEEP_SNAPSHOT_ON_DELETE, true),
-        });
-        writes.push(Write::DeletePod(name.clone()));
-        writes.push(Write::Count(Counter::SlotReleasePodsDeleted));
-        writes.push(crate::cocoonset::steps::log(format!(
-            "released the seat of hibernated pod {name}"
-        )));
+        writes.push(
+            Write::FlagPod {
+                name: name.clone(),
+                delta: bool_delta(ann::KEEP_SNAPSHOT_ON_DELETE, true),
+            }
+            .into(),
+        );
+        writes.push(Write::DeletePod(name.clone()).into());
+        writes.push(Note::Count(Counter::SlotReleasePodsDeleted).into());
+        writes.push(
+            crate::cocoonset::steps::log(format!("released the seat of hibernated pod {name}"))
+                .into(),
+        );
     }
-    writes.push(Write::Phase(Some(CocoonSetPhase::Suspended)));
+    writes.push(Write::Phase(Some(CocoonSetPhase::Suspended)).into());
     writes
 }

@@ -10,7 +10,7 @@ use cocoon_api::contract::{AnnotationCodec, ReclaimRecord};
 use k8s_openapi::jiff::Timestamp;
 
 use self::rules::Reclaim;
-use super::{Next, Observed, StepPlan, Write};
+use super::{Next, Note, Observed, StepPlan, Write, effects};
 
 pub mod rules;
 #[cfg(test)]
@@ -27,7 +27,7 @@ pub fn reclaim(o: &Observed<'_>, now: Timestamp) -> StepPlan {
     let record = ReclaimRecord::from_meta(&o.cs.metadata);
     match rules::reclaim_decision(&record, o.classified, now) {
         Reclaim::Nothing => StepPlan::proceed(),
-        Reclaim::Hold(left) => StepPlan::then(vec![Write::Backoff(left)], Next::Continue),
+        Reclaim::Hold(left) => StepPlan::of(effects![Note::Backoff(left)], Next::Continue),
         Reclaim::Now(vms) => {
             StepPlan::then(vec![Write::ReclaimTags { vms, step: STEP }], Next::Continue)
         }

@@ -5,7 +5,10 @@
 //! deletes) and the ownership gate every registry call asks.
 //!
 //! Writes go out in the plan's order, each durable before the next, and the first error ends
-//! the pass (the runtime retries it with backoff). What a write changed is mirrored into the
+//! the pass (the runtime retries it with backoff). A plan's notes ([`Note`]: log lines,
+//! metric increments, Events, the pass's facts for step 14) are applied each once the writes
+//! planned before it went through, and are no writes: nothing in them is mirrored, and none
+//! fails the pass. What a write changed is mirrored into the
 //! walk's view of the set before the next step plans, so a later step observes the earlier
 //! steps' results without reading the API again. Its only knowledge is generic: apply a
 //! write, fetch a read (the manifest reads of one round at once). What the writes return,
@@ -29,7 +32,7 @@ use tracing::{debug, info, warn};
 use self::pods::post_pod;
 use super::{Error, Walk};
 use crate::cocoonset::steps::{
-    Answers, Applied, Counter, Created, Next, Observed, Read, StepPlan, Write,
+    Answers, Applied, Counter, Created, Effect, Next, Note, Observed, Read, StepPlan, Write,
 };
 use crate::metrics::{PhaseLabel, PlacementLabels};
 
@@ -198,7 +201,7 @@ impl Walk<'_> {
         let now = Now::read();
         let start = self.cs.clone();
         let mut answers = Answers::default();
-        let mut applied: Vec<Write> = Vec::new();
+        let mut applied: Vec<Effect> = Vec::new();
         let mut fetched: Vec<Read> = Vec::new();
         loop {
             let plan = planner(
@@ -209,13 +212,14 @@ impl Walk<'_> {
                 &answers,
                 &now,
             );
-            if !plan.writes.starts_with(&applied) {
+            let effects = plan.effects();
+            if !effects.starts_with(&applied) {
                 return Err(Error::Invalid(format!(
                     "a step of set {}/{} planned its earlier writes differently",
                     self.ns, self.name
                 )));
             }
-            let new = plan.writes[applied.len()..].to_vec();
+            let new = effects[applied.len()..].to_vec();
             let stuck = new.is_empty() && plan.reads.iter().all(|r| fetched.contains(r));
             if plan.next == Next::Replan && stuck {
                 return Err(Error::Invalid(format!(
@@ -224,11 +228,7 @@ impl Walk<'_> {
                 )));
             }
             applied.extend(new.iter().cloned());
-            let next = StepPlan {
-                writes: new,
-                reads: Vec::new(),
-                next: plan.next,
-            };
+            let next = StepPlan::of(new, plan.next);
             let done = self.apply(next).await?;
             answers.created.extend(done.created);
             if done.next != Next::Replan {
@@ -239,12 +239,19 @@ impl Walk<'_> {
         }
     }
 
-    /// Applies `plan`'s writes in order; returns what comes next and what the writes
-    /// observed.
+    /// Applies `plan`'s writes in order, each note once the writes planned before it went
+    /// through; returns what comes next and what the writes observed.
     async fn apply(&mut self, plan: StepPlan) -> Result<Applied, Error> {
         let mut created = Vec::new();
-        for write in plan.writes {
+        let mut notes = plan.noted.into_iter().peekable();
+        for (i, write) in plan.writes.into_iter().enumerate() {
+            while let Some((_, note)) = notes.next_if(|(at, _)| *at <= i) {
+                self.note(note).await;
+            }
             created.extend(self.apply_one(write).await?);
+        }
+        for (_, note) in notes {
+            self.note(note).await;
         }
         Ok(Applied {
             next: plan.next,
@@ -324,8 +331,6 @@ impl Walk<'_> {
                 return Ok(vec![created]);
             }
             Write::PostPods { pods, at_once } => return self.post_pods(&pods, at_once).await,
-            Write::Backoff(d) => self.note_backoff(d),
-            Write::InvalidSpec(invalid) => self.invalid = Some(invalid),
             Write::Fail(message) => return Err(Error::Invalid(message)),
             Write::ReclaimTags { vms, step } => self.reclaim_tags(&vms, step).await?,
             Write::FailProbe { step } => {
@@ -333,20 +338,29 @@ impl Walk<'_> {
                     return Err(Error::registry(step, what, e));
                 }
             }
-            Write::Log { warn, message } => {
+        }
+        Ok(Vec::new())
+    }
+
+    /// One note: nothing in it is a write, and nothing in it fails the pass.
+    async fn note(&mut self, note: Note) {
+        match note {
+            Note::Backoff(d) => self.note_backoff(d),
+            Note::InvalidSpec(invalid) => self.invalid = Some(invalid),
+            Note::Log { warn, message } => {
                 if warn {
                     warn!(namespace = %self.ns, name = %self.name, "{message}");
                 } else {
                     info!(namespace = %self.ns, name = %self.name, "{message}");
                 }
             }
-            Write::Changed => self.changed = true,
-            Write::Event {
+            Note::Changed => self.changed = true,
+            Note::Event {
                 warning,
                 reason,
                 message,
             } => self.event(warning, reason, message).await,
-            Write::Count(counter) => {
+            Note::Count(counter) => {
                 let m = &self.ctx.metrics;
                 match counter {
                     Counter::SubagentRebuild => {
@@ -389,6 +403,5 @@ impl Walk<'_> {
                 }
             }
         }
-        Ok(Vec::new())
     }
 }
