@@ -590,8 +590,6 @@ fn the_pod_planners_import_only_plan_and_the_pure_rules() {
 const UNMATCHED_TESTS_ALLOWED: &[&str] = &[
     // Tests of pod incarnations on the real control plane, next to no `incarnation.rs`.
     "crates/cocoon-node/src/pods/incarnation_tests.rs",
-    // Tests of the hibernation reconciler's pod cache, next to no `cache.rs`.
-    "crates/cocoon-operator/src/hibernation/cache_tests.rs",
 ];
 
 /// What breaks the naming rule of sibling test files, given every source file (relative path,

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::{
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 
+use super::cache::{container_running, pod_for_cache};
 use super::decide::PodFacts;
-use super::{container_running, pod_for_cache};
 
 fn pod(state: ContainerState) -> Pod {
     Pod {

@@ -1,6 +1,7 @@
 //! The CocoonHibernation controller: watches the CRs and the pods they name, runs the pure
 //! rules of [`decide`] and applies their plans (pod patches, status, events, registry tags).
 
+mod cache;
 #[cfg(test)]
 mod cache_tests;
 pub mod decide;
@@ -8,13 +9,15 @@ pub mod decide;
 mod decide_tests;
 pub mod pod_index;
 
+use cache::{container_running, pod_for_cache};
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cocoon_api::contract::{annotations as ann, finalizers, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -560,39 +563,6 @@ async fn drop_woken_tag(
     ctx.write("registry tag delete")?;
     ctx.delete_own_tag(cr, vm).await.map_err(registry)?;
     Ok(true)
-}
-
-/// What the pod cache keeps of a pod: its metadata (the annotations a pass reads) and whether
-/// each container runs ([`container_running`]); no spec, no other status, no managedFields. A
-/// cache of every pod in the watched namespaces then costs a fraction of the pods.
-fn pod_for_cache(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    pod.spec = None;
-    pod.status = pod.status.take().map(|status| PodStatus {
-        container_statuses: status.container_statuses.map(|all| {
-            all.into_iter()
-                .map(|c| ContainerStatus {
-                    name: c.name,
-                    state: c.state.map(|s| ContainerState {
-                        running: s.running,
-                        ..ContainerState::default()
-                    }),
-                    ..ContainerStatus::default()
-                })
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
-}
-
-fn container_running(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
-        })
 }
 
 /// Deletion (`hibernation.md` §6): GC the tag unless another live CR still holds the VM or
