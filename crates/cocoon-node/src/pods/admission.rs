@@ -42,9 +42,8 @@ pub(super) fn requests_of(pod: &Pod) -> Result<Amounts, Rejection> {
 /// node's ranges and the IPs in use: the lease file's, every tracked VM's (but the pod's
 /// own VM name) and every other admitted pod's IP annotation and `status.podIP(s)`. On
 /// success the pod is admitted under the same lock. An empty IP passes (the mode
-/// dispatch refuses it as missing).
-/// (The claim itself is [`PodStore::claim_if_fits`], the rejection
-/// [`super::api_writer::ApiWriter::reject_pod`].)
+/// dispatch refuses it as missing). (The claim is [`PodStore::claim_if_fits`], the
+/// kubelet-style rejection `ApiWriter::reject_pod`.)
 pub(crate) fn unmanaged_ip_check(
     store: &PodStore,
     cfg: &PodConfig,

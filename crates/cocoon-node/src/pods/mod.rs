@@ -290,10 +290,10 @@ pub(crate) fn pin_to_incarnation(patch: &mut Value, pod: &Pod) {
 }
 
 /// The pod handler: a thin composition of the parts CreatePod/DeletePod/UpdatePod and the
-/// background loops use — the [`PodStore`](store::PodStore) (tables, intents, status locks),
-/// the [`ApiWriter`](api_writer::ApiWriter) (annotations, status, Events, failOp), the
-/// [`Artifacts`](artifacts::Artifacts) (runtime, registry, pulls, owner records) and the
-/// [`Publisher`](publisher::Publisher) (probes, IPs, status publication). Each operation
+/// background loops use — the `PodStore` (tables, intents, status locks),
+/// the `ApiWriter` (annotations, status, Events, failOp), the
+/// `Artifacts` (runtime, registry, pulls, owner records) and the
+/// `Publisher` (probes, IPs, status publication). Each operation
 /// takes the parts it uses.
 pub struct Handler {
     pub(crate) cfg: PodConfig,
@@ -407,7 +407,7 @@ impl Handler {
     }
 
     /// Pulls `<repo>:<tag>` into the local snapshot `local` once for all concurrent callers
-    /// ([`artifacts::Artifacts::shared_pull`]).
+    /// (`Artifacts::shared_pull`).
     pub async fn shared_pull(
         &self,
         repo: &str,

@@ -83,7 +83,7 @@ impl Artifacts {
 
     /// A per-key lock for single flights: the holder re-checks the local store, so concurrent
     /// callers end up doing the work once ([`super::flights`]).
-    pub(super) fn flight(&self, key: &str) -> FlightLock {
+    fn flight(&self, key: &str) -> FlightLock {
         self.flights.get(key)
     }
 

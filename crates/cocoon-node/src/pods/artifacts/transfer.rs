@@ -398,7 +398,7 @@ async fn import_snapshot(
     Ok(report)
 }
 
-/// [`import_snapshot`] for callers outside the agent (the text of its error).
+/// `import_snapshot` for callers outside the agent (the text of its error).
 pub async fn import_snapshot_from_registry(
     rt: &dyn Runtime,
     reg: &RegistryClient,
