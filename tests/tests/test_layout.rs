@@ -678,3 +678,159 @@ fn every_sibling_test_file_tests_its_namesake() {
         breaches.join("\n")
     );
 }
+
+/// The node agent's pod code (issue 37 item 2): the handler is a thin composition of parts
+/// with narrow interfaces, so no type under this directory has more inherent methods, summed
+/// over all its `impl` blocks in all files, than [`MAX_METHODS_PER_TYPE`].
+const POD_DIR: &str = "crates/cocoon-node/src/pods";
+
+/// The most inherent methods one type of the pod code may have.
+const MAX_METHODS_PER_TYPE: usize = 30;
+
+/// The parts the handler is composed of: each must still be found (a rename that hid a
+/// type from the count would otherwise pass unseen).
+const HANDLER_PARTS: [&str; 5] = ["Handler", "PodStore", "ApiWriter", "Artifacts", "Publisher"];
+
+/// The inherent methods per type in one file: the `fn` items at the first indentation level
+/// of every top-level `impl Type {` / `impl<…> Type<…> {` block (trait impls are left out:
+/// their method set is the trait's).
+fn inherent_methods(text: &str) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if let Some(ty) = &current {
+            if line == "}" {
+                current = None;
+                continue;
+            }
+            let item = line
+                .strip_prefix("    ")
+                .filter(|l| !l.starts_with(' '))
+                .map(|l| {
+                    let l = l.strip_prefix("pub ").unwrap_or(l);
+                    let l = match l.strip_prefix("pub(") {
+                        Some(rest) => rest.split_once(") ").map_or(l, |(_, r)| r),
+                        None => l,
+                    };
+                    let l = l.strip_prefix("const ").unwrap_or(l);
+                    let l = l.strip_prefix("async ").unwrap_or(l);
+                    l.strip_prefix("unsafe ").unwrap_or(l)
+                });
+            if item.is_some_and(|l| l.starts_with("fn ")) {
+                match out.iter_mut().find(|(t, _)| t == ty) {
+                    Some((_, n)) => *n += 1,
+                    None => out.push((ty.clone(), 1)),
+                }
+            }
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("impl") else {
+            continue;
+        };
+        let Some(head) = rest.strip_suffix(" {") else {
+            continue;
+        };
+        // Skip the generics of the impl itself: `impl<'a> PodOp<'a> {`.
+        let head = match head.strip_prefix('<') {
+            Some(g) => {
+                let mut depth = 1;
+                let mut end = g.len();
+                for (i, c) in g.char_indices() {
+                    match c {
+                        '<' => depth += 1,
+                        '>' => depth -= 1,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        end = i + 1;
+                        break;
+                    }
+                }
+                &g[end..]
+            }
+            None => head,
+        };
+        let Some(ty) = head.strip_prefix(' ') else {
+            continue;
+        };
+        if ty.contains(" for ") {
+            continue;
+        }
+        let name: String = ty
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            current = Some(name);
+        }
+    }
+    out
+}
+
+/// The types over [`MAX_METHODS_PER_TYPE`], from per-file counts (empty: none).
+fn method_breaches(counts: &[(String, usize)]) -> Vec<String> {
+    let mut totals: Vec<(String, usize)> = Vec::new();
+    for (ty, n) in counts {
+        match totals.iter_mut().find(|(t, _)| t == ty) {
+            Some((_, m)) => *m += n,
+            None => totals.push((ty.clone(), *n)),
+        }
+    }
+    totals
+        .into_iter()
+        .filter(|(_, n)| *n > MAX_METHODS_PER_TYPE)
+        .map(|(ty, n)| format!("{ty}: {n} methods (at most {MAX_METHODS_PER_TYPE})"))
+        .collect()
+}
+
+#[test]
+fn the_method_counter_sees_inherent_methods_across_blocks_and_files() {
+    let a = "impl Handler {\n    pub fn a(&self) {}\n    pub(crate) async fn b(&self) {\n        fn nested() {}\n    }\n    const C: u8 = 1;\n}\n\
+             impl std::fmt::Display for Handler {\n    fn fmt(&self) {}\n}\n\
+             impl<'a> PodOp<'a> {\n    fn c(&self) {}\n}\n";
+    assert_eq!(
+        inherent_methods(a),
+        vec![("Handler".to_owned(), 2), ("PodOp".to_owned(), 1)]
+    );
+    let many: String = (0..MAX_METHODS_PER_TYPE)
+        .map(|i| format!("    fn m{i}(&self) {{}}\n"))
+        .collect();
+    let b = format!("impl Handler {{\n{many}}}\n");
+    let mut counts = inherent_methods(&b);
+    assert!(
+        method_breaches(&counts).is_empty(),
+        "the limit itself passes"
+    );
+    counts.extend(inherent_methods(a));
+    assert_eq!(
+        method_breaches(&counts),
+        vec![format!(
+            "Handler: {} methods (at most {MAX_METHODS_PER_TYPE})",
+            MAX_METHODS_PER_TYPE + 2
+        )],
+        "blocks in other files add up"
+    );
+}
+
+#[test]
+fn no_type_of_the_pod_handler_has_more_than_30_methods() {
+    let root = workspace_root();
+    let mut counts = Vec::new();
+    for file in rust_files(&root.join(POD_DIR)) {
+        let text = std::fs::read_to_string(&file).expect("read a pod source file");
+        counts.extend(inherent_methods(&text));
+    }
+    for part in HANDLER_PARTS {
+        assert!(
+            counts.iter().any(|(t, _)| t == part),
+            "no inherent methods of {part} found under {POD_DIR}"
+        );
+    }
+    let breaches = method_breaches(&counts);
+    assert!(
+        breaches.is_empty(),
+        "a type of the pod handler has too many methods: split it by responsibility \
+         (issue 37 item 2):\n{}",
+        breaches.join("\n")
+    );
+}

@@ -158,7 +158,7 @@ pub async fn run_agent(
         _ = pods::controller::run(handler.clone()) => {}
     }
     token.cancel();
-    handler.probes.close();
+    handler.publisher.probes().close();
     if let Some(hb) = heartbeat {
         hb.stop().await;
     }
@@ -365,7 +365,9 @@ impl PodBackend for AgentPodBackend {
         if vm.synthetic {
             return Ok(None);
         }
-        h.rt.logs_capped(vm.id(), Some(u64::from(tail)), max_bytes)
+        h.artifacts
+            .rt()
+            .logs_capped(vm.id(), Some(u64::from(tail)), max_bytes)
             .await
             .map(Some)
             .map_err(|e| BackendError(e.to_string()))
@@ -391,10 +393,14 @@ impl PodBackend for AgentPodBackend {
         req.stdin = io.stdin;
         req.stdout = io.stdout;
         req.stderr = io.stderr;
-        h.rt.exec(req).await.map_err(|e| match e.exit_code() {
-            Some(code) => ExecError::ExitCode(code),
-            None => ExecError::Failed(e.to_string()),
-        })
+        h.artifacts
+            .rt()
+            .exec(req)
+            .await
+            .map_err(|e| match e.exit_code() {
+                Some(code) => ExecError::ExitCode(code),
+                None => ExecError::Failed(e.to_string()),
+            })
     }
 
     async fn stats(&self) -> Result<Vec<PodStats>, BackendError> {
@@ -409,7 +415,7 @@ impl PodBackend for AgentPodBackend {
             if vm.synthetic {
                 continue;
             }
-            let Ok(st) = h.rt.vm_stats(&vm.record).await else {
+            let Ok(st) = h.artifacts.rt().vm_stats(&vm.record).await else {
                 continue;
             };
             out.push(PodStats {

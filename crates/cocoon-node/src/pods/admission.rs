@@ -13,19 +13,17 @@
 
 use std::net::IpAddr;
 
-use cocoon_api::contract::events::node as ev;
-use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{AnnotationCodec, VmRuntime, VmSpec};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::Pod;
 use tracing::warn;
 
+use super::PodConfig;
 use super::resources::{self, Amounts, Rejection};
+use super::store::PodStore;
 use super::unmanaged_ip::{self, IpRefusal};
-use super::{Handler, Result, pod_key};
 
 /// Whether the pod is done (`Succeeded` or `Failed`): its requests no longer count.
-fn terminal(pod: &Pod) -> bool {
+pub(super) fn terminal(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -34,123 +32,84 @@ fn terminal(pod: &Pod) -> bool {
 
 /// A pod's effective requests; a tracked pod whose quantities do not read counts as nothing
 /// (the API server validated them, and the pod was admitted with them).
-fn requests_of(pod: &Pod) -> Result<Amounts, Rejection> {
+pub(super) fn requests_of(pod: &Pod) -> Result<Amounts, Rejection> {
     pod.spec
         .as_ref()
         .map_or(Ok(Amounts::default()), resources::pod_requests)
 }
 
-impl Handler {
-    /// Claims the pod (tracked with no VM, its start time kept) if its requests fit the
-    /// node's allocatable next to the other tracked pods that are not terminal; the
-    /// kubelet's rejection otherwise, with nothing tracked.
-    pub(crate) fn claim_if_fits(&self, key: &str, pod: &Pod) -> Result<(), Rejection> {
-        let mut t = self.tables();
-        if let Some(alloc) = &self.cfg.tenant.allocatable {
-            let wanted = requests_of(pod)?;
-            let uid = pod.metadata.uid.as_deref();
-            let running: Vec<Amounts> = t
-                .pods
-                .values()
-                .filter(|p| p.metadata.uid.as_deref() != uid && !terminal(p))
-                .map(|p| requests_of(p).unwrap_or_default())
-                .collect();
-            let used = Amounts::total(&running);
-            resources::fit(&wanted, &used, running.len() as u128, alloc)?;
-        }
-        t.pods.insert(key.to_owned(), pod.clone());
-        t.start_times
-            .entry(key.to_owned())
-            .or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
-        Ok(())
+/// The check of an unmanaged pod's pre-assigned IP ([`unmanaged_ip::check`]) against the
+/// node's ranges and the IPs in use: the lease file's, every tracked VM's (but the pod's
+/// own VM name) and every other admitted pod's IP annotation and `status.podIP(s)`. On
+/// success the pod is admitted under the same lock. An empty IP passes (the mode
+/// dispatch refuses it as missing). (The claim is [`PodStore::claim_if_fits`], the
+/// kubelet-style rejection `ApiWriter::reject_pod`.)
+pub(crate) fn unmanaged_ip_check(
+    store: &PodStore,
+    cfg: &PodConfig,
+    key: &str,
+    pod: &Pod,
+) -> Result<(), IpRefusal> {
+    let raw = VmRuntime::from_meta(&pod.metadata).ip;
+    if raw.trim().is_empty() {
+        return Ok(());
     }
-
-    /// Rejects the pod as a kubelet does: a Warning Event (the reason, the kubelet's
-    /// message) and the status phase `Failed` with `Pod was rejected: <message>`. The
-    /// controller leaves a terminal pod alone; a failed status write is retried.
-    pub(crate) async fn reject_pod(&self, pod: &Pod, r: &Rejection) -> Result<()> {
-        warn!(pod = %pod_key(pod), reason = %r.reason, message = %r.message, "pod rejected at admission");
-        self.metrics
-            .pod_lifecycle(ev::OP_CREATE, m::RESULT_FAILED, "");
-        self.event(pod, true, &r.reason, &r.message).await;
-        let st = PodStatus {
-            phase: Some("Failed".into()),
-            reason: Some(r.reason.clone()),
-            message: Some(r.status_message()),
-            qos_class: pod.status.as_ref().and_then(|s| s.qos_class.clone()),
-            start_time: pod.status.as_ref().and_then(|s| s.start_time.clone()),
-            ..Default::default()
-        };
-        self.write_status(pod, &st).await
+    let own_vm = VmSpec::from_meta(&pod.metadata).vm_name;
+    let mut in_use: Vec<(IpAddr, String)> = leased_ips(&cfg.leases_path)
+        .into_iter()
+        .map(|ip| (ip, "a DHCP lease of this node".to_owned()))
+        .collect();
+    let mut t = store.tables();
+    for (who, vm) in t
+        .vms_by_pod
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .chain(t.vms_by_name.iter().map(|(name, v)| (name.as_str(), v)))
+    {
+        if who == key || vm.name() == own_vm {
+            continue;
+        }
+        let ips = std::iter::once(vm.ip.as_str()).chain(vm.record.ips());
+        in_use.extend(
+            ips.filter_map(unmanaged_ip::parse_ip)
+                .map(|ip| (ip, format!("VM {} ({who})", vm.name()))),
+        );
     }
-
-    /// The check of an unmanaged pod's pre-assigned IP ([`unmanaged_ip::check`]) against the
-    /// node's ranges and the IPs in use: the lease file's, every tracked VM's (but the pod's
-    /// own VM name) and every other admitted pod's IP annotation and `status.podIP(s)`. On
-    /// success the pod is admitted under the same lock. An empty IP passes (the mode
-    /// dispatch refuses it as missing).
-    pub(crate) fn unmanaged_ip_check(&self, key: &str, pod: &Pod) -> Result<(), IpRefusal> {
-        let raw = VmRuntime::from_meta(&pod.metadata).ip;
-        if raw.trim().is_empty() {
-            return Ok(());
+    for (k, p) in &t.pods {
+        if k == key || !t.admitted.contains_key(k) {
+            continue;
         }
-        let own_vm = VmSpec::from_meta(&pod.metadata).vm_name;
-        let mut in_use: Vec<(IpAddr, String)> = leased_ips(&self.cfg.leases_path)
-            .into_iter()
-            .map(|ip| (ip, "a DHCP lease of this node".to_owned()))
-            .collect();
-        let mut t = self.tables();
-        for (who, vm) in t
-            .vms_by_pod
-            .iter()
-            .map(|(k, v)| (k.as_str(), v))
-            .chain(t.vms_by_name.iter().map(|(name, v)| (name.as_str(), v)))
-        {
-            if who == key || vm.name() == own_vm {
-                continue;
+        let annotated = VmRuntime::from_meta(&p.metadata).ip;
+        let status = p.status.as_ref();
+        let reported = status.and_then(|s| s.pod_ip.clone()).into_iter().chain(
+            status
+                .and_then(|s| s.pod_ips.clone())
+                .into_iter()
+                .flatten()
+                .map(|i| i.ip),
+        );
+        for raw in std::iter::once(annotated).chain(reported) {
+            if let Some(ip) = unmanaged_ip::parse_ip(&raw) {
+                in_use.push((ip, format!("pod {k}")));
             }
-            let ips = std::iter::once(vm.ip.as_str()).chain(vm.record.ips());
-            in_use.extend(
-                ips.filter_map(unmanaged_ip::parse_ip)
-                    .map(|ip| (ip, format!("VM {} ({who})", vm.name()))),
-            );
         }
-        for (k, p) in &t.pods {
-            if k == key || !t.admitted.contains_key(k) {
-                continue;
-            }
-            let annotated = VmRuntime::from_meta(&p.metadata).ip;
-            let status = p.status.as_ref();
-            let reported = status.and_then(|s| s.pod_ip.clone()).into_iter().chain(
-                status
-                    .and_then(|s| s.pod_ips.clone())
-                    .into_iter()
-                    .flatten()
-                    .map(|i| i.ip),
-            );
-            for raw in std::iter::once(annotated).chain(reported) {
-                if let Some(ip) = unmanaged_ip::parse_ip(&raw) {
-                    in_use.push((ip, format!("pod {k}")));
+    }
+    let ips: Vec<IpAddr> = in_use.iter().map(|(ip, _)| *ip).collect();
+    match unmanaged_ip::check(&raw, &cfg.tenant.unmanaged_ip_ranges, &ips) {
+        Ok(_) => {
+            t.admit(key, pod);
+            Ok(())
+        }
+        Err(e) => {
+            drop(t);
+            let holder = match &e {
+                IpRefusal::InUse(ip) => {
+                    in_use.iter().find(|(u, _)| u == ip).map(|(_, w)| w.clone())
                 }
-            }
-        }
-        let ips: Vec<IpAddr> = in_use.iter().map(|(ip, _)| *ip).collect();
-        match unmanaged_ip::check(&raw, &self.cfg.tenant.unmanaged_ip_ranges, &ips) {
-            Ok(_) => {
-                t.admit(key, pod);
-                Ok(())
-            }
-            Err(e) => {
-                drop(t);
-                let holder = match &e {
-                    IpRefusal::InUse(ip) => {
-                        in_use.iter().find(|(u, _)| u == ip).map(|(_, w)| w.clone())
-                    }
-                    _ => None,
-                };
-                warn!(pod = %key, ip = %raw, ?holder, refusal = %e, "unmanaged pod's IP refused");
-                Err(e)
-            }
+                _ => None,
+            };
+            warn!(pod = %key, ip = %raw, ?holder, refusal = %e, "unmanaged pod's IP refused");
+            Err(e)
         }
     }
 }

@@ -37,7 +37,7 @@ fn terminal(pod: &Pod) -> bool {
 /// Runs the pod controller until `handler.shutdown` fires.
 pub async fn run(handler: Arc<Handler>) {
     let workers: Workers = Arc::default();
-    let api: Api<Pod> = Api::all(handler.client.clone());
+    let api: Api<Pod> = Api::all(handler.api.client().clone());
     let cfg =
         watcher::Config::default().fields(&format!("spec.nodeName={}", handler.cfg.node_name));
     // The tracked copy of each pod keeps what the agent reads: never `managedFields`.
@@ -154,7 +154,7 @@ async fn process(h: &Arc<Handler>, key: &str, pod: Option<Pod>) -> Result<Pass, 
     if pod.metadata.deletion_timestamp.is_some() {
         h.delete_pod(&pod).await?;
         let api: Api<Pod> = Api::namespaced(
-            h.client.clone(),
+            h.api.client().clone(),
             pod.metadata.namespace.as_deref().unwrap_or_default(),
         );
         let dp = DeleteParams {
@@ -198,7 +198,7 @@ async fn worker(
         let pod = rx.borrow_and_update().clone();
         // Subscribed before the operation: a VM name freed while it runs (a stale create
         // collected just after this create hit the name) still cuts the backoff short.
-        let mut freed = h.names_freed();
+        let mut freed = h.store.names_freed();
         match process(&h, &key, pod).await {
             Ok(Pass::Gone) => {
                 let mut w = lock(&workers);
@@ -246,6 +246,7 @@ async fn lifecycle_reconciler(h: Arc<Handler>) {
         tokio::time::sleep(h.cfg.timing.lifecycle_reconcile).await;
         beat.beat();
         let dirty: Vec<(String, Option<LifecycleState>)> = h
+            .store
             .tables()
             .intents
             .iter()
@@ -258,9 +259,9 @@ async fn lifecycle_reconciler(h: Arc<Handler>) {
                 continue;
             };
             if state == Some(LifecycleState::Ready) {
-                h.publish_ready(&key).await;
+                h.publisher.publish_ready(&key).await;
             } else {
-                h.flush(&key, &pod).await;
+                h.api.flush(&key, &pod).await;
             }
         }
     }
@@ -275,13 +276,13 @@ async fn drift_reconciler(h: Arc<Handler>) {
             .for_each_concurrent(8, |key| {
                 let h = h.clone();
                 async move {
-                    let lock = h.status_lock(&key);
+                    let lock = h.store.status_lock(&key);
                     let _publishing = lock.lock().await;
-                    let Some((pod, st)) = h.compute_status(&key, false) else {
+                    let Some((pod, st)) = h.publisher.compute_status(&key, false) else {
                         return;
                     };
                     let api: Api<Pod> = Api::namespaced(
-                        h.client.clone(),
+                        h.api.client().clone(),
                         pod.metadata.namespace.as_deref().unwrap_or_default(),
                     );
                     let Ok(live) = api
@@ -298,7 +299,7 @@ async fn drift_reconciler(h: Arc<Handler>) {
                         (status::drift_key(&live_st), status::drift_key(&st));
                     if published != computed {
                         info!(pod = %key, ?published, ?computed, "republishing drifted status");
-                        let _ = h.write_status(&pod, &st).await;
+                        let _ = h.api.write_status(&pod, &st).await;
                     }
                 }
             })

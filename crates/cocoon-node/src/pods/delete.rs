@@ -17,33 +17,32 @@ use super::effects::PodOp;
 use super::exec;
 use super::plan;
 use super::plan::delete::Gate;
-use super::{Handler, Result, failed, pod_key, tenant};
+use super::{Handler, PodError, Result, pod_key, tenant};
 
 impl Handler {
     /// DeletePod (§7).
     pub async fn delete_pod(self: &Arc<Self>, pod: &Pod) -> Result<()> {
         let key = pod_key(pod);
         let (evicting, resumed) = {
-            let t = self.tables();
+            let t = self.store.tables();
             (t.evicting.contains(&key), t.resumed.contains(&key))
         };
         match plan::delete::gate(evicting, resumed) {
             // The eviction deleting this pod forgets it and writes its `Failed` status (§10).
             Gate::Evicting => return Ok(()),
             Gate::InFlight => {
-                return Err(failed(format!(
-                    "resumed operation still in flight for {key}"
-                )));
+                return Err(PodError::InFlight(key));
             }
             Gate::Pass => {}
         }
-        self.tables().mark_deleting(&key, pod);
+        self.store.tables().mark_deleting(&key, pod);
         let spec = VmSpec::from_meta(&pod.metadata);
         let vm = self.tracked_vm(&key);
         // `managed` as the pod was admitted (tenant isolation): a managed pod flipped to
         // unmanaged before its delete still has its VM removed, and an unmanaged pod flipped
         // to managed never has its synthetic record acted on.
         let managed = self
+            .store
             .tables()
             .admitted_as(&key, &super::uid(pod))
             .map_or(spec.managed, |a| a.managed);
@@ -62,7 +61,7 @@ impl Handler {
                     Some(p) => (true, VmSpec::from_meta(&p.metadata).vm_name),
                     None => (false, spec.vm_name.clone()),
                 };
-                let holders = self.tables().holders_of(&vm_name, Some(&key));
+                let holders = self.store.tables().holders_of(&vm_name, Some(&key));
                 let legacy = self.cfg.tenant.accept_legacy_vm_names;
                 let may_drop = tenant::delete_may_drop_snapshots(
                     tracked, ns, name, &vm_name, &holders, legacy,
@@ -87,7 +86,7 @@ impl Handler {
                 owner_cocoonset_name(owners),
                 vm.as_ref().map_or("", |v| v.name()),
             ),
-            registry: self.registry.is_some(),
+            registry: self.artifacts.registry().is_some(),
             image: &spec.image,
             grace_secs: plan::delete::stop_grace(
                 pod.metadata.deletion_grace_period_seconds,
@@ -101,7 +100,7 @@ impl Handler {
         if let Err(f) = exec::run(&op, &steps).await {
             self.metrics
                 .pod_lifecycle(ev::OP_DELETE, m::RESULT_FAILED, "");
-            return Err(failed(f.message));
+            return Err(f.into());
         }
         if facts.managed
             && let Some(v) = facts.vm.filter(|v| !v.synthetic)

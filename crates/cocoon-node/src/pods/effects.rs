@@ -21,9 +21,16 @@ use super::plan::{
     Action, ActionError, AfterFailedRemove, CloneFrom, ClonePull, Undo, after_failed_remove,
     removed,
 };
-use crate::pods::owned::PushRefusal;
+use crate::metrics::NodeMetrics;
+use crate::pods::api_writer::ApiWriter;
+use crate::pods::artifacts::Artifacts;
+use crate::pods::artifacts::PushRefusal;
+use crate::pods::create::clone_request;
+use crate::pods::error::{PodError, RegistryFailure, RuntimeFailure};
+use crate::pods::publisher::Publisher;
 use crate::pods::rules::{self, PodResources};
 use crate::pods::state::TrackedVm;
+use crate::pods::store::PodStore;
 use crate::pods::tenant::ArtifactUse;
 use crate::pods::tenant::Owner;
 use crate::pods::{Handler, status};
@@ -35,7 +42,13 @@ use cocoon_runtime::{
 /// One pod operation's view of the handler: the pod, its spec, the VM it acts on, and what
 /// the steps so far handed on.
 pub(crate) struct PodOp<'a> {
-    h: &'a Arc<Handler>,
+    store: &'a PodStore,
+    api: &'a ApiWriter,
+    artifacts: &'a Artifacts,
+    publisher: &'a Arc<Publisher>,
+    metrics: &'a NodeMetrics,
+    /// `VK_RESTORE_MODE`.
+    restore_mode: &'a str,
     key: &'a str,
     pod: &'a Pod,
     spec: &'a VmSpec,
@@ -64,14 +77,19 @@ struct Carry {
 impl<'a> PodOp<'a> {
     /// An operation on `pod` (`key`), acting on the tracked `vm` if any.
     pub(crate) fn new(
-        h: &'a Arc<Handler>,
+        h: &'a Handler,
         key: &'a str,
         pod: &'a Pod,
         spec: &'a VmSpec,
         vm: Option<&'a TrackedVm>,
     ) -> Self {
         PodOp {
-            h,
+            store: &h.store,
+            api: &h.api,
+            artifacts: &h.artifacts,
+            publisher: &h.publisher,
+            metrics: &h.metrics,
+            restore_mode: &h.cfg.restore_mode,
             key,
             pod,
             spec,
@@ -99,8 +117,8 @@ impl<'a> PodOp<'a> {
 
 /// Removes `<vm>` and `fork-<vm>` concurrently, each within its own 10 s, in a task of its
 /// own (detached from the caller) that is awaited, so an immediate recreate cannot race them.
-async fn drop_local_snapshots_bounded(h: &Handler, vm: &str) {
-    let rt = h.rt.clone();
+async fn drop_local_snapshots_bounded(rt: &Arc<dyn Runtime>, vm: &str) {
+    let rt = rt.clone();
     let (a, b) = (vm.to_owned(), fork_snapshot_name(vm));
     let task = tokio::spawn(async move {
         let limit = Duration::from_secs(10);
@@ -123,20 +141,21 @@ async fn drop_local_snapshots_bounded(h: &Handler, vm: &str) {
 /// pod `owner`: the registry's `:hibernate` is used (and trusted to verify the local copy)
 /// only when it is the owner's. Counts `cocoon_vk_snapshot_verify_total`.
 pub(crate) async fn read_wake_source(
-    h: &Handler,
+    artifacts: &Artifacts,
+    metrics: &NodeMetrics,
     vm: &str,
     owner: &Owner,
-) -> Result<Source, String> {
+) -> Result<Source, PodError> {
     let mut f = SourceFacts {
-        registry: h.registry.is_some(),
+        registry: artifacts.registry().is_some(),
         ..SourceFacts::default()
     };
     loop {
         match super::plan::wake::source(vm, &f) {
             SourceNext::Use(source) => return Ok(source),
-            SourceNext::Fail(e) => return Err(e),
+            SourceNext::Fail(e) => return Err(PodError::plan(e)),
             SourceNext::Read(SourceRead::Artifact) => {
-                let read = h
+                let read = artifacts
                     .owned_artifact(ArtifactUse::OwnVm, vm, tags::HIBERNATE, owner)
                     .await;
                 f.artifact = Some(match read {
@@ -147,7 +166,7 @@ pub(crate) async fn read_wake_source(
                 });
             }
             SourceNext::Read(SourceRead::Local) => {
-                f.local = Some(match h.snapshot_exact(vm).await {
+                f.local = Some(match artifacts.snapshot_exact(vm).await {
                     Ok(s) => LocalRead::Present(Box::new(s)),
                     Err(e) if e.is_snapshot_not_found() => LocalRead::Absent,
                     Err(e) => LocalRead::Failed(e.to_string()),
@@ -158,7 +177,7 @@ pub(crate) async fn read_wake_source(
                     Some(LocalRead::Present(s)) => s.id.clone(),
                     _ => String::new(),
                 };
-                let verdict = match &h.registry {
+                let verdict = match &artifacts.registry() {
                     None => VerifyRead::Matches,
                     Some(reg) => match reg.snapshot_info(vm, tags::HIBERNATE).await {
                         Ok(None) => VerifyRead::Stale,
@@ -170,7 +189,7 @@ pub(crate) async fn read_wake_source(
                         Err(e) => VerifyRead::Failed(e.to_string()),
                     },
                 };
-                h.metrics.snapshot_verify(match verdict {
+                metrics.snapshot_verify(match verdict {
                     VerifyRead::Matches => "ok",
                     VerifyRead::Stale => "stale",
                     VerifyRead::Failed(_) => "error",
@@ -195,9 +214,9 @@ impl PodOp<'_> {
     /// `ipconfig /renew` (after `net_resize(id, 1)` when `re_add_nic`), detached with a 30 s
     /// budget; errors are logged.
     fn spawn_nic_restore(&self, id: &str, re_add_nic: bool) {
-        let rt = self.h.rt.clone();
+        let rt = self.artifacts.rt().clone();
         let id = id.to_owned();
-        self.h.spawn(async move {
+        self.artifacts.spawn(async move {
             let work = async {
                 if re_add_nic && let Err(e) = rt.net_resize(&id, 1).await {
                     warn!(vm = %id, error = %e, "NIC rollback failed");
@@ -208,44 +227,43 @@ impl PodOp<'_> {
         });
     }
 
-    async fn save(&self, name: &str, id: &str) -> Result<(), String> {
+    async fn save(&self, name: &str, id: &str) -> Result<(), RuntimeFailure> {
         let start = Instant::now();
-        match self.h.rt.snapshot_save(name, id).await {
+        match self.artifacts.rt().snapshot_save(name, id).await {
             Ok(()) => {
-                self.h
-                    .metrics
+                self.metrics
                     .snapshot_save_duration
                     .observe(start.elapsed().as_secs_f64());
-                self.h.metrics.snapshot_save(m::RESULT_OK);
+                self.metrics.snapshot_save(m::RESULT_OK);
                 Ok(())
             }
             Err(e) => {
-                self.h.metrics.snapshot_save(m::RESULT_FAILED);
-                Err(e.to_string())
+                self.metrics.snapshot_save(m::RESULT_FAILED);
+                Err(e.into())
             }
         }
     }
 
     fn remove_snapshot_detached(&self, name: &str) {
-        let rt = self.h.rt.clone();
+        let rt = self.artifacts.rt().clone();
         let name = name.to_owned();
-        self.h.spawn(async move {
+        self.artifacts.spawn(async move {
             if let Err(e) = rt.snapshot_remove_if_exists(&name).await {
                 warn!(snapshot = %name, error = %e, "removing the wake import failed");
             }
         });
     }
 
-    async fn pull(&self, repo: &str, reference: &str, into: &str) -> Result<(), String> {
-        let res = self.h.shared_pull(repo, reference, into).await;
-        self.h.metrics.snapshot_pull(if res.is_ok() {
+    async fn pull(&self, repo: &str, reference: &str, into: &str) -> Result<(), RegistryFailure> {
+        let res = self.artifacts.shared_pull(repo, reference, into).await;
+        self.metrics.snapshot_pull(if res.is_ok() {
             m::RESULT_OK
         } else {
             m::RESULT_FAILED
         });
         let pulled = res?;
         let r = &pulled.report;
-        self.h
+        self.api
             .transfer_event(
                 repo,
                 false,
@@ -263,13 +281,13 @@ impl PodOp<'_> {
         from: &CloneFrom,
         pull: ClonePull,
         nics: Option<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), RuntimeFailure> {
         let from = match from {
             CloneFrom::Snapshot(s) => CloneSource::Snapshot(s.clone()),
             CloneFrom::Dir(d) => CloneSource::Dir(d.clone()),
         };
         let policy = PodResources::of(self.pod).cpu_policy();
-        let mut req = self.h.clone_request(from, self.spec, policy);
+        let mut req = clone_request(self.restore_mode, from, self.spec, policy);
         req.pull = match pull {
             ClonePull::IfSnapshotHasImage => self
                 .carry()
@@ -281,19 +299,19 @@ impl PodOp<'_> {
         };
         req.nics = nics;
         let dir = matches!(req.from, CloneSource::Dir(_));
-        let res = self.h.rt.clone_vm(req).await;
+        let res = self.artifacts.rt().clone_vm(req).await;
         if dir {
-            self.h.metrics.clone_from_dir(if res.is_ok() {
+            self.metrics.clone_from_dir(if res.is_ok() {
                 m::RESULT_OK
             } else {
                 m::RESULT_FAILED
             });
         }
-        self.carry().brought_up = Some(res.map_err(|e| e.to_string())?);
+        self.carry().brought_up = Some(res?);
         Ok(())
     }
 
-    async fn run_vm(&self) -> Result<(), String> {
+    async fn run_vm(&self) -> Result<(), RuntimeFailure> {
         let res = PodResources::of(self.pod);
         let spec = self.spec;
         let req = RunRequest {
@@ -308,23 +326,32 @@ impl PodOp<'_> {
             no_direct_io: spec.no_direct_io,
             cpu_policy: res.cpu_policy(),
         };
-        let vm = self.h.rt.run(req).await.map_err(|e| e.to_string())?;
+        let vm = self.artifacts.rt().run(req).await?;
         self.carry().brought_up = Some(vm);
         Ok(())
     }
 
-    async fn ensure_clone_base(&self, repo: &str, tag: &str, local: &str) -> Result<(), String> {
+    async fn ensure_clone_base(
+        &self,
+        repo: &str,
+        tag: &str,
+        local: &str,
+    ) -> Result<(), RegistryFailure> {
         let owner = Owner::of(self.pod);
-        match self.h.ensure_snapshot(repo, tag, local, &owner).await {
+        match self
+            .artifacts
+            .ensure_snapshot(repo, tag, local, &owner)
+            .await
+        {
             Ok((snapshot, imported)) => {
-                self.h.metrics.snapshot_pull(m::RESULT_OK);
+                self.metrics.snapshot_pull(m::RESULT_OK);
                 let mut c = self.carry();
                 c.snapshot = snapshot;
                 c.imported = imported;
                 Ok(())
             }
             Err(e) => {
-                self.h.metrics.snapshot_pull(m::RESULT_FAILED);
+                self.metrics.snapshot_pull(m::RESULT_FAILED);
                 Err(e)
             }
         }
@@ -334,7 +361,7 @@ impl PodOp<'_> {
         let imported = self.carry().imported;
         if imported {
             // A new clone base landed: older unused ones beyond the limit go.
-            self.h.collect_clone_bases().await;
+            self.artifacts.collect_clone_bases(self.store).await;
         }
     }
 
@@ -348,7 +375,7 @@ impl PodOp<'_> {
         let mut tv = TrackedVm::new(record);
         tv.ip = ip.to_owned();
         tv.synthetic = true;
-        self.h.track_vm(self.key, tv);
+        self.store.track_vm(self.key, tv);
     }
 
     /// §7 step 5: save, then push to `:latest`; failures are counted and logged.
@@ -365,13 +392,13 @@ impl PodOp<'_> {
     /// Forgets the pod and writes its final status `Succeeded`.
     async fn finish_delete(&self) {
         let previous = self
-            .h
+            .store
             .tracked_pod(self.key)
             .and_then(|p| p.status)
             .or_else(|| self.pod.status.clone());
-        self.h.forget(self.key);
+        self.publisher.forget(self.key);
         let st = status::succeeded(previous.as_ref());
-        if let Err(e) = self.h.write_status(self.pod, &st).await {
+        if let Err(e) = self.api.write_status(self.pod, &st).await {
             debug!(pod = %self.key, error = %e, "final status write failed");
         }
     }
@@ -382,10 +409,10 @@ impl PodOp<'_> {
     /// local copy of another pod's artifact (a colliding VM name) is kept and reported. A
     /// read that fails keeps them too (a leaked snapshot is recoverable, a dropped one not).
     async fn local_snapshots_are_ours(&self, vm: &str) -> bool {
-        let Some(reg) = &self.h.registry else {
+        let Some(reg) = &self.artifacts.registry() else {
             return true;
         };
-        let owner = match self.h.owner_of(self.pod).await {
+        let owner = match self.artifacts.owner_of(self.pod).await {
             Ok(o) => o,
             Err(e) => {
                 warn!(pod = %self.key, vm, error = %e, "local snapshots kept: the owner could not be read");
@@ -402,7 +429,7 @@ impl PodOp<'_> {
                         &owner.actor().to_string(),
                     );
                     warn!(pod = %self.key, vm, %message, "local snapshots kept");
-                    self.h
+                    self.api
                         .event(
                             self.pod,
                             true,
@@ -422,9 +449,12 @@ impl PodOp<'_> {
         }
     }
 
-    async fn push(&self, name: &str, tag: &str, base_image: &str) -> Result<(), String> {
-        let owner = self.h.owner_of(self.pod).await?;
-        let res = self.h.push_owned(name, name, tag, base_image, &owner).await;
+    async fn push(&self, name: &str, tag: &str, base_image: &str) -> Result<(), PodError> {
+        let owner = self.artifacts.owner_of(self.pod).await?;
+        let res = self
+            .artifacts
+            .push_owned(name, name, tag, base_image, &owner)
+            .await;
         if let Err(PushRefusal::Foreign(recorded)) = &res {
             // Another pod's artifact under a colliding name: never replaced. The operation
             // fails with the reason (a hibernate keeps its VM running); the Warning names both.
@@ -435,7 +465,7 @@ impl PodOp<'_> {
                 &owner.actor().to_string(),
             );
             warn!(pod = %self.key, vm = %name, tag, %message, "push refused: the tag records another owner");
-            self.h
+            self.api
                 .event(
                     self.pod,
                     true,
@@ -444,8 +474,15 @@ impl PodOp<'_> {
                 )
                 .await;
         }
-        let res = res.map_err(|e| format!("push {name}:{tag}: {e}"));
-        self.h.metrics.snapshot_push(if res.is_ok() {
+        let res = res.map_err(|e| {
+            match e {
+                PushRefusal::Failed(e) => PodError::from(e),
+                // Not a refusal of the operation: the push step failed (its policy decides).
+                foreign @ PushRefusal::Foreign(_) => PodError::plan(foreign.to_string()),
+            }
+            .during(format!("push {name}:{tag}"))
+        });
+        self.metrics.snapshot_push(if res.is_ok() {
             m::RESULT_OK
         } else {
             m::RESULT_FAILED
@@ -460,7 +497,7 @@ impl PodOp<'_> {
     async fn stop_gracefully(&self, id: &str, grace_secs: u64) {
         use super::plan::delete::{StopResult, stop_report};
         let grace = Duration::from_secs(grace_secs);
-        let result = match tokio::time::timeout(grace, self.h.rt.stop(id, grace)).await {
+        let result = match tokio::time::timeout(grace, self.artifacts.rt().stop(id, grace)).await {
             Err(_) => StopResult::TimedOut,
             Ok(Ok(())) => StopResult::Stopped,
             Ok(Err(e)) if e.is_vm_not_found() => StopResult::Gone,
@@ -474,81 +511,92 @@ impl PodOp<'_> {
             info!(pod = %self.key, vm = %id, "{}", report.log);
         }
         if let Some((reason, message)) = report.event {
-            self.h.event(self.pod, true, reason, &message).await;
+            self.api.event(self.pod, true, reason, &message).await;
         }
     }
 
     /// Every action but the fork snapshot's (see [`Effects::apply`]).
-    async fn apply_step(&self, action: &Action) -> Result<(), String> {
-        let h = self.h;
+    async fn apply_step(&self, action: &Action) -> Result<(), PodError> {
         match action {
-            Action::Lifecycle(state) => h.set_lifecycle(self.pod, *state, "").await,
+            Action::Lifecycle(state) => self.api.set_lifecycle(self.pod, *state, "").await,
             Action::ReleaseDhcp { id } => {
                 let argv = ["cmd", "/c", "ipconfig", "/release"];
-                let ok = exec_bounded(h.rt.as_ref(), id, &argv, Duration::from_secs(20)).await;
+                let ok = exec_bounded(
+                    self.artifacts.rt().as_ref(),
+                    id,
+                    &argv,
+                    Duration::from_secs(20),
+                )
+                .await;
                 let result = if ok { m::RESULT_OK } else { m::RESULT_FAILED };
-                h.metrics.hibernate("dhcp_release", result);
+                self.metrics.hibernate("dhcp_release", result);
             }
             Action::DropNic { id } => {
-                return h.rt.net_resize(id, 0).await.map_err(|e| e.to_string());
+                self.artifacts.rt().net_resize(id, 0).await?;
             }
-            Action::SaveSnapshot { name, id } => return self.save(name, id).await,
+            Action::SaveSnapshot { name, id } => self.save(name, id).await?,
             Action::Push {
                 name,
                 tag,
                 base_image,
-            } => return self.push(name, tag, base_image).await,
+            } => self.push(name, tag, base_image).await?,
             Action::ClearRuntime | Action::RetryFailedClear => {
-                return h.clear_runtime(self.pod).await.map_err(|e| e.to_string());
+                return self.api.clear_runtime(self.pod).await;
             }
-            Action::RemoveVm { id } => return removed(h.rt.remove(id).await),
+            Action::RemoveVm { id } => {
+                return removed(self.artifacts.rt().remove(id).await).map_err(PodError::plan);
+            }
             Action::StopVm { id, grace_secs } => self.stop_gracefully(id, *grace_secs).await,
-            Action::CountPhaseOk(phase) => h.metrics.hibernate(phase, m::RESULT_OK),
+            Action::CountPhaseOk(phase) => self.metrics.hibernate(phase, m::RESULT_OK),
             Action::UntrackVm => {
-                h.probes.forget(self.key);
-                let mut t = h.tables();
+                self.publisher.probes().forget(self.key);
+                let mut t = self.store.tables();
                 t.untrack_vm(self.key);
-                h.metrics.set_vm_table_size(t.vms_by_pod.len());
+                self.metrics.set_vm_table_size(t.vms_by_pod.len());
             }
-            Action::PublishStatus => h.notify(self.key).await,
+            Action::PublishStatus => self.publisher.notify(self.key).await,
             Action::Event {
                 warning,
                 reason,
                 message,
-            } => h.event(self.pod, *warning, reason, message).await,
+            } => self.api.event(self.pod, *warning, reason, message).await,
             Action::DropLocalSnapshots { vm } => {
                 if self.local_snapshots_are_ours(vm).await {
-                    h.drop_local_snapshots(vm).await;
+                    self.artifacts.drop_local_snapshots(vm).await;
                 }
             }
             Action::PullSnapshot {
                 repo,
                 reference,
                 into,
-            } => return self.pull(repo, reference, into).await,
+            } => self.pull(repo, reference, into).await?,
             Action::InspectSnapshot { name } => {
-                let s = h.snapshot_exact(name).await.map_err(|e| e.to_string())?;
+                let s = self.artifacts.snapshot_exact(name).await?;
                 self.carry().snapshot = Some(s);
             }
             Action::EnsureBaseImage => {
                 let snapshot = self.carry().snapshot.clone();
-                return h.ensure_snapshot_base_image(snapshot.as_ref()).await;
+                return self
+                    .artifacts
+                    .ensure_snapshot_base_image(snapshot.as_ref())
+                    .await;
             }
-            Action::CloneVm { from, pull, nics } => return self.clone_vm(from, *pull, *nics).await,
+            Action::CloneVm { from, pull, nics } => self.clone_vm(from, *pull, *nics).await?,
             Action::RemoveSnapshotDetached { name } => self.remove_snapshot_detached(name),
             Action::StartBootClock => self.carry().boot_started = Some(Instant::now()),
             Action::ObserveBoot { mode } => {
                 let started = self.carry().boot_started;
                 if let Some(started) = started {
                     let backend = self.spec.effective_backend();
-                    h.metrics
+                    self.metrics
                         .vm_boot(mode, backend.as_str(), started.elapsed().as_secs_f64());
                 }
             }
             Action::FinishBringUp(follow) => {
                 let vm = self.carry().brought_up.take();
                 if let Some(vm) = vm {
-                    h.finish_bring_up(self.key, self.pod, self.spec, vm, *follow)
+                    self.publisher
+                        .finish_bring_up(self.key, self.pod, self.spec, vm, *follow)
                         .await;
                 }
             }
@@ -564,49 +612,48 @@ impl PodOp<'_> {
                     .await
                     .unwrap_or(false)
                 {
-                    drop_local_snapshots_bounded(h, vm).await;
+                    drop_local_snapshots_bounded(self.artifacts.rt(), vm).await;
                 }
             }
-            Action::Forget => h.forget(self.key),
+            Action::Forget => self.publisher.forget(self.key),
             Action::FinishDelete => self.finish_delete().await,
             Action::CountLifecycle { op, result, reason } => {
-                h.metrics.pod_lifecycle(op, result, reason);
+                self.metrics.pod_lifecycle(op, result, reason);
             }
             Action::TrackSynthetic { id, ip } => self.track_synthetic(id, ip),
             Action::Adopt => {
                 let vm = self.carry().adopt.take();
                 if let Some(vm) = vm {
-                    h.write_runtime(self.pod, &vm, 0).await;
-                    h.track_vm(self.key, vm);
+                    self.api.write_runtime(self.pod, &vm, 0).await;
+                    self.store.track_vm(self.key, vm);
                 }
             }
-            Action::StartProbe => h.start_probe(self.key).await,
+            Action::StartProbe => self.publisher.start_probe(self.key).await,
             Action::PublishReady => {
-                h.publish_ready(self.key).await;
+                self.publisher.publish_ready(self.key).await;
             }
             Action::RemoveLocalSnapshot { name } => {
-                return h
-                    .rt
-                    .snapshot_remove_if_exists(name)
-                    .await
-                    .map_err(|e| e.to_string());
+                self.artifacts.rt().snapshot_remove_if_exists(name).await?;
             }
             // Applied by `apply` itself (its refusal is not a failed step); never saved here.
             Action::EnsureForkSnapshot { src } => {
-                return Err(format!("fork source {src}: not applied as a plain step"));
+                return Err(PodError::plan(format!(
+                    "fork source {src}: not applied as a plain step"
+                )));
             }
             Action::EnsureRunImage { image, force } => {
-                let image = h.ensure_run_image(image, *force).await?;
+                let image = self.artifacts.ensure_run_image(image, *force).await?;
                 self.carry().run_image = image;
             }
-            Action::RunVm => return self.run_vm().await,
+            Action::RunVm => self.run_vm().await?,
             Action::EnsureCloneBase { repo, tag, local } => {
-                return self.ensure_clone_base(repo, tag, local).await;
+                self.ensure_clone_base(repo, tag, local).await?;
             }
             Action::AssertBackend { local } => {
                 let hypervisor = self.carry().snapshot.as_ref().map(|s| s.hypervisor.clone());
                 if let Some(hypervisor) = hypervisor {
-                    rules::assert_snapshot_backend(local, &hypervisor, self.spec.backend)?;
+                    rules::assert_snapshot_backend(local, &hypervisor, self.spec.backend)
+                        .map_err(PodError::plan)?;
                 }
             }
             Action::CollectCloneBasesIfImported => self.collect_clone_bases_if_imported().await,
@@ -626,16 +673,20 @@ impl Effects for PodOp<'_> {
             // Re-checked at the save: a refusal is the tenant rule's, not a failed step.
             let ns = self.pod.metadata.namespace.as_deref().unwrap_or_default();
             return self
-                .h
-                .ensure_fork_snapshot(self.key, ns, src)
+                .artifacts
+                .ensure_fork_snapshot(self.store, self.key, ns, src)
                 .await
-                .map(|_| ());
+                .map(|_| ())
+                .map_err(ActionError::from);
         }
-        self.apply_step(action).await.map_err(ActionError::Failed)
+        // Every other action's error is a failed step (its policy decides), never a refusal.
+        self.apply_step(action)
+            .await
+            .map_err(|e| ActionError::Failed(e.message()))
     }
 
     async fn inspect_after_failed_remove(&self, id: &str) -> AfterFailedRemove {
-        after_failed_remove(&self.h.rt.inspect(id).await)
+        after_failed_remove(&self.artifacts.rt().inspect(id).await)
     }
 
     async fn undo(&self, undo: &Undo) {
@@ -644,9 +695,9 @@ impl Effects for PodOp<'_> {
             Undo::RenewDhcp { id } => self.spawn_nic_restore(id, false),
             Undo::DeleteTagWhileVmAlive { repo, tag } => {
                 // Only the tag this pod pushed: one recording another owner is left alone.
-                if self.h.registry.is_some() {
-                    match self.h.owner_of(self.pod).await {
-                        Ok(owner) => self.h.delete_owned_tag(repo, tag, &owner).await,
+                if self.artifacts.registry().is_some() {
+                    match self.artifacts.owner_of(self.pod).await {
+                        Ok(owner) => self.artifacts.delete_owned_tag(repo, tag, &owner).await,
                         Err(e) => {
                             warn!(vm = %repo, error = %e, "compensating tag delete skipped: the owner could not be read");
                         }
@@ -658,7 +709,7 @@ impl Effects for PodOp<'_> {
             }
             Undo::RestoreRuntime => {
                 if let Some(vm) = self.vm {
-                    self.h.write_runtime(self.pod, vm, 0).await;
+                    self.api.write_runtime(self.pod, vm, 0).await;
                 }
             }
             Undo::RemoveSnapshot { name } => self.remove_snapshot_detached(name),
@@ -667,6 +718,6 @@ impl Effects for PodOp<'_> {
     }
 
     fn count_phase_failed(&self, phase: &'static str) {
-        self.h.metrics.hibernate(phase, m::RESULT_FAILED);
+        self.metrics.hibernate(phase, m::RESULT_FAILED);
     }
 }

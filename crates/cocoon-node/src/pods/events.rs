@@ -4,18 +4,16 @@
 //! The hibernate's own Remove produces events too; pods with the hibernate annotation are skipped.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cocoon_api::contract::{AnnotationCodec, HibernateFlags};
 use cocoon_runtime::{VmEvent, VmRecord};
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams, Preconditions};
 use tracing::{info, warn};
 
 use super::plan::vm_event::{AfterRemove, Eviction, OnGone, Recheck};
 use super::plan::{self, vm_event};
-use super::rules::InspectOutcome;
-use super::{Handler, pod_key, status, superseded};
+use super::{Handler, pod_key, status};
 use k8s_openapi::api::core::v1::Pod;
 
 impl Handler {
@@ -26,7 +24,7 @@ impl Handler {
         loop {
             let stream = tokio::select! {
                 _ = self.shutdown.cancelled() => return,
-                s = self.rt.watch_events() => s,
+                s = self.artifacts.rt().watch_events() => s,
             };
             match stream {
                 Err(e) => {
@@ -54,7 +52,8 @@ impl Handler {
                         }
                     }
                     let horizon = t.restart_cooldown * 2;
-                    self.tables()
+                    self.store
+                        .tables()
                         .last_restart
                         .retain(|_, at| at.elapsed() < horizon);
                     tokio::select! {
@@ -72,40 +71,29 @@ impl Handler {
         }
     }
 
-    async fn inspect_outcome(&self, id: &str) -> InspectOutcome {
-        for attempt in 1..=2u32 {
-            match self.rt.inspect(id).await {
-                Ok(vm) => return InspectOutcome::State(vm.state),
-                Err(e) if e.is_vm_not_found() => return InspectOutcome::NotFound,
-                Err(_) if attempt < 2 => {
-                    tokio::time::sleep(Duration::from_millis(200) * attempt).await
-                }
-                Err(_) => {}
-            }
-        }
-        InspectOutcome::Transient
-    }
-
     /// handleVMGone (§10): the facts for [`vm_event::leave_alone`] and
     /// [`vm_event::on_inspect`], then their answer.
     pub(crate) async fn handle_vm_gone(self: &Arc<Self>, event_vm: &VmRecord) {
-        let key = self.tables().key_for_vm(&event_vm.id, event_vm.name());
+        let key = self
+            .store
+            .tables()
+            .key_for_vm(&event_vm.id, event_vm.name());
         let matched =
             key.and_then(|key| Some((self.tracked_pod(&key)?, self.tracked_vm(&key)?, key)));
         let tracked = matched.as_ref().map(|(pod, vm, key)| vm_event::Tracked {
             synthetic: vm.synthetic,
             hibernate: HibernateFlags::from_meta(&pod.metadata).hibernate,
             deleting: pod.metadata.deletion_timestamp.is_some(),
-            resumed: self.tables().resumed.contains(key),
+            resumed: self.store.tables().resumed.contains(key),
         });
         let (Some((pod, vm, key)), None) = (matched, vm_event::leave_alone(tracked.as_ref()))
         else {
             return;
         };
         let id = vm.id().to_owned();
-        let outcome = self.inspect_outcome(&id).await;
+        let outcome = self.artifacts.inspect_outcome(&id).await;
         let cooldown = vm_event::Cooldown {
-            last: self.tables().last_restart.get(&id).copied(),
+            last: self.store.tables().last_restart.get(&id).copied(),
             now: Instant::now(),
             period: self.cfg.timing.restart_cooldown,
         };
@@ -123,17 +111,23 @@ impl Handler {
 
     /// `vm start` of a stopped VM whose cooldown allows it (§10, restart with cooldown).
     async fn restart_in_place(self: &Arc<Self>, key: &str, pod: &Pod, id: &str) {
-        self.tables()
+        self.store
+            .tables()
             .last_restart
             .insert(id.to_owned(), Instant::now());
         info!(pod = %key, vm = id, "restarting a stopped VM in place");
-        let started = self.rt.start(id).await.map_err(|e| e.to_string());
+        let started = self
+            .artifacts
+            .rt()
+            .start(id)
+            .await
+            .map_err(|e| e.to_string());
         if let Some(eviction) = vm_event::after_start(started) {
             self.remove_then_evict(key, pod, id, eviction).await;
             return;
         }
-        if let Ok(rec) = self.rt.inspect(id).await {
-            let mut t = self.tables();
+        if let Ok(rec) = self.artifacts.rt().inspect(id).await {
+            let mut t = self.store.tables();
             if let Some(cur) = t.vms_by_pod.get(key).filter(|v| v.id() == id).cloned() {
                 let mut updated = cur;
                 updated.record.pid = rec.pid;
@@ -145,7 +139,7 @@ impl Handler {
     }
 
     async fn remove_then_evict(&self, key: &str, pod: &Pod, id: &str, eviction: Eviction) {
-        let removed = plan::removed(self.rt.remove(id).await);
+        let removed = plan::removed(self.artifacts.rt().remove(id).await);
         match vm_event::after_remove(removed, eviction) {
             AfterRemove::Evict(e) => self.evict(key, pod, e.reason, &e.message).await,
             AfterRemove::Keep(error) => {
@@ -156,57 +150,25 @@ impl Handler {
 
     /// evictPod (§10).
     pub(crate) async fn evict(&self, key: &str, pod: &Pod, reason: &str, message: &str) {
-        let api: Api<Pod> = Api::namespaced(
-            self.client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-        );
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
         // The DELETE below brings the pod back with a deletionTimestamp; DeletePod must not
         // finish it (as `Succeeded`) while this eviction does.
-        self.tables().evicting.insert(key.to_owned());
-        let mut deleted = false;
-        for attempt in 1..=2u32 {
-            // Only this incarnation: a recreated pod of the same name is not ours to evict.
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: pod.metadata.uid.clone(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match api.delete(name, &dp).await {
-                Ok(_) => {
-                    deleted = true;
-                    break;
-                }
-                // Gone (404), or already replaced by a newer incarnation (409): nothing of
-                // ours is left to evict; the status write below is pinned and lands nowhere.
-                Err(e) if superseded(&e) => {
-                    deleted = true;
-                    break;
-                }
-                Err(e) => {
-                    warn!(pod = %key, error = %e, attempt, "evicting pod failed");
-                    tokio::time::sleep(Duration::from_millis(200) * attempt).await;
-                }
-            }
-        }
-        if !deleted {
-            self.tables().evicting.remove(key);
+        self.store.tables().evicting.insert(key.to_owned());
+        if !self.api.delete_incarnation(key, pod).await {
+            self.store.tables().evicting.remove(key);
             self.metrics.pod_evict_failure.inc();
             return;
         }
         warn!(pod = %key, reason, message, "pod evicted");
         let previous = self.tracked_pod(key).and_then(|p| p.status);
-        self.forget(key);
+        self.publisher.forget(key);
         let st = status::evicted(previous.as_ref(), reason, message);
-        let _ = self.write_status(pod, &st).await;
-        self.tables().evicting.remove(key);
+        let _ = self.api.write_status(pod, &st).await;
+        self.store.tables().evicting.remove(key);
     }
 
     /// A deferred inspect loop for a VM whose inspect stayed transient.
     fn schedule_recheck(self: &Arc<Self>, id: String) {
-        if self.shutdown.is_cancelled() || !self.tables().pending_recheck.insert(id.clone()) {
+        if self.shutdown.is_cancelled() || !self.store.tables().pending_recheck.insert(id.clone()) {
             return;
         }
         let me = self.clone();
@@ -217,13 +179,13 @@ impl Handler {
             loop {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(t.recheck_max);
-                let Some(key) = me.tables().key_for_vm(&id, "") else {
+                let Some(key) = me.store.tables().key_for_vm(&id, "") else {
                     break;
                 };
                 let Some(pod) = me.tracked_pod(&key) else {
                     break;
                 };
-                let outcome = me.inspect_outcome(&id).await;
+                let outcome = me.artifacts.inspect_outcome(&id).await;
                 match vm_event::recheck(outcome, start.elapsed(), t.recheck_budget) {
                     Recheck::Evict(e) => {
                         me.evict(&key, &pod, e.reason, &e.message).await;
@@ -232,7 +194,7 @@ impl Handler {
                     Recheck::BackOff => {}
                     Recheck::Stop => break,
                     Recheck::Replay(state) => {
-                        me.tables().pending_recheck.remove(&id);
+                        me.store.tables().pending_recheck.remove(&id);
                         let mut rec = VmRecord {
                             id: id.clone(),
                             state,
@@ -244,7 +206,7 @@ impl Handler {
                     }
                 }
             }
-            me.tables().pending_recheck.remove(&id);
+            me.store.tables().pending_recheck.remove(&id);
         });
     }
 }

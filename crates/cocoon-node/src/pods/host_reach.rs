@@ -31,7 +31,7 @@
 use cocoon_api::contract::VmSpec;
 use url::Url;
 
-use super::Handler;
+use super::PodConfig;
 use super::tenant::Refusal;
 
 /// One `VK_RUN_IMAGE_URL_ALLOW` entry.
@@ -182,18 +182,16 @@ pub fn check(reach: &HostReach, image: &str, network: &str) -> Result<(), Refusa
     }
 }
 
-impl Handler {
-    /// [`check`] over this node's allowlists; unmanaged pods start nothing on the host.
-    pub(crate) fn host_reach_check(&self, spec: &VmSpec) -> Result<(), Refusal> {
-        if !spec.managed {
-            return Ok(());
-        }
-        let verdict = check(&self.cfg.host_reach, &spec.image, &spec.network);
-        if let Err(e) = &verdict {
-            tracing::warn!(vm = %spec.vm_name, refusal = %e, "host reach refused the pod");
-        }
-        verdict
+/// [`check`] over this node's allowlists; unmanaged pods start nothing on the host.
+pub(crate) fn host_reach_check(cfg: &PodConfig, spec: &VmSpec) -> Result<(), Refusal> {
+    if !spec.managed {
+        return Ok(());
     }
+    let verdict = check(&cfg.host_reach, &spec.image, &spec.network);
+    if let Err(e) = &verdict {
+        tracing::warn!(vm = %spec.vm_name, refusal = %e, "host reach refused the pod");
+    }
+    verdict
 }
 
 #[cfg(test)]

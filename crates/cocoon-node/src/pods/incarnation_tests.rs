@@ -94,11 +94,11 @@ async fn writes_for_a_deleted_pod_never_reach_its_successor() {
             reason: Some("VMGone".into()),
             ..PodStatus::default()
         };
-        let status = handler.write_status(&old, &failed).await;
+        let status = handler.api.write_status(&old, &failed).await;
         assert!(status.is_err(), "the stale status write is refused");
         let delta =
             AnnotationDelta::from([("example.com/stale".to_owned(), Some("yes".to_owned()))]);
-        let annotations = handler.patch_annotations(&old, delta.clone()).await;
+        let annotations = handler.api.patch_annotations(&old, delta.clone()).await;
         assert!(
             annotations.is_err(),
             "the stale annotation write is refused"
@@ -131,8 +131,8 @@ async fn writes_for_a_deleted_pod_never_reach_its_successor() {
         );
 
         // The same writes for the live incarnation land.
-        handler.write_status(&new, &failed).await?;
-        handler.patch_annotations(&new, delta).await?;
+        handler.api.write_status(&new, &failed).await?;
+        handler.api.patch_annotations(&new, delta).await?;
         let live = api.get("p").await?;
         assert_eq!(live.status.and_then(|s| s.phase).as_deref(), Some("Failed"));
         assert_eq!(

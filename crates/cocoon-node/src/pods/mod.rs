@@ -2,10 +2,19 @@
 //! hibernate/wake UpdatePod, the startup reconcile, the VM event watcher, probes and status.
 //!
 //! Shape: pure rules ([`rules`], [`intent`], [`status`], the probe state machine in [`probe`])
-//! decide; the [`Handler`] methods in the sibling modules observe (API, runtime, registry) and
-//! act. Hibernate, wake, delete and the create's bring-up are planned pipelines (`plan`): pure
-//! planners return ordered steps with their compensations, one executor runs them. The
-//! [`controller`] feeds pods bound to this node into the handler, serialised per pod.
+//! decide; the shells observe (API, runtime, registry) and act. Hibernate, wake, delete and
+//! the create's bring-up are planned pipelines (`plan`): pure planners return ordered steps
+//! with their compensations, one executor runs them. The [`controller`] feeds pods bound to
+//! this node into the handler, serialised per pod.
+//!
+//! The [`Handler`] is a thin composition of parts, each with a narrow interface, and every
+//! operation holds the parts it uses: the pod store (`store`: the tables, intents, status
+//! locks), the API writer (`api_writer`: annotations, status, Events, failOp, eviction), the
+//! artifact side (`artifacts`: runtime, registry, shared pulls, transfer metrics, owner
+//! records; the trust gate in `artifacts/owned.rs`) and the publisher (`publisher`: probes,
+//! IPs, status and ready publication). Stale-create reconciliation is its own part
+//! (`stale::StaleCreates`). Errors are classified once by kind (`error`); the contract's
+//! Event reason and message come from `PodError::reason_or` and `PodError::message`.
 //!
 //! Choices for points the spec leaves open:
 //! * Hibernated pods report phase `Running`, Ready `False`, container `waiting` (reason
@@ -40,20 +49,22 @@
 //!   ([`unmanaged_ip`]), and its synthetic record is never probed. The shell is `admission`.
 
 mod admission;
-mod clone_gc;
+mod api_writer;
+mod artifacts;
 pub mod controller;
 mod create;
 mod delete;
 mod effects;
+mod error;
 pub mod events;
 mod exec;
 mod flights;
 pub mod host_reach;
 pub mod intent;
 pub mod lease_watch;
-mod owned;
 mod plan;
 pub mod probe;
+mod publisher;
 pub mod reconcile;
 pub mod resources;
 pub mod rules;
@@ -61,10 +72,10 @@ pub mod samples;
 mod stale;
 pub mod state;
 pub mod status;
+mod store;
 pub mod tenant;
-mod transfer;
 pub mod unmanaged_ip;
-pub use transfer::import_snapshot_from_registry;
+pub use artifacts::transfer::{PullSummary, import_snapshot_from_registry};
 mod update;
 
 #[cfg(test)]
@@ -76,26 +87,17 @@ mod rules_tests;
 #[cfg(test)]
 mod tenant_tests;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-use cocoon_api::contract::annotations as ann;
-use cocoon_api::contract::{
-    AnnotationCodec, AnnotationDelta, GenerationStamp, Lifecycle, LifecycleState, VmRuntime,
-    annotations_merge_patch, apply_delta,
-};
 use cocoon_registry::RegistryClient;
 use cocoon_runtime::Runtime;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
-use kube::{Client, Resource};
-use serde_json::{Value, json};
+use kube::Client;
+use kube::runtime::events::Recorder;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, warn};
 
 pub use crate::config::OrphanPolicy;
 use crate::metrics::NodeMetrics;
@@ -106,25 +108,12 @@ use probe::{ProbeManager, ProbeSchedule};
 pub(crate) const WAITING_FOR_LEASE: &str = "waiting for dhcp lease";
 /// The probe's answer for an unmanaged pod (never probed, ready once admitted).
 pub(crate) const UNMANAGED_NOT_PROBED: &str = "unmanaged: not probed";
-use state::{Tables, TrackedVm};
+use state::TrackedVm;
 
-/// Errors of pod operations. The text is the contract text of `node.md` §16.
-#[derive(Debug, thiserror::Error)]
-pub enum PodError {
-    /// An operation failed; the message is what the spec prescribes.
-    #[error("{0}")]
-    Failed(String),
-    /// A Kubernetes API call failed.
-    #[error("{0}")]
-    Kube(#[from] kube::Error),
-}
+pub use error::{ApiError, PodError, Refused, RegistryFailure, RuntimeFailure};
 
 /// Result of pod operations.
 pub type Result<T, E = PodError> = std::result::Result<T, E>;
-
-fn failed(msg: impl Into<String>) -> PodError {
-    PodError::Failed(msg.into())
-}
 
 /// Timing knobs (spec defaults from `node.md` §15 in [`Timing::default`]); tests shorten them.
 #[derive(Debug, Clone)]
@@ -300,26 +289,20 @@ pub(crate) fn pin_to_incarnation(patch: &mut Value, pod: &Pod) {
     }
 }
 
-/// The pod handler: the in-memory tables plus everything CreatePod/DeletePod/UpdatePod and the
-/// background loops talk to.
+/// The pod handler: a thin composition of the parts CreatePod/DeletePod/UpdatePod and the
+/// background loops use — the `PodStore` (tables, intents, status locks),
+/// the `ApiWriter` (annotations, status, Events, failOp), the
+/// `Artifacts` (runtime, registry, pulls, owner records) and the
+/// `Publisher` (probes, IPs, status publication). Each operation
+/// takes the parts it uses.
 pub struct Handler {
     pub(crate) cfg: PodConfig,
-    pub(crate) client: Client,
-    pub(crate) rt: Arc<dyn Runtime>,
-    pub(crate) registry: Option<RegistryClient>,
-    recorder: Recorder,
-    tables: Mutex<Tables>,
-    pub(crate) probes: Arc<ProbeManager>,
+    pub(crate) store: Arc<store::PodStore>,
+    pub(crate) api: api_writer::ApiWriter,
+    pub(crate) artifacts: Arc<artifacts::Artifacts>,
+    pub(crate) publisher: Arc<publisher::Publisher>,
     pub(crate) metrics: Arc<NodeMetrics>,
     pub(crate) shutdown: CancellationToken,
-    flights: flights::Flights,
-    /// Registry pulls in flight, by destination snapshot (see `shared_pull`).
-    pulls: Arc<Mutex<HashMap<String, transfer::SharedPull>>>,
-    /// Bumped whenever a stale create resolves (its VM name freed, or indexed for adoption):
-    /// pod operations waiting out a retry backoff try again at once.
-    names_freed: tokio::sync::watch::Sender<u64>,
-    /// Changes of the lease file, cutting the waits on a DHCP lease short.
-    pub(crate) leases: Arc<LeaseWatch>,
     /// Heartbeats of this agent's main loops, for the systemd watchdog ([`crate::systemd`]).
     pub liveness: crate::systemd::Liveness,
 }
@@ -357,26 +340,42 @@ impl Handler {
             )
             .with_nudge(nudge),
         );
-        Arc::new(Handler {
-            cfg,
+        let store = Arc::new(store::PodStore::new(metrics.clone()));
+        let api = api_writer::ApiWriter::new(
             client,
+            recorder,
+            store.clone(),
+            metrics.clone(),
+            cfg.timing.patch_retry,
+        );
+        let artifacts = Arc::new(artifacts::Artifacts::new(
             rt,
             registry,
-            recorder,
-            tables: Mutex::new(Tables::default()),
+            metrics.clone(),
+            shutdown.clone(),
+            api.clone(),
+            cfg.host_reach.run_image_urls.clone(),
+            cfg.tenant.clone_base_keep,
+        ));
+        let publisher = Arc::new(publisher::Publisher::new(
+            store.clone(),
+            api.clone(),
             probes,
+            leases,
+            &cfg,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        Arc::new(Handler {
+            cfg,
+            store,
+            api,
+            artifacts,
+            publisher,
             metrics,
             shutdown,
-            flights: flights::Flights::default(),
-            pulls: Arc::default(),
-            names_freed: tokio::sync::watch::Sender::new(0),
-            leases,
             liveness: crate::systemd::Liveness::default(),
         })
-    }
-
-    pub(crate) fn tables(&self) -> MutexGuard<'_, Tables> {
-        self.tables.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Runs `fut` in the background until it ends or the agent shuts down.
@@ -384,534 +383,53 @@ impl Handler {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let stop = self.shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                _ = fut => {}
-            }
-        });
-    }
-
-    /// A per-key lock for single flights: the holder re-checks the local store, so concurrent
-    /// callers end up doing the work once ([`flights`]).
-    pub(crate) fn flight(&self, key: &str) -> flights::FlightLock {
-        self.flights.get(key)
-    }
-
-    /// Tells pod operations in a retry backoff that a VM name may have become free.
-    pub(crate) fn name_freed(&self) {
-        self.names_freed.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// Changes each time [`Handler::name_freed`] is called.
-    pub(crate) fn names_freed(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.names_freed.subscribe()
-    }
-
-    fn update_table_gauge(&self, t: &Tables) {
-        self.metrics.set_vm_table_size(t.vms_by_pod.len());
+        spawn_until(&self.shutdown, fut);
     }
 
     /// Tracked pod copy.
     pub fn tracked_pod(&self, key: &str) -> Option<Pod> {
-        self.tables().pods.get(key).cloned()
+        self.store.tracked_pod(key)
     }
 
     /// Tracked VM of a pod.
     pub fn tracked_vm(&self, key: &str) -> Option<TrackedVm> {
-        self.tables().vms_by_pod.get(key).cloned()
+        self.store.tracked_vm(key)
     }
 
     /// True when `key` is tracked.
     pub fn is_tracked(&self, key: &str) -> bool {
-        self.tables().pods.contains_key(key)
+        self.store.is_tracked(key)
     }
 
     /// Tracked pod keys.
     pub fn tracked_keys(&self) -> Vec<String> {
-        self.tables().pods.keys().cloned().collect()
+        self.store.tracked_keys()
     }
 
-    pub(crate) fn track_vm(&self, key: &str, vm: TrackedVm) {
-        let mut t = self.tables();
-        t.track_vm(key, vm);
-        self.update_table_gauge(&t);
-    }
-
-    pub(crate) fn forget(&self, key: &str) {
-        self.probes.forget(key);
-        let mut t = self.tables();
-        t.forget(key);
-        self.update_table_gauge(&t);
-    }
-
-    fn api(&self, pod: &Pod) -> Api<Pod> {
-        Api::namespaced(
-            self.client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-        )
-    }
-
-    // ---- annotations -------------------------------------------------------------------
-
-    /// One annotation merge patch with the 5 s timeout of §5.1. Sent to the `status`
-    /// subresource, which stores metadata annotations too: a node identity
-    /// (`system:node:<name>`) may write a pod only there (NodeRestriction refuses every
-    /// update of the pod itself), and the shipped ValidatingAdmissionPolicy holds it to the
-    /// annotation keys the contract lets a node write.
-    async fn patch_annotations_once(&self, pod: &Pod, delta: &AnnotationDelta) -> Result<()> {
-        let Some(mut patch) = annotations_merge_patch(delta) else {
-            return Ok(());
-        };
-        pin_to_incarnation(&mut patch, pod);
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let api = self.api(pod);
-        let pp = PatchParams::default();
-        let body = Patch::Merge(&patch);
-        match tokio::time::timeout(Duration::from_secs(5), api.patch_status(name, &pp, &body)).await
-        {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(failed("annotation patch timed out")),
-        }
-    }
-
-    /// Patches annotations with 3 attempts 500 ms apart and mirrors them onto the tracked copy.
-    pub(crate) async fn patch_annotations(&self, pod: &Pod, delta: AnnotationDelta) -> Result<()> {
-        let key = pod_key(pod);
-        let mut last = None;
-        for attempt in 0..3 {
-            if attempt > 0 {
-                tokio::time::sleep(self.cfg.timing.patch_retry).await;
-            }
-            match self.patch_annotations_once(pod, &delta).await {
-                Ok(()) => {
-                    let mut t = self.tables();
-                    if let Some(p) = t.pods.get_mut(&key) {
-                        apply_delta(p.metadata.annotations.get_or_insert_default(), &delta);
-                    }
-                    return Ok(());
-                }
-                Err(PodError::Kube(e)) if superseded(&e) => return Err(e.into()),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| failed("annotation patch failed")))
-    }
-
-    /// Writes `id`/`ip` (and `vnc-port` when non-zero) in one patch; a failure is only logged.
-    pub(crate) async fn write_runtime(&self, pod: &Pod, vm: &TrackedVm, vnc_port: i32) {
-        let delta = VmRuntime {
-            id: vm.id().to_owned(),
-            ip: vm.ip.clone(),
-            vnc_port,
-        }
-        .desired();
-        if let Err(e) = self.patch_annotations(pod, delta).await {
-            warn!(pod = %pod_key(pod), error = %e, "writing runtime annotations failed");
-        }
-    }
-
-    /// Clears `id`, `ip` and `post-clone-state` in one patch.
-    pub(crate) async fn clear_runtime(&self, pod: &Pod) -> Result<()> {
-        let delta: AnnotationDelta = [ann::VM_ID, ann::VM_IP, ann::POST_CLONE_STATE]
-            .into_iter()
-            .filter(|k| annotations(pod).contains_key(*k) || self.tracked_has(pod, k))
-            .map(|k| (k.to_owned(), None))
-            .collect();
-        self.patch_annotations(pod, delta).await
-    }
-
-    fn tracked_has(&self, pod: &Pod, k: &str) -> bool {
-        self.tables()
-            .pods
-            .get(&pod_key(pod))
-            .is_some_and(|p| annotations(p).contains_key(k))
-    }
-
-    // ---- events ------------------------------------------------------------------------
-
-    /// Emits an Event on the pod; failures are logged.
-    pub(crate) async fn event(&self, pod: &Pod, warning: bool, reason: &str, message: &str) {
-        let event = KubeEvent {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_owned(),
-            note: Some(message.to_owned()),
-            action: cocoon_api::contract::events::event_action(reason, message),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &pod.object_ref(&())).await {
-            debug!(error = %e, reason, "publishing event failed");
-        }
-    }
-
-    /// failOp (§12.3): counter, Warning Event `<op>: <err>`, lifecycle `failed`, error log.
-    pub(crate) async fn fail_op(&self, pod: &Pod, reason: &str, op: &str, err: &str) {
-        use cocoon_api::contract::metrics::node as m;
-        self.metrics.pod_lifecycle(op, m::RESULT_FAILED, "");
-        error!(pod = %pod_key(pod), reason, op, error = err, "pod operation failed");
-        self.event(
-            pod,
-            true,
-            reason,
-            &cocoon_api::contract::events::node_failure_message(op, err),
-        )
-        .await;
-        self.set_lifecycle(pod, LifecycleState::Failed, err).await;
-    }
-
-    // ---- lifecycle intent (§5.4) -------------------------------------------------------
-
-    /// Records a lifecycle write as the pod's intent (rules of §5.4) and applies it to the
-    /// tracked copy; returns false when dropped. Does not flush.
-    pub(crate) fn store_intent(&self, pod: &Pod, state: LifecycleState, message: &str) -> bool {
-        let key = pod_key(pod);
-        let uid = uid(pod);
-        let mut t = self.tables();
-        let tracked_gen = t
-            .pods
-            .get(&key)
-            .map_or(0, |p| GenerationStamp::from_meta(&p.metadata).0);
-        let generation = GenerationStamp::from_meta(&pod.metadata).0.max(tracked_gen);
-        let tracked_uid = t.tracked_uid(&key).map(str::to_owned);
-        if let Err(why) = intent::accept(
-            tracked_uid.as_deref(),
-            t.intents.get(&key),
-            &uid,
-            state,
-            generation,
-        ) {
-            debug!(pod = %key, ?why, state = %state, "lifecycle write dropped");
-            return false;
-        }
-        let lifecycle = match state {
-            LifecycleState::Failed => Lifecycle::failed(generation, message),
-            s => Lifecycle::new(s, generation, message),
-        };
-        let flushed = t
-            .intents
-            .get(&key)
-            .filter(|i| i.uid == uid)
-            .map(|i| i.flushed.clone())
-            .unwrap_or_default();
-        let delta = lifecycle.desired();
-        if let Some(p) = t.pods.get_mut(&key) {
-            apply_delta(p.metadata.annotations.get_or_insert_default(), &delta);
-        }
-        t.intents.insert(
-            key,
-            intent::Intent {
-                uid,
-                lifecycle,
-                flushed,
-                failed_by_hibernate: false,
-            },
-        );
-        true
-    }
-
-    /// Stores and flushes a lifecycle write (one patch with all three keys).
-    pub(crate) async fn set_lifecycle(&self, pod: &Pod, state: LifecycleState, message: &str) {
-        if self.store_intent(pod, state, message) {
-            self.flush(&pod_key(pod), pod).await;
-        }
-    }
-
-    /// Flushes the intent of `key` (§5.4): up to 3 attempts, each checking it still owns the
-    /// write; superseded errors drop the intent.
-    pub(crate) async fn flush(&self, key: &str, pod: &Pod) {
-        for attempt in 0..3 {
-            if attempt > 0 {
-                tokio::time::sleep(self.cfg.timing.patch_retry).await;
-            }
-            let Some(want) = self.tables().intents.get(key).map(|i| i.lifecycle.clone()) else {
-                return;
-            };
-            let snap = intent::snapshot(&want);
-            // Always all three keys: the operator's gates depend on the triple's atomicity.
-            let delta = want.desired();
-            match self.patch_annotations_once(pod, &delta).await {
-                Ok(()) => {
-                    let mut t = self.tables();
-                    if let Some(i) = t.intents.get_mut(key)
-                        && intent::snapshot(&i.lifecycle) == snap
-                    {
-                        i.flushed = snap;
-                    }
-                    if let Some(p) = t.pods.get_mut(key) {
-                        apply_delta(p.metadata.annotations.get_or_insert_default(), &delta);
-                    }
-                    return;
-                }
-                Err(PodError::Kube(e)) if superseded(&e) => {
-                    debug!(pod = %key, error = %e, "lifecycle write superseded");
-                    self.tables().intents.remove(key);
-                    return;
-                }
-                Err(e) => warn!(pod = %key, error = %e, attempt, "lifecycle patch failed"),
-            }
-        }
-    }
-
-    /// Seeds the intent from the pod's own annotations (startup): intent = annotations =
-    /// flushed, so no patch is sent.
-    pub(crate) fn seed_intent(&self, pod: &Pod) {
-        let l = Lifecycle::from_meta(&pod.metadata);
-        if l.state.is_none() {
-            return;
-        }
-        let snap = intent::snapshot(&l);
-        self.tables().intents.insert(
-            pod_key(pod),
-            intent::Intent {
-                uid: uid(pod),
-                lifecycle: l,
-                flushed: snap,
-                failed_by_hibernate: false,
-            },
-        );
-    }
-
-    pub(crate) fn intent_state(&self, key: &str) -> Option<LifecycleState> {
-        self.tables()
-            .intents
-            .get(key)
-            .and_then(|i| i.lifecycle.state)
-    }
-
-    // ---- status (§12) ------------------------------------------------------------------
-
-    /// Computes the status of a tracked pod; `bypass` is the single §5.3 publication.
-    pub(crate) fn compute_status(
+    /// Pulls `<repo>:<tag>` into the local snapshot `local` once for all concurrent callers
+    /// (`Artifacts::shared_pull`).
+    pub async fn shared_pull(
         &self,
-        key: &str,
-        bypass: bool,
-    ) -> Option<(Pod, k8s_openapi::api::core::v1::PodStatus)> {
-        let probe = self.probes.result(key);
-        let t = self.tables();
-        let pod = t.pods.get(key)?.clone();
-        let vm = t.vms_by_pod.get(key);
-        let lifecycle_ready = bypass
-            || t.intents
-                .get(key)
-                .and_then(|i| i.lifecycle.state)
-                .or_else(|| Lifecycle::from_meta(&pod.metadata).state)
-                == Some(LifecycleState::Ready);
-        let start = t.start_times.get(key).cloned();
-        let input = status::StatusInput {
-            vm_ip: vm.map(|v| v.ip.as_str()),
-            probe_ready: probe.is_some_and(|p| p.ready),
-            lifecycle_ready,
-            hibernated: cocoon_api::contract::HibernateFlags::from_meta(&pod.metadata).hibernate,
-            start_time: start.or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone())),
-            vm_started: vm.map(|v| v.started.clone()),
-            previous: pod.status.as_ref(),
-            now: Time(k8s_openapi::jiff::Timestamp::now()),
-        };
-        let st = status::compute(&input);
-        Some((pod, st))
+        repo: &str,
+        tag: &str,
+        local: &str,
+    ) -> std::result::Result<PullSummary, Arc<RegistryFailure>> {
+        self.artifacts.shared_pull(repo, tag, local).await
     }
+}
 
-    /// Writes a status to the pod's status subresource (merge patch; absent IP fields are
-    /// removed explicitly, since a merge patch would keep them).
-    pub(crate) async fn write_status(
-        &self,
-        pod: &Pod,
-        st: &k8s_openapi::api::core::v1::PodStatus,
-    ) -> Result<()> {
-        let mut body = serde_json::to_value(st).map_err(|e| failed(e.to_string()))?;
-        if let Value::Object(m) = &mut body {
-            for k in ["podIP", "podIPs", "reason", "message"] {
-                m.entry(k).or_insert(Value::Null);
-            }
+/// Runs `fut` in the background until it ends or `stop` fires.
+pub(crate) fn spawn_until<F>(stop: &CancellationToken, fut: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = fut => {}
         }
-        let mut patch = json!({ "status": body });
-        pin_to_incarnation(&mut patch, pod);
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let api = self.api(pod);
-        let pp = PatchParams::default();
-        let body = Patch::Merge(&patch);
-        let res = tokio::time::timeout(Duration::from_secs(5), api.patch_status(name, &pp, &body))
-            .await
-            .map_err(|_| failed("status patch timed out"))?;
-        match res {
-            Ok(_) => {
-                let key = pod_key(pod);
-                if let Some(p) = self.tables().pods.get_mut(&key) {
-                    p.status = Some(st.clone());
-                }
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The lock under which a pod's status is computed and written. Publications come from
-    /// several tasks (the probe loop, the bring-up, the lifecycle reconciler, the drift
-    /// check); computing inside the lock makes the last write the newest view, where two
-    /// racing writes could otherwise leave a stale status until the drift check.
-    pub(crate) fn status_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.flight(&format!("status:{key}"))
-    }
-
-    /// Recomputes and publishes the status of a tracked pod.
-    pub(crate) async fn notify(&self, key: &str) {
-        let lock = self.status_lock(key);
-        let _publishing = lock.lock().await;
-        let Some((pod, st)) = self.compute_status(key, false) else {
-            return;
-        };
-        if let Err(e) = self.write_status(&pod, &st).await {
-            debug!(pod = %key, error = %e, "status write failed");
-        }
-    }
-
-    /// The ready publication of §5.3: status first, then the annotation.
-    pub(crate) async fn publish_ready(&self, key: &str) -> bool {
-        let Some(pod) = self.tracked_pod(key) else {
-            return false;
-        };
-        if !self.store_intent(&pod, LifecycleState::Ready, "") {
-            return false;
-        }
-        let lock = self.status_lock(key);
-        let publishing = lock.lock().await;
-        let Some((pod, st)) = self.compute_status(key, true) else {
-            return false;
-        };
-        if let Err(e) = self.write_status(&pod, &st).await {
-            warn!(pod = %key, error = %e, "ready status write failed; the lifecycle reconciler retries");
-            return false;
-        }
-        drop(publishing);
-        // The DHCP lease may have landed after the create wrote the runtime annotations and
-        // before the first probe (which then never reports a transition): publish the address
-        // with the ready state, so `vm.cocoonstack.io/ip` never stays empty on a ready VM.
-        let ip = self.resolve_ip(key);
-        if !ip.is_empty()
-            && annotation(&pod, ann::VM_IP) != Some(ip.as_str())
-            && let Some(vm) = self.tracked_vm(key).filter(|v| !v.synthetic)
-        {
-            self.write_runtime(&pod, &vm, 0).await;
-        }
-        self.flush(key, &pod).await;
-        true
-    }
-
-    // ---- probes and IPs (§11) ----------------------------------------------------------
-
-    /// Resolves the IP of a tracked VM (§11.2) and caches it.
-    pub(crate) fn resolve_ip(&self, key: &str) -> String {
-        let Some(vm) = self.tracked_vm(key) else {
-            return String::new();
-        };
-        if vm.synthetic
-            || !vm
-                .record
-                .network_configs
-                .first()
-                .is_none_or(|n| n.is_dhcp())
-        {
-            return vm.ip.clone();
-        }
-        let mac = vm.record.mac().to_ascii_lowercase();
-        if mac.is_empty() {
-            return vm.ip.clone();
-        }
-        match read_lease(&self.cfg.leases_path, &mac) {
-            Ok(Some(ip)) => {
-                let mut t = self.tables();
-                if let Some(cur) = t.vms_by_pod.get(key)
-                    && cur.id() == vm.id()
-                {
-                    let mut updated = cur.clone();
-                    updated.ip = ip.clone();
-                    t.track_vm(key, updated);
-                    ip
-                } else {
-                    String::new()
-                }
-            }
-            Ok(None) | Err(_) => vm.ip.clone(),
-        }
-    }
-
-    /// Starts the readiness probe of a tracked pod (first probe synchronous).
-    pub(crate) async fn start_probe(self: &Arc<Self>, key: &str) {
-        if self
-            .tracked_pod(key)
-            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
-        {
-            return;
-        }
-        let me = self.clone();
-        let k = key.to_owned();
-        let probe: probe::ProbeFn = Arc::new(move || {
-            let me = me.clone();
-            let k = k.clone();
-            Box::pin(async move { me.probe_once(&k).await })
-        });
-        let me = self.clone();
-        let k = key.to_owned();
-        let on_update: probe::UpdateFn = Arc::new(move || {
-            let me = me.clone();
-            let k = k.clone();
-            Box::pin(async move { me.on_probe_update(&k).await })
-        });
-        self.probes.start(key, probe, on_update).await;
-    }
-
-    async fn probe_once(&self, key: &str) -> (bool, String) {
-        let Some(pod) = self.tracked_pod(key) else {
-            return (false, "vm gone".into());
-        };
-        let Some(vm) = self.tracked_vm(key) else {
-            return (false, "vm gone".into());
-        };
-        // An unmanaged pod's synthetic record is never probed: its IP is not this node's to
-        // reach (a probe-port would be a port scan from the host). It is ready once admitted.
-        if vm.synthetic {
-            return (true, UNMANAGED_NOT_PROBED.into());
-        }
-        let ip = self.resolve_ip(key);
-        if ip.is_empty() {
-            return (false, WAITING_FOR_LEASE.into());
-        }
-        let port = cocoon_api::contract::VmSpec::from_meta(&pod.metadata).probe_port;
-        if port > 0 {
-            return match tokio::net::TcpStream::connect((ip.as_str(), port as u16)).await {
-                Ok(_) => (true, "tcp ok".into()),
-                Err(e) => (false, format!("tcp probe {port}: {e}")),
-            };
-        }
-        // No raw-socket pinger: readiness degrades to "an IP was resolved" (§11.1).
-        (true, "ping ok".into())
-    }
-
-    async fn on_probe_update(self: &Arc<Self>, key: &str) {
-        // Pods waiting on the probe (hint mode, a lifted hibernate failure) publish ready when
-        // it first succeeds; any other flip only refreshes the status.
-        let probe_ready = self.probes.result(key).is_some_and(|p| p.ready);
-        // A DHCP IP usually resolves after the create wrote the runtime annotations: publish it
-        // once the probe sees it, so consumers of `vm.cocoonstack.io/ip` get it too.
-        if probe_ready
-            && let (Some(pod), Some(vm)) = (self.tracked_pod(key), self.tracked_vm(key))
-            && !vm.ip.is_empty()
-            && annotation(&pod, ann::VM_IP) != Some(vm.ip.as_str())
-        {
-            self.write_runtime(&pod, &vm, 0).await;
-        }
-        if probe_ready && self.tables().ready_pending.remove(key) {
-            self.publish_ready(key).await;
-            return;
-        }
-        self.notify(key).await;
-    }
+    });
 }
 
 /// Looks up the lease of `mac` in the cocoon-net lease file.

@@ -17,10 +17,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use tracing::{info, warn};
 
+use super::artifacts::Artifacts;
 use super::rules::{self, OwedOp};
 use super::state::TrackedVm;
+use super::store::PodStore;
 use super::tenant;
-use super::{Handler, OrphanPolicy, Result, annotation, failed, pod_key};
+use super::{
+    ApiError, Handler, OrphanPolicy, PodError, Result, RuntimeFailure, annotation, pod_key,
+};
+use crate::metrics::NodeMetrics;
 
 /// What the orphan policy does with one pod-less VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,18 +94,25 @@ impl Handler {
     /// The startup reconcile (§9.1). Either list failing is fatal.
     pub async fn startup_reconcile(self: &Arc<Self>) -> Result<ReconcileReport> {
         let node = self.cfg.node_name.clone();
-        let api: Api<Pod> = Api::all(self.client.clone());
+        let api: Api<Pod> = Api::all(self.api.client().clone());
         let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let (pods, vms) = tokio::join!(api.list(&lp), self.rt.list());
-        let pods = pods.map_err(|e| failed(format!("list pods on {node}: {e}")))?;
-        let vms = vms.map_err(|e| failed(format!("list local VMs: {e}")))?;
-        let vms = self.confirm_listed_running(vms).await;
+        let (pods, vms) = tokio::join!(api.list(&lp), self.artifacts.rt().list());
+        let pods = pods.map_err(|source| ApiError::List {
+            what: format!("pods on {node}"),
+            source,
+        })?;
+        let vms = vms.map_err(|e| RuntimeFailure::during("list local VMs", e))?;
+        let vms = self.artifacts.confirm_listed_running(vms).await;
         // A `creating` record belongs to an interrupted create; it is neither adopted nor an
         // orphan, and this agent never removes it. Stale-create reconciliation (§14) asks the
         // runtime to collect it; records that left `creating` meanwhile rejoin the listing.
         let (creating, mut vms): (Vec<VmRecord>, Vec<VmRecord>) =
             vms.into_iter().partition(|v| v.state == STATE_CREATING);
-        vms.extend(self.reconcile_stale_creates(creating).await);
+        vms.extend(
+            super::stale::StaleCreates::of(self)
+                .reconcile_stale_creates(creating)
+                .await,
+        );
         let by_id: HashMap<&str, &VmRecord> = vms.iter().map(|v| (v.id.as_str(), v)).collect();
         let by_name: HashMap<&str, &VmRecord> = vms.iter().map(|v| (v.name(), v)).collect();
         let mut matched: HashSet<String> = HashSet::new();
@@ -161,32 +173,32 @@ impl Handler {
                 Some(vm) if !matched.contains(&vm.id) => {
                     matched.insert(vm.id.clone());
                     {
-                        let mut t = self.tables();
+                        let mut t = self.store.tables();
                         t.pods.insert(key.clone(), pod.clone());
                         t.admit(&key, &pod);
                     }
-                    self.seed_intent(&pod);
+                    self.store.seed_intent(&pod);
                     let tv = TrackedVm::new(vm.clone());
-                    self.track_vm(&key, tv.clone());
+                    self.store.track_vm(&key, tv.clone());
                     if vm_id.is_empty() {
                         self.metrics.reconcile_adopt_by_name.inc();
-                        self.write_runtime(&pod, &tv, 0).await;
+                        self.api.write_runtime(&pod, &tv, 0).await;
                     }
                     adopted.push(key);
                 }
                 _ if hib => {
                     if !vm_id.is_empty() {
                         // A stale hibernate: the VM is gone, the annotations are not.
-                        if let Err(e) = self.clear_runtime(&pod).await {
+                        if let Err(e) = self.api.clear_runtime(&pod).await {
                             warn!(pod = %key, error = %e, "clearing stale runtime annotations failed");
                         }
                     }
                     {
-                        let mut t = self.tables();
+                        let mut t = self.store.tables();
                         t.pods.insert(key.clone(), pod.clone());
                         t.admit(&key, &pod);
                     }
-                    self.seed_intent(&pod);
+                    self.store.seed_intent(&pod);
                     without_vm.push(key);
                 }
                 _ if !vm_id.is_empty() && !spec.managed => {
@@ -204,19 +216,26 @@ impl Handler {
         futures::stream::iter(adopted.clone())
             .for_each_concurrent(8, |k| {
                 let me = self.clone();
-                async move { me.start_probe(&k).await }
+                async move { me.publisher.start_probe(&k).await }
             })
             .await;
         let mut orphans = 0;
         for vm in vms.iter().filter(|v| !matched.contains(&v.id)) {
             orphans += 1;
-            self.apply_orphan_policy(vm).await;
+            apply_orphan_policy(
+                self.cfg.orphan_policy,
+                &self.artifacts,
+                &self.store,
+                &self.metrics,
+                vm,
+            )
+            .await;
         }
         for key in adopted.iter().chain(without_vm.iter()) {
-            self.notify(key).await;
+            self.publisher.notify(key).await;
         }
         self.dispatch_owed(&adopted, &without_vm).await;
-        self.collect_clone_bases().await;
+        self.artifacts.collect_clone_bases(&self.store).await;
         info!(
             "startup reconcile: {} pods adopted, {} orphan VMs",
             adopted.len(),
@@ -226,71 +245,6 @@ impl Handler {
             adopted: adopted.len(),
             orphans,
         })
-    }
-
-    /// Confirms every listed `running` VM with `inspect` (parallelism 8) before adoption
-    /// counts it as up ([`confirmed_record`]).
-    async fn confirm_listed_running(&self, vms: Vec<VmRecord>) -> Vec<VmRecord> {
-        let checked: Vec<Option<VmRecord>> = futures::stream::iter(vms)
-            .map(|vm| async move {
-                if !needs_liveness_check(&vm) {
-                    return Some(vm);
-                }
-                let inspected = self.rt.inspect(&vm.id).await;
-                if let Err(e) = &inspected {
-                    warn!(id = %vm.id, error = %e, "confirming a listed running VM failed");
-                }
-                let kept = confirmed_record(vm.clone(), inspected);
-                match &kept {
-                    None => info!(id = %vm.id, "listed VM is gone"),
-                    Some(k) if !k.is_running() => {
-                        info!(id = %vm.id, state = %k.state, "listed as running, but not live")
-                    }
-                    Some(_) => {}
-                }
-                kept
-            })
-            .buffered(8)
-            .collect()
-            .await;
-        checked.into_iter().flatten().collect()
-    }
-
-    /// The orphan policy of §9.1 step 7 for one VM that no pod matched.
-    pub(crate) async fn apply_orphan_policy(&self, vm: &VmRecord) {
-        match orphan_action(self.cfg.orphan_policy) {
-            OrphanAction::Destroy => {
-                warn!(name = %vm.name(), id = %vm.id, "destroying orphan VM");
-                if let Err(e) = self.rt.remove(&vm.id).await {
-                    warn!(id = %vm.id, error = %e, "removing orphan VM failed");
-                }
-            }
-            action => {
-                if action == OrphanAction::AlertAndIndex {
-                    self.metrics.orphan_vm.inc();
-                    warn!(
-                        "orphan VM detected: name={} id={} state={} ip={} (set VK_ORPHAN_POLICY=destroy to auto-clean)",
-                        vm.name(),
-                        vm.id,
-                        vm.state,
-                        vm.ip()
-                    );
-                }
-                self.tables()
-                    .vms_by_name
-                    .insert(vm.name().to_owned(), TrackedVm::new(vm.clone()));
-            }
-        }
-    }
-
-    fn claim(&self, key: &str, op: &str, pod: &Pod) -> bool {
-        if !self.tables().resumed.insert(key.to_owned()) {
-            return false;
-        }
-        warn!(pod = %key, op, "resuming an operation interrupted by a restart");
-        self.metrics.startup_resume(op);
-        let _ = pod;
-        true
     }
 
     /// §9.3: decide and start the owed operation of every tracked pod.
@@ -313,22 +267,23 @@ impl Handler {
                 marker,
                 rules::post_clone_needed(&spec, any_static),
             );
-            if op == OwedOp::None || !self.claim(key, op.as_str(), &pod) {
+            if op == OwedOp::None || !claim(&self.store, &self.metrics, key, op.as_str()) {
                 continue;
             }
-            self.event(
-                &pod,
-                false,
-                ev::RESUMED_AFTER_RESTART,
-                &resumed_after_restart_message(op.as_str()),
-            )
-            .await;
+            self.api
+                .event(
+                    &pod,
+                    false,
+                    ev::RESUMED_AFTER_RESTART,
+                    &resumed_after_restart_message(op.as_str()),
+                )
+                .await;
             let me = self.clone();
             let key = key.clone();
             self.spawn(async move {
                 me.run_owed(&key, pod, spec, vm, op).await;
-                me.tables().resumed.remove(&key);
-                me.notify(&key).await;
+                me.store.tables().resumed.remove(&key);
+                me.publisher.notify(&key).await;
             });
         }
         for key in without_vm {
@@ -337,7 +292,7 @@ impl Handler {
             };
             let l = Lifecycle::from_meta(&pod.metadata);
             if l.state != Some(LifecycleState::Hibernating)
-                || !self.claim(key, "finish_hibernate", &pod)
+                || !claim(&self.store, &self.metrics, key, "finish_hibernate")
             {
                 continue;
             }
@@ -345,8 +300,8 @@ impl Handler {
             let key = key.clone();
             self.spawn(async move {
                 me.finish_hibernate(&key, &pod).await;
-                me.tables().resumed.remove(&key);
-                me.notify(&key).await;
+                me.store.tables().resumed.remove(&key);
+                me.publisher.notify(&key).await;
             });
         }
     }
@@ -363,10 +318,12 @@ impl Handler {
             OwedOp::None => {}
             OwedOp::Hibernate => {
                 if !vm.record.is_running()
-                    && let Err(e) = self.rt.start(vm.id()).await
+                    && let Err(e) = self.artifacts.rt().start(vm.id()).await
                 {
-                    let msg = format!("start vm {}: {e}", vm.id());
-                    self.fail_op(&pod, ev::RESUME_START_FAILED, ev::OP_RECONCILE, &msg)
+                    let err =
+                        PodError::from(RuntimeFailure::during(format!("start vm {}", vm.id()), e));
+                    self.api
+                        .fail_with(&pod, ev::OP_RECONCILE, ev::RESUME_START_FAILED, &err)
                         .await;
                     return;
                 }
@@ -377,7 +334,7 @@ impl Handler {
             OwedOp::ReadyWait | OwedOp::PostClone => {
                 let me = self.clone();
                 let id = vm.id().to_owned();
-                me.ready_after_ip(key, &id, false).await;
+                me.publisher.ready_after_ip(key, &id, false).await;
             }
         }
     }
@@ -385,25 +342,68 @@ impl Handler {
     /// An agent killed after Remove and before `hibernated`: confirm the snapshot and finish.
     async fn finish_hibernate(&self, key: &str, pod: &Pod) {
         let vm = VmSpec::from_meta(&pod.metadata).vm_name;
-        let evidence = match self.owner_of(pod).await {
-            Ok(owner) => self.hibernate_evidence(&vm, &owner).await,
-            Err(e) => Err(e),
+        let evidence = match self.artifacts.owner_of(pod).await {
+            Ok(owner) => self.artifacts.hibernate_evidence(&vm, &owner).await,
+            Err(e) => Err(e.to_string()),
         };
         match evidence {
             Ok(rules::Evidence::Found { .. }) => {
-                self.set_lifecycle(pod, LifecycleState::Hibernated, "")
+                self.api
+                    .set_lifecycle(pod, LifecycleState::Hibernated, "")
                     .await;
                 info!(pod = %key, "finished a hibernate interrupted after the VM was removed");
             }
             Ok(rules::Evidence::None) => {
                 let msg =
                     format!("hibernate of {vm} was interrupted and no hibernate snapshot exists");
-                self.fail_op(pod, ev::RESUME_CLASSIFY_FAILED, ev::OP_RECONCILE, &msg)
+                self.api
+                    .fail_op(pod, ev::RESUME_CLASSIFY_FAILED, ev::OP_RECONCILE, &msg)
                     .await;
             }
             Err(e) => warn!(pod = %key, error = %e, "cannot confirm an interrupted hibernate yet"),
         }
     }
+}
+
+/// The orphan policy of §9.1 step 7 for one VM that no pod matched.
+pub(crate) async fn apply_orphan_policy(
+    policy: OrphanPolicy,
+    artifacts: &Artifacts,
+    store: &PodStore,
+    metrics: &NodeMetrics,
+    vm: &VmRecord,
+) {
+    match orphan_action(policy) {
+        OrphanAction::Destroy => {
+            warn!(name = %vm.name(), id = %vm.id, "destroying orphan VM");
+            if let Err(e) = artifacts.rt().remove(&vm.id).await {
+                warn!(id = %vm.id, error = %e, "removing orphan VM failed");
+            }
+        }
+        action => {
+            if action == OrphanAction::AlertAndIndex {
+                metrics.orphan_vm.inc();
+                warn!(
+                    "orphan VM detected: name={} id={} state={} ip={} (set VK_ORPHAN_POLICY=destroy to auto-clean)",
+                    vm.name(),
+                    vm.id,
+                    vm.state,
+                    vm.ip()
+                );
+            }
+            store.index_by_name(vm);
+        }
+    }
+}
+
+/// Claims `key` for an operation resumed at startup (once per pod), counted.
+fn claim(store: &PodStore, metrics: &NodeMetrics, key: &str, op: &str) -> bool {
+    if !store.claim_resumed(key) {
+        return false;
+    }
+    warn!(pod = %key, op, "resuming an operation interrupted by a restart");
+    metrics.startup_resume(op);
+    true
 }
 
 #[cfg(test)]

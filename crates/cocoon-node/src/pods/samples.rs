@@ -9,10 +9,11 @@
 
 use std::sync::{Arc, RwLock};
 
-use cocoon_runtime::VmRecord;
+use cocoon_runtime::{Runtime, VmRecord};
 use tracing::debug;
 
 use super::Handler;
+use super::store::PodStore;
 use crate::metrics::{VmSample, VmSampleSource};
 
 /// The latest rows, shared between the sampler and the collector.
@@ -45,54 +46,54 @@ fn cow_bytes(record: &VmRecord) -> u64 {
         .sum()
 }
 
-impl Handler {
-    /// One sample per tracked pod with a live, managed VM. A VM whose stats cannot be read
-    /// (stopped, gone) is left out of this round.
-    pub async fn sample_vms(&self) -> Vec<VmSample> {
-        let mut rows = Vec::new();
-        for key in self.tracked_keys() {
-            let (Some(vm), Some(pod)) = (self.tracked_vm(&key), self.tracked_pod(&key)) else {
-                continue;
-            };
-            if vm.synthetic {
+/// One sample per tracked pod with a live, managed VM. A VM whose stats cannot be read
+/// (stopped, gone) is left out of this round.
+pub(crate) async fn sample_vms(store: &PodStore, rt: &dyn Runtime) -> Vec<VmSample> {
+    let mut rows = Vec::new();
+    for key in store.tracked_keys() {
+        let (Some(vm), Some(pod)) = (store.tracked_vm(&key), store.tracked_pod(&key)) else {
+            continue;
+        };
+        if vm.synthetic {
+            continue;
+        }
+        let stats = match rt.vm_stats(&vm.record).await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(pod = %key, error = %e, "VM stats unavailable");
                 continue;
             }
-            let stats = match self.rt.vm_stats(&vm.record).await {
-                Ok(s) => s,
-                Err(e) => {
-                    debug!(pod = %key, error = %e, "VM stats unavailable");
-                    continue;
-                }
-            };
-            #[allow(clippy::cast_precision_loss)]
-            let cpu_seconds = stats.cpu_time_ns as f64 / 1e9;
-            let backend = if vm.record.hypervisor.is_empty() {
-                self.rt.backend_name().to_owned()
-            } else {
-                vm.record.hypervisor.clone()
-            };
-            rows.push(VmSample {
-                vm: vm.name().to_owned(),
-                pod: pod.metadata.name.clone().unwrap_or_default(),
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                backend,
-                cpu_seconds,
-                memory_rss_bytes: stats.rss_bytes,
-                disk_cow_bytes: cow_bytes(&vm.record),
-                network_rx_bytes: stats.taps.iter().map(|t| t.rx_bytes).sum(),
-                network_tx_bytes: stats.taps.iter().map(|t| t.tx_bytes).sum(),
-            });
-        }
-        rows
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let cpu_seconds = stats.cpu_time_ns as f64 / 1e9;
+        let backend = if vm.record.hypervisor.is_empty() {
+            rt.backend_name().to_owned()
+        } else {
+            vm.record.hypervisor.clone()
+        };
+        rows.push(VmSample {
+            vm: vm.name().to_owned(),
+            pod: pod.metadata.name.clone().unwrap_or_default(),
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            backend,
+            cpu_seconds,
+            memory_rss_bytes: stats.rss_bytes,
+            disk_cow_bytes: cow_bytes(&vm.record),
+            network_rx_bytes: stats.taps.iter().map(|t| t.rx_bytes).sum(),
+            network_tx_bytes: stats.taps.iter().map(|t| t.tx_bytes).sum(),
+        });
     }
+    rows
+}
 
+impl Handler {
     /// Installs the per-VM rows as the metrics' VM source and refreshes them every
     /// `timing.vm_stats_every` until shutdown.
     pub(crate) async fn run_vm_sampler(self: Arc<Self>) {
         let samples = Arc::new(VmSamples::default());
         self.metrics.set_vm_source(samples.clone());
         loop {
-            samples.replace(self.sample_vms().await);
+            samples.replace(sample_vms(&self.store, self.artifacts.rt().as_ref()).await);
             tokio::select! {
                 () = self.shutdown.cancelled() => return,
                 () = tokio::time::sleep(self.cfg.timing.vm_stats_every) => {}

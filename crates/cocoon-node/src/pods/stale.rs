@@ -21,19 +21,42 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cocoon_runtime::{StaleCreateOutcome, VmRecord};
+use cocoon_runtime::VmRecord;
 use futures::StreamExt;
 use tracing::{debug, info, warn};
 
-use super::Handler;
+use super::artifacts::Artifacts;
 use super::plan::stale::{self, End, Next, Record, Turn};
-use super::rules::{self, InspectOutcome};
-use super::state::TrackedVm;
+use super::rules::InspectOutcome;
+use super::store::PodStore;
+use super::{Handler, OrphanPolicy, Timing};
+use crate::metrics::NodeMetrics;
 
 /// How many `creating` VMs are reconciled at once at startup.
 const STALE_CREATE_PARALLELISM: usize = 8;
 
-impl Handler {
+/// The parts stale-create reconciliation uses: the runtime's verbs, the tables (adoption
+/// index, names freed) and the orphan policy.
+pub(crate) struct StaleCreates {
+    artifacts: Arc<Artifacts>,
+    store: Arc<PodStore>,
+    metrics: Arc<NodeMetrics>,
+    timing: Timing,
+    orphan_policy: OrphanPolicy,
+}
+
+impl StaleCreates {
+    /// The handler's parts for stale-create reconciliation.
+    pub(crate) fn of(h: &Handler) -> Arc<Self> {
+        Arc::new(StaleCreates {
+            artifacts: h.artifacts.clone(),
+            store: h.store.clone(),
+            metrics: h.metrics.clone(),
+            timing: h.cfg.timing.clone(),
+            orphan_policy: h.cfg.orphan_policy,
+        })
+    }
+
     /// Reconciles the `creating` VMs of the startup listing. Returns the fresh records of the
     /// VMs that left `creating` meanwhile: the caller reconciles them like any listed VM.
     pub(crate) async fn reconcile_stale_creates(
@@ -52,7 +75,7 @@ impl Handler {
     }
 
     async fn reconcile_stale_create(self: &Arc<Self>, vm: VmRecord) -> Option<VmRecord> {
-        let answer = self.ask_stale_create(&vm, false).await;
+        let answer = self.artifacts.ask_stale_create(&vm, false).await;
         match stale::on_answer(answer) {
             Next::InspectAgain => {}
             Next::NameFreed => {
@@ -64,7 +87,7 @@ impl Handler {
                 return None;
             }
         }
-        let inspected = self.rt.inspect(&vm.id).await;
+        let inspected = self.artifacts.rt().inspect(&vm.id).await;
         match (stale::on_reinspect(&stale::outcome(&inspected)), inspected) {
             (Next::Watch(Record::Fresh), Ok(fresh)) => {
                 self.watch_stale_create(fresh);
@@ -88,41 +111,16 @@ impl Handler {
         }
     }
 
-    /// One `reconcile_stale_create` call, logged and counted; `None` when the verb failed.
-    /// The watcher's repeated asks (`again`) log at debug level only.
-    async fn ask_stale_create(&self, vm: &VmRecord, again: bool) -> Option<StaleCreateOutcome> {
-        let answer = match self.rt.reconcile_stale_create(&vm.id).await {
-            Ok(outcome) if again => {
-                debug!(vm = %vm.name(), id = %vm.id, outcome = outcome.as_wire(), "reconcile-stale-create answered again");
-                Some(outcome)
-            }
-            Ok(outcome) => {
-                info!(vm = %vm.name(), id = %vm.id, outcome = outcome.as_wire(), "reconcile-stale-create answered");
-                Some(outcome)
-            }
-            Err(e) if again => {
-                debug!(vm = %vm.name(), id = %vm.id, error = %e, "reconcile-stale-create failed again");
-                None
-            }
-            Err(e) => {
-                warn!(vm = %vm.name(), id = %vm.id, error = %e, "reconcile-stale-create failed");
-                None
-            }
-        };
-        self.metrics
-            .stale_create_reconcile(rules::stale_create_label(answer));
-        answer
-    }
-
     fn watch_stale_create(self: &Arc<Self>, vm: VmRecord) {
         info!(vm = %vm.name(), id = %vm.id, "watching a VM whose create may still be in flight");
         let me = self.clone();
-        self.spawn(async move { me.stale_create_watcher(vm).await });
+        self.artifacts
+            .spawn(async move { me.stale_create_watcher(vm).await });
     }
 
     /// The background watcher of a `busy` (or unanswered) `creating` VM.
     async fn stale_create_watcher(self: &Arc<Self>, vm: VmRecord) {
-        let t = self.cfg.timing.clone();
+        let t = self.timing.clone();
         let started = Instant::now();
         let mut delay = t.stale_create_start;
         loop {
@@ -149,13 +147,13 @@ impl Handler {
     async fn stale_watch_tick(self: &Arc<Self>, vm: &VmRecord) -> bool {
         let over = self.stale_watch_step(vm).await;
         if over {
-            self.name_freed();
+            self.store.name_freed();
         }
         over
     }
 
     async fn stale_watch_step(self: &Arc<Self>, vm: &VmRecord) -> bool {
-        let inspected = self.rt.inspect(&vm.id).await;
+        let inspected = self.artifacts.rt().inspect(&vm.id).await;
         let outcome = stale::outcome(&inspected);
         let fresh = match inspected {
             Ok(r) => Some(r),
@@ -169,9 +167,11 @@ impl Handler {
         // A pod that already tracks the VM owns it: no orphan then.
         let owned = fresh
             .as_ref()
-            .is_some_and(|f| self.tables().key_for_vm(&f.id, "").is_some());
+            .is_some_and(|f| self.store.tables().key_for_vm(&f.id, "").is_some());
         let turn = match stale::watch_turn(&outcome, owned) {
-            Turn::AskAgain => stale::after_ask_again(self.ask_stale_create(vm, true).await),
+            Turn::AskAgain => {
+                stale::after_ask_again(self.artifacts.ask_stale_create(vm, true).await)
+            }
             turn => turn,
         };
         match (turn, fresh) {
@@ -184,26 +184,22 @@ impl Handler {
                 true
             }
             (Turn::Over(End::IndexForAdoption), Some(fresh)) => {
-                self.index_for_adoption(fresh);
+                self.store.index_for_adoption(fresh);
                 true
             }
             (Turn::Over(End::OrphanPolicy), Some(fresh)) => {
-                self.apply_orphan_policy(&fresh).await;
+                super::reconcile::apply_orphan_policy(
+                    self.orphan_policy,
+                    &self.artifacts,
+                    &self.store,
+                    &self.metrics,
+                    &fresh,
+                )
+                .await;
                 true
             }
             (Turn::Over(End::Owned), _) => true,
             _ => false,
         }
-    }
-
-    /// A finished create found running: index it by name, so the pod's CreatePod adopts it.
-    fn index_for_adoption(&self, vm: VmRecord) {
-        let mut t = self.tables();
-        if t.key_for_vm(&vm.id, vm.name()).is_some() {
-            return;
-        }
-        info!(vm = %vm.name(), id = %vm.id, "stale create finished running; indexed for adoption");
-        t.vms_by_name
-            .insert(vm.name().to_owned(), TrackedVm::new(vm));
     }
 }

@@ -38,7 +38,7 @@
 //!   `<vm>-hibernate-import`) never do, so an image can never resolve to a VM's snapshot.
 //! * **Exact names.** The runtime resolves a reference by exact id, name or id prefix of ≥ 3
 //!   characters; every lookup by name this agent makes checks that the record it got back
-//!   carries exactly the requested name (`Handler::snapshot_exact`, `Handler::vm_exact`).
+//!   carries exactly the requested name (`Artifacts::snapshot_exact`, `Artifacts::vm_exact`).
 //! * **Snapshot owners** ([`check_artifact_owner`]). Every snapshot artifact this agent
 //!   pushes records `cocoonstack.snapshot.owner-namespace` / `owner-pod`; a restore, wake or
 //!   clone-base pull uses an artifact that carries them only for that namespace (and, for the
@@ -58,7 +58,7 @@
 //!   be verified that way (legacy, shortened, dotted pod names) need a same-namespace holder.
 //!   The rule runs at admission and **again at the moment of the save** of `fork-<src>`, with
 //!   the tables as they are then and the runtime record fetched by its exact name
-//!   (`Handler::vm_exact`, never the by-name table): with a holder, that record's id and name
+//!   (`Artifacts::vm_exact`, never the by-name table): with a holder, that record's id and name
 //!   must be those of the holder's tracked, non-synthetic VM; without one, the record found by
 //!   exact name is the source. An existing `fork-<src>` baseline is reused only after the
 //!   same rule passed. A managed holder whose VM is not tracked yet (still booting, waking or
@@ -596,7 +596,7 @@ pub enum ArtifactUse {
 pub struct Owner {
     /// Its namespace.
     pub namespace: String,
-    /// Its namespace's UID (read from the API by `Handler::owner_of`; `None` when the
+    /// Its namespace's UID (read from the API by `Artifacts::owner_of`; `None` when the
     /// agent's identity may not read namespaces, or for a clone base, which needs none).
     pub namespace_uid: Option<String>,
     /// Its name.

@@ -23,7 +23,7 @@ use super::plan::update::{Dispatch, Gate};
 use super::plan::{self, StepFailed};
 use super::state::TrackedVm;
 use super::tenant;
-use super::{Handler, Result, failed, pod_key, uid};
+use super::{Handler, PodError, Result, pod_key, uid};
 
 impl Handler {
     /// UpdatePod (§8.1).
@@ -36,7 +36,7 @@ impl Handler {
         // pod's id names; a flip to unmanaged would leak its VM on delete. The admitted copy
         // is kept instead (by key, like the tracked VM: the tracked incarnation fixed these).
         let (resumed, admitted, current) = {
-            let t = self.tables();
+            let t = self.store.tables();
             (
                 t.resumed.contains(&key),
                 t.admitted.get(&key).cloned(),
@@ -52,13 +52,12 @@ impl Handler {
         });
         match plan::update::gate(resumed, refusal.as_deref(), current.as_ref()) {
             Gate::InFlight => {
-                return Err(failed(format!(
-                    "resumed operation still in flight for {key}"
-                )));
+                return Err(PodError::InFlight(key));
             }
             Gate::Refused { report } => {
                 if let Some(refusal) = refusal.filter(|_| report) {
-                    self.fail_op(&pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &refusal)
+                    self.api
+                        .fail_op(&pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &refusal)
                         .await;
                 }
                 return Ok(());
@@ -68,7 +67,7 @@ impl Handler {
         // Store the incoming object with this agent's own intent re-applied: the controller's
         // copy may carry a stale lifecycle-state.
         let (vm, intent) = {
-            let mut t = self.tables();
+            let mut t = self.store.tables();
             let mut p = pod.clone();
             let intent = t.intents.get(&key).cloned();
             match &intent {
@@ -107,17 +106,21 @@ impl Handler {
             (Dispatch::LiftHibernateFailure, _) => {
                 // Lifting a failed hibernate (§8.1): the annotation's removal is a new attempt.
                 info!(pod = %key, "hibernate request withdrawn; lifting the hibernate failure");
-                self.set_lifecycle(&pod, LifecycleState::Creating, "").await;
-                if self.probes.result(&key).is_some_and(|p| p.ready) {
-                    self.publish_ready(&key).await;
+                self.api
+                    .set_lifecycle(&pod, LifecycleState::Creating, "")
+                    .await;
+                if self.publisher.probe_ready(&key) {
+                    self.publisher.publish_ready(&key).await;
                 } else {
-                    self.tables().ready_pending.insert(key.clone());
+                    self.store.tables().ready_pending.insert(key.clone());
                 }
             }
             (Dispatch::Noop(Some(again)), _) => {
-                self.set_lifecycle(&pod, again.state, &again.message).await;
+                self.api
+                    .set_lifecycle(&pod, again.state, &again.message)
+                    .await;
                 if again.keep_hibernate_origin
-                    && let Some(n) = self.tables().intents.get_mut(&key)
+                    && let Some(n) = self.store.tables().intents.get_mut(&key)
                 {
                     n.failed_by_hibernate = true;
                 }
@@ -130,15 +133,15 @@ impl Handler {
     }
 
     async fn hibernate_fail(&self, key: &str, pod: &Pod, f: StepFailed) -> Result<()> {
-        let (reason, err) = (f.reason.unwrap_or_default(), f.message);
-        self.fail_op(pod, reason, ev::OP_UPDATE, &err).await;
-        if let Some(i) = self.tables().intents.get_mut(key)
+        let err = PodError::from(f);
+        self.api.fail_with(pod, ev::OP_UPDATE, "", &err).await;
+        if let Some(i) = self.store.tables().intents.get_mut(key)
             && i.lifecycle.is_failed()
         {
             i.failed_by_hibernate = true;
         }
-        self.notify(key).await;
-        Err(failed(err))
+        self.publisher.notify(key).await;
+        Err(err)
     }
 
     /// Hibernate (§8.2): the plan of [`plan::hibernate`], run by the executor; a refusal or a
@@ -154,7 +157,7 @@ impl Handler {
             spec,
             vm_id: vm.id(),
             synthetic: vm.synthetic,
-            registry: self.registry.is_some(),
+            registry: self.artifacts.registry().is_some(),
         };
         let steps = match plan::hibernate::plan(&facts) {
             Ok(steps) => steps,
@@ -171,9 +174,9 @@ impl Handler {
     /// A failed wake: `cocoon_vk_wake_total{failed}` and failOp.
     async fn wake_fail(&self, pod: &Pod, f: StepFailed) -> Result<()> {
         self.metrics.wake(m::RESULT_FAILED);
-        let reason = f.reason.unwrap_or_default();
-        self.fail_op(pod, reason, ev::OP_UPDATE, &f.message).await;
-        Err(failed(f.message))
+        let err = PodError::from(f);
+        self.api.fail_with(pod, ev::OP_UPDATE, "", &err).await;
+        Err(err)
     }
 
     /// Wake (§8.3): the plan of [`plan::wake`], its source read in between.
@@ -182,11 +185,12 @@ impl Handler {
             return Ok(());
         }
         // Host reach: the annotations may have changed while the pod slept.
-        if let Err(refusal) = self.host_reach_check(spec) {
+        if let Err(refusal) = super::host_reach::host_reach_check(&self.cfg, spec) {
             let msg = refusal.to_string();
-            let current = self.tables().intents.get(key).cloned();
+            let current = self.store.tables().intents.get(key).cloned();
             if plan::update::report_refusal(&msg, current.as_ref()) {
-                self.fail_op(pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &msg)
+                self.api
+                    .fail_op(pod, ev::TENANT_ISOLATION_REFUSED, ev::OP_UPDATE, &msg)
                     .await;
             }
             return Ok(());
@@ -196,14 +200,14 @@ impl Handler {
             return self.wake_fail(pod, f).await;
         }
         let vm = spec.vm_name.as_str();
-        let source = match self.owner_of(pod).await {
-            Ok(owner) => read_wake_source(self, vm, &owner).await,
-            Err(e) => Err(e),
+        let source = match self.artifacts.owner_of(pod).await {
+            Ok(owner) => read_wake_source(&self.artifacts, &self.metrics, vm, &owner).await,
+            Err(e) => Err(e.into()),
         };
         let source = match source {
             Ok(s) => s,
             Err(e) => {
-                let f = StepFailed::refused(plan::wake::WAKE.source, e);
+                let f = StepFailed::refused(plan::wake::WAKE.source, e.message());
                 return self.wake_fail(pod, f).await;
             }
         };

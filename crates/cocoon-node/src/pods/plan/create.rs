@@ -110,7 +110,7 @@ pub(crate) struct RestoreDecision {
     pub restoring: Result<bool, StepFailed>,
 }
 
-/// The restore decision from the evidence read ([`crate::pods::Handler::hibernate_evidence`]):
+/// The restore decision from the evidence read (`Artifacts::hibernate_evidence`):
 /// `explicit` is the operator's `restore-from-hibernate` marker. A failed read fails closed
 /// (`HibernateEvidenceUnavailable`, then `HibernateEvidenceFailed`); a verdict is counted
 /// unless it is the restore an explicit marker asked for; a derived restore is announced

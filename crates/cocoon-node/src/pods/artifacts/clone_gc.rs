@@ -14,13 +14,13 @@
 
 use std::collections::HashSet;
 
-use cocoon_api::contract::{AnnotationCodec, VmSpec};
 use cocoon_api::naming::is_clone_base_name;
 use cocoon_runtime::SnapshotRecord;
 use tracing::{info, warn};
 
-use super::Handler;
-use super::rules::{local_snapshot_name, parse_ref};
+use super::Artifacts;
+use crate::pods::rules::{local_snapshot_name, parse_ref};
+use crate::pods::store::PodStore;
 
 /// The clone bases to remove: not in use, beyond the newest `keep` unused ones.
 pub fn clone_bases_to_remove(
@@ -54,18 +54,10 @@ pub fn clone_base_of(image: &str) -> Option<String> {
     Some(local_snapshot_name(&repo, &tag))
 }
 
-impl Handler {
-    /// The clone bases the tracked pods use.
-    fn clone_bases_in_use(&self) -> HashSet<String> {
-        self.tables()
-            .pods
-            .values()
-            .filter_map(|p| clone_base_of(&VmSpec::from_meta(&p.metadata).image))
-            .collect()
-    }
-
-    /// Removes the clone bases [`clone_bases_to_remove`] picks.
-    pub(crate) async fn collect_clone_bases(&self) {
+impl Artifacts {
+    /// Removes the clone bases [`clone_bases_to_remove`] picks; the ones `store`'s pods use
+    /// stay.
+    pub(crate) async fn collect_clone_bases(&self, store: &PodStore) {
         let gate = self.flight("clone-base gc");
         let _one_at_a_time = gate.lock().await;
         let list = match self.rt.snapshot_list().await {
@@ -75,12 +67,12 @@ impl Handler {
                 return;
             }
         };
-        let keep = self.cfg.tenant.clone_base_keep;
-        for name in clone_bases_to_remove(&list, &self.clone_bases_in_use(), keep) {
+        let keep = self.clone_base_keep;
+        for name in clone_bases_to_remove(&list, &store.clone_bases_in_use(), keep) {
             // The pull of the same base holds this lock; re-check the use under it.
             let lock = self.flight(&format!("snapshot {name}"));
             let _held = lock.lock().await;
-            if self.clone_bases_in_use().contains(&name) {
+            if store.clone_bases_in_use().contains(&name) {
                 continue;
             }
             match self.rt.snapshot_remove_if_exists(&name).await {

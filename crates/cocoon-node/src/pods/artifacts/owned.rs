@@ -5,17 +5,17 @@
 //! these methods.
 //!
 //! * **Exact names.** The runtime resolves a reference by exact id, by name, or by an id
-//!   prefix of at least 3 characters (`runtime.md` §4). [`Handler::snapshot_exact`] and
-//!   [`Handler::vm_exact`] accept a record only when its name is exactly the requested one, so
+//!   prefix of at least 3 characters (`runtime.md` §4). [`Artifacts::snapshot_exact`] and
+//!   [`Artifacts::vm_exact`] accept a record only when its name is exactly the requested one, so
 //!   a name that happens to be an id or an id prefix never reaches another record.
-//! * **Owned artifacts.** [`Handler::owned_artifact`] reads the manifest of `<repo>:<tag>`,
+//! * **Owned artifacts.** [`Artifacts::owned_artifact`] reads the manifest of `<repo>:<tag>`,
 //!   applies [`tenant::check_artifact_owner`] and returns its digest; the pull then fetches
 //!   that very digest, so the bytes imported are the ones whose owner was checked.
-//! * **Owner on push.** [`Handler::push_owned`] records the pod as the owner of every snapshot
+//! * **Owner on push.** [`Artifacts::push_owned`] records the pod as the owner of every snapshot
 //!   artifact it pushes (`cocoon_api::contract::owner::owner_annotations`, with the
 //!   namespace's UID when the agent may read it) and never replaces a tag that records
 //!   another owner.
-//! * **Unmanaged ids.** [`Handler::runtime_knows_vm`] tells whether a pre-assigned id resolves
+//! * **Unmanaged ids.** [`Artifacts::runtime_has_vm_id`] tells whether a pre-assigned id resolves
 //!   to any VM the runtime knows (exact id, name, id prefix).
 
 use cocoon_registry::{Manifest, Reference};
@@ -24,21 +24,13 @@ use k8s_openapi::api::core::v1::Pod;
 
 use cocoon_api::contract::owner::{self as owner_rule, OwnerVerdict, RecordedOwner};
 
-use super::Handler;
-use super::plan::transfer::{GateError, OwnedArtifact};
-use super::tenant::{self, ArtifactUse, Owner};
+use super::Artifacts;
+use crate::pods::api_writer::NamespaceUid;
+use crate::pods::error::{ApiError, RegistryFailure};
+use crate::pods::plan::transfer::{GateError, OwnedArtifact};
+use crate::pods::tenant::{self, ArtifactUse, Owner};
 
-/// What a namespace read answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NamespaceUid {
-    /// The namespace's current UID.
-    Known(String),
-    /// The agent's identity may not read namespaces (403): the UID is not compared on push
-    /// nor written; a pull of an artifact recording one is refused.
-    Forbidden,
-}
-
-impl Handler {
+impl Artifacts {
     /// `snapshot inspect <name>`, accepted only when the record's name is exactly `name`.
     pub(crate) async fn snapshot_exact(&self, name: &str) -> Result<SnapshotRecord, RuntimeError> {
         let s = self.rt.snapshot_inspect(name).await?;
@@ -148,8 +140,9 @@ impl Handler {
                 OwnerVerdict::Owned | OwnerVerdict::NoOwnerRecorded => None,
             }),
             Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(PushRefusal::Failed(format!(
-                "read the owner of {repo}:{tag} before replacing it: {e}"
+            Err(e) => Err(PushRefusal::Failed(RegistryFailure::during(
+                format!("read the owner of {repo}:{tag} before replacing it"),
+                e,
             ))),
         }
     }
@@ -180,50 +173,27 @@ impl Handler {
     /// every call (pushes and pulls of VM snapshots are rare and heavy; a cached UID could
     /// outlive a namespace re-created under the same name). A 403 (an identity without the
     /// `get namespaces` grant, see `manifests/node/rbac.yaml`) gives no UID.
-    pub(crate) async fn owner_of(&self, pod: &Pod) -> Result<Owner, String> {
+    pub(crate) async fn owner_of(&self, pod: &Pod) -> Result<Owner, ApiError> {
         let mut owner = Owner::of(pod);
         if self.registry.is_none() {
             // No registry, no artifact: the UID is only ever compared with one.
             return Ok(owner);
         }
-        owner.namespace_uid = match self.namespace_uid(&owner.namespace).await? {
+        owner.namespace_uid = match self.api.namespace_uid(&owner.namespace).await? {
             NamespaceUid::Known(uid) => Some(uid),
             NamespaceUid::Forbidden => None,
         };
         Ok(owner)
     }
-
-    async fn namespace_uid(&self, ns: &str) -> Result<NamespaceUid, String> {
-        use k8s_openapi::api::core::v1::Namespace;
-        let api: kube::Api<Namespace> = kube::Api::all(self.client.clone());
-        match api.get(ns).await {
-            Ok(n) => n
-                .metadata
-                .uid
-                .filter(|u| !u.is_empty())
-                .map(NamespaceUid::Known)
-                .ok_or_else(|| format!("namespace {ns} has no uid")),
-            Err(kube::Error::Api(s)) if s.code == 403 => {
-                tracing::debug!(
-                    namespace = ns,
-                    "may not read namespaces: owner recorded without the namespace uid"
-                );
-                Ok(NamespaceUid::Forbidden)
-            }
-            Err(e) => Err(format!(
-                "read namespace {ns} (its uid is recorded with every snapshot): {e}"
-            )),
-        }
-    }
 }
 
 /// Why a snapshot push did not happen.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum PushRefusal {
     /// The tag exists and records another owner: it is left as it is.
     Foreign(RecordedOwner),
     /// The push (or the read before it) failed.
-    Failed(String),
+    Failed(RegistryFailure),
 }
 
 impl std::fmt::Display for PushRefusal {
@@ -234,7 +204,7 @@ impl std::fmt::Display for PushRefusal {
                 "the tag belongs to {o} (manifest annotation {}); not replaced",
                 cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE
             ),
-            PushRefusal::Failed(e) => f.write_str(e),
+            PushRefusal::Failed(e) => write!(f, "{e}"),
         }
     }
 }

@@ -1,14 +1,15 @@
 //! Snapshot sources and transfers for bring-up and wake (`node.md` §6.4–§6.6, §8.3): registry
 //! push/pull through the runtime's export/import streams, clone-base and fork snapshots,
 //! image materialisation and hibernate evidence (what their reads mean is decided in
-//! [`super::plan::transfer`]; the wake source is decided in `plan::wake`, read in
+//! [`crate::pods::plan::transfer`]; the wake source is decided in `plan::wake`, read in
 //! `effects`).
 //!
 //! Single flights are per-key async locks whose holder re-checks the local store first;
-//! registry pulls are additionally shared ([`Handler::shared_pull`]): one spawned task per
+//! registry pulls are additionally shared ([`Artifacts::shared_pull`]): one spawned task per
 //! destination snapshot, whose outcome every concurrent caller awaits.
 
 use cocoon_api::contract::metrics::node::{DIRECTION_PULL, DIRECTION_PUSH};
+use std::sync::Arc;
 use std::time::Instant;
 
 use cocoon_api::contract::tags;
@@ -20,15 +21,16 @@ use futures::future::{BoxFuture, Shared};
 use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
-use super::plan::ActionError;
-use super::plan::transfer::{self, BaseImage, ByKind, LocalCopy, RunImage};
-use super::rules::Evidence;
-use super::tenant::Owner;
-use super::tenant::{self, ArtifactUse, SourceVm};
-use super::{Handler, PodError, Result, failed};
+use super::Artifacts;
 use crate::metrics::NodeMetrics;
+use crate::pods::error::{PodError, Refused, RegistryFailure, RuntimeFailure};
+use crate::pods::plan::transfer::{self, BaseImage, ByKind, LocalCopy, RunImage};
+use crate::pods::rules::Evidence;
+use crate::pods::store::PodStore;
+use crate::pods::tenant::Owner;
+use crate::pods::tenant::{self, ArtifactUse, SourceVm};
 
-impl Handler {
+impl Artifacts {
     /// Pulls `<repo>:<tag>` into the local snapshot `local` once for all concurrent callers.
     ///
     /// The pull runs in a task of its own, not in the caller's future: a caller that is
@@ -41,7 +43,7 @@ impl Handler {
         repo: &str,
         tag: &str,
         local: &str,
-    ) -> Result<PullSummary, String> {
+    ) -> Result<PullSummary, Arc<RegistryFailure>> {
         let pull = {
             let mut pulls = self.pulls.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(p) = pulls.get(local) {
@@ -59,14 +61,17 @@ impl Handler {
                 let task = tokio::spawn(async move {
                     let res = tokio::select! {
                         r = pull_snapshot(&*rt, registry.as_ref(), &metrics, &repo, &tag, &key) => r,
-                        () = stop.cancelled() => Err("node agent shutting down".to_owned()),
+                        () = stop.cancelled() => Err(RegistryFailure::Transfer("node agent shutting down".to_owned())),
                     };
                     table.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-                    res
+                    res.map_err(Arc::new)
                 });
                 let shared: SharedPull = async move {
-                    task.await
-                        .unwrap_or_else(|e| Err(format!("pull task failed: {e}")))
+                    task.await.unwrap_or_else(|e| {
+                        Err(Arc::new(RegistryFailure::Transfer(format!(
+                            "pull task failed: {e}"
+                        ))))
+                    })
                 }
                 .boxed()
                 .shared();
@@ -78,7 +83,7 @@ impl Handler {
     }
 
     /// Pushes the local snapshot `name` to `<repo>:<tag>`, recording `base_image` and the
-    /// `extra` manifest annotations (callers go through [`Handler::push_owned`]).
+    /// `extra` manifest annotations (callers go through [`Artifacts::push_owned`]).
     pub(crate) async fn push_from(
         &self,
         name: &str,
@@ -86,16 +91,12 @@ impl Handler {
         tag: &str,
         base_image: &str,
         extra: std::collections::BTreeMap<String, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), RegistryFailure> {
         let Some(reg) = &self.registry else {
-            return Err("no registry configured".into());
+            return Err(RegistryFailure::NotConfigured);
         };
         let start = Instant::now();
-        let export = self
-            .rt
-            .snapshot_export(name)
-            .await
-            .map_err(|e| e.to_string())?;
+        let export = self.rt.snapshot_export(name).await?;
         let mut opts = PushOptions::new(tag, base_image);
         opts.annotations.extra = extra;
         let pushed = reg.push_snapshot_tar(repo, export.stream, &opts).await;
@@ -104,64 +105,27 @@ impl Handler {
         self.metrics
             .snapshot_push_duration
             .observe(took.as_secs_f64());
-        let report = pushed.map_err(|e| e.to_string())?;
+        let report = pushed?;
         self.metrics
             .snapshot_transfer_bytes(DIRECTION_PUSH, report.bytes_uploaded);
-        exported.map_err(|e| e.to_string())?;
+        exported?;
         if repo == name {
-            self.transfer_event(
-                name,
-                true,
-                &report.format,
-                report.bytes_uploaded,
-                report.data_bytes,
-                took,
-            )
-            .await;
+            self.api
+                .transfer_event(
+                    name,
+                    true,
+                    &report.format,
+                    report.bytes_uploaded,
+                    report.data_bytes,
+                    took,
+                )
+                .await;
         }
         Ok(())
     }
 
-    /// A Normal `SnapshotPushed` / `SnapshotPulled` Event on the pod of VM `vm` saying how
-    /// much moved (additive to the Go contract; the plugin shows it).
-    pub(crate) async fn transfer_event(
-        &self,
-        vm: &str,
-        push: bool,
-        format: &str,
-        moved: u64,
-        total: u64,
-        took: std::time::Duration,
-    ) {
-        use cocoon_api::contract::events::{node as reasons, snapshot_transfer_message};
-        let Some(pod) = self.pod_of_vm(vm) else {
-            return;
-        };
-        let (verb, reason) = if push {
-            ("pushed", reasons::SNAPSHOT_PUSHED)
-        } else {
-            ("pulled", reasons::SNAPSHOT_PULLED)
-        };
-        let message = snapshot_transfer_message(verb, moved, total, format, took);
-        info!(vm, %message, "snapshot transfer");
-        self.event(&pod, false, reason, &message).await;
-    }
-
-    /// The admitted pod holding VM `vm` (by the VM name it was admitted with or the VM tracked
-    /// for it). A pod still being checked, or refused, is never one: a tenant's decoy pod
-    /// naming another namespace's VM must not receive that VM's transfer Events.
-    fn pod_of_vm(&self, vm: &str) -> Option<k8s_openapi::api::core::v1::Pod> {
-        let t = self.tables();
-        t.holders_of(vm, None).into_iter().find_map(|h| {
-            t.pods
-                .get(&format!("{}/{}", h.namespace, h.name))
-                .filter(|p| p.metadata.uid.as_deref() == Some(h.uid.as_str()))
-                .cloned()
-        })
-    }
-
     /// `hibernateEvidence(vm)` (§6.3), for the pod `owner` (an artifact recording another
-    /// owner is refused, see [`super::tenant::check_artifact_owner`]).
+    /// owner is refused, see [`crate::pods::tenant::check_artifact_owner`]).
     pub(crate) async fn hibernate_evidence(
         &self,
         vm: &str,
@@ -199,7 +163,7 @@ impl Handler {
         tag: &str,
         local: &str,
         owner: &Owner,
-    ) -> Result<(Option<SnapshotRecord>, bool), String> {
+    ) -> Result<(Option<SnapshotRecord>, bool), RegistryFailure> {
         if repo.is_empty() {
             return Ok((None, false));
         }
@@ -216,16 +180,17 @@ impl Handler {
         }
         let artifact = self
             .owned_artifact(ArtifactUse::CloneBase, repo, tag, owner)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no snapshot artifact {repo}:{tag} in the registry"))?;
+            .await?
+            .ok_or_else(|| RegistryFailure::NoArtifact(format!("{repo}:{tag}")))?;
         // The lock orders the re-check; the transfer itself is shared, so a holder that is
         // cancelled leaves it running for the next one. The digest is the one checked.
         self.shared_pull(repo, &artifact.digest, local).await?;
         self.snapshot_exact(local)
             .await
             .map(|s| (Some(s), true))
-            .map_err(|e| format!("inspect imported snapshot {local}: {e}"))
+            .map_err(|e| {
+                RuntimeFailure::during(format!("inspect imported snapshot {local}"), e).into()
+            })
     }
 
     /// `ensureForkSnapshot(src)` (§6.5): one save per lineage baseline, for the pod `key` of
@@ -239,14 +204,15 @@ impl Handler {
     /// prefix): it is the runtime's record fetched by the exact name `src`, saved by its id.
     pub(crate) async fn ensure_fork_snapshot(
         &self,
+        store: &PodStore,
         key: &str,
         ns: &str,
         src: &str,
-    ) -> Result<String, ActionError> {
+    ) -> Result<String, PodError> {
         let name = fork_snapshot_name(src);
         let lock = self.flight(&format!("fork {name}"));
         let _held = lock.lock().await;
-        let holders = self.tables().fork_holders_of(src, Some(key));
+        let holders = store.tables().fork_holders_of(src, Some(key));
         tenant::check_fork_source(ns, src, &holders).map_err(|r| fork_refused(key, src, r))?;
         if self.snapshot_exact(&name).await.is_ok() {
             return Ok(name);
@@ -254,9 +220,9 @@ impl Handler {
         // A miss says only that: never which other VM the runtime resolved the name to.
         let found = self.vm_exact(src).await.map_err(|e| {
             if e.is_vm_not_found() {
-                format!("inspect fork source vm {src}: VM not found")
+                RuntimeFailure::Unexpected(format!("inspect fork source vm {src}: VM not found"))
             } else {
-                format!("inspect fork source vm {src}: {e}")
+                RuntimeFailure::during(format!("inspect fork source vm {src}"), e)
             }
         })?;
         let found = SourceVm {
@@ -265,13 +231,12 @@ impl Handler {
             synthetic: false,
         };
         // The holders as they are after the inspect, right before the save.
-        let holders = self.tables().fork_holders_of(src, Some(key));
+        let holders = store.tables().fork_holders_of(src, Some(key));
         tenant::check_fork_save(ns, src, &holders, &found)
             .map_err(|r| fork_refused(key, src, r))?;
-        self.rt
-            .snapshot_save(&name, &found.id)
-            .await
-            .map_err(|e| format!("snapshot fork source vm {src} as {name}: {e}"))?;
+        self.rt.snapshot_save(&name, &found.id).await.map_err(|e| {
+            RuntimeFailure::during(format!("snapshot fork source vm {src} as {name}"), e)
+        })?;
         Ok(name)
     }
 
@@ -280,7 +245,7 @@ impl Handler {
         &self,
         image: &str,
         force: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, PodError> {
         let (repo, tag) = match transfer::run_image(image, self.registry.is_some()) {
             RunImage::Nothing => return Ok(String::new()),
             RunImage::Pull => (None, None),
@@ -293,7 +258,7 @@ impl Handler {
                 .ensure_image(image, force)
                 .await
                 .map(|()| image.to_owned())
-                .map_err(|e| e.to_string())
+                .map_err(PodError::from)
         };
         let (Some(reg), Some(repo), Some(tag)) = (self.registry.as_ref(), repo, tag) else {
             return pull().await;
@@ -308,7 +273,7 @@ impl Handler {
             Err(_) => None,
         };
         let local = match transfer::by_kind(image, &repo, &tag, kind.as_ref()) {
-            ByKind::Refuse(e) => return Err(e),
+            ByKind::Refuse(e) => return Err(PodError::plan(e)),
             ByKind::Pull => return pull().await,
             ByKind::CloudImage { local } => local,
         };
@@ -319,24 +284,20 @@ impl Handler {
         };
         match transfer::local_copy(&local, present.as_ref()) {
             LocalCopy::Present => return Ok(local),
-            LocalCopy::Fail(e) => return Err(e),
+            LocalCopy::Fail(e) => return Err(PodError::plan(e)),
             LocalCopy::Import => {}
         }
-        let mut import = self
-            .rt
-            .image_import(&local)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut import = self.rt.image_import(&local).await?;
         let streamed = reg.stream_cloud_image(&repo, &tag, &mut import.sink).await;
         if let Err(e) = streamed {
             // Unverified bytes reached the importer: it must not keep them.
             let _ = import.kill().await;
-            return Err(e.to_string());
+            return Err(RegistryFailure::Client(e).into());
         }
         let ImportHandle { mut sink, done, .. } = import;
         let _ = sink.shutdown().await;
         drop(sink);
-        done.await.map_err(|e| e.to_string())?;
+        done.await?;
         Ok(local)
     }
 
@@ -344,13 +305,13 @@ impl Handler {
     pub(crate) async fn ensure_snapshot_base_image(
         &self,
         snap: Option<&SnapshotRecord>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PodError> {
         let (digest, image) = match transfer::base_image(snap) {
             BaseImage::Nothing => return Ok(()),
             // `vm clone --pull` fetches a URL base image on the host: the allowlist applies.
             BaseImage::Url(image) => {
-                return super::host_reach::url_verdict(&self.cfg.host_reach.run_image_urls, image)
-                    .map_err(|why| format!("snapshot base image {image}: {why}"));
+                return crate::pods::host_reach::url_verdict(&self.run_image_urls, image)
+                    .map_err(|why| PodError::plan(format!("snapshot base image {image}: {why}")));
             }
             BaseImage::Local { digest, image } => (digest, image),
         };
@@ -365,12 +326,12 @@ impl Handler {
         self.ensure_run_image(image, false)
             .await
             .map(|_| ())
-            .map_err(|e| format!("ensure snapshot base image {image}: {e}"))
+            .map_err(|e| e.during(format!("ensure snapshot base image {image}")))
     }
 }
 
 /// A pull in flight: the outcome of its task, awaitable by any number of callers.
-pub(crate) type SharedPull = Shared<BoxFuture<'static, Result<PullSummary, String>>>;
+pub(crate) type SharedPull = Shared<BoxFuture<'static, Result<PullSummary, Arc<RegistryFailure>>>>;
 
 /// What a finished pull moved, for the `SnapshotPulled` Event.
 #[derive(Debug, Clone)]
@@ -388,12 +349,12 @@ async fn pull_snapshot(
     repo: &str,
     tag: &str,
     local: &str,
-) -> Result<PullSummary, String> {
+) -> Result<PullSummary, RegistryFailure> {
     let Some(reg) = registry else {
-        return Err("no registry configured".into());
+        return Err(RegistryFailure::NotConfigured);
     };
     let start = Instant::now();
-    let res = import_snapshot_from_registry(rt, reg, repo, tag, local).await;
+    let res = import_snapshot(rt, reg, repo, tag, local).await;
     let took = start.elapsed();
     metrics.snapshot_pull_duration.observe(took.as_secs_f64());
     if let Ok(report) = &res {
@@ -407,14 +368,14 @@ async fn pull_snapshot(
 /// archive; on any pull error the importer is also killed (not just cut off: an archive may
 /// end cleanly at an entry boundary) and whatever it created under `local` is removed, so a
 /// tampered snapshot is never registered, not even briefly.
-pub async fn import_snapshot_from_registry(
+async fn import_snapshot(
     rt: &dyn Runtime,
     reg: &RegistryClient,
     repo: &str,
     tag: &str,
     local: &str,
-) -> Result<cocoon_registry::PullReport, String> {
-    let mut import = rt.snapshot_import(local).await.map_err(|e| e.to_string())?;
+) -> Result<cocoon_registry::PullReport, RegistryFailure> {
+    let mut import = rt.snapshot_import(local).await?;
     let pulled = reg
         .pull_snapshot_to_tar(repo, tag, local, &mut import.sink)
         .await;
@@ -427,27 +388,31 @@ pub async fn import_snapshot_from_registry(
             if let Err(r) = rt.snapshot_remove_if_exists(local).await {
                 warn!(snapshot = local, error = %r, "removing a failed import");
             }
-            return Err(e.to_string());
+            return Err(e.into());
         }
     };
     let ImportHandle { mut sink, done, .. } = import;
     let _ = sink.shutdown().await;
     drop(sink);
-    done.await.map_err(|e| e.to_string())?;
+    done.await?;
     Ok(report)
 }
 
-/// A fork source refused at the save: `TenantIsolationRefused` with the rule's text.
-fn fork_refused(key: &str, src: &str, refusal: tenant::Refusal) -> ActionError {
-    warn!(pod = %key, fork_from = %src, %refusal, "tenant isolation refused the fork source at the save");
-    ActionError::Refused {
-        reason: cocoon_api::contract::events::node::TENANT_ISOLATION_REFUSED,
-        message: refusal.to_string(),
-    }
+/// `import_snapshot` for callers outside the agent (the text of its error).
+pub async fn import_snapshot_from_registry(
+    rt: &dyn Runtime,
+    reg: &RegistryClient,
+    repo: &str,
+    tag: &str,
+    local: &str,
+) -> Result<cocoon_registry::PullReport, String> {
+    import_snapshot(rt, reg, repo, tag, local)
+        .await
+        .map_err(|e| e.to_string())
 }
 
-impl From<String> for PodError {
-    fn from(s: String) -> Self {
-        failed(s)
-    }
+/// A fork source refused at the save: `TenantIsolationRefused` with the rule's text.
+fn fork_refused(key: &str, src: &str, refusal: tenant::Refusal) -> PodError {
+    warn!(pod = %key, fork_from = %src, %refusal, "tenant isolation refused the fork source at the save");
+    Refused::from(refusal).into()
 }
