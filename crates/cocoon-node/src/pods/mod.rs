@@ -50,6 +50,8 @@
 
 mod admission;
 mod api_writer;
+#[cfg(test)]
+mod api_writer_tests;
 mod artifacts;
 pub mod controller;
 mod create;
@@ -78,8 +80,6 @@ pub mod unmanaged_ip;
 pub use artifacts::transfer::{PullSummary, import_snapshot_from_registry};
 mod update;
 
-#[cfg(test)]
-mod incarnation_tests;
 #[cfg(test)]
 mod resources_tests;
 #[cfg(test)]

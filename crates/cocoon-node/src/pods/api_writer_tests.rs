@@ -1,5 +1,6 @@
-//! Writes for one incarnation of a pod never land on the next one of the same name, on the real
-//! control plane: a status patch, an annotation patch and an eviction computed for a deleted pod
+//! The API writer ([`super::api_writer`]): writes for one incarnation of a pod never land on the
+//! next one of the same name, on the real control plane: a status patch, an annotation patch and
+//! an eviction computed for a deleted pod
 //! are refused once a new pod holds the name (the kubelet pins its status patches the same way).
 //!
 //! Found in CI: an eviction racing the operator's rebuild of a main wrote `Failed`/`VMGone` onto
