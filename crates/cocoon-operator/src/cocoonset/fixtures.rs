@@ -17,7 +17,7 @@ use kube::ResourceExt;
 
 use super::Timing;
 use super::pods::{self, Classified};
-use super::steps::{Observed, Write};
+use super::steps::{Effect, Note, Observed, Write};
 
 /// The namespace of every fixture.
 pub const NS: &str = "ns";
@@ -204,26 +204,34 @@ pub fn observe<'a>(
     }
 }
 
-/// The writes of a plan as short words, for the table tests of steps 12 and 13.
-pub fn write_kinds(writes: &[Write]) -> Vec<String> {
-    writes
+/// The writes and notes of a plan ([`crate::cocoonset::steps::StepPlan::effects`]) as short
+/// words, for the table tests of steps 12 and 13.
+pub fn write_kinds(effects: &[Effect]) -> Vec<String> {
+    effects
         .iter()
-        .map(|w| match w {
-            Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => "history".into(),
-            Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES) => "stash".into(),
-            Write::DeletePod(n) => format!("delete {n}"),
-            Write::PostPod(p) => format!("post {}", p.name_any()),
-            Write::PostPods { pods, .. } => {
-                let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
-                format!("post {}", names.join(","))
-            }
-            Write::Event { reason, .. } => (*reason).into(),
-            Write::Count(_) => "count".into(),
-            Write::Log { .. } => "log".into(),
-            Write::Changed => "changed".into(),
-            Write::Backoff(d) => format!("backoff {}s", d.as_secs()),
-            Write::Fail(m) => format!("fail: {m}"),
-            other => panic!("unexpected write {other:?}"),
+        .map(|e| match e {
+            Effect::Write(w) => match w {
+                Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => {
+                    "history".into()
+                }
+                Write::SetAnnotations(d) if d.contains_key(ann::DELETE_VM_NAMES) => "stash".into(),
+                Write::DeletePod(n) => format!("delete {n}"),
+                Write::PostPod(p) => format!("post {}", p.name_any()),
+                Write::PostPods { pods, .. } => {
+                    let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+                    format!("post {}", names.join(","))
+                }
+                Write::Fail(m) => format!("fail: {m}"),
+                other => panic!("unexpected write {other:?}"),
+            },
+            Effect::Note(n) => match n {
+                Note::Event { reason, .. } => (*reason).into(),
+                Note::Count(_) => "count".into(),
+                Note::Log { .. } => "log".into(),
+                Note::Changed => "changed".into(),
+                Note::Backoff(d) => format!("backoff {}s", d.as_secs()),
+                other => panic!("unexpected note {other:?}"),
+            },
         })
         .collect()
 }

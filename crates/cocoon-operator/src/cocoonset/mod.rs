@@ -28,6 +28,7 @@ pub mod pods;
 #[cfg(test)]
 mod pods_tests;
 pub mod quantity;
+pub mod shared;
 pub mod steps;
 mod timing;
 mod walk;

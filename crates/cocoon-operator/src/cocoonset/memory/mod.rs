@@ -35,7 +35,7 @@ use kube::ResourceExt;
 use self::deleted::{Cached, Deleted};
 use self::expected::Expected;
 use self::fresh::Fresh;
-use super::steps::status::rules::versions_seen;
+use super::shared::status::versions_seen;
 use crate::metrics::SetLabels;
 
 /// The last status this controller wrote to a set: the resourceVersions it saw or produced

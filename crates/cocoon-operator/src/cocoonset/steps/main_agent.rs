@@ -16,11 +16,11 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::create::{self, Protocol, rules::cr_restorable};
-use super::status::rules::build_status;
-use super::triage::{self, rules::Triage};
-use super::{Answers, Created, Next, Observed, Read, StepPlan, Write};
+use super::{Answers, Created, Effect, Next, Observed, Read, StepPlan, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::{self, Protocol, rules::cr_restorable};
+use crate::cocoonset::shared::status::{build_status, held};
+use crate::cocoonset::shared::triage::{self, rules::Triage};
 
 /// The step's name in a registry error.
 pub const STEP: &str = "main agent";
@@ -44,13 +44,14 @@ pub fn plan(
             None => {}
         }
         let name = naming::pod_name_for_agent(&o.cs.name_any(), 0);
-        let Some(mut writes) = triage::may_recreate(o, &name) else {
+        let Some(writes) = triage::may_recreate(o, &name) else {
             return StepPlan::then(vec![status(CocoonSetPhase::Failed)], Next::AwaitChange);
         };
         // Created a moment ago and not in the cache yet: as if the post found it.
         if o.classified.pending_creates.contains_key(&name) {
             return StepPlan::requeue(writes, t.wait_for_main);
         }
+        let mut writes: Vec<Effect> = writes.into_iter().map(Effect::from).collect();
         let Some(crs) = &answers.cached_hibernations else {
             return StepPlan::read(Vec::new(), vec![Read::CachedHibernations]);
         };
@@ -60,19 +61,19 @@ pub fn plan(
             Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
             Protocol::Decided { pod, writes: w, .. } => {
                 writes.extend(w);
-                writes.push(Write::PostPod(pod));
-                StepPlan::read(writes, Vec::new())
+                writes.push(Write::PostPod(pod).into());
+                StepPlan::read_of(writes, Vec::new())
             }
         };
     };
-    let mut writes = Vec::new();
+    let mut writes: Vec<Effect> = Vec::new();
     if pods::agent_drift(o.cs, o.ns, 0, main).is_some() {
         let triaged = triage::existing(o, main, Some(ev::REASON_SPEC_DRIFTED.to_string()), now);
         match triaged.decision {
             Triage::ResetAndDelete | Triage::Rebuild { .. } => {
-                return StepPlan::then(triaged.writes, Next::RequeueAfter(t.requeue_after_write));
+                return StepPlan::of(triaged.writes, Next::RequeueAfter(t.requeue_after_write));
             }
-            Triage::Wait(d) => return StepPlan::then(triaged.writes, Next::RequeueAfter(d)),
+            Triage::Wait(d) => return StepPlan::of(triaged.writes, Next::RequeueAfter(d)),
             Triage::Leave { .. } | Triage::DeadLetter { .. } => writes = triaged.writes,
         }
     }
@@ -86,12 +87,12 @@ pub fn plan(
         let new = build_status(o.cs, o.classified, Some(phase), status_time);
         // While Pending, a main (or any pod) coming up moves its entry more often than the
         // counts move: that is held back as in step 14.
-        if !super::status::held(o, &new) {
-            writes.push(Write::Status(new));
+        if !held(o, &new) {
+            writes.push(Write::Status(new).into());
         }
-        return StepPlan::then(writes, Next::RequeueAfter(t.wait_for_main));
+        return StepPlan::of(writes, Next::RequeueAfter(t.wait_for_main));
     }
-    StepPlan::then(writes, Next::Continue)
+    StepPlan::of(writes, Next::Continue)
 }
 
 #[cfg(test)]
@@ -104,7 +105,7 @@ mod tests {
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, classify, observe, ready, set};
     use crate::cocoonset::pods::Classified;
-    use crate::cocoonset::steps::create::rules::TagRead;
+    use crate::cocoonset::shared::create::rules::TagRead;
 
     fn run(cs: &CocoonSet, main: Option<Pod>) -> StepPlan {
         run_with(cs, main, &Answers::default())
@@ -251,8 +252,8 @@ mod tests {
         );
         a.manifests.insert(vm, TagRead::Absent);
         let p = run_with(&cs, None, &a);
-        match &p.writes[..] {
-            [Write::PostPod(pod)] => {
+        match &p.effects()[..] {
+            [Effect::Write(Write::PostPod(pod))] => {
                 assert_eq!(pod.name_any(), "demo-0");
                 assert_eq!(
                     pod.labels().get(labels::ROLE).map(String::as_str),
@@ -299,7 +300,7 @@ mod tests {
         );
         let p = run(&cs, None);
         assert_eq!(phase_written(&p), Some(CocoonSetPhase::Failed));
-        assert_eq!(p.writes.len(), 1);
+        assert_eq!(p.effects().len(), 1);
         assert_eq!(p.next, Next::AwaitChange);
     }
 }

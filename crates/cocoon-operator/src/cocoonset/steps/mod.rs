@@ -2,13 +2,12 @@
 //! finalizer (3), classify (4), stamp (5), suspend (6), failed_main (7), migrate (8),
 //! release_wake (9), unsuspend (10), main_agent (11), sub_agents (12), toolboxes (13) and
 //! status (14). A step with rules of its own is a folder: `mod.rs` the planner, `rules.rs`
-//! the pure rules, `rules_tests.rs` their table tests. Two folders hold rules several steps
-//! share: [`create`] (the create protocol, §7, and restore intent, §8: steps 6, 8, 9 and
-//! 11–13) and [`triage`] (the rebuild budget, §6: steps 7 and 11–13).
+//! the pure rules, `rules_tests.rs` their table tests. The rules several steps share are in
+//! [`crate::cocoonset::shared`].
 //!
 //! Each step reads what the pass has observed so far ([`Observed`]) and returns a
-//! [`StepPlan`]: the writes to make, in order, the reads it needs, and what the pass does
-//! next. The executor (`walk/executor/`) applies the writes one after another, each
+//! [`StepPlan`]: the writes to make, in order, its notes (log lines, metric increments,
+//! Events, facts for step 14: [`Note`]), the reads it needs, and what the pass does next. The executor (`walk/executor/`) applies the writes one after another, each
 //! durable before the next, stops at the first error, and mirrors what they changed into
 //! the pass's view before the next step plans. A step that needs a registry probe, a manifest
 //! read or a read past the cache asks for it ([`Read`], [`Next::Replan`]): the executor
@@ -16,7 +15,6 @@
 //! to the API server or the registry.
 
 pub mod classify;
-pub mod create;
 pub mod failed_main;
 pub mod finalizer;
 pub mod main_agent;
@@ -28,7 +26,6 @@ pub mod sub_agents;
 pub mod suspend;
 pub mod teardown;
 pub mod toolboxes;
-pub mod triage;
 pub mod unsuspend;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,10 +37,10 @@ use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use self::create::rules::TagRead;
 use self::teardown::rules::GcItem;
 use super::Timing;
 use super::pods::Classified;
+use super::shared::create::rules::TagRead;
 
 /// What a step sees: the set as this pass knows it (its own writes mirrored in), the
 /// controller-owned pods from the cache (terminating ones included), their step-4
@@ -89,8 +86,6 @@ pub enum Write {
         tag: &'static str,
         step: &'static str,
     },
-    /// Count one of the set's metric series.
-    Count(Counter),
     /// Step 2.4's registry GC: every VM's `:hibernate` tag is tried and the failures are
     /// returned together; `:latest` (where listed) is best-effort.
     GcTags(Vec<GcItem>),
@@ -137,10 +132,6 @@ pub enum Write {
     /// are fed back in the pods' order once all have finished, then the first error, if
     /// any, fails the pass.
     PostPods { pods: Vec<Pod>, at_once: usize },
-    /// A triaged pod's rebuild backoff still runs: step 14 looks again after at most this.
-    Backoff(Duration),
-    /// Step 13.1 found the spec invalid: step 14 reports it, nothing is retried.
-    InvalidSpec(toolboxes::InvalidSpec),
     /// Fail the pass with this message (a name collision).
     Fail(String),
     /// Delete `<vm>:hibernate` of each VM (at most
@@ -153,16 +144,58 @@ pub enum Write {
     /// Fail the pass with the first registry error of the step's last [`Read::Probe`], the
     /// failed call and `step` as its context (nothing when it had none).
     FailProbe { step: &'static str },
+}
+
+/// What a step tells beside its writes: a log line, a metric increment, an Event, or a fact
+/// of the pass for step 14. The executor applies each once the writes planned before it
+/// went through; none is a write of the set, its pods or the registry, none is mirrored into
+/// the pass's view, and an Event it cannot publish does not fail the pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
     /// A log line naming the set.
     Log { warn: bool, message: String },
-    /// The pass changed something (step 14 then looks again soon).
-    Changed,
+    /// Count one of the set's metric series.
+    Count(Counter),
     /// Publish an Event on the set.
     Event {
         warning: bool,
         reason: &'static str,
         message: String,
     },
+    /// The pass changed something (step 14 then looks again soon).
+    Changed,
+    /// A triaged pod's rebuild backoff still runs: step 14 looks again after at most this.
+    Backoff(Duration),
+    /// Step 13.1 found the spec invalid: step 14 reports it, nothing is retried.
+    InvalidSpec(toolboxes::InvalidSpec),
+}
+
+/// `vec![…]` of writes and notes, as [`Effect`]s.
+macro_rules! effects {
+    ($($e:expr),* $(,)?) => {
+        vec![$($crate::cocoonset::steps::Effect::from($e)),*]
+    };
+}
+pub(crate) use effects;
+
+/// A step's write or note, as a planner drafts them in one order; a [`StepPlan`] keeps them
+/// apart ([`StepPlan::of`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Write(Write),
+    Note(Note),
+}
+
+impl From<Write> for Effect {
+    fn from(w: Write) -> Self {
+        Effect::Write(w)
+    }
+}
+
+impl From<Note> for Effect {
+    fn from(n: Note) -> Self {
+        Effect::Note(n)
+    }
 }
 
 /// A metric counter to increment.
@@ -273,11 +306,15 @@ pub enum Next {
     AwaitChange,
 }
 
-/// A step's decision: its writes in order, then its reads (with [`Next::Replan`]), then
-/// what comes next.
+/// A step's decision: its writes in order, its notes, then its reads (with [`Next::Replan`]),
+/// then what comes next.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepPlan {
+    /// The API and registry writes, in order.
     pub writes: Vec<Write>,
+    /// The notes, each with the number of writes planned before it: the executor applies a
+    /// note once those went through.
+    pub noted: Vec<(usize, Note)>,
     pub reads: Vec<Read>,
     pub next: Next,
 }
@@ -292,6 +329,7 @@ impl StepPlan {
     pub fn then(writes: Vec<Write>, next: Next) -> Self {
         StepPlan {
             writes,
+            noted: Vec::new(),
             reads: Vec::new(),
             next,
         }
@@ -300,10 +338,54 @@ impl StepPlan {
     /// `writes`, then `reads`, then the step plans again.
     pub fn read(writes: Vec<Write>, reads: Vec<Read>) -> Self {
         StepPlan {
-            writes,
-            reads,
             next: Next::Replan,
+            reads,
+            ..StepPlan::then(writes, Next::Replan)
         }
+    }
+
+    /// The writes and notes of `effects`, kept apart in their order, then `next`.
+    pub fn of(effects: Vec<Effect>, next: Next) -> Self {
+        let mut plan = StepPlan::then(Vec::new(), next);
+        for effect in effects {
+            match effect {
+                Effect::Write(w) => plan.writes.push(w),
+                Effect::Note(n) => plan.noted.push((plan.writes.len(), n)),
+            }
+        }
+        plan
+    }
+
+    /// [`StepPlan::of`] `effects`, then `reads`, then the step plans again.
+    pub fn read_of(effects: Vec<Effect>, reads: Vec<Read>) -> Self {
+        StepPlan {
+            reads,
+            ..StepPlan::of(effects, Next::Replan)
+        }
+    }
+
+    /// [`StepPlan::of`] `effects`, then end the pass and run again after `d`.
+    pub fn requeue_of(effects: Vec<Effect>, d: Duration) -> Self {
+        StepPlan::of(effects, Next::RequeueAfter(d))
+    }
+
+    /// The notes, in order.
+    pub fn notes(&self) -> impl Iterator<Item = &Note> {
+        self.noted.iter().map(|(_, n)| n)
+    }
+
+    /// The writes and notes in the one order they were drafted in.
+    pub fn effects(&self) -> Vec<Effect> {
+        let mut out = Vec::new();
+        let mut notes = self.noted.iter().peekable();
+        for (i, w) in self.writes.iter().enumerate() {
+            while let Some((_, n)) = notes.next_if(|(at, _)| *at <= i) {
+                out.push(Effect::Note(n.clone()));
+            }
+            out.push(Effect::Write(w.clone()));
+        }
+        out.extend(notes.map(|(_, n)| Effect::Note(n.clone())));
+        out
     }
 
     /// `writes`, then end the pass and run again after `d`.
@@ -312,9 +394,9 @@ impl StepPlan {
     }
 }
 
-/// A log line for [`Write::Log`].
-pub fn log(message: impl Into<String>) -> Write {
-    Write::Log {
+/// A log line for [`Note::Log`].
+pub fn log(message: impl Into<String>) -> Note {
+    Note::Log {
         warn: false,
         message: message.into(),
     }
@@ -326,14 +408,14 @@ pub fn log(message: impl Into<String>) -> Write {
 #[derive(Debug, Clone)]
 pub struct Draft {
     pub cs: CocoonSet,
-    pub writes: Vec<Write>,
+    pub effects: Vec<Effect>,
 }
 
 impl Draft {
     pub fn new(cs: &CocoonSet) -> Self {
         Draft {
             cs: cs.clone(),
-            writes: Vec::new(),
+            effects: Vec::new(),
         }
     }
 
@@ -342,8 +424,13 @@ impl Draft {
         Observed { cs: &self.cs, ..*o }
     }
 
-    pub fn push(&mut self, w: Write) {
-        match &w {
+    pub fn push(&mut self, effect: impl Into<Effect>) {
+        let effect = effect.into();
+        let Effect::Write(w) = &effect else {
+            self.effects.push(effect);
+            return;
+        };
+        match w {
             Write::SetAnnotations(delta) => apply_delta(self.cs.annotations_mut(), delta),
             Write::ForgetVms(vms) => {
                 let mut record = ReclaimRecord::from_meta(&self.cs.metadata);
@@ -355,12 +442,49 @@ impl Draft {
             }
             _ => {}
         }
-        self.writes.push(w);
+        self.effects.push(effect);
     }
 
-    pub fn extend(&mut self, writes: impl IntoIterator<Item = Write>) {
-        for w in writes {
-            self.push(w);
+    pub fn extend<E: Into<Effect>>(&mut self, effects: impl IntoIterator<Item = E>) {
+        for e in effects {
+            self.push(e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_keeps_its_writes_apart_from_its_notes_and_each_note_after_the_writes_before_it() {
+        let drafted = effects![
+            log("first"),
+            Write::DeletePod("a".into()),
+            Note::Changed,
+            Note::Backoff(Duration::from_secs(3)),
+            Write::DeletePod("b".into()),
+        ];
+        let plan = StepPlan::of(drafted.clone(), Next::Continue);
+        assert_eq!(
+            plan.writes,
+            [Write::DeletePod("a".into()), Write::DeletePod("b".into())]
+        );
+        assert_eq!(
+            plan.noted,
+            [
+                (0, log("first")),
+                (1, Note::Changed),
+                (1, Note::Backoff(Duration::from_secs(3))),
+            ]
+        );
+        assert_eq!(
+            plan.effects(),
+            drafted,
+            "the one order they were drafted in"
+        );
+        let trailing = StepPlan::of(effects![Write::ClearSuspended, log("done")], Next::Continue);
+        assert_eq!(trailing.noted, [(1, log("done"))]);
+        assert_eq!(trailing.notes().count(), 1);
     }
 }

@@ -18,17 +18,16 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
-use cocoon_api::contract::AnnotationCodec;
 use cocoon_api::naming::{self, Role};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::create::rules::{CreateFacts, cr_restorable};
-use super::create::{self, Protocols};
-use super::teardown::rules::stash_names;
-use super::triage::{self, rules::rebuild_reason};
-use super::{Answers, Created, Draft, Next, Observed, Read, StepPlan, Write};
+use super::{Answers, Created, Draft, Next, Note, Observed, Read, StepPlan, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::rules::{CreateFacts, cr_restorable};
+use crate::cocoonset::shared::create::{self, Protocols};
+use crate::cocoonset::shared::stash;
+use crate::cocoonset::shared::triage::{self, rules::rebuild_reason};
 
 /// The step's name in a registry error.
 pub const STEP: &str = "sub-agents";
@@ -42,7 +41,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
     // 12.1: one pod at a time, in slot order.
     for (pod, reason) in &survey.existing {
         let triaged = triage::existing(&acc.observed(o), pod, reason.clone(), now);
-        let writes = triaged.into_writes(&acc.observed(o), &pod.name_any());
+        let writes = triaged.into_effects(&acc.observed(o), &pod.name_any());
         acc.extend(writes);
     }
     let mut slots = Vec::new();
@@ -53,18 +52,18 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         };
         acc.extend(writes);
         match o.classified.pending_creates.get(&name) {
-            Some(left) => acc.push(Write::Backoff(*left)),
+            Some(left) => acc.push(Note::Backoff(*left)),
             None => slots.push(*slot),
         }
     }
     // 12.2: restore intent resolved once, then the creates all at once.
     if !slots.is_empty() {
         let Some(crs) = &answers.cached_hibernations else {
-            return StepPlan::read(acc.writes, vec![Read::CachedHibernations]);
+            return StepPlan::read_of(acc.effects, vec![Read::CachedHibernations]);
         };
         let jobs = creates(&acc.observed(o), &slots, &cr_restorable(crs));
         match create::protocols(answers, jobs, STEP) {
-            Protocols::Read(reads) => return StepPlan::read(acc.writes, reads),
+            Protocols::Read(reads) => return StepPlan::read_of(acc.effects, reads),
             Protocols::Decided { writes, pods } => {
                 acc.extend(writes);
                 acc.push(Write::PostPods {
@@ -74,20 +73,20 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
             }
         }
         if answers.created.is_empty() {
-            return StepPlan::read(acc.writes, Vec::new());
+            return StepPlan::read_of(acc.effects, Vec::new());
         }
         // AlreadyExists is success, but no change.
         if answers.created.contains(&Created::Yes) {
-            acc.push(Write::Changed);
+            acc.push(Note::Changed);
         }
     }
     // 12.3.
-    let removals = remove(&acc.observed(o), &survey.extras);
+    let removals = stash::remove(&acc.observed(o), &survey.extras);
     if !removals.is_empty() {
         acc.extend(removals);
-        acc.push(Write::Changed);
+        acc.push(Note::Changed);
     }
-    StepPlan::then(acc.writes, Next::Continue)
+    StepPlan::of(acc.effects, Next::Continue)
 }
 
 /// What step 12 finds, slot by slot.
@@ -147,18 +146,6 @@ pub fn creates(
         .collect()
 }
 
-/// Scale-down, or any removal of pods that leave the spec: stash their VM names first, then
-/// delete them.
-pub fn remove(o: &Observed<'_>, leaving: &[Pod]) -> Vec<Write> {
-    if leaving.is_empty() {
-        return Vec::new();
-    }
-    let stash = stash_names(o.cs, leaving);
-    let mut writes = vec![Write::SetAnnotations(stash.delta(o.cs.annotations()))];
-    writes.extend(leaving.iter().map(|p| Write::DeletePod(p.name_any())));
-    writes
-}
-
 #[cfg(test)]
 mod tests {
     use cocoon_api::contract::annotations as ann;
@@ -168,7 +155,7 @@ mod tests {
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, observe, on, set, write_kinds as kinds};
     use crate::cocoonset::pods::Classified;
-    use crate::cocoonset::steps::create::rules::TagRead;
+    use crate::cocoonset::shared::create::rules::TagRead;
 
     fn bound_main(cs: &CocoonSet) -> Pod {
         on(pods::build_agent_pod(cs, NS, 0, "", None), "node-a")
@@ -335,7 +322,7 @@ mod tests {
         let mut last: Vec<Write> = Vec::new();
         for (what, answers, want, reads, next) in cases {
             let p = plan(&o, &answers, now);
-            assert_eq!(kinds(&p.writes), want, "{what}");
+            assert_eq!(kinds(&p.effects()), want, "{what}");
             assert_eq!((p.reads, p.next), (reads, next), "{what}");
             assert!(
                 p.writes.starts_with(&last),
@@ -365,36 +352,18 @@ mod tests {
         let mut a = all_read(&cs, &[1, 2]);
         a.created = vec![Created::AlreadyExists, Created::AlreadyExists];
         let p = plan(&observe(&cs, &c, &t), &a, Utc::now());
-        assert_eq!(kinds(&p.writes), ["post demo-1,demo-2"]);
+        assert_eq!(kinds(&p.effects()), ["post demo-1,demo-2"]);
         assert_eq!(p.next, Next::Continue);
         // demo-2 was created a moment ago and the cache does not show it yet: only demo-1
         // is posted, and the pass looks again once the expectation lapses.
         c.pending_creates
             .insert("demo-2".into(), std::time::Duration::from_secs(25));
         let p = plan(&observe(&cs, &c, &t), &all_read(&cs, &[1]), Utc::now());
-        assert_eq!(kinds(&p.writes), ["backoff 25s", "post demo-1"]);
+        assert_eq!(kinds(&p.effects()), ["backoff 25s", "post demo-1"]);
         c.pending_creates
             .insert("demo-1".into(), std::time::Duration::from_secs(25));
         let p = plan(&observe(&cs, &c, &t), &Answers::default(), Utc::now());
-        assert_eq!(kinds(&p.writes), ["backoff 25s", "backoff 25s"]);
+        assert_eq!(kinds(&p.effects()), ["backoff 25s", "backoff 25s"]);
         assert_eq!(p.next, Next::Continue, "nothing to post, nothing to read");
-    }
-
-    #[test]
-    fn scale_down_stashes_the_leaving_vms_first_then_deletes() {
-        let t = Timing::default();
-        let cs = set().with_replicas(0).at_generation(1);
-        let c = Classified::default();
-        let leaving = pods::build_agent_pod(&cs, NS, 3, "vm", Some("n"));
-        let w = remove(&observe(&cs, &c, &t), std::slice::from_ref(&leaving));
-        match &w[..] {
-            [Write::SetAnnotations(stash), Write::DeletePod(name)] => {
-                let value = stash.get(ann::DELETE_VM_NAMES).cloned().flatten();
-                assert_eq!(value, Some(naming::vm_name_for_agent(NS, "demo", 3)));
-                assert_eq!(name, "demo-3");
-            }
-            other => panic!("stash then delete, got {other:?}"),
-        }
-        assert!(remove(&observe(&cs, &c, &t), &[]).is_empty());
     }
 }

@@ -23,10 +23,11 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::create::{self, Protocol, rules::cr_restorable};
-use super::triage::{self, rules::rebuild_reason};
-use super::{Answers, Created, Draft, Next, Observed, Read, StepPlan, Write, sub_agents};
+use super::{Answers, Created, Draft, Next, Note, Observed, Read, StepPlan, Write, effects};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::{self, Protocol, rules::cr_restorable};
+use crate::cocoonset::shared::stash;
+use crate::cocoonset::shared::triage::{self, rules::rebuild_reason};
 
 /// The step's name in a registry error.
 pub const STEP: &str = "toolboxes";
@@ -35,13 +36,13 @@ pub const STEP: &str = "toolboxes";
 pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan {
     // 13.1.
     if let Err(invalid) = validate(&o.cs.spec.toolboxes) {
-        return StepPlan::then(
-            vec![
-                Write::Log {
+        return StepPlan::of(
+            effects![
+                Note::Log {
                     warn: true,
                     message: format!("invalid spec: waiting for a change: {invalid}"),
                 },
-                Write::InvalidSpec(invalid),
+                Note::InvalidSpec(invalid),
             ],
             Next::Continue,
         );
@@ -54,11 +55,11 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         let (t, pod_name) = match toolbox {
             Toolbox::Collision(message) => {
                 acc.push(Write::Fail(message));
-                return StepPlan::then(acc.writes, Next::Continue);
+                return StepPlan::of(acc.effects, Next::Continue);
             }
             Toolbox::Existing(pod, reason) => {
                 let triaged = triage::existing(&acc.observed(o), &pod, reason, now);
-                let writes = triaged.into_writes(&acc.observed(o), &pod.name_any());
+                let writes = triaged.into_effects(&acc.observed(o), &pod.name_any());
                 acc.extend(writes);
                 continue;
             }
@@ -69,11 +70,11 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         };
         acc.extend(writes);
         if let Some(left) = o.classified.pending_creates.get(&pod_name) {
-            acc.push(Write::Backoff(*left));
+            acc.push(Note::Backoff(*left));
             continue;
         }
         let Some(crs) = &answers.cached_hibernations else {
-            return StepPlan::read(acc.writes, vec![Read::CachedHibernations]);
+            return StepPlan::read_of(acc.effects, vec![Read::CachedHibernations]);
         };
         let pod = pods::build_toolbox_pod(o.cs, o.ns, &t);
         let facts = create::facts(
@@ -84,7 +85,7 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
             false,
         );
         match create::protocol(answers, pod, facts, STEP) {
-            Protocol::Read(read) => return StepPlan::read(acc.writes, vec![read]),
+            Protocol::Read(read) => return StepPlan::read_of(acc.effects, vec![read]),
             Protocol::Decided { pod, writes, .. } => {
                 acc.extend(writes);
                 acc.push(Write::PostPod(pod));
@@ -93,27 +94,27 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, now: DateTime<Utc>) -> StepPlan
         let outcome = answers.created.get(posts).copied();
         posts += 1;
         match outcome {
-            None => return StepPlan::read(acc.writes, Vec::new()),
-            Some(Created::Yes) => acc.push(Write::Changed),
+            None => return StepPlan::read_of(acc.effects, Vec::new()),
+            Some(Created::Yes) => acc.push(Note::Changed),
             // Fine (and no change) only for our own toolbox pod: read it past the cache.
             Some(Created::AlreadyExists) => match answers.pods.get(&pod_name) {
-                None => return StepPlan::read(acc.writes, vec![Read::Pod(pod_name)]),
+                None => return StepPlan::read_of(acc.effects, vec![Read::Pod(pod_name)]),
                 Some(live) => {
                     if let Some(message) = collision(o.cs, o.ns, &t, &pod_name, live.as_ref()) {
                         acc.push(Write::Fail(message));
-                        return StepPlan::then(acc.writes, Next::Continue);
+                        return StepPlan::of(acc.effects, Next::Continue);
                     }
                 }
             },
         }
     }
     // 13.3.
-    let removals = sub_agents::remove(&acc.observed(o), &leaving);
+    let removals = stash::remove(&acc.observed(o), &leaving);
     if !removals.is_empty() {
         acc.extend(removals);
-        acc.push(Write::Changed);
+        acc.push(Note::Changed);
     }
-    StepPlan::then(acc.writes, Next::Continue)
+    StepPlan::of(acc.effects, Next::Continue)
 }
 
 /// After an AlreadyExists create: the error when the live pod is not this set's toolbox
@@ -250,7 +251,8 @@ mod tests {
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, observe, set, write_kinds as kinds};
     use crate::cocoonset::pods::Classified;
-    use crate::cocoonset::steps::create::rules::TagRead;
+    use crate::cocoonset::shared::create::rules::TagRead;
+    use crate::cocoonset::steps::Effect;
 
     #[test]
     fn each_toolbox_is_triaged_or_created_a_foreign_pod_of_its_name_collides_and_leavers_go() {
@@ -393,7 +395,7 @@ mod tests {
         for (what, answer, want, reads, next) in cases {
             answer(&mut a, &vm_b, &vm_c, &ours_c);
             let p = plan(&o, &a, now);
-            assert_eq!(kinds(&p.writes), want, "{what}");
+            assert_eq!(kinds(&p.effects()), want, "{what}");
             assert_eq!((p.reads, p.next), (reads, next), "{what}");
             assert!(
                 p.writes.starts_with(&last),
@@ -409,7 +411,7 @@ mod tests {
         a.pods.insert("demo-c".into(), Some(foreign));
         let p = plan(&o, &a, now);
         assert_eq!(
-            kinds(&p.writes).last().map(String::as_str),
+            kinds(&p.effects()).last().map(String::as_str),
             Some("fail: create toolbox c: name collision with existing pod ns/demo-c (role=main)")
         );
     }
@@ -423,7 +425,7 @@ mod tests {
         let t = Timing::default();
         let o = observe(&cs, &c, &t);
         let p = plan(&o, &Answers::default(), Utc::now());
-        assert_eq!(kinds(&p.writes), ["backoff 12s"]);
+        assert_eq!(kinds(&p.effects()), ["backoff 12s"]);
         assert_eq!((p.reads, p.next), (vec![], Next::Continue));
     }
 
@@ -434,8 +436,8 @@ mod tests {
         let o = observe(&cs, &c, &t);
         let p = plan(&o, &Answers::default(), Utc::now());
         assert!(matches!(
-            &p.writes[..],
-            [Write::Log { warn: true, .. }, Write::InvalidSpec(e)] if e.field == "spec.toolboxes"
+            &p.effects()[..],
+            [Effect::Note(Note::Log { warn: true, .. }), Effect::Note(Note::InvalidSpec(e))] if e.field == "spec.toolboxes"
         ));
         assert_eq!(p.next, Next::Continue);
     }

@@ -2,11 +2,13 @@
 //! every step observes (the set with the walk's own writes mirrored in, the step-4
 //! classification, the pending step-5 stamps). The executor ([`executor`]) applies what the
 //! steps plan, with the API writes it is made of.
-//! Every step is a planner of [`steps`]; [`Walk::run_step`] applies its plans and feeds its
-//! reads back until it hands over or ends the pass ([`Walk::run_replayed`] for steps 12 and
-//! 13, which plan from the view they started from and repeat their earlier writes). The walk
-//! has no per-pod loop and no create protocol of its own: a create is the step's planned
-//! manifest read, tag drop, record write and post.
+//! Every step is a planner of [`steps`] run in one form, [`Walk::step`]: the one runner
+//! applies its plans and feeds its reads back until it hands over or ends the pass. How a
+//! step is run is a property of its [`Step`] (replayed for steps 12 and 13, which plan from
+//! the view they started from and repeat their earlier writes; the pass's smallest backoff
+//! for a pass that step 11 ends), so [`Walk::steps`] is the flat list of the seed's steps.
+//! The walk has no per-pod loop and no create protocol of its own: a create is the step's
+//! planned manifest read, tag drop, record write and post.
 //!
 //! Crash safety: every durable marker is written before the side effect it guards — the
 //! reclaim record before any hibernate annotation (6A.2), `suspending-since` on entry into
@@ -15,48 +17,26 @@
 //! create (9.1.4), the first record write before an unsuspend clears any annotation (10.3).
 //! A fresh controller with empty memory therefore resumes from the API objects alone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use chrono::Utc;
 use cocoon_api::contract::AnnotationDelta;
 use cocoon_api::crd::set::CocoonSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 
+use self::executor::{Step, Stop};
 use super::memory::WrittenStatus;
 use super::pods::Classified;
-use super::steps::{self, Next};
+use super::shared::unsuspend;
+use super::steps::{self, StepPlan};
 use super::{Caches, Context, Error};
 use crate::registry::RegistryError;
 
 mod executor;
-
-/// How a step ends: hand over to the next one, or end the pass.
-enum Step {
-    Continue,
-    Return(Action),
-}
-
-impl From<steps::Next> for Step {
-    fn from(next: steps::Next) -> Self {
-        match next {
-            steps::Next::Continue | steps::Next::Replan => Step::Continue,
-            steps::Next::RequeueAfter(d) => Step::Return(Action::requeue(d)),
-            steps::Next::AwaitChange => Step::Return(Action::await_change()),
-        }
-    }
-}
-
-/// Now in whole seconds: the API server stores condition times so, and a finer `now` would
-/// make a freshly written status differ from its read-back.
-fn status_time() -> Timestamp {
-    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_default()
-}
 
 pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Result<Action, Error> {
     let synced = caches.pods_synced.load(Ordering::SeqCst)
@@ -73,72 +53,88 @@ pub(super) async fn walk(cs: &CocoonSet, ctx: &Context, caches: &Caches) -> Resu
     let recall = ctx.memory.recall(cs, |cs| {
         steps::classify::owned(cs, caches.pods.state().iter().map(|p| &**p))
     });
-    let owned = recall.owned;
     let mut walk = Walk::new(ctx, caches, recall.cs, ns);
     walk.set_base = recall.set_base;
     walk.pod_bases = recall.pod_bases;
     walk.last_status = recall.last_status;
-    walk.pod_uids = owned
+    walk.pod_uids = recall
+        .owned
         .iter()
         .filter_map(|p| Some((p.name_any(), p.metadata.uid.clone()?)))
         .collect();
+    walk.owned = recall.owned;
+    match walk.steps(&recall.deleted, recall.pending_creates).await {
+        Ok(()) => Ok(Action::await_change()),
+        Err(Stop::End(action)) => Ok(action),
+        Err(Stop::Failed(e)) => Err(e),
+    }
+}
 
-    // Step 2 — teardown.
-    if walk.cs.metadata.deletion_timestamp.is_some() {
-        let plan = steps::teardown::plan(&walk.observed(&owned), &recall.deleted);
-        return Ok(walk
-            .apply_step(plan)
-            .await?
-            .unwrap_or(Action::await_change()));
-    }
-    // Step 3 — finalizer.
-    if let Some(done) = walk
-        .apply_step(steps::finalizer::plan(&walk.observed(&owned)))
-        .await?
-    {
-        return Ok(done);
-    }
-    // Step 4 — classify, with the pods this controller created a moment ago that the cache does not
-    // show yet.
-    walk.classified = steps::classify::by_role(&owned);
-    walk.classified.pending_creates = recall.pending_creates;
-    // Step 5 — stamp: planned here, written with the first patch steps 6–10 make to each pod (the
-    // hibernate annotation of a suspend, its clear on unsuspend), the rest right after them.
-    walk.stamp_generation();
-    let transitions = walk.transitions().await;
-    let stamped = walk.flush_stamps().await;
-    let step = transitions?;
-    stamped?;
-    if let Step::Return(a) = step {
-        return Ok(a);
-    }
-    // Step 11 — main agent.
-    let (now, st) = (Utc::now(), status_time());
-    let next = walk
-        .run_step(|o, a| steps::main_agent::plan(o, a, now, st))
+impl Walk<'_> {
+    /// The seed's steps 2–14 in order, each handing over to the next or ending the pass.
+    /// `deleted`: the UIDs of the pods this controller deleted a moment ago (step 2);
+    /// `pending_creates`: the pods it created a moment ago that the cache does not show yet
+    /// (step 4).
+    async fn steps(
+        &mut self,
+        deleted: &BTreeSet<String>,
+        pending_creates: BTreeMap<String, Duration>,
+    ) -> Result<(), Stop> {
+        let deleting = self.cs.metadata.deletion_timestamp.is_some();
+        // Step 2 ends every pass over a set being deleted (its plan never hands over).
+        self.step(Step::new("2 teardown"), |o, _, _| match deleting {
+            true => steps::teardown::plan(o, deleted),
+            false => StepPlan::proceed(),
+        })
         .await?;
-    // A pass that ends here still comes back for an earlier step's backoff (the reclaim hold).
-    if let Step::Return(a) = Step::from(walk.sooner(next)) {
-        return Ok(a);
+        self.step(Step::new("3 finalizer"), |o, _, _| {
+            steps::finalizer::plan(o)
+        })
+        .await?;
+        self.classify(pending_creates);
+        self.stamp_generation();
+        self.step(Step::new("6 suspend"), |o, a, t| {
+            steps::suspend::plan(o, a, t.utc)
+        })
+        .await?;
+        self.step(Step::new("7 failed main"), |o, a, t| {
+            steps::failed_main::plan(o, a, t.utc, t.status)
+        })
+        .await?;
+        self.step(Step::new("8 migrate"), |o, a, _| steps::migrate::plan(o, a))
+            .await?;
+        self.step(Step::new("9 release wake"), |o, a, t| {
+            steps::release_wake::plan(o, a, t.status)
+        })
+        .await?;
+        self.step(Step::new("10 unsuspend"), |o, a, _| {
+            unsuspend::bookkeeping(o, a)
+        })
+        .await?;
+        self.step(Step::new("10.6 reclaim"), |o, _, t| {
+            steps::unsuspend::reclaim(o, t.precise)
+        })
+        .await?;
+        // Step 5's stamps that rode on no patch of steps 6–10.
+        self.flush_stamps().await?;
+        self.step(Step::new("11 main agent").sooner(), |o, a, t| {
+            steps::main_agent::plan(o, a, t.utc, t.status)
+        })
+        .await?;
+        self.step(Step::new("12 sub-agents").replayed(), |o, a, t| {
+            steps::sub_agents::plan(o, a, t.utc)
+        })
+        .await?;
+        self.step(Step::new("13 toolboxes").replayed(), |o, a, t| {
+            steps::toolboxes::plan(o, a, t.utc)
+        })
+        .await?;
+        let progress = self.progress();
+        self.step(Step::new("14 status"), |o, _, t| {
+            steps::status::plan(o, &progress, t.status)
+        })
+        .await
     }
-    // Steps 12 and 13 — sub-agents, toolboxes.
-    let now = Utc::now();
-    walk.run_replayed(|o, a| steps::sub_agents::plan(o, a, now))
-        .await?;
-    walk.run_replayed(|o, a| steps::toolboxes::plan(o, a, now))
-        .await?;
-    // Step 14 — status.
-    let now = status_time();
-    let progress = steps::status::Progress {
-        changed: walk.changed,
-        min_backoff: walk.min_backoff,
-        invalid: walk.invalid.clone(),
-    };
-    let plan = steps::status::plan(&walk.observed(&[]), &progress, now);
-    Ok(walk
-        .apply_step(plan)
-        .await?
-        .unwrap_or(Action::await_change()))
 }
 
 /// The state of one pass: the in-memory mirror of the set (its annotation writes applied),
@@ -151,6 +147,9 @@ struct Walk<'a> {
     name: String,
     sets: Api<CocoonSet>,
     pod_api: Api<Pod>,
+    /// The controller-owned pods the cache showed when the pass began (terminating ones
+    /// included): what step 2 observes, and step 4 classifies.
+    owned: Vec<Pod>,
     classified: Classified,
     changed: bool,
     min_backoff: Option<Duration>,
@@ -193,6 +192,7 @@ impl<'a> Walk<'a> {
             cs,
             ns,
             name,
+            owned: Vec::new(),
             classified: Classified::default(),
             changed: false,
             min_backoff: None,
@@ -208,59 +208,27 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// Steps 6 to 10, which hand over to step 11 or end the pass.
-    async fn transitions(&mut self) -> Result<Step, Error> {
-        // Step 6 — suspend.
-        let now = Utc::now();
-        let next = self
-            .run_step(|o, a| steps::suspend::plan(o, a, now))
-            .await?;
-        if let Step::Return(a) = Step::from(next) {
-            return Ok(Step::Return(a));
-        }
-        // Step 7 — failed main.
-        let (now, st) = (Utc::now(), status_time());
-        let next = self
-            .run_step(|o, a| steps::failed_main::plan(o, a, now, st))
-            .await?;
-        if let Step::Return(a) = Step::from(next) {
-            return Ok(Step::Return(a));
-        }
-        // Step 8 — migrate.
-        let next = self.run_step(steps::migrate::plan).await?;
-        if let Step::Return(a) = Step::from(next) {
-            return Ok(Step::Return(a));
-        }
-        // Step 9 — release wake.
-        let now = status_time();
-        let next = self
-            .run_step(|o, a| steps::release_wake::plan(o, a, now))
-            .await?;
-        if let Step::Return(a) = Step::from(next) {
-            return Ok(Step::Return(a));
-        }
-        // Step 10 — unsuspend bookkeeping, then reclaim.
-        self.run_step(steps::unsuspend::bookkeeping).await?;
-        let now = Timestamp::now();
-        self.run_step(|o, _| steps::unsuspend::reclaim(o, now))
-            .await?;
-        Ok(Step::Continue)
-    }
-
     fn generation(&self) -> i64 {
         self.cs.metadata.generation.unwrap_or(0)
     }
 
-    /// What the next step observes: the set as this walk knows it, `owned` from the cache
-    /// and the step-4 classification.
-    fn observed<'o>(&'o self, owned: &'o [Pod]) -> steps::Observed<'o> {
+    /// What the next step observes: the set as this walk knows it, the owned pods from the
+    /// cache and the step-4 classification.
+    fn observed(&self) -> steps::Observed<'_> {
         steps::Observed {
             cs: &self.cs,
             ns: &self.ns,
-            owned,
+            owned: &self.owned,
             classified: &self.classified,
             timing: &self.ctx.timing,
         }
+    }
+
+    /// Step 4: the owned pods by role, with the pods this controller created a moment ago
+    /// that the cache does not show yet.
+    fn classify(&mut self, pending_creates: BTreeMap<String, Duration>) {
+        self.classified = steps::classify::by_role(&self.owned);
+        self.classified.pending_creates = pending_creates;
     }
 
     /// Step 5: the stamps of [`steps::stamp::stamps`], mirrored into the classification; the
@@ -274,12 +242,12 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// `next`, or the pass's smallest backoff when that comes sooner.
-    fn sooner(&self, next: Next) -> Next {
-        match (next, self.min_backoff) {
-            (Next::RequeueAfter(d), Some(b)) => Next::RequeueAfter(d.min(b)),
-            (Next::AwaitChange, Some(b)) => Next::RequeueAfter(b),
-            (next, _) => next,
+    /// What steps 11–13 left for step 14.
+    fn progress(&self) -> steps::status::Progress {
+        steps::status::Progress {
+            changed: self.changed,
+            min_backoff: self.min_backoff,
+            invalid: self.invalid.clone(),
         }
     }
 }

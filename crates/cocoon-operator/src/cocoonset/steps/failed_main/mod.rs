@@ -16,9 +16,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use self::rules::Verdict;
-use super::triage::{self, rules::Triage};
-use super::{Answers, Counter, Next, Observed, StepPlan, Write, status, unsuspend};
+use super::{Answers, Counter, Effect, Next, Note, Observed, StepPlan, Write, effects};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::status::build_status;
+use crate::cocoonset::shared::triage::{self, rules::Triage};
+use crate::cocoonset::shared::unsuspend;
 
 pub mod rules;
 #[cfg(test)]
@@ -44,8 +46,8 @@ pub fn decide(o: &Observed<'_>) -> FailedMain {
     let drifted = pods::agent_drift(o.cs, o.ns, 0, main).is_some();
     match rules::verdict(o.cs, o.ns, Some(main), drifted) {
         Verdict::Continue => FailedMain::Proceed(StepPlan::proceed()),
-        Verdict::Recovered { message } => FailedMain::Proceed(StepPlan::then(
-            vec![Write::Event {
+        Verdict::Recovered { message } => FailedMain::Proceed(StepPlan::of(
+            effects![Note::Event {
                 warning: false,
                 reason: reasons::RECOVERED_FROM_FAILURE,
                 message,
@@ -77,7 +79,7 @@ pub fn plan(
     };
     if clears_leftover_hibernate(o, main) {
         let bookkeeping = unsuspend::bookkeeping(o, answers);
-        if !bookkeeping.writes.is_empty() || bookkeeping.next != Next::Continue {
+        if !bookkeeping.effects().is_empty() || bookkeeping.next != Next::Continue {
             return StepPlan {
                 next: Next::Replan,
                 ..bookkeeping
@@ -89,10 +91,10 @@ pub fn plan(
     };
     let triaged = triage::existing(o, main, Some(reason), now);
     let decision = triaged.decision.clone();
-    let mut writes = triaged.into_writes(o, &main.name_any());
+    let mut writes = triaged.into_effects(o, &main.name_any());
     let after = after_triage(o, &decision, main, status_time);
-    writes.extend(after.writes);
-    StepPlan::then(writes, after.next)
+    writes.extend(after.effects());
+    StepPlan::of(writes, after.next)
 }
 
 /// 7.1: a terminal main first loses a leftover hibernate intent, unless a migration is
@@ -108,24 +110,30 @@ fn clears_leftover_hibernate(o: &Observed<'_>, main: &Pod) -> bool {
 /// change of the main.
 pub fn report(o: &Observed<'_>, main: &Pod, status_time: Timestamp) -> StepPlan {
     let report = rules::failed_report(o.cs, o.ns, main);
-    let mut writes = Vec::new();
+    let mut writes: Vec<Effect> = Vec::new();
     if report.announce {
-        writes.push(Write::Event {
-            warning: true,
-            reason: report.reason,
-            message: report.message,
-        });
+        writes.push(
+            Note::Event {
+                warning: true,
+                reason: report.reason,
+                message: report.message,
+            }
+            .into(),
+        );
         if let Some(phase) = report.lifecycle_metric_phase {
-            writes.push(Write::Count(Counter::LifecycleStateFailed { phase }));
+            writes.push(Note::Count(Counter::LifecycleStateFailed { phase }).into());
         }
     }
-    writes.push(Write::Status(status::rules::build_status(
-        o.cs,
-        o.classified,
-        Some(CocoonSetPhase::Failed),
-        status_time,
-    )));
-    StepPlan::then(writes, Next::AwaitChange)
+    writes.push(
+        Write::Status(build_status(
+            o.cs,
+            o.classified,
+            Some(CocoonSetPhase::Failed),
+            status_time,
+        ))
+        .into(),
+    );
+    StepPlan::of(writes, Next::AwaitChange)
 }
 
 /// After the rebuild triage of a terminal, drifted main: a main dead-lettered at this
@@ -197,12 +205,12 @@ mod tests {
         match decided(&was_failed, Some(&healthy)) {
             FailedMain::Proceed(p) => {
                 assert!(matches!(
-                    &p.writes[..],
-                    [Write::Event {
+                    &p.effects()[..],
+                    [Effect::Note(Note::Event {
                         reason: reasons::RECOVERED_FROM_FAILURE,
                         warning: false,
                         ..
-                    }]
+                    })]
                 ));
                 assert_eq!(p.next, Next::Continue);
             }
@@ -222,9 +230,8 @@ mod tests {
             let c = classify([&main]);
             let p = report(&observe(&cs, &c, &t), &main, Timestamp::UNIX_EPOCH);
             let events = p
-                .writes
-                .iter()
-                .filter(|w| matches!(w, Write::Event { warning: true, .. }))
+                .notes()
+                .filter(|w| matches!(w, Note::Event { warning: true, .. }))
                 .count();
             assert_eq!(events, usize::from(announced), "from {before:?}");
             assert!(

@@ -25,9 +25,11 @@ use cocoon_api::naming::{self, Role};
 use kube::ResourceExt;
 
 use self::rules::{Advance, Engage};
-use super::create::{self, Protocol, rules::wake_boots_fresh};
-use super::{Answers, Counter, Created, Next, Observed, Read, StepPlan, Write, log};
+use super::{
+    Answers, Counter, Created, Effect, Next, Note, Observed, Read, StepPlan, Write, effects, log,
+};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::{self, Protocol, rules::wake_boots_fresh};
 
 pub mod rules;
 #[cfg(test)]
@@ -45,8 +47,8 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
     match rules::engage(desired, migrating, main) {
         Engage::HandOver => return StepPlan::proceed(),
         Engage::DeleteStalePin => {
-            return StepPlan::requeue(
-                vec![
+            return StepPlan::requeue_of(
+                effects![
                     log(format!(
                         "deleting the unscheduled main {main_name}, pinned to a node the set no longer names (pin {desired:?})"
                     )),
@@ -103,8 +105,8 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         Advance::HandOver => StepPlan::proceed(),
         // The durable marker first: a restart mid-quiesce still knows the annotation is this
         // migration's, not a leftover.
-        Advance::Quiesce => StepPlan::requeue(
-            vec![
+        Advance::Quiesce => StepPlan::requeue_of(
+            effects![
                 Write::MarkMigrating,
                 Write::MarkPods {
                     names: vec![main_name],
@@ -116,8 +118,8 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
             ],
             poll,
         ),
-        Advance::DropLeftover => StepPlan::read(
-            vec![
+        Advance::DropLeftover => StepPlan::read_of(
+            effects![
                 drop_tag(&vm),
                 log(format!(
                     "dropped the leftover :hibernate tag of {vm} before migrating"
@@ -129,14 +131,14 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         Advance::AwaitQuiesce => StepPlan::requeue(vec![Write::MarkMigrating], poll),
         // Best effort, as in seat release: without the flag the target pulls the snapshot
         // from the registry instead of the source node.
-        Advance::EvictOld => StepPlan::requeue(
-            vec![
+        Advance::EvictOld => StepPlan::requeue_of(
+            effects![
                 Write::FlagPod {
                     name: main_name.clone(),
                     delta: bool_delta(ann::KEEP_SNAPSHOT_ON_DELETE, true),
                 },
                 Write::DeletePod(main_name.clone()),
-                Write::Changed,
+                Note::Changed,
                 log(format!(
                     "quiesced main {main_name} deleted for the migration to {desired}"
                 )),
@@ -145,8 +147,8 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
             poll,
         ),
         Advance::Recreate => recreate(o, answers),
-        Advance::WakeInPlace => StepPlan::requeue(
-            vec![
+        Advance::WakeInPlace => StepPlan::requeue_of(
+            effects![
                 Write::MarkPods {
                     names: vec![main_name.clone()],
                     delta: bool_delta(ann::HIBERNATE, false),
@@ -159,21 +161,24 @@ pub fn plan(o: &Observed<'_>, answers: &Answers) -> StepPlan {
             poll,
         ),
         Advance::AwaitLive { unschedulable } => {
-            let mut writes = Vec::new();
+            let mut writes: Vec<Effect> = Vec::new();
             if let Some(msg) = unschedulable {
                 let msg = rules::redact_target(&msg, desired);
-                writes.push(Write::Count(Counter::MigrateUnschedulable));
-                writes.push(Write::Event {
-                    warning: true,
-                    reason: reasons::MIGRATE_NO_CAPACITY,
-                    message: ev::main_unschedulable_message(&main_name, &msg),
-                });
+                writes.push(Note::Count(Counter::MigrateUnschedulable).into());
+                writes.push(
+                    Note::Event {
+                        warning: true,
+                        reason: reasons::MIGRATE_NO_CAPACITY,
+                        message: ev::main_unschedulable_message(&main_name, &msg),
+                    }
+                    .into(),
+                );
             }
-            writes.push(Write::MarkMigrating);
-            StepPlan::requeue(writes, poll)
+            writes.push(Write::MarkMigrating.into());
+            StepPlan::of(writes, Next::RequeueAfter(poll))
         }
-        Advance::DropSnapshot => StepPlan::read(
-            vec![
+        Advance::DropSnapshot => StepPlan::read_of(
+            effects![
                 drop_tag(&vm),
                 log(format!("migration to {desired} complete: snapshot dropped")),
                 Write::MarkMigrating,
@@ -209,9 +214,9 @@ fn recreate(o: &Observed<'_>, answers: &Answers) -> StepPlan {
         Some(Created::AlreadyExists) => return StepPlan::requeue(Vec::new(), poll),
         Some(Created::Yes) => {
             let target = &o.cs.spec.node_name;
-            return StepPlan::requeue(
-                vec![
-                    Write::Changed,
+            return StepPlan::requeue_of(
+                effects![
+                    Note::Changed,
                     log(format!("main recreated from its snapshot on {target}")),
                     Write::MarkMigrating,
                 ],
@@ -231,13 +236,13 @@ fn recreate(o: &Observed<'_>, answers: &Answers) -> StepPlan {
             decision,
         } => {
             if wake_boots_fresh(&tag, &decision) {
-                writes.push(log(
-                    "no snapshot to migrate onto (image changed); the main boots fresh",
-                ));
-                return StepPlan::then(writes, Next::Continue);
+                writes.push(
+                    log("no snapshot to migrate onto (image changed); the main boots fresh").into(),
+                );
+                return StepPlan::of(writes, Next::Continue);
             }
-            writes.push(Write::PostPod(pod));
-            StepPlan::read(writes, Vec::new())
+            writes.push(Write::PostPod(pod).into());
+            StepPlan::read_of(writes, Vec::new())
         }
     }
 }
@@ -252,8 +257,8 @@ mod tests {
     use crate::cocoonset::fixtures::{
         NS, SetFixture, classify, live, observe, on, phase, set, unschedulable, vm, with,
     };
+    use crate::cocoonset::shared::create::rules::TagRead;
     use crate::cocoonset::steps::Probed;
-    use crate::cocoonset::steps::create::rules::TagRead;
 
     /// The set pinned to `pin`, Migrating already with `migrating`.
     fn pinned(pin: &str, migrating: bool) -> CocoonSet {
@@ -458,12 +463,12 @@ mod tests {
         let pending = with(pending, ann::RESTORE_FROM_HIBERNATE, "true");
         let p = run(&cs, Some(&pending), &probed(true));
         assert!(
-            p.writes
-                .contains(&Write::Count(Counter::MigrateUnschedulable))
+            p.notes()
+                .any(|n| *n == Note::Count(Counter::MigrateUnschedulable))
         );
-        assert!(p.writes.iter().any(|w| matches!(
+        assert!(p.notes().any(|w| matches!(
             w,
-            Write::Event { reason: reasons::MIGRATE_NO_CAPACITY, message, .. }
+            Note::Event { reason: reasons::MIGRATE_NO_CAPACITY, message, .. }
                 if !message.contains("node-b")
         )));
         assert_eq!(p.next, poll());

@@ -20,10 +20,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use self::rules::WakeStep;
-use super::create::{self, Protocol, rules::wake_boots_fresh};
-use super::status::rules::build_status;
-use super::{Answers, Counter, Next, Observed, Read, StepPlan, Write, log};
+use super::{Answers, Counter, Effect, Next, Note, Observed, Read, StepPlan, Write, effects, log};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::{self, Protocol, rules::wake_boots_fresh};
+use crate::cocoonset::shared::status::build_status;
 
 pub mod rules;
 #[cfg(test)]
@@ -55,36 +55,42 @@ pub fn plan(o: &Observed<'_>, answers: &Answers, status_time: Timestamp) -> Step
             }
         }
         WakeStep::WaitLive { unschedulable } => {
-            let mut writes = Vec::new();
+            let mut writes: Vec<Effect> = Vec::new();
             if let (Some(msg), Some(m)) = (unschedulable, main) {
-                writes.push(Write::Count(Counter::SlotReleaseWakeUnschedulable));
-                writes.push(Write::Event {
-                    warning: true,
-                    reason: reasons::WAKE_NO_CAPACITY,
-                    message: ev::main_unschedulable_message(&m.name_any(), &msg),
-                });
+                writes.push(Note::Count(Counter::SlotReleaseWakeUnschedulable).into());
+                writes.push(
+                    Note::Event {
+                        warning: true,
+                        reason: reasons::WAKE_NO_CAPACITY,
+                        message: ev::main_unschedulable_message(&m.name_any(), &msg),
+                    }
+                    .into(),
+                );
             }
-            writes.push(status(Some(CocoonSetPhase::Waking)));
-            StepPlan::then(writes, poll)
+            writes.push(status(Some(CocoonSetPhase::Waking)).into());
+            StepPlan::of(writes, poll)
         }
         WakeStep::Complete { placement } => {
             let vm = naming::vm_name_for_agent(o.ns, &o.cs.name_any(), 0);
-            let mut writes = vec![Write::DropTag {
+            let mut writes = effects![Write::DropTag {
                 vm,
                 tag: tags::HIBERNATE,
                 step: STEP,
             }];
             if let Some(p) = placement {
-                writes.push(Write::Count(Counter::SlotReleaseWake {
-                    placement: p.to_string(),
-                }));
+                writes.push(
+                    Note::Count(Counter::SlotReleaseWake {
+                        placement: p.to_string(),
+                    })
+                    .into(),
+                );
             }
-            writes.push(Write::SetAnnotations(
-                HibernatedOnNode::default().delta(o.cs.annotations()),
-            ));
-            writes.push(status(None));
-            writes.push(log("released main woken"));
-            StepPlan::then(writes, Next::RequeueAfter(o.timing.requeue_after_write))
+            writes.push(
+                Write::SetAnnotations(HibernatedOnNode::default().delta(o.cs.annotations())).into(),
+            );
+            writes.push(status(None).into());
+            writes.push(log("released main woken").into());
+            StepPlan::of(writes, Next::RequeueAfter(o.timing.requeue_after_write))
         }
     }
 }
@@ -105,10 +111,11 @@ fn start(o: &Observed<'_>, answers: &Answers, hint: &str) -> StepPlan {
             decision,
         } => {
             if wake_boots_fresh(&tag, &decision) {
-                writes.push(Write::SetAnnotations(
-                    HibernatedOnNode::default().delta(o.cs.annotations()),
-                ));
-                return StepPlan::then(writes, Next::Continue);
+                writes.push(
+                    Write::SetAnnotations(HibernatedOnNode::default().delta(o.cs.annotations()))
+                        .into(),
+                );
+                return StepPlan::of(writes, Next::Continue);
             }
             if !hint.is_empty()
                 && let Some(ps) = pod.spec.as_mut()
@@ -116,10 +123,10 @@ fn start(o: &Observed<'_>, answers: &Answers, hint: &str) -> StepPlan {
             {
                 ps.affinity = Some(placement::preferred_hostname_affinity(hint));
             }
-            writes.push(Write::Phase(Some(CocoonSetPhase::Waking)));
-            writes.push(Write::PostPod(pod));
-            writes.push(Write::Changed);
-            StepPlan::then(writes, Next::RequeueAfter(o.timing.migrate_poll))
+            writes.push(Write::Phase(Some(CocoonSetPhase::Waking)).into());
+            writes.push(Write::PostPod(pod).into());
+            writes.push(Note::Changed.into());
+            StepPlan::of(writes, Next::RequeueAfter(o.timing.migrate_poll))
         }
     }
 }
@@ -133,7 +140,7 @@ mod tests {
     use super::*;
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, classify, live, observe, on, ready, set};
-    use crate::cocoonset::steps::create::rules::TagRead;
+    use crate::cocoonset::shared::create::rules::TagRead;
 
     /// A release-policy set at generation 2 in `phase`, its main's node stashed as `hint`
     /// (none when empty).
@@ -304,9 +311,10 @@ mod tests {
             },
             "the snapshot goes first"
         );
-        assert!(p.writes.contains(&Write::Count(Counter::SlotReleaseWake {
-            placement: cocoon_api::contract::metrics::operator::PLACEMENT_HINT_NODE.into()
-        })));
+        assert!(p.notes().any(|n| *n
+            == Note::Count(Counter::SlotReleaseWake {
+                placement: cocoon_api::contract::metrics::operator::PLACEMENT_HINT_NODE.into()
+            })));
         assert!(p.writes.iter().any(|w| matches!(
             w,
             Write::SetAnnotations(d) if d.get(ann::HIBERNATED_ON_NODE) == Some(&None)

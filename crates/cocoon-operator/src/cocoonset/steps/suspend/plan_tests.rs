@@ -3,14 +3,26 @@
 
 use cocoon_api::crd::set::CocoonSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 
-use super::*;
+use chrono::{DateTime, Utc};
+use cocoon_api::contract::events::operator as reasons;
+use cocoon_api::contract::{
+    AnnotationCodec, ReclaimRecord, SuspendingSince, annotations as ann, tags,
+};
+use cocoon_api::crd::set::{CocoonSetPhase, HibernatePolicy};
+
+use super::{GATE, STEP, plan};
 use crate::cocoonset::Timing;
 use crate::cocoonset::fixtures::{
     self, NS, SetFixture, at, classify, observe, on, phase, set, vm, with,
 };
+use crate::cocoonset::pods;
+use crate::cocoonset::shared::create::rules::TagRead;
 use crate::cocoonset::steps::Probed;
-use crate::cocoonset::steps::create::rules::TagRead;
+use crate::cocoonset::steps::{
+    Answers, Counter, Created, Effect, Next, Note, Observed, Read, StepPlan, Write,
+};
 
 /// The set suspended (under the release policy with `release`), in `phase`.
 fn suspended(release: bool, phase: Option<CocoonSetPhase>) -> CocoonSet {
@@ -203,9 +215,9 @@ fn a_registry_probe_that_keeps_failing_counts_against_the_deadline() {
     // Past it: Failed with SuspendTimedOut naming the error, and no error (requeue).
     let late = at(0) + chrono::Duration::minutes(4);
     let p = run(&cs, &owned, &refused, late);
-    assert!(p.writes.iter().any(|w| matches!(
+    assert!(p.notes().any(|w| matches!(
         w,
-        Write::Event { warning: true, reason: reasons::SUSPEND_TIMED_OUT, message }
+        Note::Event { warning: true, reason: reasons::SUSPEND_TIMED_OUT, message }
             if message.contains("registry down")
     )));
     assert!(
@@ -267,8 +279,8 @@ fn a_main_deleted_while_suspended_is_created_from_its_snapshot() {
     );
     let p = run(&cs, &[], &a, at(0));
     assert!(matches!(
-        &p.writes[..],
-        [Write::PostPod(pod)] if pods::is_restore_marked(pod)
+        &p.effects()[..],
+        [Effect::Write(Write::PostPod(pod))] if pods::is_restore_marked(pod)
     ));
     assert_eq!(p.next, Next::Replan);
     let t = Timing::default();
@@ -305,8 +317,8 @@ fn with_release_the_gate_is_followed_by_a_slot_release_flagged_keep_snapshot_the
     let delete = position(&p, |w| *w == Write::DeletePod(name.clone()));
     assert!(stash < delete && hint < delete && flag < delete);
     assert!(
-        p.writes
-            .contains(&Write::Count(Counter::SlotReleasePodsDeleted))
+        p.notes()
+            .any(|n| *n == Note::Count(Counter::SlotReleasePodsDeleted))
     );
     assert_eq!(
         p.writes.last(),

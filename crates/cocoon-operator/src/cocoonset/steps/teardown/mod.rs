@@ -13,6 +13,7 @@ use cocoon_api::contract::{AnnotationCodec, finalizers};
 use kube::ResourceExt;
 
 use super::{Next, Observed, StepPlan, Write};
+use crate::cocoonset::shared::stash::stash_names;
 
 pub mod rules;
 #[cfg(test)]
@@ -24,7 +25,7 @@ pub fn plan(o: &Observed<'_>, deleted: &BTreeSet<String>) -> StepPlan {
     if !o.cs.finalizers().iter().any(|f| f == finalizers::COCOONSET) {
         return StepPlan::then(Vec::new(), Next::AwaitChange);
     }
-    let names = rules::stash_names(o.cs, o.owned);
+    let names = stash_names(o.cs, o.owned);
     let mut writes = vec![Write::SetAnnotations(names.delta(o.cs.annotations()))];
     if !o.owned.is_empty() {
         // Tag GC waits for the pods: the node agent may push :latest while they go.

@@ -1,30 +1,13 @@
-//! Pure rules of step 2 (teardown) of `cocoonset.md`: the delete stash, the pods to delete
-//! and the registry GC over the stash. The step's planner ([`super::plan`]) decides on them.
+//! Pure rules of step 2 (teardown) of `cocoonset.md`: the pods to delete and the registry GC
+//! over the stash ([`crate::cocoonset::shared::stash`]). The step's planner ([`super::plan`]) decides on them.
 
 use std::collections::BTreeSet;
 
-use cocoon_api::contract::{AnnotationCodec, DeleteVmNames, ReclaimRecord};
+use cocoon_api::contract::DeleteVmNames;
 use cocoon_api::crd::set::CocoonSet;
 use cocoon_api::naming;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-
-use crate::cocoonset::pods;
-
-/// The delete-vm-names union (step 2.2): the previous value, status VM names, the given
-/// pods' VM names and the record's VMs. Teardown stashes every owned pod so; so does every
-/// other delete of a pod that leaves the spec (a scale-down in step 12, a toolbox removal
-/// in step 13, the seat release of step 6B).
-pub fn stash_names<'a>(cs: &CocoonSet, pods: impl IntoIterator<Item = &'a Pod>) -> DeleteVmNames {
-    let mut names = DeleteVmNames::from_meta(&cs.metadata);
-    if let Some(s) = &cs.status {
-        names.union(s.agents.iter().map(|a| a.vm_name.as_str()));
-        names.union(s.toolboxes.iter().map(|t| t.vm_name.as_str()));
-    }
-    names.union(pods.into_iter().map(pods::vm_name));
-    names.union(ReclaimRecord::from_meta(&cs.metadata).vms.iter());
-    names
-}
 
 /// Step 2.3: the owned pods (from the cache, terminating ones included) that teardown deletes,
 /// in their order. Only what is still there and not yet going is deleted:

@@ -6,7 +6,7 @@ use cocoon_api::contract::{annotations as ann, oci, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use kube::api::{Api, ListParams};
 
-use crate::cocoonset::steps::create::rules::TagRead;
+use crate::cocoonset::shared::create::rules::TagRead;
 use crate::cocoonset::steps::{Answers, Probed, Read};
 use crate::cocoonset::walk::Walk;
 use crate::cocoonset::{Context, Error, REGISTRY_CALLS_AT_ONCE};

@@ -12,7 +12,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use tracing::{debug, info};
 
-use crate::cocoonset::steps::status::rules as status_rules;
+use crate::cocoonset::shared::status as status_rules;
 use crate::cocoonset::walk::Walk;
 use crate::cocoonset::{Context, Error};
 

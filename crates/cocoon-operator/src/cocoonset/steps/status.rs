@@ -7,20 +7,15 @@
 //! announced once by a Warning Event with the status that first carries it; the set then
 //! waits for a spec change.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cocoon_api::crd::set::CocoonSetStatus;
 use k8s_openapi::jiff::Timestamp;
 
 use super::toolboxes::InvalidSpec;
-use super::{Next, Observed, StepPlan, Write};
-use crate::cocoonset::pods;
+use super::{Effect, Next, Note, Observed, StepPlan, Write};
+use crate::cocoonset::shared::status::{self as rules, held};
 use crate::conditions::{NewCondition, find, set_condition};
-
-pub mod rules;
-#[cfg(test)]
-mod rules_tests;
 
 /// What steps 11–13 left for step 14.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -38,7 +33,7 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
         return StepPlan::then(Vec::new(), Next::RequeueAfter(o.timing.requeue_after_write));
     }
     let mut status = rules::build_status(o.cs, o.classified, None, now);
-    let mut writes = Vec::new();
+    let mut writes: Vec<Effect> = Vec::new();
     let mut event = None;
     if let Some(invalid) = &progress.invalid {
         let message = invalid.condition_message();
@@ -52,7 +47,7 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
                         && c.observed_generation == Some(o.generation())
                 });
         if !already {
-            event = Some(Write::Event {
+            event = Some(Note::Event {
                 warning: true,
                 reason: invalid.reason,
                 message: message.clone(),
@@ -62,27 +57,13 @@ pub fn plan(o: &Observed<'_>, progress: &Progress, now: Timestamp) -> StepPlan {
     }
     // (An equal status still goes out as a write: the executor makes no call for it.)
     if event.is_some() || !held(o, &status) {
-        writes.push(Write::Status(status));
+        writes.push(Write::Status(status).into());
     }
-    writes.extend(event);
+    writes.extend(event.map(Effect::from));
     let next = progress
         .min_backoff
         .map_or(Next::AwaitChange, Next::RequeueAfter);
-    StepPlan::then(writes, next)
-}
-
-/// Whether `status` differs from the set's only in what [`rules::progress_only`] holds back,
-/// on the pass's classification: such a status is not written (steps 11 and 14).
-pub fn held(o: &Observed<'_>, status: &CocoonSetStatus) -> bool {
-    let not_ready: BTreeSet<&str> = o
-        .classified
-        .all_by_name
-        .iter()
-        .filter(|(_, pod)| !pods::is_ready(pod))
-        .map(|(name, _)| name.as_str())
-        .collect();
-    o.cs.status.as_ref() != Some(status)
-        && rules::progress_only(o.cs.status.as_ref(), status, &not_ready)
+    StepPlan::of(writes, next)
 }
 
 fn mark_invalid(
@@ -115,6 +96,7 @@ mod tests {
     use super::*;
     use crate::cocoonset::Timing;
     use crate::cocoonset::fixtures::{NS, SetFixture, classify, observe, set};
+    use crate::cocoonset::pods;
     use crate::cocoonset::steps::toolboxes::INVALID_TOOLBOXES;
 
     fn run(cs: &CocoonSet, progress: &Progress) -> StepPlan {
@@ -163,7 +145,7 @@ mod tests {
     #[test]
     fn status_from_the_classification_then_wait_for_a_change_or_the_backoff() {
         let p = run(&set().at_generation(2), &Progress::default());
-        assert_eq!(p.writes.len(), 1);
+        assert_eq!(p.effects().len(), 1);
         let s = status_of(&p);
         assert_eq!(
             (s.phase, s.observed_generation),
@@ -201,12 +183,12 @@ mod tests {
                 .starts_with("spec.toolboxes: toolbox name \"7\"")
         );
         assert_eq!(
-            p.writes[1],
-            Write::Event {
+            p.effects()[1],
+            Effect::Note(Note::Event {
                 warning: true,
                 reason: INVALID_TOOLBOXES,
                 message: ready.message.clone(),
-            }
+            })
         );
         assert_eq!(
             p.next,
@@ -216,7 +198,7 @@ mod tests {
         // The next pass finds it reported: the same status, no second Event.
         cs.status = Some(s.clone());
         let again = run(&cs, &progress);
-        assert_eq!(again.writes, [Write::Status(s)]);
+        assert_eq!(again.effects(), [Write::Status(s).into()]);
     }
 
     #[test]
@@ -226,13 +208,13 @@ mod tests {
         cs.status = Some(first.clone());
         // The same classification again: the equal status (which the executor skips).
         let again = run(&cs, &Progress::default());
-        assert_eq!(again.writes, [Write::Status(first.clone())]);
+        assert_eq!(again.effects(), [Write::Status(first.clone()).into()]);
         // An entry that differs only in its VM id is held while Scaling.
         let mut stale = first.clone();
         stale.agents[0].vm_id = "an-old-id".into();
         cs.status = Some(stale);
         let held = run(&cs, &Progress::default());
-        assert!(held.writes.is_empty(), "{:?}", held.writes);
+        assert!(held.effects().is_empty(), "{:?}", held.effects());
         assert_eq!(held.next, Next::AwaitChange);
     }
 }

@@ -1,7 +1,8 @@
-//! Pure rules of step 14 of `cocoonset.md`: the status built from the classification (§9),
-//! the patch rule (an unchanged status is no write; a status this controller just wrote is
-//! not written again while the cache has not caught up), and the entry changes held back
-//! while the set waits (issue #20). The step's planner ([`super::plan`]) decides on them.
+//! The status rules of `cocoonset.md` §9, shared by the steps that write a status (7, 9, 11,
+//! 14), the executor's status writes and the controller's memory: the status built from the
+//! classification, the patch rule (an unchanged status is no write; a status this controller
+//! just wrote is not written again while the cache has not caught up), and the entry changes
+//! held back while the set waits (issue #20, [`held`]).
 
 use std::collections::BTreeSet;
 
@@ -15,6 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::cocoonset::pods::{self, Classified};
+use crate::cocoonset::steps::Observed;
 use crate::conditions::{NewCondition, set_condition};
 
 fn count(n: usize) -> i32 {
@@ -141,6 +143,19 @@ pub fn build_status(
         toolboxes,
         conditions,
     }
+}
+
+/// Whether `status` differs from the set's only in what [`progress_only`] holds back,
+/// on the pass's classification: such a status is not written (steps 11 and 14).
+pub fn held(o: &Observed<'_>, status: &CocoonSetStatus) -> bool {
+    let not_ready: BTreeSet<&str> = o
+        .classified
+        .all_by_name
+        .iter()
+        .filter(|(_, pod)| !pods::is_ready(pod))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    o.cs.status.as_ref() != Some(status) && progress_only(o.cs.status.as_ref(), status, &not_ready)
 }
 
 /// The status to write, or `None` when it equals the current one (no API call).

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use self::rules::{CreateDecision, CreateFacts, TagRead};
-use super::{Answers, Observed, Read, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::steps::{Answers, Effect, Observed, Read, Write, log};
 
 pub mod rules;
 #[cfg(test)]
@@ -53,7 +53,7 @@ pub enum Protocol {
     /// decision.
     Decided {
         pod: Box<Pod>,
-        writes: Vec<Write>,
+        writes: Vec<Effect>,
         tag: TagRead,
         decision: CreateDecision,
     },
@@ -88,17 +88,23 @@ pub fn protocol(
     });
     let mut writes = Vec::new();
     if decision.drop_tag {
-        writes.push(Write::DropTag {
-            vm: vm.clone(),
-            tag: cocoon_api::contract::tags::HIBERNATE,
-            step,
-        });
-        writes.push(super::log(format!(
-            "dropped the :hibernate tag of {vm}: the new pod could not boot over it"
-        )));
+        writes.push(
+            Write::DropTag {
+                vm: vm.clone(),
+                tag: cocoon_api::contract::tags::HIBERNATE,
+                step,
+            }
+            .into(),
+        );
+        writes.push(
+            log(format!(
+                "dropped the :hibernate tag of {vm}: the new pod could not boot over it"
+            ))
+            .into(),
+        );
     }
     if decision.forget {
-        writes.push(Write::ForgetVms(vec![vm]));
+        writes.push(Write::ForgetVms(vec![vm]).into());
     }
     if decision.restore {
         pods::mark_restore(&mut pod);
@@ -118,7 +124,7 @@ pub fn protocol(
 #[derive(Debug, Clone, PartialEq)]
 pub enum Protocols {
     Read(Vec<Read>),
-    Decided { writes: Vec<Write>, pods: Vec<Pod> },
+    Decided { writes: Vec<Effect>, pods: Vec<Pod> },
 }
 
 /// [`Protocols`] for `jobs`, in their order.
@@ -135,7 +141,7 @@ pub fn protocols(
             Protocol::Decided { pod, writes: w, .. } => {
                 for w in w {
                     match w {
-                        Write::ForgetVms(vms) => forget.extend(vms),
+                        Effect::Write(Write::ForgetVms(vms)) => forget.extend(vms),
                         other => writes.push(other),
                     }
                 }
@@ -147,7 +153,7 @@ pub fn protocols(
         return Protocols::Read(reads);
     }
     if !forget.is_empty() {
-        writes.push(Write::ForgetVms(forget));
+        writes.push(Write::ForgetVms(forget).into());
     }
     Protocols::Decided { writes, pods }
 }

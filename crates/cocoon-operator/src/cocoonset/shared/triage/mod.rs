@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use self::rules::Triage;
-use super::{Counter, Observed, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::steps::{Counter, Effect, Note, Observed, Write, log};
 
 pub mod rules;
 #[cfg(test)]
@@ -26,7 +26,7 @@ mod rules_tests;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Triaged {
     pub decision: Triage,
-    pub writes: Vec<Write>,
+    pub writes: Vec<Effect>,
     /// The writes change a pod (a delete).
     pub changed: bool,
     /// A backoff still running.
@@ -63,7 +63,10 @@ pub fn existing(
         Triage::Wait(d) => (Vec::new(), false, Some(*d)),
         Triage::ResetAndDelete => {
             history.reset(&name);
-            let writes = vec![history_write(o, history), Write::DeletePod(name.clone())];
+            let writes = vec![
+                history_write(o, history).into(),
+                Write::DeletePod(name.clone()).into(),
+            ];
             (writes, true, None)
         }
         Triage::DeadLetter { reason } => {
@@ -72,14 +75,16 @@ pub fn existing(
                 Write::PatchPod {
                     name: name.clone(),
                     delta: DeadLetter(Some(generation)).desired(),
-                },
-                history_write(o, history),
-                Write::Count(Counter::SubagentDeadLetter),
-                Write::Event {
+                }
+                .into(),
+                history_write(o, history).into(),
+                Note::Count(Counter::SubagentDeadLetter).into(),
+                Note::Event {
                     warning: true,
                     reason: reasons::SUB_AGENT_DEAD_LETTER,
                     message: ev::dead_letter_message(&name, budget, reason),
-                },
+                }
+                .into(),
             ];
             (writes, false, None)
         }
@@ -87,14 +92,15 @@ pub fn existing(
             history.record_delete(&name, now, generation);
             let attempt = u32::try_from(*attempt).unwrap_or(u32::MAX);
             let writes = vec![
-                history_write(o, history),
-                Write::DeletePod(name.clone()),
-                Write::Count(Counter::SubagentRebuild),
-                Write::Event {
+                history_write(o, history).into(),
+                Write::DeletePod(name.clone()).into(),
+                Note::Count(Counter::SubagentRebuild).into(),
+                Note::Event {
                     warning: false,
                     reason: reasons::SUB_AGENT_REBUILDING,
                     message: ev::rebuilding_message(&name, attempt, budget, reason),
-                },
+                }
+                .into(),
             ];
             (writes, true, None)
         }
@@ -110,25 +116,26 @@ pub fn existing(
 impl Triaged {
     /// Everything applying the decision takes, in order: its log line, its writes, then the
     /// pass's bookkeeping (a backoff still running, a change made).
-    pub fn into_writes(self, o: &Observed<'_>, pod: &str) -> Vec<Write> {
+    pub fn into_effects(self, o: &Observed<'_>, pod: &str) -> Vec<Effect> {
         let mut out = Vec::new();
         match &self.decision {
-            Triage::DeadLetter { reason } => out.push(Write::Log {
+            Triage::DeadLetter { reason } => out.push(Note::Log {
                 warn: true,
                 message: format!(
                     "pod {pod}: rebuild budget spent at generation {}: dead-lettered until the spec changes ({reason})",
                     o.generation()
                 ),
-            }),
-            Triage::Rebuild { attempt, reason } => out.push(super::log(format!(
+            }
+            .into()),
+            Triage::Rebuild { attempt, reason } => out.push(log(format!(
                 "rebuilding pod {pod}: attempt {attempt} ({reason})"
-            ))),
+            )).into()),
             _ => {}
         }
         out.extend(self.writes);
-        out.extend(self.backoff.map(Write::Backoff));
+        out.extend(self.backoff.map(|d| Note::Backoff(d).into()));
         if self.changed {
-            out.push(Write::Changed);
+            out.push(Note::Changed.into());
         }
         out
     }
@@ -177,18 +184,22 @@ mod tests {
         }
     }
 
-    fn kinds(writes: &[Write]) -> Vec<&'static str> {
+    fn kinds(writes: &[Effect]) -> Vec<&'static str> {
         writes
             .iter()
             .map(|w| match w {
-                Write::SetAnnotations(d) if d.contains_key(ann::REBUILD_HISTORY) => "history",
-                Write::DeletePod(_) => "delete",
-                Write::PatchPod { delta, .. } if delta.contains_key(ann::DEAD_LETTER) => {
+                Effect::Write(Write::SetAnnotations(d)) if d.contains_key(ann::REBUILD_HISTORY) => {
+                    "history"
+                }
+                Effect::Write(Write::DeletePod(_)) => "delete",
+                Effect::Write(Write::PatchPod { delta, .. })
+                    if delta.contains_key(ann::DEAD_LETTER) =>
+                {
                     "dead-letter"
                 }
-                Write::Count(Counter::SubagentRebuild) => "count rebuild",
-                Write::Count(Counter::SubagentDeadLetter) => "count dead-letter",
-                Write::Event { reason, .. } => reason,
+                Effect::Note(Note::Count(Counter::SubagentRebuild)) => "count rebuild",
+                Effect::Note(Note::Count(Counter::SubagentDeadLetter)) => "count dead-letter",
+                Effect::Note(Note::Event { reason, .. }) => reason,
                 other => panic!("unexpected write {other:?}"),
             })
             .collect()
@@ -288,6 +299,7 @@ mod tests {
         assert_eq!(may_recreate(&observe(&cs, &c, &t), "demo-1"), None);
         let cs = mark(2);
         let writes = may_recreate(&observe(&cs, &c, &t), "demo-1").expect("recreated");
+        let writes: Vec<Effect> = writes.into_iter().map(Effect::from).collect();
         assert_eq!(kinds(&writes), ["history"]);
         let cs = with_history("");
         assert_eq!(may_recreate(&observe(&cs, &c, &t), "demo-1"), Some(vec![]));

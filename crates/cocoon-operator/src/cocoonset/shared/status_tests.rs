@@ -1,4 +1,4 @@
-//! Table tests of the rules of step 14 (status building, `cocoonset.md` §9, and the patch
+//! Table tests of the shared status rules (status building, `cocoonset.md` §9, and the patch
 //! rule).
 
 use std::collections::BTreeSet;
@@ -8,7 +8,7 @@ use cocoon_api::crd::set::{AgentStatus, CocoonSetPhase, CocoonSetStatus, Toolbox
 use cocoon_api::naming;
 use k8s_openapi::jiff::Timestamp;
 
-use super::rules;
+use super::status as rules;
 use crate::cocoonset::fixtures::{NS, SetFixture, ready, set, with};
 use crate::cocoonset::pods::{self, Classified};
 
