@@ -15,25 +15,22 @@
 //!   failed review 500; neither reaches a VM.
 //! * **Caches.** Decisions are cached like the kubelet's (allowed 5 min, denied 30 s), token
 //!   reviews 2 min (failed ones 10 s), each in a bounded map keyed by a digest, so no outside
-//!   input grows memory without bound and no token is kept in memory.
+//!   input grows memory without bound and no token is kept in memory ([`crate::review`]).
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+use k8s_openapi::api::authorization::v1::ResourceAttributes;
+
+use crate::review::{AccessTarget, ReviewCache, bearer_token};
+pub use crate::review::{
+    CachePolicy, Decision, KubeReviewer, MAX_TOKEN_BYTES, Refusal, ReviewError, TtlCache, UserInfo,
 };
-use kube::Client;
-use kube::api::{Api, PostParams};
-use sha2::{Digest, Sha256};
 
 /// The group every authenticated user is in.
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
@@ -41,27 +38,15 @@ pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 pub const ANONYMOUS_USER: &str = "system:anonymous";
 /// The group of an anonymous request.
 pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
-/// How long an allowed decision is reused (the kubelet's default).
-pub const ALLOWED_TTL: Duration = Duration::from_secs(300);
-/// How long a denied decision is reused (the kubelet's default).
-pub const DENIED_TTL: Duration = Duration::from_secs(30);
-/// How long a successful token review is reused (the kubelet's default).
-pub const TOKEN_TTL: Duration = Duration::from_secs(120);
-/// How long a failed token review is reused.
-pub const TOKEN_FAILURE_TTL: Duration = Duration::from_secs(10);
-/// Entries per cache; past it, expired entries go first, then the oldest.
-pub const CACHE_CAPACITY: usize = 4096;
-/// A token longer than this is refused without a review (real tokens are a few KiB).
-pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
-
-/// An authenticated identity, as a `TokenReview` or a client certificate gives it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct UserInfo {
-    pub username: String,
-    pub uid: String,
-    pub groups: Vec<String>,
-    pub extra: BTreeMap<String, Vec<String>>,
-}
+/// How long review answers are reused and how many are kept: the kubelet's defaults (a
+/// token 2 min, allowed 5 min, denied 30 s), a failed token review 10 s, 4096 entries per cache.
+pub const CACHE_POLICY: CachePolicy = CachePolicy {
+    token: Duration::from_secs(120),
+    token_failure: Duration::from_secs(10),
+    allowed: Duration::from_secs(300),
+    denied: Duration::from_secs(30),
+    capacity: 4096,
+};
 
 impl UserInfo {
     /// The identity of a verified client certificate: CN is the user, each O a group.
@@ -154,25 +139,6 @@ fn is_subpath(path: &str, prefix: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
-/// The answer of an access review.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub allowed: bool,
-    /// The authorizer's reason, if any.
-    pub reason: String,
-}
-
-/// A review call that failed (transport, API error, or a malformed answer).
-#[derive(Debug, thiserror::Error)]
-pub enum ReviewError {
-    #[error("token review: {0}")]
-    Token(#[source] kube::Error),
-    #[error("subject access review: {0}")]
-    Access(#[source] kube::Error),
-    #[error("{0}")]
-    Other(String),
-}
-
 /// The API server side of authentication and authorization.
 #[async_trait]
 pub trait Reviewer: Send + Sync + 'static {
@@ -187,51 +153,12 @@ pub trait Reviewer: Send + Sync + 'static {
     ) -> Result<Decision, ReviewError>;
 }
 
-/// [`Reviewer`] through the API server: `TokenReview` and `SubjectAccessReview` creates (the
-/// node ClusterRole grants both).
-#[derive(Clone)]
-pub struct KubeReviewer {
-    client: Client,
-}
-
-impl KubeReviewer {
-    pub fn new(client: Client) -> Self {
-        KubeReviewer { client }
-    }
-}
-
+/// Through the API server: `TokenReview` and `SubjectAccessReview` creates (the node ClusterRole
+/// grants both).
 #[async_trait]
 impl Reviewer for KubeReviewer {
     async fn review_token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token.to_owned()),
-                audiences: None,
-            },
-            ..TokenReview::default()
-        };
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(ReviewError::Token)?;
-        let Some(status) = answer.status else {
-            return Ok(None);
-        };
-        if status.authenticated != Some(true) {
-            return Ok(None);
-        }
-        let Some(user) = status.user else {
-            return Err(ReviewError::Other(
-                "token review: authenticated without a user".into(),
-            ));
-        };
-        Ok(Some(UserInfo {
-            username: user.username.unwrap_or_default(),
-            uid: user.uid.unwrap_or_default(),
-            groups: user.groups.unwrap_or_default(),
-            extra: user.extra.unwrap_or_default().into_iter().collect(),
-        }))
+        crate::review::review_token(self.client(), token).await
     }
 
     async fn review_access(
@@ -240,86 +167,15 @@ impl Reviewer for KubeReviewer {
         attrs: Attributes,
         node: &str,
     ) -> Result<Decision, ReviewError> {
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(user.username.clone()),
-                uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
-                groups: Some(user.groups.clone()),
-                extra: (!user.extra.is_empty()).then(|| user.extra.clone().into_iter().collect()),
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(attrs.verb.to_owned()),
-                    version: Some("v1".to_owned()),
-                    resource: Some("nodes".to_owned()),
-                    subresource: Some(attrs.subresource.to_owned()),
-                    name: Some(node.to_owned()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SubjectAccessReviewSpec::default()
-            },
-            ..SubjectAccessReview::default()
-        };
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(ReviewError::Access)?;
-        let status = answer.status.unwrap_or_default();
-        Ok(Decision {
-            allowed: status.allowed && status.denied != Some(true),
-            reason: status.reason.unwrap_or_default(),
-        })
-    }
-}
-
-/// A map whose entries expire, holding at most `capacity` of them.
-#[derive(Debug)]
-pub struct TtlCache<K, V> {
-    entries: Mutex<HashMap<K, (V, Instant)>>,
-    capacity: usize,
-}
-
-impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
-    pub fn new(capacity: usize) -> Self {
-        TtlCache {
-            entries: Mutex::new(HashMap::new()),
-            capacity: capacity.max(1),
-        }
-    }
-
-    /// The live value of `key`, as of `now`.
-    pub fn get(&self, key: &K, now: Instant) -> Option<V> {
-        let map = self.entries.lock().ok()?;
-        map.get(key)
-            .filter(|(_, expires)| *expires > now)
-            .map(|(v, _)| v.clone())
-    }
-
-    /// Stores `value` until `now + ttl`. A full map first drops its expired entries, then the
-    /// one that expires soonest.
-    pub fn put(&self, key: K, value: V, ttl: Duration, now: Instant) {
-        let Ok(mut map) = self.entries.lock() else {
-            return;
-        };
-        if map.len() >= self.capacity && !map.contains_key(&key) {
-            map.retain(|_, (_, expires)| *expires > now);
-            if map.len() >= self.capacity
-                && let Some(oldest) = map
-                    .iter()
-                    .min_by_key(|(_, (_, expires))| *expires)
-                    .map(|(k, _)| k.clone())
-            {
-                map.remove(&oldest);
-            }
-        }
-        map.insert(key, (value, now + ttl));
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.lock().map(|m| m.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        let target = AccessTarget::Resource(Box::new(ResourceAttributes {
+            verb: Some(attrs.verb.to_owned()),
+            version: Some("v1".to_owned()),
+            resource: Some("nodes".to_owned()),
+            subresource: Some(attrs.subresource.to_owned()),
+            name: Some(node.to_owned()),
+            ..ResourceAttributes::default()
+        }));
+        crate::review::review_access(self.client(), user, target).await
     }
 }
 
@@ -329,8 +185,7 @@ pub struct KubeletAuth {
     reviewer: Arc<dyn Reviewer>,
     anonymous: bool,
     node_name: String,
-    decisions: Arc<TtlCache<[u8; 32], Decision>>,
-    tokens: Arc<TtlCache<[u8; 32], Option<UserInfo>>>,
+    cache: Arc<ReviewCache>,
 }
 
 impl std::fmt::Debug for KubeletAuth {
@@ -338,38 +193,8 @@ impl std::fmt::Debug for KubeletAuth {
         f.debug_struct("KubeletAuth")
             .field("anonymous", &self.anonymous)
             .field("node_name", &self.node_name)
-            .field("decisions", &self.decisions.len())
-            .field("tokens", &self.tokens.len())
+            .field("cached", &self.cache.cached())
             .finish_non_exhaustive()
-    }
-}
-
-/// Why a request is refused before it reaches a handler.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// 401: no usable credentials.
-    Unauthorized,
-    /// 403: authenticated, not allowed.
-    Forbidden(String),
-    /// 405: a method the kubelet API does not map to a verb.
-    MethodNotAllowed,
-    /// 500: a review could not be made.
-    Error(String),
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
-        match self {
-            Refusal::Unauthorized => {
-                (StatusCode::UNAUTHORIZED, text, "Unauthorized\n").into_response()
-            }
-            Refusal::Forbidden(m) => (StatusCode::FORBIDDEN, text, m).into_response(),
-            Refusal::MethodNotAllowed => {
-                (StatusCode::METHOD_NOT_ALLOWED, text, "Method Not Allowed\n").into_response()
-            }
-            Refusal::Error(m) => (StatusCode::INTERNAL_SERVER_ERROR, text, m).into_response(),
-        }
     }
 }
 
@@ -389,14 +214,13 @@ impl KubeletAuth {
             reviewer,
             anonymous,
             node_name: node_name.to_owned(),
-            decisions: Arc::new(TtlCache::new(CACHE_CAPACITY)),
-            tokens: Arc::new(TtlCache::new(CACHE_CAPACITY)),
+            cache: Arc::new(ReviewCache::new(CACHE_POLICY)),
         }
     }
 
     /// Number of cached decisions (tests, debugging).
     pub fn cached_decisions(&self) -> usize {
-        self.decisions.len()
+        self.cache.cached().1
     }
 
     /// Who makes the request: the verified certificate's user, else the bearer token's (a
@@ -409,64 +233,37 @@ impl KubeletAuth {
         if let Some(user) = &peer.0 {
             return Ok(user.clone());
         }
-        let token = authorization.and_then(|h| {
-            let (scheme, rest) = h.trim().split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| rest.trim())
-                .filter(|t| !t.is_empty())
-        });
-        let Some(token) = token else {
+        let Some(token) = bearer_token(authorization) else {
             return if self.anonymous {
                 Ok(UserInfo::anonymous())
             } else {
                 Err(Refusal::Unauthorized)
             };
         };
-        if token.len() > MAX_TOKEN_BYTES {
-            return Err(Refusal::Unauthorized);
-        }
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let now = Instant::now();
-        let reviewed = match self.tokens.get(&key, now) {
-            Some(r) => r,
-            None => {
-                let r = self.reviewer.review_token(token).await.map_err(|e| {
-                    tracing::warn!(error = %e, "kubelet API token review failed");
-                    Refusal::Unauthorized
-                })?;
-                let ttl = if r.is_some() {
-                    TOKEN_TTL
-                } else {
-                    TOKEN_FAILURE_TTL
-                };
-                self.tokens.put(key, r.clone(), ttl, now);
-                r
-            }
-        };
+        // A failed review is not cached: the next request asks again.
+        let reviewed = self
+            .cache
+            .user_of(token, || self.reviewer.review_token(token))
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "kubelet API token review failed");
+                Refusal::Unauthorized
+            })?;
         reviewed.ok_or(Refusal::Unauthorized)
     }
 
     /// Whether `user` may do `attrs` on this node (cached).
     pub async fn authorize(&self, user: &UserInfo, attrs: Attributes) -> Result<(), Refusal> {
-        let key = decision_key(user, attrs);
-        let now = Instant::now();
-        let decision = match self.decisions.get(&key, now) {
-            Some(d) => d,
-            None => {
-                let d = self
-                    .reviewer
-                    .review_access(user, attrs, &self.node_name)
-                    .await
-                    .map_err(|e| {
-                        tracing::warn!(user = %user.username, error = %e, "kubelet API access review failed");
-                        Refusal::Error(format!("Authorization error ({})\n", describe(user, attrs)))
-                    })?;
-                let ttl = if d.allowed { ALLOWED_TTL } else { DENIED_TTL };
-                self.decisions.put(key, d.clone(), ttl, now);
-                d
-            }
-        };
+        let decision = self
+            .cache
+            .decision(user, &[attrs.verb, attrs.subresource], || {
+                self.reviewer.review_access(user, attrs, &self.node_name)
+            })
+            .await
+            .map_err(|e| {
+                tracing::warn!(user = %user.username, error = %e, "kubelet API access review failed");
+                Refusal::Error(format!("Authorization error ({})\n", describe(user, attrs)))
+            })?;
         if decision.allowed {
             Ok(())
         } else {
@@ -491,33 +288,6 @@ impl KubeletAuth {
         self.authorize(&user, attrs).await?;
         Ok(user)
     }
-}
-
-/// The cache key of a decision: a digest over everything the review depends on.
-fn decision_key(user: &UserInfo, attrs: Attributes) -> [u8; 32] {
-    let mut h = Sha256::new();
-    let mut field = |s: &str| {
-        h.update((s.len() as u64).to_le_bytes());
-        h.update(s.as_bytes());
-    };
-    field(&user.username);
-    field(&user.uid);
-    let mut groups = user.groups.clone();
-    groups.sort();
-    for g in &groups {
-        field(g);
-    }
-    field("|extra|");
-    for (k, vs) in &user.extra {
-        field(k);
-        for v in vs {
-            field(v);
-        }
-        field("|");
-    }
-    field(attrs.verb);
-    field(attrs.subresource);
-    h.finalize().into()
 }
 
 /// The axum middleware: refuses a request that does not pass [`KubeletAuth::check`].
@@ -636,27 +406,6 @@ mod tests {
             vec!["team-a".to_string(), AUTHENTICATED_GROUP.into()]
         );
         assert!(PeerIdentity::from_der(b"not a certificate").0.is_none());
-    }
-
-    #[test]
-    fn the_cache_is_bounded_and_entries_expire() {
-        let c: TtlCache<u32, u32> = TtlCache::new(3);
-        let t0 = Instant::now();
-        for i in 0..100 {
-            c.put(i, i, Duration::from_secs(10 + u64::from(i)), t0);
-            assert!(c.len() <= 3, "{} entries after {i}", c.len());
-        }
-        // The soonest-expiring entries were dropped; the newest survive.
-        assert_eq!(c.get(&99, t0), Some(99));
-        assert_eq!(c.get(&0, t0), None);
-        // Expiry.
-        assert_eq!(c.get(&99, t0 + Duration::from_secs(200)), None);
-        // Expired entries make room first.
-        let t1 = t0 + Duration::from_secs(1000);
-        c.put(1000, 1, Duration::from_secs(1), t1);
-        c.put(1001, 1, Duration::from_secs(1), t1);
-        assert_eq!(c.get(&1000, t1), Some(1));
-        assert_eq!(c.get(&1001, t1), Some(1));
     }
 
     /// Counts reviews; tokens `good-*` authenticate as `user-*`; only `admin` is allowed.

@@ -40,12 +40,15 @@
 //! kubelet does with webhook authentication and authorization (`/metrics` and `/metrics/*`:
 //! `get nodes/metrics`). The spec's "client
 //! certificates are not required" is kept in that a client may present none and use a token.
+//! The reviews and their bounded caches are [`review`], which the operator's secure `/metrics`
+//! uses too.
 
 pub mod auth;
 pub mod exec;
 mod follow;
 pub mod heartbeat;
 pub mod limits;
+pub mod review;
 mod server;
 pub mod spdy;
 pub mod tls;

@@ -49,6 +49,7 @@ use cocoon_api::contract::env::node as env;
 use cocoon_runtime::BackendChoice;
 
 use crate::kubelet::limits::KubeletLimits;
+pub use crate::node::{CapacityOverrides, Timings};
 use crate::pods::host_reach::{self, HostReach};
 use crate::settings::Settings;
 
@@ -170,49 +171,6 @@ impl RestoreMode {
             RestoreMode::Copy => "copy",
             RestoreMode::OnDemand => "ondemand",
             RestoreMode::Mmap => "mmap",
-        }
-    }
-}
-
-/// Capacity overrides (`VK_NODE_CPU`, `VK_NODE_MEM`, `VK_NODE_STORAGE`, `VK_NODE_HUGEPAGES`),
-/// kept as the Quantity strings given; they are parsed when capacity is computed (a bad one is
-/// fatal there, `node.md` §1 step 7).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CapacityOverrides {
-    pub cpu: Option<String>,
-    pub memory: Option<String>,
-    pub storage: Option<String>,
-    pub hugepages: Option<String>,
-}
-
-/// Heartbeat and fix-up timings. Defaults follow `node.md` §2.4/§15; tests shorten them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Timings {
-    /// Lease `leaseDurationSeconds` (40).
-    pub lease_duration: Duration,
-    /// Lease renew period (10 s).
-    pub lease_renew: Duration,
-    /// Node status (condition heartbeat) refresh period. Unspecified by the spec: 10 s, the
-    /// same as the Lease, which sits well inside the test env's 15 s node-monitor grace and
-    /// the 40 s default of real clusters.
-    pub status_refresh: Duration,
-    /// Delay before the first fix-up attempt (5 s).
-    pub fixup_delay: Duration,
-    /// Fix-up attempts (10).
-    pub fixup_attempts: u32,
-    /// Gap between fix-up attempts (2 s).
-    pub fixup_interval: Duration,
-}
-
-impl Default for Timings {
-    fn default() -> Self {
-        Timings {
-            lease_duration: Duration::from_secs(40),
-            lease_renew: Duration::from_secs(10),
-            status_refresh: Duration::from_secs(10),
-            fixup_delay: Duration::from_secs(5),
-            fixup_attempts: 10,
-            fixup_interval: Duration::from_secs(2),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! Modules:
 //! * [`config`]: the node agent's environment configuration (`contract.md` §12.2).
 //! * [`metrics`]: the `cocoon_vk_*` Prometheus families (`contract.md` §11.2).
-//! * [`node`]: Node registration, Lease and status heartbeats, capacity (`node.md` §2).
+//! * [`node`]: Node registration, Lease and status heartbeats, capacity (`node.md` §2), in
+//!   the `cocoon-node-registration` crate.
 //! * [`pods`]: the pod lifecycle (`node.md` §3–§12): create, delete, hibernate and wake,
 //!   startup reconcile, the VM event watcher, probes and status.
 //! * [`agent`]: composes the startup order of `node.md` §1 and runs the agent.

@@ -60,6 +60,7 @@ fn names_in_sources() -> BTreeSet<String> {
     for dir in [
         "crates/cocoon-node/src",
         "crates/cocoon-kubelet/src",
+        "crates/cocoon-node-registration/src",
         "crates/cocoon-runtime/src",
         "crates/cocoon-registry/src",
     ] {

@@ -13,7 +13,28 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::config::CapacityOverrides;
+/// Capacity overrides (`VK_NODE_CPU`, `VK_NODE_MEM`, `VK_NODE_STORAGE`, `VK_NODE_HUGEPAGES`),
+/// kept as the Quantity strings given; they are parsed when capacity is computed (a bad one is
+/// fatal there, `node.md` §1 step 7).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapacityOverrides {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub storage: Option<String>,
+    pub hugepages: Option<String>,
+}
+
+/// What [`read_resources`] takes of the agent's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityConfig {
+    /// `COCOON_ROOT_DIR`: the filesystem whose size is the node's ephemeral storage.
+    pub cocoon_root_dir: PathBuf,
+    pub overrides: CapacityOverrides,
+    /// `VK_RESERVE_PERCENT`: the share of each resource kept off allocatable.
+    pub reserve_percent: u32,
+    /// `VK_NODE_PODS`: the node's pod capacity.
+    pub pods: u32,
+}
 
 /// Resource names of the Node status.
 pub const CPU: &str = "cpu";
@@ -356,9 +377,21 @@ impl HostReader {
 }
 
 /// Reads the host and computes capacity/allocatable for `cfg`.
-pub fn read_resources(cfg: &crate::config::NodeConfig) -> Result<Resources, CapacityError> {
-    let figures = HostReader::new(cfg.cocoon_root_dir.clone()).figures()?;
+pub fn read_resources(cfg: impl Into<CapacityConfig>) -> Result<Resources, CapacityError> {
+    let cfg = cfg.into();
+    let figures = HostReader::new(cfg.cocoon_root_dir).figures()?;
     compute(&figures, &cfg.overrides, cfg.reserve_percent, cfg.pods)
+}
+
+/// The host's usage as the kubelet API's stats summary reads it.
+impl cocoon_kubelet::NodeUsage for HostReader {
+    fn node_cpu_seconds(&self) -> Option<f64> {
+        HostReader::node_cpu_seconds(self)
+    }
+
+    fn memory_used_bytes(&self) -> Option<u64> {
+        HostReader::memory_used_bytes(self)
+    }
 }
 
 #[cfg(test)]

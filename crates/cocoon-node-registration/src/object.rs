@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::time::Duration;
 
 use cocoon_api::contract::{labels, placement, taints};
 use k8s_openapi::api::core::v1::{
@@ -13,11 +14,53 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use crate::config::{NodeConfig, Timings};
-use crate::node::capacity::Resources;
+use crate::capacity::Resources;
 
 /// `status.nodeInfo.kubeletVersion`: the cocoon version.
 pub const COCOON_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
+
+/// Heartbeat and fix-up timings. Defaults follow `node.md` §2.4/§15; tests shorten them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timings {
+    /// Lease `leaseDurationSeconds` (40).
+    pub lease_duration: Duration,
+    /// Lease renew period (10 s).
+    pub lease_renew: Duration,
+    /// Node status (condition heartbeat) refresh period. Unspecified by the spec: 10 s, the
+    /// same as the Lease, which sits well inside the test env's 15 s node-monitor grace and
+    /// the 40 s default of real clusters.
+    pub status_refresh: Duration,
+    /// Delay before the first fix-up attempt (5 s).
+    pub fixup_delay: Duration,
+    /// Fix-up attempts (10).
+    pub fixup_attempts: u32,
+    /// Gap between fix-up attempts (2 s).
+    pub fixup_interval: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            lease_duration: Duration::from_secs(40),
+            lease_renew: Duration::from_secs(10),
+            status_refresh: Duration::from_secs(10),
+            fixup_delay: Duration::from_secs(5),
+            fixup_attempts: 10,
+            fixup_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What [`NodeRegistration::from_config`] takes of the agent's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegistrationConfig {
+    pub node_name: String,
+    pub pool: String,
+    pub node_ip: IpAddr,
+    pub provider_id: Option<String>,
+    pub snapshot_cpu_class: Option<String>,
+    pub timings: Timings,
+}
 
 /// Everything needed to register and keep the Node alive. Built from the config, the computed
 /// resources and the kubelet port actually bound (tests bind port 0).
@@ -39,16 +82,21 @@ pub struct NodeRegistration {
 }
 
 impl NodeRegistration {
-    pub fn from_config(cfg: &NodeConfig, resources: Resources, kubelet_port: u16) -> Self {
+    pub fn from_config(
+        cfg: impl Into<RegistrationConfig>,
+        resources: Resources,
+        kubelet_port: u16,
+    ) -> Self {
+        let cfg = cfg.into();
         NodeRegistration {
-            node_name: cfg.node_name.clone(),
-            pool: cfg.pool.clone(),
+            node_name: cfg.node_name,
+            pool: cfg.pool,
             node_ip: cfg.node_ip,
-            provider_id: cfg.provider_id.clone(),
-            snapshot_cpu_class: cfg.snapshot_cpu_class.clone(),
+            provider_id: cfg.provider_id,
+            snapshot_cpu_class: cfg.snapshot_cpu_class,
             kubelet_port,
             resources,
-            timings: cfg.timings.clone(),
+            timings: cfg.timings,
             node_restricted: false,
         }
     }

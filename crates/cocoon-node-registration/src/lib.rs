@@ -1,14 +1,19 @@
-//! Node registration and liveness (`node.md` §2): create or update the virtual Node, keep its
-//! Lease and Ready heartbeat fresh, and re-assert labels and the daemon endpoint after start.
+//! The node agent's virtual Node (`node.md` §2), re-exported by `cocoon-node` as its `node`
+//! module: create or update the virtual Node, keep its Lease and Ready heartbeat fresh, and
+//! re-assert labels and the daemon endpoint after start; the capacity it reports
+//! ([`capacity`]) and who the API server holds the agent to be ([`identity`]).
+//!
+//! The agent's configuration reaches this crate through [`RegistrationConfig`] and
+//! [`CapacityConfig`] (`cocoon-node` converts its `NodeConfig` into both).
 //!
 //! * [`register_or_update`] writes metadata (labels merged, taint appended once, providerID)
 //!   and then the full status (conditions, capacity, addresses, nodeInfo, daemon endpoint).
 //! * [`NodeHeartbeat::start`] runs two loops until cancelled: the Lease in `kube-node-lease`
 //!   (40 s duration, renewed every 10 s, owned by the Node, recreated if deleted) and the
 //!   status refresh, which re-stamps the conditions' `lastHeartbeatTime` every
-//!   [`Timings::status_refresh`](crate::config::Timings) (10 s; the test env's node-monitor
-//!   grace is 15 s, real clusters use 40 s). Either signal alone keeps the node-lifecycle
-//!   controller happy; both are sent, as a kubelet does.
+//!   [`Timings::status_refresh`] (10 s; the test env's node-monitor grace is 15 s, real
+//!   clusters use 40 s). Either signal alone keeps the node-lifecycle controller happy; both
+//!   are sent, as a kubelet does.
 //! * [`NodeHeartbeat::start`] also runs the fix-up loop: after 5 s, up to 10 attempts 2 s
 //!   apart; an attempt re-applies the labels (update) and the daemon endpoint (status patch),
 //!   and the loop ends early once a GET shows both already in place.
@@ -33,10 +38,10 @@ use kube::{Client, Resource};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::systemd::Heartbeat;
+use cocoon_kubelet::heartbeat::Heartbeat;
 
-pub use capacity::{HostFigures, HostReader, Resources};
-pub use object::{COCOON_VERSION, NodeRegistration};
+pub use capacity::{CapacityConfig, CapacityOverrides, HostFigures, HostReader, Resources};
+pub use object::{COCOON_VERSION, NodeRegistration, RegistrationConfig, Timings};
 
 /// Namespace of node Leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
