@@ -62,7 +62,7 @@ for node in cocoon-node-a cocoon-node-b; do
   pids+=($!)
 done
 for _ in $(seq 1 300); do
-  n=$("$kubectl" get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}' 2>/dev/null | grep -o '=True' | wc -l)
+  n=$("$kubectl" get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}' 2>/dev/null | { grep -o '=True' || true; } | wc -l)
   [ "$n" -ge 2 ] && break
   sleep 0.2
 done
