@@ -26,6 +26,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::reflector::store::WriterDropped;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -54,6 +56,9 @@ pub enum Error {
     },
     #[error("object has no {0}")]
     Missing(&'static str),
+    /// The cache ended (the controller is shutting down).
+    #[error("the controller's cache is closed")]
+    CacheClosed(#[from] WriterDropped),
     /// The lease is no longer held: the write was skipped and the pass ends (no retry).
     #[error(transparent)]
     LostLeadership(#[from] crate::leader::LostLeadership),
@@ -65,6 +70,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Registry { .. } => "registry",
             Error::Missing(_) => "invalid",
+            Error::CacheClosed(_) => "cache",
             Error::LostLeadership(_) => "leadership",
         }
     }
@@ -128,6 +134,13 @@ impl Context {
     }
 }
 
+/// What every pass gets: the context and the CR cache (another checkpoint's state is read
+/// from it).
+struct Shared {
+    ctx: Arc<Context>,
+    cache: Store<CocoonCheckpoint>,
+}
+
 /// Runs the controller until `shutdown` resolves, over every namespace or over one.
 pub async fn run(
     ctx: Arc<Context>,
@@ -137,7 +150,7 @@ pub async fn run(
     readiness: Arc<crate::admin::Readiness>,
 ) {
     ctx.metrics
-        .init_controller(CONTROLLER, &["kube", "registry", "invalid"]);
+        .init_controller(CONTROLLER, &["kube", "registry", "invalid", "cache"]);
     let crs: Api<CocoonCheckpoint> = match namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
@@ -160,11 +173,15 @@ pub async fn run(
         })
         .applied_objects()
         .filter(move |_| futures::future::ready(pass_filter.pass()));
+    let shared = Arc::new(Shared {
+        ctx,
+        cache: reader.clone(),
+    });
     Controller::for_stream(events, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_all_on(standby.reconcile_all())
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, shared)
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => debug!(object = %obj, "reconciled"),
@@ -174,7 +191,8 @@ pub async fn run(
         .await;
 }
 
-fn error_policy(cr: Arc<CocoonCheckpoint>, err: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(cr: Arc<CocoonCheckpoint>, err: &Error, shared: Arc<Shared>) -> Action {
+    let ctx = &shared.ctx;
     let delay = ctx
         .retries
         .failed(crate::watch_retry::object_key(cr.as_ref()));
@@ -183,12 +201,13 @@ fn error_policy(cr: Arc<CocoonCheckpoint>, err: &Error, ctx: Arc<Context>) -> Ac
     Action::requeue(delay)
 }
 
-async fn reconcile(cr: Arc<CocoonCheckpoint>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(cr: Arc<CocoonCheckpoint>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let ctx = &shared.ctx;
     if !ctx.leadership.is_leader() {
         return Ok(Action::await_change());
     }
     let result =
-        match controller::pass(CONTROLLER, &ctx.metrics, cr.as_ref(), pass(&cr, &ctx)).await {
+        match controller::pass(CONTROLLER, &ctx.metrics, cr.as_ref(), pass(&cr, &shared)).await {
             Err(Error::LostLeadership(_)) => Ok(Action::await_change()),
             other => other,
         };
@@ -262,30 +281,34 @@ async fn observe_source(
     })
 }
 
-/// Whether another checkpoint's request on the pod is still in flight (its CR exists with
-/// that UID and is neither `Ready` nor `Failed`).
-async fn other_in_flight(
+/// Whether another checkpoint's request on the pod is still in flight (its CR is in the
+/// cache with that UID, not being deleted, and neither `Ready` nor `Failed`).
+fn other_in_flight(
     cr: &CocoonCheckpoint,
+    ns: &str,
     source: &SourceView,
-    crs: &Api<CocoonCheckpoint>,
-) -> Result<bool, Error> {
+    cache: &Store<CocoonCheckpoint>,
+) -> bool {
     let SourceView::Pod(p) = source else {
-        return Ok(false);
+        return false;
     };
     let Some(req) = &p.request else {
-        return Ok(false);
+        return false;
     };
     if Some(req.uid.as_str()) == cr.metadata.uid.as_deref() {
-        return Ok(false);
+        return false;
     }
-    Ok(crs.get_opt(&req.name).await?.is_some_and(|other| {
-        other.metadata.uid.as_deref() == Some(req.uid.as_str())
-            && other.metadata.deletion_timestamp.is_none()
-            && !other.phase().is_some_and(|p| p.is_final())
-    }))
+    cache
+        .get(&ObjectRef::new(&req.name).within(ns))
+        .is_some_and(|other| {
+            other.metadata.uid.as_deref() == Some(req.uid.as_str())
+                && other.metadata.deletion_timestamp.is_none()
+                && !other.phase().is_some_and(|p| p.is_final())
+        })
 }
 
-async fn pass(cr: &CocoonCheckpoint, ctx: &Context) -> Result<Action, Error> {
+async fn pass(cr: &CocoonCheckpoint, shared: &Shared) -> Result<Action, Error> {
+    let ctx = &shared.ctx;
     let ns = cr.namespace().ok_or(Error::Missing("namespace"))?;
     let name = cr.name_any();
     let crs: Api<CocoonCheckpoint> = Api::namespaced(ctx.client.clone(), &ns);
@@ -298,7 +321,8 @@ async fn pass(cr: &CocoonCheckpoint, ctx: &Context) -> Result<Action, Error> {
     } else {
         SourceView::Unnamed
     };
-    let other_request_in_flight = other_in_flight(cr, &source, &crs).await?;
+    shared.cache.wait_until_ready().await?;
+    let other_request_in_flight = other_in_flight(cr, &ns, &source, &shared.cache);
     let plan = decide::plan_pass(
         &Observed {
             cr,
