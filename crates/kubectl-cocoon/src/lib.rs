@@ -2,6 +2,7 @@
 //! edits desired state and then waits on status; the operator does all orchestration.
 
 pub mod before;
+pub mod checkpoint;
 pub mod cli;
 pub mod complete;
 pub mod conn;
@@ -179,6 +180,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                         after: before::After::default(),
                     };
                     lifecycle::wait(&client, &ns, &targets, &for_phase, opts).await
+                }
+                Command::Checkpoint { source, name, wait } => {
+                    checkpoint::checkpoint(&client, &ns, &source, &name, &wait).await
+                }
+                Command::Fork {
+                    checkpoint: ckpt,
+                    count,
+                    name,
+                    replicas,
+                    wait,
+                } => {
+                    checkpoint::fork(&client, &ns, &ckpt, count, name.as_deref(), replicas, &wait)
+                        .await
                 }
                 Command::Migrate {
                     name,
