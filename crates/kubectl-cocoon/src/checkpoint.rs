@@ -48,7 +48,9 @@ pub fn parse_source(arg: &str) -> Result<SourceArg, CliError> {
     }
     match kind {
         None | Some("pod" | "pods" | "po") => Ok(SourceArg::Pod(name.to_owned())),
-        Some("cocoonset" | "cocoonsets" | "cset" | "cs") => Ok(SourceArg::CocoonSet(name.to_owned())),
+        Some("cocoonset" | "cocoonsets" | "cset" | "cs") => {
+            Ok(SourceArg::CocoonSet(name.to_owned()))
+        }
         Some(other) => Err(CliError::Usage(format!(
             "checkpoint: {other:?} is not a source kind (POD, pod/POD or cocoonset/NAME)"
         ))),
@@ -145,7 +147,10 @@ pub fn checkpoint_observation(c: Option<&CocoonCheckpoint>) -> Observation {
         observed_generation: st.observed_generation,
         phase: st.phase.map(|p| p.as_str().to_owned()).unwrap_or_default(),
         ready_message,
-        members: [st.pod_name].into_iter().filter(|p| !p.is_empty()).collect(),
+        members: [st.pod_name]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect(),
         uids: c
             .metadata
             .uid
@@ -241,7 +246,9 @@ pub async fn checkpoint(
     .await?;
     progress.clear();
     let Some(done) = done else {
-        return Err(CliError::NotFound(format!("cocooncheckpoint {name} not found")));
+        return Err(CliError::NotFound(format!(
+            "cocooncheckpoint {name} not found"
+        )));
     };
     match &flags.output {
         Some(fmt) => crate::output::print_object(&done, fmt),
@@ -290,9 +297,10 @@ pub async fn fork(
         )));
     }
     let ckpts: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), ns);
-    let ckpt = ckpts.get_opt(ckpt_name).await.map_err(|e| {
-        CliError::from_kube(&format!("get cocooncheckpoint {ns}/{ckpt_name}"), e)
-    })?;
+    let ckpt = ckpts
+        .get_opt(ckpt_name)
+        .await
+        .map_err(|e| CliError::from_kube(&format!("get cocooncheckpoint {ns}/{ckpt_name}"), e))?;
     let Some(ckpt) = ckpt else {
         return Err(CliError::NotFound(format!(
             "cocooncheckpoint {ckpt_name} not found in namespace {ns}"
@@ -306,9 +314,10 @@ pub async fn fork(
     let sets: Api<CocoonSet> = Api::namespaced(client.clone(), ns);
     let source_set = match &ckpt.spec.source.cocoon_set_ref {
         Some(r) => {
-            let found = sets.get_opt(&r.name).await.map_err(|e| {
-                CliError::from_kube(&format!("get cocoonset {ns}/{}", r.name), e)
-            })?;
+            let found = sets
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| CliError::from_kube(&format!("get cocoonset {ns}/{}", r.name), e))?;
             if found.is_none() {
                 eprintln!(
                     "warning: cocoonset {} (the checkpoint's source) is gone: the forks get a minimal agent spec",
@@ -424,6 +433,120 @@ async fn wait_forks(
     }
 }
 
+/// Whether a `describe` argument names a checkpoint: `checkpoint/NAME`, `cocooncheckpoint/NAME`
+/// or `ckpt/NAME` (the name, else `None`).
+pub fn describe_target(arg: &str) -> Option<&str> {
+    let (kind, name) = arg.split_once('/')?;
+    matches!(
+        kind,
+        "checkpoint" | "checkpoints" | "cocooncheckpoint" | "cocooncheckpoints" | "ckpt"
+    )
+    .then_some(name)
+}
+
+fn dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_owned()
+    }
+}
+
+/// The size column: bytes on the wire, `-` before the node agent reports them.
+fn size_text(bytes: i64) -> String {
+    if bytes > 0 {
+        human_bytes(u64::try_from(bytes).unwrap_or(0))
+    } else {
+        "-".into()
+    }
+}
+
+/// The checkpoints table of `status` (namespace overview).
+pub fn checkpoints_table(
+    items: &[CocoonCheckpoint],
+    all_ns: bool,
+    now: Timestamp,
+    color: bool,
+) -> String {
+    use crate::table::{Cell, phase_tone};
+    let mut headers = vec!["CHECKPOINT", "SOURCE", "PHASE", "NODE", "SIZE", "AGE"];
+    if all_ns {
+        headers.insert(0, "NAMESPACE");
+    }
+    let rows: Vec<Vec<Cell>> = items
+        .iter()
+        .map(|c| {
+            let st = c.status.clone().unwrap_or_default();
+            let phase = phase_text(c);
+            let source = c.spec.source.one().map(|s| s.display()).unwrap_or_default();
+            let mut row = vec![
+                Cell::plain(c.name_any()),
+                Cell::plain(dash(&source)),
+                Cell::toned(phase.clone(), phase_tone(&phase)),
+                Cell::plain(dash(&st.node)),
+                Cell::plain(size_text(st.bytes_on_wire)),
+                Cell::plain(crate::view::age(
+                    c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    now,
+                )),
+            ];
+            if all_ns {
+                row.insert(0, Cell::plain(c.namespace().unwrap_or_default()));
+            }
+            row
+        })
+        .collect();
+    crate::table::render(&headers, &rows, color)
+}
+
+/// The text of `describe checkpoint/NAME` (its Events follow).
+pub fn checkpoint_text(ns: &str, c: &CocoonCheckpoint) -> String {
+    let st = c.status.clone().unwrap_or_default();
+    let source = c.spec.source.one().map(|s| s.display()).unwrap_or_default();
+    let ready = st.conditions.iter().find(|x| x.type_ == "Ready");
+    let mut out = format!(
+        "Checkpoint:   {ns}/{}
+",
+        c.name_any()
+    );
+    for (label, value) in [
+        ("Source:", source),
+        ("Phase:", phase_text(c)),
+        ("Pod:", st.pod_name.clone()),
+        ("VM:", st.vm_name.clone()),
+        ("Node:", st.node.clone()),
+        (
+            "Artifact:",
+            if st.repository.is_empty() {
+                String::new()
+            } else {
+                format!("{}:{}", st.repository, st.tag)
+            },
+        ),
+        ("Digest:", st.digest.clone()),
+        ("Size:", size_text(st.bytes_on_wire)),
+        ("Data:", size_text(st.data_bytes)),
+        (
+            "Paused:",
+            if st.source_pause_millis > 0 {
+                format!("{} ms", st.source_pause_millis)
+            } else {
+                String::new()
+            },
+        ),
+        ("Taken:", st.taken_at.clone()),
+        (
+            "Ready:",
+            ready
+                .map(|r| format!("{} ({}) {}", r.status, r.reason, r.message))
+                .unwrap_or_default(),
+        ),
+    ] {
+        out.push_str(&format!("{label:<14}{}\n", dash(&value)));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,7 +593,10 @@ mod tests {
         let spec = fork_spec(&ckpt(Some("demo"), "ckpt-x"), Some(&src), 0).expect("spec");
         assert_eq!(spec.agent.image, "ubuntu:24.04");
         assert_eq!(spec.snapshot_compatibility_class, "amd-zen4");
-        assert_eq!((spec.node_name.as_str(), spec.suspend, spec.agent.replicas), ("", false, 0));
+        assert_eq!(
+            (spec.node_name.as_str(), spec.suspend, spec.agent.replicas),
+            ("", false, 0)
+        );
         assert_eq!(spec.agent.from_checkpoint.as_deref(), Some("good"));
 
         let spec = fork_spec(&ckpt(None, "ckpt-x"), None, 2).expect("spec");
@@ -481,6 +607,33 @@ mod tests {
         // No artifact name yet and no set to copy: refused.
         assert!(fork_spec(&ckpt(None, ""), None, 0).is_err());
         assert_eq!(fork_names("p", 3), ["p-1", "p-2", "p-3"]);
+    }
+
+    #[test]
+    fn describe_and_status_show_a_checkpoint() {
+        assert_eq!(describe_target("checkpoint/good"), Some("good"));
+        assert_eq!(describe_target("ckpt/good"), Some("good"));
+        assert_eq!(describe_target("cocoonset/good"), None);
+        assert_eq!(describe_target("good"), None);
+        let mut c = ckpt(Some("demo"), "ckpt-x");
+        if let Some(s) = c.status.as_mut() {
+            s.node = "node-a".into();
+            s.bytes_on_wire = 1536;
+        }
+        let text = checkpoint_text("ns", &c);
+        assert!(text.starts_with("Checkpoint:   ns/good\n"), "{text}");
+        assert!(text.contains("Source:       cocoonset/demo\n"), "{text}");
+        assert!(text.contains("Artifact:     ckpt-x:checkpoint\n"), "{text}");
+        assert!(text.contains("Size:         1.5 KiB\n"), "{text}");
+        let table = checkpoints_table(&[c], false, Timestamp::now(), false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("CHECKPOINT"), "{table}");
+        assert!(
+            lines[1].contains("cocoonset/demo")
+                && lines[1].contains("Ready")
+                && lines[1].contains("1.5 KiB"),
+            "{table}"
+        );
     }
 
     #[test]
