@@ -113,6 +113,8 @@ pub const FORK: &str = concat!(
     "  kubectl cocoon fork good --count 10 --name try --replicas 2 --wait=false\n\n",
     "  # Print the CocoonSets it would create, send nothing\n",
     "  kubectl cocoon fork good --count 2 --dry-run=client -o yaml\n\n",
+    "  # In CI: five parallel attempts from one checkpoint, each set's node printed\n",
+    "  kubectl cocoon fork run-42 --count 5 --name attempt --timeout 15m || echo \"fork failed (exit $?)\"\n\n",
     "Each set copies the spec of the checkpoint's source set (pin and suspend dropped) or, for a\n",
     "checkpoint of a raw pod, gets a minimal clone-mode agent spec; spec.agent.fromCheckpoint\n",
     "names the checkpoint.\n\n",
