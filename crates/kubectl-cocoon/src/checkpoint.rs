@@ -222,34 +222,14 @@ pub async fn checkpoint(
     if !flags.waits() {
         return print_written(&[Shown::of(&created, Action::Created)?], flags);
     }
-    let progress = Progress::new();
-    let line = progress.line(format!("cocooncheckpoint/{name}"));
-    let spec = WaitSpec {
-        kind: "cocooncheckpoint",
+    let done = follow(
+        client,
+        ns,
         name,
-        goal: Goal::Phase(vec![CheckpointPhase::Ready.as_str().to_owned()]),
-        goal_text: CheckpointPhase::Ready.as_str().to_owned(),
-        generation: created.metadata.generation.unwrap_or(1),
-        deadline: Instant::now() + flags.timeout,
-        timeout: flags.timeout,
-        grace: Duration::ZERO,
-        warnings: Some(Warnings {
-            api: Api::namespaced(client.clone(), ns),
-            objects: vec![("CocoonCheckpoint", name.to_owned())],
-            after: after_now(),
-        }),
-    };
-    let done = wait_for(&api, spec, &line, |c| async move {
-        let obs = checkpoint_observation(c.as_ref());
-        Ok((c, obs))
-    })
+        &[CheckpointPhase::Ready.as_str()],
+        flags.timeout,
+    )
     .await?;
-    progress.clear();
-    let Some(done) = done else {
-        return Err(CliError::NotFound(format!(
-            "cocooncheckpoint {name} not found"
-        )));
-    };
     match &flags.output {
         Some(fmt) => crate::output::print_object(&done, fmt),
         None => {
@@ -262,6 +242,81 @@ pub async fn checkpoint(
             Ok(())
         }
     }
+}
+
+/// Follows checkpoint `name` until its phase is one of `phases` (progress on stderr, the
+/// transfer line fed from the status bytes, its Warning Events). `Failed` ends it at once,
+/// unless it is what is waited for: the operator does not retry a checkpoint.
+pub async fn follow(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    phases: &[&str],
+    timeout: Duration,
+) -> Result<CocoonCheckpoint, CliError> {
+    let api: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), ns);
+    let progress = Progress::new();
+    let line = progress.line(format!("cocooncheckpoint/{name}"));
+    let spec = WaitSpec {
+        kind: "cocooncheckpoint",
+        name,
+        goal: Goal::Phase(phases.iter().map(|p| p.to_string()).collect()),
+        goal_text: phases.join(" or "),
+        // The operator writes observedGeneration 1 with its first status (the spec never
+        // changes).
+        generation: 1,
+        deadline: Instant::now() + timeout,
+        timeout,
+        grace: Duration::ZERO,
+        warnings: Some(Warnings {
+            api: Api::namespaced(client.clone(), ns),
+            objects: vec![("CocoonCheckpoint", name.to_owned())],
+            after: after_now(),
+        }),
+    };
+    let done = wait_for(&api, spec, &line, |c| async move {
+        let obs = checkpoint_observation(c.as_ref());
+        Ok((c, obs))
+    })
+    .await;
+    progress.clear();
+    done?.ok_or_else(|| CliError::NotFound(format!("cocooncheckpoint {name} not found")))
+}
+
+/// The phases `wait checkpoint/NAME --for=PHASE` accepts.
+pub const PHASES: &[&str] = &["Pending", "Saving", "Pushing", "Ready", "Failed"];
+
+/// `--for PHASE` of `wait checkpoint/NAME`: one of [`PHASES`].
+pub fn check_phase(phase: &str) -> Result<(), CliError> {
+    if PHASES.contains(&phase) {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "invalid value '{phase}' for '--for <PHASE>': a cocooncheckpoint has no such phase [possible values: {}]",
+            PHASES.join(", ")
+        )))
+    }
+}
+
+/// `wait checkpoint/NAME --for=PHASE` (read-only).
+pub async fn wait(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    phase: &str,
+    timeout: Duration,
+    output: Option<&crate::cli::OutputFormat>,
+) -> Result<(), CliError> {
+    check_phase(phase)?;
+    let api: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), ns);
+    api.get(name)
+        .await
+        .map_err(|e| CliError::from_kube(&format!("get cocooncheckpoint {ns}/{name}"), e))?;
+    let done = follow(client, ns, name, &[phase], timeout).await?;
+    if let Some(fmt) = output {
+        crate::output::print_object(&done, fmt)?;
+    }
+    Ok(())
 }
 
 /// `--wait=false`: kubectl's `created` line per object, or the objects with `-o`.

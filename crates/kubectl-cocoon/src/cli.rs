@@ -184,9 +184,11 @@ pub enum Command {
     /// Targets: cocoonset/NAME (a bare NAME is a set) and pod/NAME, a pod through its
     /// CocoonHibernation (--for=Ready: Active and the pod Ready, i.e. its VM serves).
     /// Several targets are waited for together under one --timeout; --timeout 0 checks once.
+    /// checkpoint/NAME (alone) waits for a CocoonCheckpoint phase (Ready, Failed, ...).
     #[command(after_help = help::WAIT)]
     Wait {
-        /// cocoonset/NAME (or NAME), pod/NAME, cocoonhibernation/NAME; several allowed.
+        /// cocoonset/NAME (or NAME), pod/NAME, cocoonhibernation/NAME; several allowed; or
+        /// one checkpoint/NAME.
         #[arg(value_name = "TARGET")]
         targets: Vec<String>,
         /// The phase to wait for: Suspended, Running, …; for pods Hibernated, Active, Ready.

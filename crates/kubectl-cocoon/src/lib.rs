@@ -172,6 +172,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     failure_grace,
                     output,
                 } => {
+                    if let [target] = targets.as_slice()
+                        && let Some(name) = checkpoint::describe_target(target)
+                    {
+                        let out = output.as_ref();
+                        return checkpoint::wait(&client, &ns, name, &for_phase, timeout, out)
+                            .await;
+                    }
                     let opts = multi::Options {
                         timeout,
                         grace: failure_grace,
@@ -295,6 +302,11 @@ fn check_before_connecting(command: &Command) -> Result<(), CliError> {
         } => {
             if targets.is_empty() {
                 return Err(CliError::Usage(cli::WAIT_NEEDS_A_TARGET.to_string()));
+            }
+            if let [t] = targets.as_slice()
+                && checkpoint::describe_target(t).is_some()
+            {
+                return checkpoint::check_phase(for_phase);
             }
             for t in targets {
                 let (kind, _) = targets::parse_target(t, targets::Kind::CocoonSet)?;
