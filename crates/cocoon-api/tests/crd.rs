@@ -624,6 +624,6 @@ fn from_checkpoint_is_an_optional_object_name() {
     ))
     .expect("decode");
     assert_eq!(obj.spec.agent.from_checkpoint.as_deref(), Some("good"));
-    let back = serde_json::to_value(&set::CocoonSetSpec::with_image("img")).expect("encode");
+    let back = serde_json::to_value(set::CocoonSetSpec::with_image("img")).expect("encode");
     assert!(back["agent"].get("fromCheckpoint").is_none());
 }
