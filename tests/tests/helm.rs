@@ -278,7 +278,7 @@ async fn default_render_is_the_kustomization() {
         // The CRDs are templates (upgraded with the release) and go with crds.create=false; the
         // test hook is the one object --skip-tests leaves out.
         let without = render(home.path(), &["--skip-tests", "--set", "crds.create=false"]);
-        assert_eq!(without.len(), want.len() - 2);
+        assert_eq!(without.len(), want.len() - CRDS.len());
         assert!(
             without
                 .keys()
