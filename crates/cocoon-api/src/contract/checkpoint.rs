@@ -230,6 +230,19 @@ mod tests {
         let a = checkpoint_artifact("ns1", &format!("{long}-tail"), UID).expect("derive");
         let b = checkpoint_artifact("ns2", &format!("{long}-tail"), UID).expect("derive");
         assert_ne!(a.repository, b.repository);
+        // Namespaces that share the kept head, one long name, even one UID (UIDs are unique in
+        // a cluster, but the namespace is bound by the hash, not by luck): one `M`, two
+        // repositories.
+        let name = format!("{}-checkpoint", "n".repeat(40));
+        let one = checkpoint_artifact(&format!("{}-one", "t".repeat(24)), &name, UID);
+        let two = checkpoint_artifact(&format!("{}-two", "t".repeat(24)), &name, UID);
+        let (one, two) = (one.expect("derive"), two.expect("derive"));
+        assert_eq!(
+            one.repository[..one.repository.len() - 12],
+            two.repository[..two.repository.len() - 12],
+            "the crafted names share their cut middle"
+        );
+        assert_ne!(one.repository, two.repository);
         // A checkpoint created again under its name gets a fresh repository.
         let again = checkpoint_artifact("team-a", "x", "another-uid").expect("derive");
         assert_ne!(victim.repository, again.repository);
