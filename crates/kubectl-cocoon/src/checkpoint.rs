@@ -522,6 +522,7 @@ pub fn checkpoints_table(
     all_ns: bool,
     now: Timestamp,
     color: bool,
+    headers_shown: bool,
 ) -> String {
     use crate::table::{Cell, phase_tone};
     let mut headers = vec!["CHECKPOINT", "SOURCE", "PHASE", "NODE", "SIZE", "AGE"];
@@ -551,7 +552,7 @@ pub fn checkpoints_table(
             row
         })
         .collect();
-    crate::table::render(&headers, &rows, color)
+    crate::table::render_with(&headers, &rows, color, headers_shown)
 }
 
 /// The text of `describe checkpoint/NAME` (its Events follow).
@@ -680,7 +681,7 @@ mod tests {
         assert!(text.contains("Source:       cocoonset/demo\n"), "{text}");
         assert!(text.contains("Artifact:     ckpt-x:checkpoint\n"), "{text}");
         assert!(text.contains("Size:         1.5 KiB\n"), "{text}");
-        let table = checkpoints_table(&[c], false, Timestamp::now(), false);
+        let table = checkpoints_table(&[c], false, Timestamp::now(), false, true);
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[0].starts_with("CHECKPOINT"), "{table}");
         assert!(

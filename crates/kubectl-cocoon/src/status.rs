@@ -245,7 +245,8 @@ async fn print_checkpoints(client: &Client, ns: &str, sel: &Selection, view: &Vi
             &list.items,
             sel.all_namespaces,
             k8s_openapi::jiff::Timestamp::now(),
-            view.color
+            view.color,
+            !view.no_headers
         )
     );
 }
