@@ -52,6 +52,8 @@ complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "suspe
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "resume" -d 'Resume suspended CocoonSets (spec.suspend=false)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "hibernate" -d 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "wake" -d 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "checkpoint" -d 'Save a running pod\'s (or a set\'s main agent\'s) VM to the registry as a CocoonCheckpoint'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "fork" -d 'Start COUNT independent CocoonSets (PREFIX-1 … PREFIX-COUNT) from a checkpoint'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "migrate" -d 'Move a set\'s main agent to NODE (spec.nodeName); --cancel restores the previous pin'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "pin" -d 'Pin a set\'s main agent to NODE (same as migrate --to NODE)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_needs_command" -f -a "unpin" -d 'Remove a set\'s pin (spec.nodeName)'
@@ -296,6 +298,74 @@ never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l no-wait -d 'Same as --wait=false'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand wake" -s h -l help -d 'Print help'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l name -d 'The CocoonCheckpoint\'s name' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l timeout -d 'Overall wait budget' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
+client\t''
+server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l context -d 'The name of the kubeconfig context to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l cluster -d 'The name of the kubeconfig cluster to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l user -d 'The name of the kubeconfig user to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -s n -l namespace -d 'The namespace scope for this request' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -s s -l server -d 'The address and port of the Kubernetes API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l token -d 'Bearer token for authentication to the API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l as -d 'Username to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l as-group -d 'Group to impersonate for the operation (repeatable)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l as-uid -d 'UID to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l certificate-authority -d 'Path to a cert file for the certificate authority' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l client-certificate -d 'Path to a client certificate file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l client-key -d 'Path to a client key file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l tls-server-name -d 'Server name to use for server certificate validation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l request-timeout -d 'The length of time to wait before giving up on a single server request (e.g. 30s)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l no-wait -d 'Same as --wait=false'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand checkpoint" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l count -d 'How many sets (1-100)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l name -d 'Name prefix of the sets [default: CKPT]' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l replicas -d 'Sub-agents of each set' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l wait -d 'Wait for the phase to settle (the default); --wait=false returns right after the write' -r -f -a "true\t''
+false\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l timeout -d 'Overall wait budget' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l failure-grace -d 'How long Failed must persist before it counts (the operator retries from Failed)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -s o -l output -d 'Print the final object: json, yaml, name or jsonpath=TEMPLATE' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l dry-run -d 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client' -r -f -a "none\t''
+client\t''
+server\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l field-manager -d 'Name of the manager recorded in managedFields for every write' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -s y -l yes -d 'Do not ask before acting on several objects (-y, -y=true, --yes=false)' -r -f -a "true\t''
+false\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l kubeconfig -d 'Path to the kubeconfig file to use' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l context -d 'The name of the kubeconfig context to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l cluster -d 'The name of the kubeconfig cluster to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l user -d 'The name of the kubeconfig user to use' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -s n -l namespace -d 'The namespace scope for this request' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -s s -l server -d 'The address and port of the Kubernetes API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l token -d 'Bearer token for authentication to the API server' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l as -d 'Username to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l as-group -d 'Group to impersonate for the operation (repeatable)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l as-uid -d 'UID to impersonate for the operation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l certificate-authority -d 'Path to a cert file for the certificate authority' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l client-certificate -d 'Path to a client certificate file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l client-key -d 'Path to a client key file for TLS' -r -F
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l tls-server-name -d 'Server name to use for server certificate validation' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l request-timeout -d 'The length of time to wait before giving up on a single server request (e.g. 30s)' -r
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l color -d 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l no-wait -d 'Same as --wait=false'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand fork" -s h -l help -d 'Print help'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l to -d 'The target node' -r
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand migrate" -l cancel -d 'Restore the pin that was in place before the last migrate/pin (--cancel=true|false)' -r -f -a "true\t''
 false\t''"
@@ -536,20 +606,22 @@ always\t''
 never\t''"
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -l insecure-skip-tls-verify -d 'If true, the server\'s certificate will not be checked for validity'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand completion" -s h -l help -d 'Print help'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "status" -d 'Show CocoonSets (all in the namespace, or the named ones with their members)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "describe" -d 'Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "wait" -d 'Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "suspend" -d 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "resume" -d 'Resume suspended CocoonSets (spec.suspend=false)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "hibernate" -d 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "wake" -d 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "migrate" -d 'Move a set\'s main agent to NODE (spec.nodeName); --cancel restores the previous pin'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "pin" -d 'Pin a set\'s main agent to NODE (same as migrate --to NODE)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "unpin" -d 'Remove a set\'s pin (spec.nodeName)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "logs" -d 'Show a member\'s guest log through the API server (pods/log)'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "report" -d 'Write a support bundle (tar.gz) of one CocoonSet, secrets redacted'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "registry" -d 'Registry maintenance'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "version" -d 'Print the plugin and operator versions'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
-complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake migrate pin unpin logs report registry version completion help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "status" -d 'Show CocoonSets (all in the namespace, or the named ones with their members)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "describe" -d 'Show a CocoonSet, a pod or a CocoonHibernation with its conditions and Events'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "wait" -d 'Wait (read-only) until targets reach a phase, e.g. cocoonset/NAME --for=Suspended'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "suspend" -d 'Suspend CocoonSets: hibernate every VM to the registry (spec.suspend=true)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "resume" -d 'Resume suspended CocoonSets (spec.suspend=false)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "hibernate" -d 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "wake" -d 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "checkpoint" -d 'Save a running pod\'s (or a set\'s main agent\'s) VM to the registry as a CocoonCheckpoint'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "fork" -d 'Start COUNT independent CocoonSets (PREFIX-1 … PREFIX-COUNT) from a checkpoint'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "migrate" -d 'Move a set\'s main agent to NODE (spec.nodeName); --cancel restores the previous pin'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "pin" -d 'Pin a set\'s main agent to NODE (same as migrate --to NODE)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "unpin" -d 'Remove a set\'s pin (spec.nodeName)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "logs" -d 'Show a member\'s guest log through the API server (pods/log)'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "report" -d 'Write a support bundle (tar.gz) of one CocoonSet, secrets redacted'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "registry" -d 'Registry maintenance'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "version" -d 'Print the plugin and operator versions'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "completion" -d 'Print a static completion script for bash, zsh, fish or powershell'
+complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and not __fish_seen_subcommand_from status describe wait suspend resume hibernate wake checkpoint fork migrate pin unpin logs report registry version completion help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c kubectl-cocoon -n "__fish_kubectl_cocoon_using_subcommand help; and __fish_seen_subcommand_from registry" -f -a "gc" -d 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes'

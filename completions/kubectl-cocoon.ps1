@@ -51,6 +51,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume suspended CocoonSets (spec.suspend=false)')
             [CompletionResult]::new('hibernate', 'hibernate', [CompletionResultType]::ParameterValue, 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)')
             [CompletionResult]::new('wake', 'wake', [CompletionResultType]::ParameterValue, 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set')
+            [CompletionResult]::new('checkpoint', 'checkpoint', [CompletionResultType]::ParameterValue, 'Save a running pod''s (or a set''s main agent''s) VM to the registry as a CocoonCheckpoint')
+            [CompletionResult]::new('fork', 'fork', [CompletionResultType]::ParameterValue, 'Start COUNT independent CocoonSets (PREFIX-1 … PREFIX-COUNT) from a checkpoint')
             [CompletionResult]::new('migrate', 'migrate', [CompletionResultType]::ParameterValue, 'Move a set''s main agent to NODE (spec.nodeName); --cancel restores the previous pin')
             [CompletionResult]::new('pin', 'pin', [CompletionResultType]::ParameterValue, 'Pin a set''s main agent to NODE (same as migrate --to NODE)')
             [CompletionResult]::new('unpin', 'unpin', [CompletionResultType]::ParameterValue, 'Remove a set''s pin (spec.nodeName)')
@@ -271,6 +273,78 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--all-namespaces', '--all-namespaces', [CompletionResultType]::ParameterName, 'Act in all namespaces (-A, -A=true, --all-namespaces=false)')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Label selector (e.g. -l team=a)')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
+            [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
+            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
+            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
+            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
+            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
+            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
+            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
+            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
+            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'kubectl-cocoon;checkpoint' {
+            [CompletionResult]::new('--name', '--name', [CompletionResultType]::ParameterName, 'The CocoonCheckpoint''s name')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
+            [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Print the final object: json, yaml, name or jsonpath=TEMPLATE')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'none, client (print the object as it would be, send nothing) or server (send with dryRun=All); needs `=` (--dry-run=server); bare --dry-run means client')
+            [CompletionResult]::new('--field-manager', '--field-manager', [CompletionResultType]::ParameterName, 'Name of the manager recorded in managedFields for every write')
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask before acting on several objects (-y, -y=true, --yes=false)')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'Path to the kubeconfig file to use')
+            [CompletionResult]::new('--context', '--context', [CompletionResultType]::ParameterName, 'The name of the kubeconfig context to use')
+            [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'The name of the kubeconfig cluster to use')
+            [CompletionResult]::new('--user', '--user', [CompletionResultType]::ParameterName, 'The name of the kubeconfig user to use')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('--namespace', '--namespace', [CompletionResultType]::ParameterName, 'The namespace scope for this request')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--server', '--server', [CompletionResultType]::ParameterName, 'The address and port of the Kubernetes API server')
+            [CompletionResult]::new('--token', '--token', [CompletionResultType]::ParameterName, 'Bearer token for authentication to the API server')
+            [CompletionResult]::new('--as', '--as', [CompletionResultType]::ParameterName, 'Username to impersonate for the operation')
+            [CompletionResult]::new('--as-group', '--as-group', [CompletionResultType]::ParameterName, 'Group to impersonate for the operation (repeatable)')
+            [CompletionResult]::new('--as-uid', '--as-uid', [CompletionResultType]::ParameterName, 'UID to impersonate for the operation')
+            [CompletionResult]::new('--certificate-authority', '--certificate-authority', [CompletionResultType]::ParameterName, 'Path to a cert file for the certificate authority')
+            [CompletionResult]::new('--client-certificate', '--client-certificate', [CompletionResultType]::ParameterName, 'Path to a client certificate file for TLS')
+            [CompletionResult]::new('--client-key', '--client-key', [CompletionResultType]::ParameterName, 'Path to a client key file for TLS')
+            [CompletionResult]::new('--tls-server-name', '--tls-server-name', [CompletionResultType]::ParameterName, 'Server name to use for server certificate validation')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'The length of time to wait before giving up on a single server request (e.g. 30s)')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour output: auto (TTY, no NO_COLOR, TERM not dumb), always or never')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Same as --wait=false')
+            [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'kubectl-cocoon;fork' {
+            [CompletionResult]::new('--count', '--count', [CompletionResultType]::ParameterName, 'How many sets (1-100)')
+            [CompletionResult]::new('--name', '--name', [CompletionResultType]::ParameterName, 'Name prefix of the sets [default: CKPT]')
+            [CompletionResult]::new('--replicas', '--replicas', [CompletionResultType]::ParameterName, 'Sub-agents of each set')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for the phase to settle (the default); --wait=false returns right after the write')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Overall wait budget')
             [CompletionResult]::new('--failure-grace', '--failure-grace', [CompletionResultType]::ParameterName, 'How long Failed must persist before it counts (the operator retries from Failed)')
@@ -590,6 +664,8 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume suspended CocoonSets (spec.suspend=false)')
             [CompletionResult]::new('hibernate', 'hibernate', [CompletionResultType]::ParameterValue, 'Hibernate pods through their CocoonHibernation (created if missing, named after the pod)')
             [CompletionResult]::new('wake', 'wake', [CompletionResultType]::ParameterValue, 'Wake hibernated pods (CocoonHibernation desire=Wake); `wake cocoonset/NAME` resumes a set')
+            [CompletionResult]::new('checkpoint', 'checkpoint', [CompletionResultType]::ParameterValue, 'Save a running pod''s (or a set''s main agent''s) VM to the registry as a CocoonCheckpoint')
+            [CompletionResult]::new('fork', 'fork', [CompletionResultType]::ParameterValue, 'Start COUNT independent CocoonSets (PREFIX-1 … PREFIX-COUNT) from a checkpoint')
             [CompletionResult]::new('migrate', 'migrate', [CompletionResultType]::ParameterValue, 'Move a set''s main agent to NODE (spec.nodeName); --cancel restores the previous pin')
             [CompletionResult]::new('pin', 'pin', [CompletionResultType]::ParameterValue, 'Pin a set''s main agent to NODE (same as migrate --to NODE)')
             [CompletionResult]::new('unpin', 'unpin', [CompletionResultType]::ParameterValue, 'Remove a set''s pin (spec.nodeName)')
@@ -620,6 +696,12 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;help;wake' {
+            break
+        }
+        'kubectl-cocoon;help;checkpoint' {
+            break
+        }
+        'kubectl-cocoon;help;fork' {
             break
         }
         'kubectl-cocoon;help;migrate' {

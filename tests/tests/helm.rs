@@ -35,9 +35,10 @@ const HELM_LABELS: [&str; 3] = [
 ];
 /// The annotation the chart puts on its CRDs so that `helm uninstall` keeps them.
 const KEEP: &str = "helm.sh/resource-policy";
-const CRDS: [&str; 2] = [
+const CRDS: [&str; 3] = [
     "cocoonsets.cocoonset.cocoonstack.io",
     "cocoonhibernations.cocoonset.cocoonstack.io",
+    "cocooncheckpoints.cocoonset.cocoonstack.io",
 ];
 
 fn chart() -> PathBuf {
@@ -277,7 +278,7 @@ async fn default_render_is_the_kustomization() {
         // The CRDs are templates (upgraded with the release) and go with crds.create=false; the
         // test hook is the one object --skip-tests leaves out.
         let without = render(home.path(), &["--skip-tests", "--set", "crds.create=false"]);
-        assert_eq!(without.len(), want.len() - 2);
+        assert_eq!(without.len(), want.len() - CRDS.len());
         assert!(
             without
                 .keys()
@@ -728,7 +729,7 @@ fn values_show_in_the_render() {
     assert!(objs.contains_key("v1/Service/ops/blue-cocoon-operator-metrics"));
     // So do the PodDisruptionBudget (3 replicas) and the helm test's five objects; the CRDs
     // keep their names. 24 objects (the metrics reader ClusterRole and the node agents'
-    // namespace reader ClusterRole and ClusterRoleBinding among them), the 2 CRDs, the budget
+    // namespace reader ClusterRole and ClusterRoleBinding among them), the 3 CRDs, the budget
     // and the test's pod, ServiceAccount, Role, RoleBinding and ClusterRoleBinding.
     for key in [
         "policy/v1/PodDisruptionBudget/ops/blue-cocoon-operator",
@@ -739,6 +740,7 @@ fn values_show_in_the_render() {
         "rbac.authorization.k8s.io/v1/ClusterRoleBinding//blue-cocoon-operator-test-metrics",
         "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonsets.cocoonset.cocoonstack.io",
         "apiextensions.k8s.io/v1/CustomResourceDefinition//cocoonhibernations.cocoonset.cocoonstack.io",
+        "apiextensions.k8s.io/v1/CustomResourceDefinition//cocooncheckpoints.cocoonset.cocoonstack.io",
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-metrics-reader",
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-node-namespace-reader",
         "rbac.authorization.k8s.io/v1/ClusterRoleBinding//blue-cocoon-node-namespace-reader",
@@ -749,7 +751,7 @@ fn values_show_in_the_render() {
             objs.keys()
         );
     }
-    assert_eq!(objs.len(), 32, "{:?}", objs.keys());
+    assert_eq!(objs.len(), 33, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.

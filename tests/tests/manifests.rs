@@ -22,6 +22,7 @@ async fn kustomization_applies_on_the_real_api_server() {
         for object in [
             "customresourcedefinition.apiextensions.k8s.io/cocoonsets.cocoonset.cocoonstack.io",
             "customresourcedefinition.apiextensions.k8s.io/cocoonhibernations.cocoonset.cocoonstack.io",
+            "customresourcedefinition.apiextensions.k8s.io/cocooncheckpoints.cocoonset.cocoonstack.io",
             "namespace/cocoon-system",
             "serviceaccount/cocoon-operator",
             "clusterrole.rbac.authorization.k8s.io/cocoon-operator",

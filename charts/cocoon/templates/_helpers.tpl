@@ -107,7 +107,7 @@ strings: the operator's ServiceAccount, then admissionPolicies.podCreators. */}}
 cocoon-edit. */}}
 {{- define "cocoon.userViewRules" }}
 - apiGroups: ["cocoonset.cocoonstack.io"]
-  resources: ["cocoonsets", "cocoonhibernations"]
+  resources: ["cocoonsets", "cocoonhibernations", "cocooncheckpoints"]
   verbs: ["get", "list", "watch"]
 - apiGroups: [""]
   resources: ["pods"]

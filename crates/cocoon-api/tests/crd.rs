@@ -2,7 +2,7 @@
 //! evaluated locally, and the committed YAML in manifests/crds/ and charts/cocoon/files/crds/
 //! (which the chart's templates/crds.yaml renders) matching the code.
 
-use cocoon_api::crd::{self, hibernation, set};
+use cocoon_api::crd::{self, checkpoint, hibernation, set};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
@@ -515,7 +515,7 @@ fn full_spec_round_trips_with_go_field_names() {
 fn committed_crds_match_the_code() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let files = crd::render_files().expect("render");
-    assert_eq!(files.len(), 2);
+    assert_eq!(files.len(), 3);
     // `COCOON_UPDATE_CRDS=1` rewrites the committed copies instead of comparing them.
     let update = std::env::var_os("COCOON_UPDATE_CRDS").is_some_and(|v| v == "1");
     // The kustomization's and the Helm chart's copies. The chart's are not in its crds/ (Helm
@@ -556,4 +556,74 @@ fn committed_crds_match_the_code() {
         crd::render_all_yaml().expect("render"),
         crd::render_all_yaml().expect("render")
     );
+}
+
+fn ckpt(spec: Value) -> Value {
+    json!({"apiVersion": "cocoonset.cocoonstack.io/v1", "kind": "CocoonCheckpoint",
+           "metadata": {"name": "good", "namespace": "ns"}, "spec": spec})
+}
+
+#[test]
+fn checkpoint_crd_names_columns_and_rules() {
+    let crd = crd::all().remove(2);
+    assert_eq!(crd.spec.names.kind, "CocoonCheckpoint");
+    assert_eq!(crd.spec.names.plural, "cocooncheckpoints");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["ckpt".to_string()]));
+    assert_eq!(crd.spec.scope, "Namespaced");
+    let columns: Vec<String> = crd.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(columns, ["Source", "Phase", "Node", "Size", "Age"]);
+
+    let pod = json!({"source": {"podRef": {"name": "demo-0"}}});
+    assert!(messages(crd::validate_cel(&crd, &ckpt(pod.clone()), None)).is_empty());
+    let set = json!({"source": {"cocoonSetRef": {"name": "demo"}}});
+    assert!(messages(crd::validate_cel(&crd, &ckpt(set.clone()), None)).is_empty());
+    for bad in [
+        json!({"source": {}}),
+        json!({"source": {"podRef": {"name": "a"}, "cocoonSetRef": {"name": "b"}}}),
+    ] {
+        let m = messages(crd::validate_cel(&crd, &ckpt(bad), None));
+        assert_eq!(m, [checkpoint::MSG_ONE_SOURCE], "{m:?}");
+        assert!(m[0].contains("spec.source.podRef"));
+    }
+    // Any edit of the spec is refused.
+    let m = messages(crd::validate_cel(
+        &crd,
+        &ckpt(set),
+        Some(&ckpt(pod.clone())),
+    ));
+    assert!(
+        m.contains(&checkpoint::MSG_SPEC_IMMUTABLE.to_string()),
+        "{m:?}"
+    );
+    assert!(
+        messages(crd::validate_cel(
+            &crd,
+            &ckpt(pod.clone()),
+            Some(&ckpt(pod))
+        ))
+        .is_empty()
+    );
+}
+
+#[test]
+fn from_checkpoint_is_an_optional_object_name() {
+    let schema = schema_of(&cocoonset_crd());
+    let field =
+        &schema["properties"]["spec"]["properties"]["agent"]["properties"]["fromCheckpoint"];
+    assert_eq!(field["type"], "string");
+    assert_eq!(field["pattern"], checkpoint::OBJECT_NAME_PATTERN);
+    let required = schema["properties"]["spec"]["properties"]["agent"]["required"].clone();
+    assert!(!required.to_string().contains("fromCheckpoint"));
+    let obj: set::CocoonSet = serde_json::from_value(cs(
+        json!({"agent": {"image": "img", "fromCheckpoint": "good"}}),
+    ))
+    .expect("decode");
+    assert_eq!(obj.spec.agent.from_checkpoint.as_deref(), Some("good"));
+    let back = serde_json::to_value(set::CocoonSetSpec::with_image("img")).expect("encode");
+    assert!(back["agent"].get("fromCheckpoint").is_none());
 }

@@ -253,6 +253,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_leadership(leadership.clone())
         .with_legacy_vm_names(config.legacy_vm_names),
     );
+    let checkpoints = Arc::new(
+        cocoon_operator::checkpoint::Context::new(
+            client.clone(),
+            recorder.clone(),
+            metrics.clone(),
+            registry.clone(),
+        )
+        .with_leadership(leadership.clone()),
+    );
     let sets = Arc::new(
         cocoonset::Context::new(
             client.clone(),
@@ -286,7 +295,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
     }
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
-    let (mut stop_hib, mut stop_set) = (stop_tx.subscribe(), stop_tx.subscribe());
+    let (mut stop_hib, mut stop_set, mut stop_ckpt) = (
+        stop_tx.subscribe(),
+        stop_tx.subscribe(),
+        stop_tx.subscribe(),
+    );
     if config.leader_elect {
         // Every replica keeps its caches warm; only the Lease holder reconciles.
         let namespace = args_lease_namespace();
@@ -313,7 +326,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(str::trim)
         .filter(|n| !n.is_empty());
-    let controllers = futures::future::join(
+    let controllers = futures::future::join3(
         hibernation::run(
             hib.clone(),
             watch_namespace,
@@ -331,6 +344,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 let _ = stop_set.recv().await;
             },
             set_ready,
+        ),
+        // Its cache sync is not part of /readyz: the two original controllers gate it.
+        cocoon_operator::checkpoint::run(
+            checkpoints,
+            watch_namespace,
+            config.hibernation_concurrency,
+            async move {
+                let _ = stop_ckpt.recv().await;
+            },
+            Arc::new(Readiness::default()),
         ),
     );
     tokio::select! {

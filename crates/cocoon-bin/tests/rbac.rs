@@ -3,7 +3,7 @@
 //! `cocoon-operator run` binary runs with a token of its ServiceAccount, leader election on,
 //! through create, retain suspend and resume, release suspend and a wake that first finds no
 //! capacity, a migration, a
-//! CocoonHibernation hibernate/wake/delete and set deletion, with real node agents on the
+//! CocoonHibernation hibernate/wake/delete, a CocoonCheckpoint's accept and delete, and set deletion, with real node agents on the
 //! simulated runtime. The API server audits every request of that ServiceAccount; the test then
 //! proves that nothing the operator called was forbidden and that every verb its roles grant was
 //! called — the one exception being `cocoonsets/finalizers`, which is checked by admission (not
@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use cocoon_api::crd::checkpoint::{
+    CheckpointPhase, CheckpointSource, CocoonCheckpoint, CocoonCheckpointSpec, NameRef,
+};
 use cocoon_api::crd::hibernation::{
     CocoonHibernation, CocoonHibernationSpec, Desire, HibernationPhase, PodRef,
 };
@@ -519,6 +522,31 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         chs.delete("h", &DeleteParams::default()).await?;
         cocoon_testenv::wait_until("h gone", WAIT, || async {
             matches!(chs.get_opt("h").await, Ok(None)).then_some(())
+        })
+        .await?;
+
+        // A CocoonCheckpoint of set a's main (issue 38): validated (the set read by name),
+        // accepted (finalizer, status, the request on a-0), then deleted (artifact delete,
+        // request cleared, finalizer removed). No node agent takes it yet: it stays Pending.
+        let ckpts: Api<CocoonCheckpoint> = Api::namespaced(admin.clone(), &ns);
+        let ckpt = CocoonCheckpoint::new(
+            "k",
+            CocoonCheckpointSpec {
+                source: CheckpointSource {
+                    pod_ref: None,
+                    cocoon_set_ref: Some(NameRef { name: "a".into() }),
+                },
+            },
+        );
+        ckpts.create(&PostParams::default(), &ckpt).await?;
+        cocoon_testenv::wait_until("k Pending", WAIT, || async {
+            let c = ckpts.get_opt("k").await.ok().flatten()?;
+            (c.phase() == Some(CheckpointPhase::Pending)).then_some(())
+        })
+        .await?;
+        ckpts.delete("k", &DeleteParams::default()).await?;
+        cocoon_testenv::wait_until("k gone", WAIT, || async {
+            matches!(ckpts.get_opt("k").await, Ok(None)).then_some(())
         })
         .await?;
 

@@ -2,6 +2,7 @@
 //! admin server. The `cocoon-operator` binary (crates/cocoon-bin) is a thin CLI over it.
 
 pub mod admin;
+pub mod checkpoint;
 pub mod cocoonset;
 pub mod conditions;
 pub mod config;

@@ -1,4 +1,4 @@
-//! Test scaffolding shared by the tests and benches of the workspace: the operator's two
+//! Test scaffolding shared by the tests and benches of the workspace: the operator's
 //! controllers and (feature `agents`, for the end-to-end crate) real node agents on the simulated
 //! runtime, started in-process against the real control plane and registry of `cocoon-testenv`,
 //! and stopped or killed (aborted mid-flight, as a crashed process would be) on demand.
@@ -80,7 +80,8 @@ impl OperatorOptions {
     }
 }
 
-/// Both controllers of `cocoon-operator run`, scoped to one namespace.
+/// The controllers of `cocoon-operator run` (CocoonSet, CocoonHibernation, CocoonCheckpoint),
+/// scoped to one namespace.
 pub struct Operator {
     /// The metrics both controllers write.
     pub metrics: Arc<Metrics>,
@@ -128,10 +129,16 @@ impl Operator {
         );
         let chs = Arc::new(hibernation::Context::new(
             client.clone(),
+            recorder.clone(),
+            metrics.clone(),
+            tags.clone(),
+            opts.hibernation,
+        ));
+        let checkpoints = Arc::new(cocoon_operator::checkpoint::Context::new(
+            client.clone(),
             recorder,
             metrics.clone(),
             tags,
-            opts.hibernation,
         ));
         let token = CancellationToken::new();
         let readiness = Arc::new(Readiness::default());
@@ -149,6 +156,21 @@ impl Operator {
             tasks.push(tokio::spawn(async move {
                 let until = async move { stop.cancelled().await };
                 hibernation::run(chs, Some(&ns), opts.concurrency, until, readiness).await
+            }));
+        }
+        {
+            let (ns, stop) = (ns.to_owned(), token.clone());
+            tasks.push(tokio::spawn(async move {
+                let until = async move { stop.cancelled().await };
+                let ready = Arc::new(Readiness::default());
+                cocoon_operator::checkpoint::run(
+                    checkpoints,
+                    Some(&ns),
+                    opts.concurrency,
+                    until,
+                    ready,
+                )
+                .await
             }));
         }
         Operator {

@@ -184,9 +184,11 @@ pub enum Command {
     /// Targets: cocoonset/NAME (a bare NAME is a set) and pod/NAME, a pod through its
     /// CocoonHibernation (--for=Ready: Active and the pod Ready, i.e. its VM serves).
     /// Several targets are waited for together under one --timeout; --timeout 0 checks once.
+    /// checkpoint/NAME (alone) waits for a CocoonCheckpoint phase (Ready, Failed, ...).
     #[command(after_help = help::WAIT)]
     Wait {
-        /// cocoonset/NAME (or NAME), pod/NAME, cocoonhibernation/NAME; several allowed.
+        /// cocoonset/NAME (or NAME), pod/NAME, cocoonhibernation/NAME; several allowed; or
+        /// one checkpoint/NAME.
         #[arg(value_name = "TARGET")]
         targets: Vec<String>,
         /// The phase to wait for: Suspended, Running, …; for pods Hibernated, Active, Ready.
@@ -256,6 +258,38 @@ pub enum Command {
         until: Option<String>,
         #[command(flatten)]
         selection: Selection,
+        #[command(flatten)]
+        wait: WaitFlags,
+    },
+    /// Save a running pod's (or a set's main agent's) VM to the registry as a CocoonCheckpoint.
+    ///
+    /// SOURCE is POD, pod/POD or cocoonset/NAME (the set's main agent). The VM keeps running.
+    #[command(after_help = help::CHECKPOINT)]
+    Checkpoint {
+        /// POD, pod/POD or cocoonset/NAME.
+        #[arg(value_name = "SOURCE")]
+        source: String,
+        /// The CocoonCheckpoint's name.
+        #[arg(long, value_name = "CKPT")]
+        name: String,
+        #[command(flatten)]
+        wait: WaitFlags,
+    },
+    /// Start COUNT independent CocoonSets (PREFIX-1 … PREFIX-COUNT) from a checkpoint.
+    #[command(after_help = help::FORK)]
+    Fork {
+        /// The CocoonCheckpoint to start from (this namespace).
+        #[arg(value_name = "CKPT")]
+        checkpoint: String,
+        /// How many sets (1-100).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+        count: u32,
+        /// Name prefix of the sets [default: CKPT].
+        #[arg(long, value_name = "PREFIX")]
+        name: Option<String>,
+        /// Sub-agents of each set.
+        #[arg(long, value_name = "R", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
+        replicas: i32,
         #[command(flatten)]
         wait: WaitFlags,
     },

@@ -2,6 +2,7 @@
 //! `kubectl_complete-cocoon` shim: candidates one per line, then `:<directive>`.
 
 use cocoon_api::contract::{annotations, labels};
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use cocoon_api::crd::set::CocoonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
@@ -27,6 +28,10 @@ pub enum Want {
     /// Pods, plus `cocoonset/<name>` (for `wake`).
     PodsOrSets,
     Nodes,
+    /// CocoonCheckpoint names (`fork`).
+    Checkpoints,
+    /// Sets, plus `checkpoint/<name>` (`describe`).
+    SetsOrCheckpoints,
     Values(Vec<&'static str>),
     /// Like `Values`, typed as `--flag=VALUE` in one word.
     FlagValues(String, Vec<&'static str>),
@@ -192,6 +197,9 @@ const VALUE_FLAGS: &[&str] = &[
     "--selector",
     "--for",
     "--field-manager",
+    "--name",
+    "--count",
+    "--replicas",
 ];
 
 /// Parses the words typed so far (the last one is being completed).
@@ -265,7 +273,10 @@ pub fn parse(words: &[String]) -> Request {
             (None, _) => Want::Subcommands,
             (Some("registry"), 0) => Want::Named(subcommands(&["registry"])),
             (Some("status" | "get" | "list" | "suspend" | "resume"), _) => Want::Sets,
-            (Some("describe" | "migrate" | "unpin" | "report" | "logs"), 0) => Want::Sets,
+            (Some("describe"), 0) => Want::SetsOrCheckpoints,
+            (Some("migrate" | "unpin" | "report" | "logs"), 0) => Want::Sets,
+            (Some("checkpoint"), 0) => Want::PodsOrSets,
+            (Some("fork"), 0) => Want::Checkpoints,
             (Some("pin"), 0) => Want::Sets,
             (Some("pin"), 1) => Want::Nodes,
             (Some("hibernate"), _) => Want::Pods,
@@ -283,6 +294,7 @@ pub fn candidates(
     sets: &[String],
     pods: &[String],
     nodes: &[String],
+    checkpoints: &[String],
     desc: bool,
 ) -> Vec<String> {
     let with = |name: &str, d: &str| {
@@ -318,6 +330,12 @@ pub fn candidates(
             .chain(sets.iter().map(|s| format!("cocoonset/{s}")))
             .collect(),
         Want::Nodes => nodes.to_vec(),
+        Want::Checkpoints => checkpoints.to_vec(),
+        Want::SetsOrCheckpoints => sets
+            .iter()
+            .cloned()
+            .chain(checkpoints.iter().map(|c| format!("checkpoint/{c}")))
+            .collect(),
         Want::Values(v) => v.iter().map(|s| s.to_string()).collect(),
         Want::Nothing => Vec::new(),
     };
@@ -355,9 +373,15 @@ pub async fn run(words: &[String], desc: bool, base: &ConnFlags) {
     let req = parse(words);
     let needs_cluster = matches!(
         req.want,
-        Want::Sets | Want::Pods | Want::PodsOrSets | Want::Nodes
+        Want::Sets
+            | Want::Pods
+            | Want::PodsOrSets
+            | Want::Nodes
+            | Want::Checkpoints
+            | Want::SetsOrCheckpoints
     );
     let (mut sets, mut pods, mut nodes) = (Vec::new(), Vec::new(), Vec::new());
+    let mut checkpoints = Vec::new();
     let mut directive = NO_FILE;
     if needs_cluster {
         // Flags typed among the words win over those given before `__complete`.
@@ -370,7 +394,19 @@ pub async fn run(words: &[String], desc: bool, base: &ConnFlags) {
             Ok(conn) => {
                 let client: Client = conn.client;
                 let ns = conn.namespace;
-                if matches!(req.want, Want::Sets | Want::PodsOrSets) {
+                if matches!(req.want, Want::Checkpoints | Want::SetsOrCheckpoints) {
+                    match Api::<CocoonCheckpoint>::namespaced(client.clone(), &ns)
+                        .list(&ListParams::default())
+                        .await
+                    {
+                        Ok(l) => checkpoints = l.items.iter().map(|c| c.name_any()).collect(),
+                        Err(e) => eprintln!("__complete: list cocooncheckpoints: {e}"),
+                    }
+                }
+                if matches!(
+                    req.want,
+                    Want::Sets | Want::PodsOrSets | Want::SetsOrCheckpoints
+                ) {
                     match Api::<CocoonSet>::namespaced(client.clone(), &ns)
                         .list(&ListParams::default())
                         .await
@@ -411,7 +447,7 @@ pub async fn run(words: &[String], desc: bool, base: &ConnFlags) {
             }
         }
     }
-    for c in candidates(&req, &sets, &pods, &nodes, desc) {
+    for c in candidates(&req, &sets, &pods, &nodes, &checkpoints, desc) {
         println!("{c}");
     }
     println!(":{directive}");
@@ -432,6 +468,24 @@ mod tests {
         assert_eq!(req(&["suspend", ""]).want, Want::Sets);
         assert_eq!(req(&["suspend", "a", ""]).want, Want::Sets);
         assert_eq!(req(&["hibernate", "de"]).want, Want::Pods);
+        assert_eq!(req(&["checkpoint", ""]).want, Want::PodsOrSets);
+        assert_eq!(
+            req(&["checkpoint", "demo-0", "--name", ""]).want,
+            Want::Nothing
+        );
+        assert_eq!(req(&["fork", ""]).want, Want::Checkpoints);
+        assert_eq!(req(&["fork", "--count", "3", "g"]).want, Want::Checkpoints);
+        assert_eq!(req(&["describe", ""]).want, Want::SetsOrCheckpoints);
+        let r = req(&["describe", "checkpoint/g"]);
+        assert_eq!(
+            candidates(&r, &["demo".into()], &[], &[], &["good".into()], false),
+            ["checkpoint/good"]
+        );
+        let r = req(&["fork", ""]);
+        assert_eq!(
+            candidates(&r, &[], &[], &[], &["good".into()], false),
+            ["good"]
+        );
         assert_eq!(req(&["wake", ""]).want, Want::PodsOrSets);
         assert_eq!(req(&["pin", "demo", ""]).want, Want::Nodes);
         assert_eq!(req(&["migrate", "demo", "--to", ""]).want, Want::Nodes);
@@ -450,16 +504,19 @@ mod tests {
         // --dry-run takes its value after `=`; the next word is a name.
         assert_eq!(req(&["suspend", "--dry-run", ""]).want, Want::Sets);
         let r = req(&["suspend", "--dry-run=s"]);
-        assert_eq!(candidates(&r, &[], &[], &[], true), ["--dry-run=server"]);
+        assert_eq!(
+            candidates(&r, &[], &[], &[], &[], true),
+            ["--dry-run=server"]
+        );
         let r = req(&["suspend", "--wait="]);
         assert_eq!(
-            candidates(&r, &[], &[], &[], true),
+            candidates(&r, &[], &[], &[], &[], true),
             ["--wait=true", "--wait=false"]
         );
         for flag in ["-f", "--follow", "-A", "--no-headers", "-w", "--client"] {
             let r = req(&["logs", &format!("{flag}=f")]);
             assert_eq!(
-                candidates(&r, &[], &[], &[], true),
+                candidates(&r, &[], &[], &[], &[], true),
                 [format!("{flag}=false")],
                 "{flag}"
             );
@@ -516,9 +573,9 @@ mod tests {
     #[test]
     fn flags_and_registry_verbs_are_offered() {
         let r = req(&["suspend", "--ti"]);
-        assert_eq!(candidates(&r, &[], &[], &[], false), ["--timeout"]);
+        assert_eq!(candidates(&r, &[], &[], &[], &[], false), ["--timeout"]);
         let r = req(&["suspend", "--"]);
-        let all = candidates(&r, &[], &[], &[], false);
+        let all = candidates(&r, &[], &[], &[], &[], false);
         for f in [
             "--wait",
             "--dry-run",
@@ -530,18 +587,21 @@ mod tests {
             assert!(all.contains(&f.to_string()), "{f}: {all:?}");
         }
         let r = req(&["pin", "--"]);
-        assert!(!candidates(&r, &[], &[], &[], false).contains(&"--until".to_string()));
+        assert!(!candidates(&r, &[], &[], &[], &[], false).contains(&"--until".to_string()));
         let r = req(&["registry", ""]);
-        assert_eq!(candidates(&r, &[], &[], &[], false), ["gc"]);
+        assert_eq!(candidates(&r, &[], &[], &[], &[], false), ["gc"]);
         let r = req(&["registry", "gc", "--inc"]);
-        assert_eq!(candidates(&r, &[], &[], &[], false), ["--include-latest"]);
+        assert_eq!(
+            candidates(&r, &[], &[], &[], &[], false),
+            ["--include-latest"]
+        );
         let r = req(&["re"]);
         assert_eq!(
-            candidates(&r, &[], &[], &[], false),
+            candidates(&r, &[], &[], &[], &[], false),
             ["resume", "report", "registry"]
         );
         let r = req(&[""]);
-        let verbs = candidates(&r, &[], &[], &[], false);
+        let verbs = candidates(&r, &[], &[], &[], &[], false);
         assert!(
             !verbs.iter().any(|v| v.starts_with("__") || v == "help"),
             "{verbs:?}"
@@ -573,17 +633,18 @@ mod tests {
             &["demo".into()],
             &["demo-0".into(), "x".into()],
             &[],
+            &[],
             true,
         );
         assert_eq!(c, ["demo-0"]);
         let r = req(&["wake", ""]);
-        let c = candidates(&r, &["demo".into()], &["demo-0".into()], &[], true);
+        let c = candidates(&r, &["demo".into()], &["demo-0".into()], &[], &[], true);
         assert_eq!(c, ["demo-0", "cocoonset/demo"]);
         let r = req(&["su"]);
         assert_eq!(
-            candidates(&r, &[], &[], &[], true),
+            candidates(&r, &[], &[], &[], &[], true),
             ["suspend\tSuspend CocoonSets"]
         );
-        assert_eq!(candidates(&r, &[], &[], &[], false), ["suspend"]);
+        assert_eq!(candidates(&r, &[], &[], &[], &[], false), ["suspend"]);
     }
 }

@@ -4,6 +4,7 @@
 
 use cocoon_api::contract::annotations as ann;
 use cocoon_api::contract::labels;
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -176,6 +177,9 @@ fn print_events(events: &[Event], color: bool) {
 
 /// `describe NAME|cocoonset/NAME|pod/NAME|cocoonhibernation/NAME`.
 pub async fn describe(client: &Client, ns: &str, arg: &str, color: bool) -> Result<(), CliError> {
+    if let Some(name) = crate::checkpoint::describe_target(arg) {
+        return describe_checkpoint(client, ns, name, color).await;
+    }
     let (kind, name) = targets::parse_target(arg, Kind::CocoonSet)?;
     match kind {
         Kind::CocoonSet => describe_set(client, ns, &name, color).await,
@@ -205,6 +209,27 @@ async fn describe_set(client: &Client, ns: &str, name: &str, color: bool) -> Res
             .map(Involved::of),
     );
     print_events(&events_of(client, ns, &objects).await?, color);
+    Ok(())
+}
+
+async fn describe_checkpoint(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    color: bool,
+) -> Result<(), CliError> {
+    if name.is_empty() || name.contains('/') {
+        return Err(CliError::Usage(format!(
+            "checkpoint/{name:?}: expected checkpoint/NAME"
+        )));
+    }
+    let c = Api::<CocoonCheckpoint>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| CliError::from_kube(&format!("get cocooncheckpoint {ns}/{name}"), e))?
+        .ok_or_else(|| CliError::NotFound(format!("cocooncheckpoint {ns}/{name}: not found")))?;
+    print!("{}", crate::checkpoint::checkpoint_text(ns, &c));
+    print_events(&events_of(client, ns, &[Involved::of(&c)]).await?, color);
     Ok(())
 }
 

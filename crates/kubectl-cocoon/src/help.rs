@@ -90,6 +90,38 @@ pub const SUSPEND: &str = concat!(
     wait_exit_codes!()
 );
 
+pub const CHECKPOINT: &str = concat!(
+    "Examples:\n",
+    "  # Save a set's main agent to the registry under the name before-refactor; it keeps running\n",
+    "  kubectl cocoon checkpoint cocoonset/demo --name before-refactor\n\n",
+    "  # A pod (a set member or a raw managed pod), without waiting\n",
+    "  kubectl cocoon checkpoint demo-0 --name good --wait=false\n\n",
+    "  # Print the CocoonCheckpoint it would create, send nothing\n",
+    "  kubectl cocoon checkpoint demo-0 --name good --dry-run=client -o yaml\n\n",
+    "  # In CI: checkpoint, then fork only if it is Ready within 10 minutes\n",
+    "  kubectl cocoon checkpoint cocoonset/demo --name run-42 --timeout 10m && kubectl cocoon fork run-42 --count 5\n\n",
+    "Waits for: the CocoonCheckpoint phase Ready (the artifact pushed and verified), with the\n",
+    "bytes on the wire as progress.\n\n",
+    wait_exit_codes!()
+);
+
+pub const FORK: &str = concat!(
+    "Examples:\n",
+    "  # Three independent copies of a checkpoint: sets good-1, good-2, good-3\n",
+    "  kubectl cocoon fork good --count 3\n\n",
+    "  # Ten copies named try-1 ... try-10, two sub-agents each, without waiting\n",
+    "  kubectl cocoon fork good --count 10 --name try --replicas 2 --wait=false\n\n",
+    "  # Print the CocoonSets it would create, send nothing\n",
+    "  kubectl cocoon fork good --count 2 --dry-run=client -o yaml\n\n",
+    "  # In CI: five parallel attempts from one checkpoint, each set's node printed\n",
+    "  kubectl cocoon fork run-42 --count 5 --name attempt --timeout 15m || echo \"fork failed (exit $?)\"\n\n",
+    "Each set copies the spec of the checkpoint's source set (pin and suspend dropped) or, for a\n",
+    "checkpoint of a raw pod, gets a minimal clone-mode agent spec; spec.agent.fromCheckpoint\n",
+    "names the checkpoint.\n\n",
+    "Waits for: the CocoonSet phase Running of every set; prints each set's node.\n\n",
+    wait_exit_codes!()
+);
+
 pub const RESUME: &str = concat!(
     "Examples:\n",
     "  # Resume a set and wait until it reads Running\n",

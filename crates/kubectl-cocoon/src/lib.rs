@@ -2,6 +2,7 @@
 //! edits desired state and then waits on status; the operator does all orchestration.
 
 pub mod before;
+pub mod checkpoint;
 pub mod cli;
 pub mod complete;
 pub mod conn;
@@ -171,6 +172,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     failure_grace,
                     output,
                 } => {
+                    if let [target] = targets.as_slice()
+                        && let Some(name) = checkpoint::describe_target(target)
+                    {
+                        let out = output.as_ref();
+                        return checkpoint::wait(&client, &ns, name, &for_phase, timeout, out)
+                            .await;
+                    }
                     let opts = multi::Options {
                         timeout,
                         grace: failure_grace,
@@ -179,6 +187,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                         after: before::After::default(),
                     };
                     lifecycle::wait(&client, &ns, &targets, &for_phase, opts).await
+                }
+                Command::Checkpoint { source, name, wait } => {
+                    checkpoint::checkpoint(&client, &ns, &source, &name, &wait).await
+                }
+                Command::Fork {
+                    checkpoint: ckpt,
+                    count,
+                    name,
+                    replicas,
+                    wait,
+                } => {
+                    checkpoint::fork(&client, &ns, &ckpt, count, name.as_deref(), replicas, &wait)
+                        .await
                 }
                 Command::Migrate {
                     name,
@@ -281,6 +302,11 @@ fn check_before_connecting(command: &Command) -> Result<(), CliError> {
         } => {
             if targets.is_empty() {
                 return Err(CliError::Usage(cli::WAIT_NEEDS_A_TARGET.to_string()));
+            }
+            if let [t] = targets.as_slice()
+                && checkpoint::describe_target(t).is_some()
+            {
+                return checkpoint::check_phase(for_phase);
             }
             for t in targets {
                 let (kind, _) = targets::parse_target(t, targets::Kind::CocoonSet)?;

@@ -211,9 +211,44 @@ pub async fn status(
             eprintln!("{}", nothing_found(ns, sel.all_namespaces));
         }
         print!("{}", render(&snap, detail, sel.all_namespaces, view));
+        if names.is_empty() {
+            print_checkpoints(client, ns, sel, view).await;
+        }
         return Ok(());
     }
     watch_loop(client, ns, names, sel, view, detail).await
+}
+
+/// The namespace's CocoonCheckpoints under the sets, when there are any. A cluster without
+/// the CRD, or a user who may not list them, just sees no such section.
+async fn print_checkpoints(client: &Client, ns: &str, sel: &Selection, view: &View) {
+    use cocoon_api::crd::checkpoint::CocoonCheckpoint;
+    let api: Api<CocoonCheckpoint> = if sel.all_namespaces {
+        Api::all(client.clone())
+    } else {
+        Api::namespaced(client.clone(), ns)
+    };
+    let mut lp = kube::api::ListParams::default();
+    if let Some(l) = &sel.selector {
+        lp = lp.labels(l);
+    }
+    let Ok(list) = api.list(&lp).await else {
+        return;
+    };
+    if list.items.is_empty() {
+        return;
+    }
+    println!();
+    print!(
+        "{}",
+        crate::checkpoint::checkpoints_table(
+            &list.items,
+            sel.all_namespaces,
+            k8s_openapi::jiff::Timestamp::now(),
+            view.color,
+            !view.no_headers
+        )
+    );
 }
 
 async fn watch_loop(

@@ -48,6 +48,8 @@ fn every_verb_has_a_golden_help() {
         "report",
         "logs",
         "wait",
+        "checkpoint",
+        "fork",
         "registry",
         "version",
         "completion",
@@ -72,6 +74,8 @@ fn verb_help_teaches() {
         "report",
         "logs",
         "wait",
+        "checkpoint",
+        "fork",
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"))
             .args([verb, "--help"])

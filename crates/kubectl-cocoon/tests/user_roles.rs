@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use cocoon_api::crd::hibernation::{CocoonHibernation, Desire};
 use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
 use cocoon_testenv::unique_name;
@@ -103,8 +104,10 @@ fn edit_writes() -> BTreeSet<Grant> {
     out
 }
 
-/// The two kinds, by resource.
-const KINDS: [&str; 2] = ["cocoonsets", "cocoonhibernations"];
+/// The three kinds, by resource.
+const KINDS: [&str; 3] = ["cocoonsets", "cocoonhibernations", "cocooncheckpoints"];
+/// The checkpoint cocoon-edit takes of the set (no operator: it stays without a status).
+const CKPT: &str = "good";
 
 fn sample_file(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../manifests/samples/{name}"))
@@ -136,6 +139,7 @@ fn shipped_roles_have_no_wildcard_and_view_only_reads() {
         "cocoonsets",
         "cocoonsets/scale",
         "cocoonhibernations",
+        "cocooncheckpoints",
         "pods",
         "pods/log",
         "events",
@@ -419,10 +423,14 @@ async fn versions(
 }
 
 /// A sample (manifests/samples/FILE) as JSON, renamed to `name` (a CocoonHibernation's
-/// podRef too) and labelled `roles-crud=1`.
+/// podRef too) and labelled `roles-crud=1`; no FILE is a CocoonCheckpoint of the set.
 fn renamed_sample(file: &str, name: &str) -> Result<String, BoxError> {
-    let text = std::fs::read_to_string(sample_file(file))?;
-    let mut v: Value = serde_saphyr::from_str(&text)?;
+    let mut v: Value = if file.is_empty() {
+        json!({"apiVersion": "cocoonset.cocoonstack.io/v1", "kind": "CocoonCheckpoint",
+               "metadata": {}, "spec": {"source": {"cocoonSetRef": {"name": SET}}}})
+    } else {
+        serde_saphyr::from_str(&std::fs::read_to_string(sample_file(file))?)?
+    };
     v["metadata"]["name"] = json!(name);
     v["metadata"]["labels"] = json!({"roles-crud": "1"});
     if v["kind"] == "CocoonHibernation" {
@@ -431,14 +439,16 @@ fn renamed_sample(file: &str, name: &str) -> Result<String, BoxError> {
     Ok(v.to_string())
 }
 
-/// The object writes of `kubectl` (create, replace, delete) and a delete-collection, on both
-/// kinds, as `user`: all go through when `ok`, else each is refused and nothing changes.
-/// `existing` names an object of each kind for the refused replace and delete.
-async fn object_writes(user: &User, ok: bool, existing: [&str; 2]) -> Result<(), BoxError> {
+/// The object writes of `kubectl` (create, replace, delete) and a delete-collection, on the
+/// three kinds, as `user`: all go through when `ok`, else each is refused and nothing changes.
+/// `existing` names an object of each kind for the refused replace and delete. A checkpoint
+/// is also labelled (a patch: its spec cannot change, its metadata can).
+async fn object_writes(user: &User, ok: bool, existing: [&str; 3]) -> Result<(), BoxError> {
     let client = cocoon_testenv::client_for(&user.kubeconfig).await?;
     let samples = [
         ("cocoonset.yaml", "crud", "cocoonset"),
         ("cocoonhibernation.yaml", "crud-0", "cocoonhibernation"),
+        ("", "crud-ckpt", "cocooncheckpoint"),
     ];
     for ((file, name, kind), there) in samples.into_iter().zip(existing) {
         let object = renamed_sample(file, name)?;
@@ -451,6 +461,14 @@ async fn object_writes(user: &User, ok: bool, existing: [&str; 2]) -> Result<(),
             .await;
         user.kubectl_expect(&["replace", "-f", "-"], &text(&read.stdout), ok)
             .await;
+        if kind == "cocooncheckpoint" {
+            user.kubectl_expect(
+                &["label", kind, target, "roles-touched=1", "--overwrite"],
+                "",
+                ok,
+            )
+            .await;
+        }
         user.kubectl_expect(&["delete", kind, target, "--wait=false"], "", ok)
             .await;
         if ok {
@@ -461,6 +479,11 @@ async fn object_writes(user: &User, ok: bool, existing: [&str; 2]) -> Result<(),
         let dp = DeleteParams::default();
         let collected = if kind == "cocoonset" {
             Api::<CocoonSet>::namespaced(client.clone(), &user.ns)
+                .delete_collection(&dp, &lp)
+                .await
+                .map(|_| ())
+        } else if kind == "cocooncheckpoint" {
+            Api::<CocoonCheckpoint>::namespaced(client.clone(), &user.ns)
                 .delete_collection(&dp, &lp)
                 .await
                 .map(|_| ())
@@ -600,6 +623,38 @@ async fn reads(
     );
     let out = user.allowed(&["describe", &format!("pod/{POD}")], 0).await;
     assert!(text(&out.stdout).contains(POD), "{}", text(&out.stdout));
+    // The checkpoint: described, listed under the sets, waited for (no operator: a timeout).
+    let out = user
+        .allowed(&["describe", &format!("checkpoint/{CKPT}")], 0)
+        .await;
+    assert!(
+        text(&out.stdout).contains(&format!("Source:       cocoonset/{SET}")),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = user.allowed(&["status"], 0).await;
+    assert!(
+        text(&out.stdout).contains("CHECKPOINT"),
+        "{}",
+        text(&out.stdout)
+    );
+    user.allowed(
+        &[
+            "wait",
+            &format!("checkpoint/{CKPT}"),
+            "--for=Ready",
+            "--timeout",
+            "2s",
+        ],
+        3,
+    )
+    .await;
+    let out = user.allowed(&["__completeNoDesc", "fork", ""], 0).await;
+    assert!(
+        text(&out.stdout).contains(&format!("{CKPT}\n")),
+        "{}",
+        text(&out.stdout)
+    );
     // The /scale subresource reads as a Scale of the sub-agents.
     let out = user
         .kubectl_expect(
@@ -803,6 +858,7 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
             vec!["migrate", SET, "--to", &node, "--wait=false"],
             vec!["hibernate", POD, "--wait=false"],
             vec!["wake", POD, "--wait=false"],
+            vec!["checkpoint", POD, "--name", "nope", "--wait=false"],
         ] {
             view.refused(&args).await;
         }
@@ -854,8 +910,21 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
         edit.allowed(&["hibernate", POD, "--timeout", "2s"], 3).await;
         assert_eq!(desire().await?, Desire::Hibernate);
         edit.allowed(&["suspend", SET, "--wait=false"], 0).await;
-        // kubectl's own writes of both kinds (create, replace, delete, delete-collection).
-        object_writes(&edit, true, [SET, POD]).await?;
+        // A checkpoint of the set: created, then one followed into its timeout (get, watch,
+        // warnings); a fork of it creates a set (no operator: --wait=false).
+        let ckpts: Api<CocoonCheckpoint> = Api::namespaced(admin.clone(), &ns);
+        edit.allowed(&["checkpoint", &format!("cocoonset/{SET}"), "--name", CKPT, "--wait=false"], 0)
+            .await;
+        assert!(ckpts.get(CKPT).await?.spec.source.cocoon_set_ref.is_some(), "created");
+        edit.allowed(&["checkpoint", POD, "--name", "waited", "--timeout", "2s"], 3).await;
+        edit.allowed(&["fork", CKPT, "--count", "1", "--name", "forked", "--wait=false"], 0)
+            .await;
+        assert_eq!(
+            sets.get("forked-1").await?.spec.agent.from_checkpoint.as_deref(),
+            Some(CKPT)
+        );
+        // kubectl's own writes of the three kinds (create, replace, delete, delete-collection).
+        object_writes(&edit, true, [SET, POD, CKPT]).await?;
         scale_writes(&edit, &sets, true).await?;
 
         // Both roles read alike.
@@ -871,10 +940,11 @@ async fn plugin_verbs_under_cocoon_view_and_cocoon_edit() {
             vec!["migrate", SET, "--cancel", "--wait=false"],
             vec!["wake", POD, "--wait=false"],
             vec!["wake", POD, "--dry-run=server"],
+            vec!["fork", CKPT, "--count", "1", "--name", "nope", "--wait=false"],
         ] {
             view.refused(&args).await;
         }
-        object_writes(&view, false, [SET, POD]).await?;
+        object_writes(&view, false, [SET, POD, CKPT]).await?;
         scale_writes(&view, &sets, false).await?;
         assert_eq!(versions(&sets, &chs).await?, before, "cocoon-view changed nothing");
 

@@ -17,6 +17,7 @@
 //! Naming (§2) lives next door in [`crate::naming`].
 
 pub mod annotations;
+pub mod checkpoint;
 pub mod cocoonset;
 pub mod env;
 pub mod events;

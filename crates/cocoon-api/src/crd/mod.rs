@@ -1,6 +1,7 @@
-//! The two custom resources of group `cocoonset.cocoonstack.io/v1` and their CRD rendering.
+//! The custom resources of group `cocoonset.cocoonstack.io/v1` and their CRD rendering.
 //! The committed YAML under manifests/crds/ is generated from these types and checked for drift.
 
+pub mod checkpoint;
 pub mod hibernation;
 pub mod set;
 
@@ -25,11 +26,12 @@ pub struct RenderError {
     source: serde_saphyr::SerializeError,
 }
 
-/// Both CustomResourceDefinitions, CocoonSet first.
+/// Every CustomResourceDefinition: CocoonSet, CocoonHibernation, CocoonCheckpoint.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
         without_nullable(set::CocoonSet::crd()),
         without_nullable(hibernation::CocoonHibernation::crd()),
+        without_nullable(checkpoint::CocoonCheckpoint::crd()),
     ]
 }
 
@@ -79,7 +81,7 @@ pub fn render_files() -> Result<Vec<(String, String)>, RenderError> {
         .collect()
 }
 
-/// Both CRDs as one multi-document YAML stream, as `cocoon-operator crd` prints it.
+/// Every CRD as one multi-document YAML stream, as `cocoon-operator crd` prints it.
 pub fn render_all_yaml() -> Result<String, RenderError> {
     let mut out = String::new();
     for crd in all() {

@@ -229,6 +229,14 @@ pub struct AgentSpec {
     /// Service account of the agent pods; set on the pod only when non-empty.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub service_account_name: String,
+    /// Start the main agent from this CocoonCheckpoint of the set's namespace (it must be
+    /// `Ready`) instead of `image`. Additive: the Go controllers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        pattern(crate::crd::checkpoint::OBJECT_NAME_PATTERN)
+    )]
+    pub from_checkpoint: Option<String>,
 }
 
 /// A named toolbox VM.

@@ -36,13 +36,14 @@ async fn cocoon_crds_are_established_and_reinstall_is_idempotent() {
         for name in [
             "cocoonsets.cocoonset.cocoonstack.io",
             "cocoonhibernations.cocoonset.cocoonstack.io",
+            "cocooncheckpoints.cocoonset.cocoonstack.io",
         ] {
             let crd = api.get(name).await?;
             anyhow::ensure!(crds::is_established(&crd), "{name} is not Established");
         }
         // Server-side apply: installing again into the running env must just work.
         let names = crds::install(&client, Duration::from_secs(30)).await?;
-        anyhow::ensure!(names.len() >= 2, "installed {names:?}");
+        anyhow::ensure!(names.len() >= 3, "installed {names:?}");
         Ok::<_, anyhow::Error>(())
     })
     .await;
