@@ -49,6 +49,11 @@ pub const OWNER_POD_PREFIX: &str = "cocooncheckpoint/";
 pub const REQUEST_ANNOTATION: &str = "cocoonset.cocoonstack.io/checkpoint-request";
 /// Longest request value accepted by [`CheckpointRequest::parse`].
 pub const REQUEST_MAX_BYTES: usize = 1024;
+/// Pod annotation: the main agent of a set with `spec.agent.fromCheckpoint` starts from the
+/// named CocoonCheckpoint of the pod's own namespace. Written by the operator at create; the
+/// node agent reads the CocoonCheckpoint itself and derives the artifact from it (the value is
+/// a name, never a repository).
+pub const FROM_CHECKPOINT_ANNOTATION: &str = "cocoonset.cocoonstack.io/from-checkpoint";
 /// The operator's finalizer on a CocoonCheckpoint (deletes the artifact).
 pub const FINALIZER: &str = "cocooncheckpoint.cocoonset.cocoonstack.io/finalizer";
 

@@ -42,6 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use cocoon_api::contract::labels;
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::CocoonSet;
 use futures::{Stream, StreamExt};
@@ -282,6 +283,8 @@ impl Context {
 struct Caches {
     pods: Store<Pod>,
     hibernations: Store<CocoonHibernation>,
+    /// The CocoonCheckpoints `spec.agent.fromCheckpoint` names (step 11).
+    checkpoints: Store<CocoonCheckpoint>,
     /// Set once the pod cache delivered its first complete list. A flag rather than
     /// `Store::wait_until_ready`: waiters parked on that before the list completed were seen
     /// never to wake (three sets of a hundred stuck, each holding a concurrency slot).
@@ -316,6 +319,7 @@ pub async fn run(
     let (set_reader, set_writer) = reflector::store::<CocoonSet>();
     let (pod_reader, pod_writer) = reflector::store::<Pod>();
     let (hib_reader, hib_writer) = reflector::store::<CocoonHibernation>();
+    let (ckpt_reader, ckpt_writer) = reflector::store::<CocoonCheckpoint>();
     ctx.metrics
         .init_controller(CONTROLLER, &["kube", "registry", "invalid"]);
     ctx.metrics.count_phases(
@@ -328,6 +332,7 @@ pub async fn run(
         caches: Caches {
             pods: pod_reader,
             hibernations: hib_reader,
+            checkpoints: ckpt_reader,
             pods_synced: AtomicBool::new(false),
             hibernations_synced: AtomicBool::new(false),
         },
@@ -392,9 +397,27 @@ pub async fn run(
             }
             futures::future::ready(())
         });
+    // The CocoonCheckpoints sets start from (`spec.agent.fromCheckpoint`): cached for step
+    // 11, and a checkpoint's change requeues the sets of its namespace naming it, so a set
+    // waiting for one starts as soon as it is Ready.
+    let checkpoints: Api<CocoonCheckpoint> = match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let ckpt_standby = standby.clone();
+    let ckpt_events = watcher(checkpoints, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(crate::controller::slim)
+        .reflect(ckpt_writer)
+        .applied_objects()
+        .filter(move |_| futures::future::ready(ckpt_standby.pass()));
+    let naming_sets = set_reader.clone();
     let controller = Controller::for_stream(set_events, set_reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .owns_stream(pod_events)
+        .watches_stream(ckpt_events, move |ckpt: CocoonCheckpoint| {
+            sets_naming_checkpoint(&naming_sets.state(), &ckpt)
+        })
         .reconcile_all_on(standby.reconcile_all())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, shared)
@@ -407,6 +430,20 @@ pub async fn run(
     // The controller ends at shutdown; the cache's watch would run on, so it is dropped then.
     futures::pin_mut!(controller, hib_cache);
     futures::future::select(controller, hib_cache).await;
+}
+
+/// The sets of `ckpt`'s namespace whose `spec.agent.fromCheckpoint` names it.
+fn sets_naming_checkpoint(
+    sets: &[Arc<CocoonSet>],
+    ckpt: &CocoonCheckpoint,
+) -> Vec<reflector::ObjectRef<CocoonSet>> {
+    let ns = ckpt.namespace();
+    let name = ckpt.name_any();
+    sets.iter()
+        .filter(|cs| cs.namespace() == ns)
+        .filter(|cs| cs.spec.agent.from_checkpoint.as_deref() == Some(name.as_str()))
+        .map(|cs| reflector::ObjectRef::from_obj(cs.as_ref()))
+        .collect()
 }
 
 /// §1 primary watch: creates, deletes, and updates that change the generation or the status

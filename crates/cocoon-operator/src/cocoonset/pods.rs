@@ -558,6 +558,15 @@ pub fn is_hibernate_annotated(pod: &Pod) -> bool {
     .hibernate
 }
 
+/// Marks a main agent pod to start from CocoonCheckpoint `name` of its namespace
+/// (`spec.agent.fromCheckpoint`); the node agent resolves the artifact from the checkpoint.
+pub fn mark_from_checkpoint(pod: &mut Pod, name: &str) {
+    pod.annotations_mut().insert(
+        cocoon_api::contract::checkpoint::FROM_CHECKPOINT_ANNOTATION.into(),
+        name.into(),
+    );
+}
+
 /// `vm.cocoonstack.io/restore-from-hibernate=true` on the pod.
 pub fn is_restore_marked(pod: &Pod) -> bool {
     <cocoon_api::contract::HibernateFlags as cocoon_api::contract::AnnotationCodec>::from_meta(

@@ -78,6 +78,7 @@ async fn a_pass_over_caches_that_do_not_show_its_own_writes_yet_does_not_write_t
         let caches = Caches {
             pods: pod_reader,
             hibernations: hib_reader,
+            checkpoints: reflector::store().0,
             pods_synced: AtomicBool::new(true),
             hibernations_synced: AtomicBool::new(true),
         };

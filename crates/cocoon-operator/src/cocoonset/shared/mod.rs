@@ -1,5 +1,7 @@
 //! The rules more than one step of the walk uses, so none of them lives inside one step:
 //!
+//! * [`checkpoint`]: the `spec.agent.fromCheckpoint` gate of a fresh main (issue 38), for
+//!   step 11 and the checkpoint watch;
 //! * [`create`]: the create protocol (§7) and restore intent (§8), for steps 6, 8, 9 and
 //!   11–13;
 //! * [`triage`]: the rebuild budget (§6), for steps 7 and 11–13;
@@ -12,6 +14,7 @@
 //! Like the steps' own rules, they observe and decide; nothing here talks to the API server
 //! or the registry.
 
+pub mod checkpoint;
 pub mod create;
 pub mod stash;
 pub mod status;

@@ -16,11 +16,13 @@ use cocoon_api::naming::{self, Role};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::{Answers, Created, Effect, Next, Observed, Read, StepPlan, Write};
+use super::{Answers, Created, Effect, Next, Note, Observed, Read, StepPlan, Write};
 use crate::cocoonset::pods;
+use crate::cocoonset::shared::checkpoint::{self, Gate};
 use crate::cocoonset::shared::create::{self, Protocol, rules::cr_restorable};
 use crate::cocoonset::shared::status::{build_status, held};
 use crate::cocoonset::shared::triage::{self, rules::Triage};
+use crate::conditions::{NewCondition, set_condition};
 
 /// The step's name in a registry error.
 pub const STEP: &str = "main agent";
@@ -59,7 +61,28 @@ pub fn plan(
         let facts = create::facts(o, &pod, Role::Main, &cr_restorable(crs), false);
         return match create::protocol(answers, pod, facts, STEP) {
             Protocol::Read(read) => StepPlan::read(Vec::new(), vec![read]),
-            Protocol::Decided { pod, writes: w, .. } => {
+            Protocol::Decided {
+                mut pod, writes: w, ..
+            } => {
+                // `spec.agent.fromCheckpoint`: a fresh main starts from the checkpoint once
+                // it is Ready; a restore-marked one wakes from its own tag.
+                if let Some(from) = o.cs.spec.agent.from_checkpoint.as_deref()
+                    && !pods::is_restore_marked(&pod)
+                {
+                    let Some(found) = &answers.checkpoint else {
+                        return StepPlan::read(
+                            Vec::new(),
+                            vec![Read::CachedCheckpoint(from.into())],
+                        );
+                    };
+                    match checkpoint::gate(o.ns, from, found.as_ref()) {
+                        Gate::Start => pods::mark_from_checkpoint(&mut pod, from),
+                        Gate::Wait { reason, message } => {
+                            writes.extend(checkpoint_wait(o, reason, message, status_time));
+                            return StepPlan::of(writes, Next::AwaitChange);
+                        }
+                    }
+                }
                 writes.extend(w);
                 writes.push(Write::PostPod(pod).into());
                 StepPlan::read_of(writes, Vec::new())
@@ -93,6 +116,45 @@ pub fn plan(
         return StepPlan::of(writes, Next::RequeueAfter(t.wait_for_main));
     }
     StepPlan::of(writes, Next::Continue)
+}
+
+/// The writes of a main waiting for its checkpoint: `Pending` with `Ready=False` saying why
+/// (the reason of the gate, the message naming `spec.agent.fromCheckpoint`), and the Warning
+/// Event of that reason when the set does not say so yet.
+fn checkpoint_wait(
+    o: &Observed<'_>,
+    reason: &'static str,
+    message: String,
+    now: Timestamp,
+) -> Vec<Effect> {
+    let mut status = build_status(o.cs, o.classified, Some(CocoonSetPhase::Pending), now);
+    set_condition(
+        &mut status.conditions,
+        NewCondition {
+            type_: "Ready",
+            status: "False",
+            reason,
+            message: message.clone(),
+            observed_generation: o.generation(),
+        },
+        now,
+        false,
+    );
+    let mut effects = Vec::new();
+    if checkpoint::announce(o.cs, reason) {
+        effects.push(
+            Note::Event {
+                warning: true,
+                reason,
+                message,
+            }
+            .into(),
+        );
+    }
+    if o.cs.status.as_ref() != Some(&status) {
+        effects.push(Write::Status(status).into());
+    }
+    effects
 }
 
 #[cfg(test)]
@@ -302,5 +364,132 @@ mod tests {
         assert_eq!(phase_written(&p), Some(CocoonSetPhase::Failed));
         assert_eq!(p.effects().len(), 1);
         assert_eq!(p.next, Next::AwaitChange);
+    }
+
+    #[test]
+    fn a_main_from_a_checkpoint_waits_for_it_saying_why_then_starts_marked() {
+        use crate::cocoonset::shared::checkpoint::{REASON_NOT_FOUND, REASON_NOT_READY};
+        use cocoon_api::contract::checkpoint::{FROM_CHECKPOINT_ANNOTATION, checkpoint_artifact};
+        use cocoon_api::crd::checkpoint::*;
+        let mut cs = set().at_generation(4);
+        cs.spec.agent.from_checkpoint = Some("golden".into());
+        let vm = naming::vm_name_for_agent(NS, "demo", 0);
+        let mut a = Answers {
+            cached_hibernations: Some(Vec::new()),
+            ..Answers::default()
+        };
+        a.manifests.insert(vm.clone(), TagRead::Absent);
+        // The checkpoint is read from the cache before anything is posted.
+        assert_eq!(
+            run_with(&cs, None, &a),
+            StepPlan::read(Vec::new(), vec![Read::CachedCheckpoint("golden".into())])
+        );
+        let mut ckpt = CocoonCheckpoint::new(
+            "golden",
+            CocoonCheckpointSpec {
+                source: CheckpointSource::default(),
+            },
+        );
+        ckpt.metadata.uid = Some("u1".into());
+        let art = checkpoint_artifact(NS, "golden", "u1").expect("derivable");
+        let pending = CocoonCheckpointStatus {
+            phase: Some(CheckpointPhase::Pending),
+            repository: art.repository,
+            tag: art.tag,
+            ..CocoonCheckpointStatus::default()
+        };
+        let mut ready = ckpt.clone();
+        ready.status = Some(CocoonCheckpointStatus {
+            phase: Some(CheckpointPhase::Ready),
+            digest: "sha256:abc".into(),
+            ..pending.clone()
+        });
+        ckpt.status = Some(pending);
+        for (found, reason) in [(None, REASON_NOT_FOUND), (Some(ckpt), REASON_NOT_READY)] {
+            a.checkpoint = Some(found);
+            let p = run_with(&cs, None, &a);
+            assert_eq!(p.next, Next::AwaitChange, "{reason}");
+            assert!(
+                !p.effects()
+                    .iter()
+                    .any(|e| matches!(e, Effect::Write(Write::PostPod(_))))
+            );
+            let Some(Effect::Note(Note::Event {
+                warning: true,
+                reason: r,
+                message,
+            })) = p.effects().first().cloned()
+            else {
+                panic!("a Warning Event first: {p:?}");
+            };
+            assert_eq!(r, reason);
+            assert!(message.contains("spec.agent.fromCheckpoint"), "{message}");
+            let status = p.effects().iter().find_map(|e| match e {
+                Effect::Write(Write::Status(s)) => Some(s.clone()),
+                _ => None,
+            });
+            let status = status.expect("a status write");
+            assert_eq!(status.phase, Some(CocoonSetPhase::Pending));
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .expect("Ready");
+            assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", reason));
+            assert!(
+                c.message.contains("spec.agent.fromCheckpoint"),
+                "{}",
+                c.message
+            );
+            // Said once: the next pass, on the written status, publishes no Event again.
+            let mut said = cs.clone();
+            said.status = Some(status);
+            let again = run_with(&said, None, &a);
+            assert!(again.effects().is_empty(), "{again:?}");
+            assert_eq!(again.next, Next::AwaitChange);
+        }
+        a.checkpoint = Some(Some(ready));
+        let p = run_with(&cs, None, &a);
+        match &p.effects()[..] {
+            [Effect::Write(Write::PostPod(pod))] => assert_eq!(
+                pod.annotations()
+                    .get(FROM_CHECKPOINT_ANNOTATION)
+                    .map(String::as_str),
+                Some("golden")
+            ),
+            other => panic!("one post, got {other:?}"),
+        }
+        // A main coming back from its own hibernation restores; the checkpoint (maybe gone by
+        // now) is not consulted.
+        use cocoon_api::crd::hibernation::*;
+        let mut hib = CocoonHibernation::new(
+            "demo-0",
+            CocoonHibernationSpec {
+                pod_ref: PodRef {
+                    name: "demo-0".into(),
+                },
+                desire: Desire::Wake,
+            },
+        );
+        hib.status = Some(CocoonHibernationStatus {
+            phase: Some(HibernationPhase::Hibernated),
+            ..CocoonHibernationStatus::default()
+        });
+        a.cached_hibernations = Some(vec![hib]);
+        a.checkpoint = None;
+        a.manifests.insert(
+            vm,
+            TagRead::Present {
+                base_image: cs.spec.agent.image.clone(),
+            },
+        );
+        let p = run_with(&cs, None, &a);
+        match &p.effects()[..] {
+            [.., Effect::Write(Write::PostPod(pod))] => {
+                assert!(pods::is_restore_marked(pod));
+                assert!(!pod.annotations().contains_key(FROM_CHECKPOINT_ANNOTATION));
+            }
+            other => panic!("a restore post, got {other:?}"),
+        }
     }
 }

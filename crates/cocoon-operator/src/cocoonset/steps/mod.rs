@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use cocoon_api::contract::{AnnotationCodec, AnnotationDelta, ReclaimRecord, apply_delta};
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, CocoonSetStatus};
 use k8s_openapi::api::core::v1::Pod;
@@ -239,6 +240,9 @@ pub enum Read {
     FreshHibernations,
     /// A pod read past the cache (`None`: it does not exist).
     Pod(String),
+    /// The CocoonCheckpoint of this name in the set's namespace, from the cache
+    /// (`spec.agent.fromCheckpoint`).
+    CachedCheckpoint(String),
 }
 
 /// The answers to a step's reads so far, and the outcomes of its posts.
@@ -252,6 +256,8 @@ pub struct Answers {
     pub fresh_hibernations: Option<Vec<CocoonHibernation>>,
     /// [`Read::Pod`] by name.
     pub pods: BTreeMap<String, Option<Pod>>,
+    /// [`Read::CachedCheckpoint`]: `Some(None)` when the cache holds no such checkpoint.
+    pub checkpoint: Option<Option<CocoonCheckpoint>>,
     /// The outcomes of the step's creates and posts so far, in order.
     pub created: Vec<Created>,
     /// `<vm>:<tag>` of every tag the step asked the registry to drop so far ([`Write::DropTag`]

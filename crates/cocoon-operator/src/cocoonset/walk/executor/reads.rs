@@ -5,6 +5,7 @@
 use cocoon_api::contract::{annotations as ann, oci, tags};
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use kube::api::{Api, ListParams};
+use kube::runtime::reflector;
 
 use crate::cocoonset::shared::create::rules::TagRead;
 use crate::cocoonset::steps::{Answers, Probed, Read};
@@ -126,6 +127,13 @@ impl Walk<'_> {
                     Api::namespaced(self.ctx.client.clone(), &self.ns);
                 self.ctx.count(|s| &s.reads);
                 answers.fresh_hibernations = Some(api.list(&ListParams::default()).await?.items);
+            }
+            Read::CachedCheckpoint(name) => {
+                let found = self
+                    .caches
+                    .checkpoints
+                    .get(&reflector::ObjectRef::new(&name).within(&self.ns));
+                answers.checkpoint = Some(found.map(|c| (*c).clone()));
             }
             Read::Pod(name) => {
                 self.ctx.count(|s| &s.reads);
