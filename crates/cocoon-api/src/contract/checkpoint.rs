@@ -187,6 +187,82 @@ impl CheckpointRequest {
     }
 }
 
+/// Why checkpoint `<ns>/<name>` cannot be started from (yet); the `String` is `<ns>/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotStartable {
+    #[error("checkpoint {0} does not exist")]
+    NotFound(String),
+    #[error("checkpoint {0} is not Ready ({1})")]
+    NotReady(String, String),
+    #[error(
+        "checkpoint {0} is Ready but its status does not name its derived artifact with a digest"
+    )]
+    StatusMismatch(String),
+}
+
+/// The artifact a Ready checkpoint holds, pinned: `<repository>@<digest>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyArtifact {
+    /// The repository [`checkpoint_artifact`] derives for the checkpoint.
+    pub repository: String,
+    /// `status.digest`.
+    pub digest: String,
+}
+
+/// What a set (the operator) or a pod (the node agent) of namespace `ns` may start from when
+/// it names checkpoint `name`: `found` is the CocoonCheckpoint `<ns>/<name>` as read. Absent
+/// or being deleted: not found; a phase other than `Ready`: not ready; a status whose
+/// repository and tag are not the ones derived from the object's own namespace, name and UID,
+/// or without a digest: refused (the status is never trusted for where to pull from).
+pub fn ready_artifact(
+    ns: &str,
+    name: &str,
+    found: Option<&crate::crd::checkpoint::CocoonCheckpoint>,
+) -> Result<ReadyArtifact, NotStartable> {
+    use crate::crd::checkpoint::CheckpointPhase;
+    let named = format!("{ns}/{name}");
+    let Some(ckpt) = found.filter(|c| c.metadata.deletion_timestamp.is_none()) else {
+        return Err(NotStartable::NotFound(named));
+    };
+    let status = ckpt.status.clone().unwrap_or_default();
+    if status.phase != Some(CheckpointPhase::Ready) {
+        let phase = status.phase.map_or("no phase yet", CheckpointPhase::as_str);
+        return Err(NotStartable::NotReady(named, phase.to_owned()));
+    }
+    let uid = ckpt.metadata.uid.as_deref().unwrap_or_default();
+    let derived = checkpoint_artifact(ns, name, uid);
+    let same = derived.is_ok_and(|a| a.repository == status.repository && a.tag == status.tag);
+    if !same || ckpt.metadata.name.as_deref() != Some(name) || !status.digest.starts_with("sha256:")
+    {
+        return Err(NotStartable::StatusMismatch(named));
+    }
+    Ok(ReadyArtifact {
+        repository: status.repository,
+        digest: status.digest,
+    })
+}
+
+/// The VM spec of a pod (`spec`) of namespace `ns` whose
+/// [`FROM_CHECKPOINT_ANNOTATION`] names `name`, `found` being that checkpoint as the node agent
+/// read it: a clone (mode `clone`) of `<repository>:<digest>` (the registry-relative form
+/// `parse_ref` splits into the repository and the digest, so the pull fetches exactly the
+/// pinned manifest and the local clone-base name never holds an `@`). The error names the
+/// annotation.
+pub fn clone_spec_from(
+    ns: &str,
+    name: &str,
+    found: Option<&crate::crd::checkpoint::CocoonCheckpoint>,
+    spec: &crate::contract::VmSpec,
+) -> Result<crate::contract::VmSpec, String> {
+    let base = ready_artifact(ns, name, found)
+        .map_err(|e| format!("annotation {FROM_CHECKPOINT_ANNOTATION}: {e}"))?;
+    Ok(crate::contract::VmSpec {
+        image: format!("{}:{}", base.repository, base.digest),
+        mode: Some(crate::contract::Mode::Clone),
+        ..spec.clone()
+    })
+}
+
 impl fmt::Display for CheckpointArtifact {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.repository, self.tag)

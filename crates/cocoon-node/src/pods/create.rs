@@ -10,13 +10,17 @@
 use std::sync::Arc;
 
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::checkpoint as ckpt;
 use cocoon_api::contract::events::node as ev;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{AnnotationCodec, HibernateFlags, LifecycleState, VmRuntime, VmSpec};
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use tracing::{info, warn};
 
 use super::admission::unmanaged_ip_check;
+use super::api_writer::ApiWriter;
 use super::effects::{PodOp, read_wake_source};
 use super::exec;
 use super::host_reach::host_reach_check;
@@ -150,6 +154,18 @@ impl Handler {
             Ok(r) => r,
             Err(f) => return self.fail_create(&pod, false, f.into()).await,
         };
+        // docs/checkpoints.md §Forks: a fresh bring-up clones the checkpoint read here.
+        let spec = match annotation(&pod, ckpt::FROM_CHECKPOINT_ANNOTATION) {
+            Some(name) if !restoring => match checkpoint_base(&self.api, &pod, name, &spec).await {
+                Ok(spec) => spec,
+                Err(e) => return self.fail_create(&pod, false, e).await,
+            },
+            _ => spec.clone(),
+        };
+        let facts = plan::create::Facts {
+            spec: &spec,
+            ..facts
+        };
         let steps = match plan::create::bring_up(&facts, restoring) {
             Err(f) => return self.fail_create(&pod, restoring, f.into()).await,
             Ok(BringUpPlan::Fresh(steps)) => steps,
@@ -281,6 +297,17 @@ async fn tenant_check(
         );
     }
     verdict
+}
+
+/// A bring-up's spec from checkpoint `name` of the pod's namespace, read now.
+async fn checkpoint_base(api: &ApiWriter, pod: &Pod, name: &str, spec: &VmSpec) -> Result<VmSpec> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let api = Api::<CocoonCheckpoint>::namespaced(api.client().clone(), ns);
+    let found = api
+        .get_opt(name)
+        .await
+        .map_err(|e| PodError::plan(e.to_string()))?;
+    ckpt::clone_spec_from(ns, name, found.as_ref(), spec).map_err(PodError::plan)
 }
 
 /// The `vm clone` request of a bring-up from `from` (§6.4), the restore mode defaulting

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use cocoon_api::contract::checkpoint as ckpt;
 use cocoon_api::contract::metrics::node as m;
 use cocoon_api::contract::{VmSpec, tags};
 use cocoon_api::naming::fork_snapshot_name;
@@ -337,7 +338,10 @@ impl PodOp<'_> {
         tag: &str,
         local: &str,
     ) -> Result<(), RegistryFailure> {
-        let owner = Owner::of(self.pod);
+        let mut owner = Owner::of(self.pod);
+        if let Some(name) = crate::pods::annotation(self.pod, ckpt::FROM_CHECKPOINT_ANNOTATION) {
+            owner.pod = ckpt::owner_pod(name); // a checkpoint base records its checkpoint
+        }
         match self
             .artifacts
             .ensure_snapshot(repo, tag, local, &owner)

@@ -228,7 +228,7 @@ pub enum Refusal {
     IdInVmNameForm { id: String },
     /// The image reference names a VM's registry repository.
     #[error(
-        "annotation {key}: image {image:?} names a VM's snapshot repository (vk-…); images cannot name VM snapshots",
+        "annotation {key}: image {image:?} names a VM's or a checkpoint's snapshot repository (vk-…, ckpt-…); images cannot name snapshots (a set starts from a checkpoint with spec.agent.fromCheckpoint)",
         key = ann::IMAGE
     )]
     ImageNamesVm { image: String },
@@ -565,7 +565,7 @@ pub fn check_image_ref(image: &str) -> Result<(), Refusal> {
         let vm_form = name
             .strip_prefix(cocoon_api::naming::FORK_PREFIX)
             .unwrap_or(&name);
-        if vm_form.starts_with(VM_NAME_PREFIX) {
+        if vm_form.starts_with(VM_NAME_PREFIX) || name.starts_with(CKPT_PREFIX) {
             return Err(Refusal::ImageNamesVm {
                 image: image.to_owned(),
             });
@@ -581,6 +581,8 @@ pub fn check_image_ref(image: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+use cocoon_api::contract::checkpoint::REPOSITORY_PREFIX as CKPT_PREFIX;
+
 /// What a pulled snapshot artifact is used for (the owner rule differs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArtifactUse {
@@ -589,6 +591,8 @@ pub enum ArtifactUse {
     /// A clone base: only an artifact that records no owner (a clone base on the host is
     /// shared by every namespace naming the same image, so it can never be a VM's state).
     CloneBase,
+    /// A checkpoint's artifact (a `ckpt-…` repository): it must record the checkpoint.
+    Checkpoint,
 }
 
 /// The pod a snapshot belongs to: `<namespace>/<pod>`, and its namespace's UID when read.
@@ -645,8 +649,19 @@ pub fn check_artifact_owner(
     owner: &Owner,
 ) -> Result<(), Refusal> {
     use cocoon_api::contract::owner::{OwnerVerdict, RecordedOwner, owner_verdict};
+    let foreign = |named: String| Refusal::ForeignSnapshot {
+        reference: reference.to_owned(),
+        owner: named,
+        ns: owner.namespace.clone(),
+        pod: owner.pod.clone(),
+    };
     let Some(recorded) = RecordedOwner::from_annotations(annotations) else {
-        return Ok(());
+        let checkpoint = what == ArtifactUse::Checkpoint;
+        return if checkpoint {
+            Err(foreign("no owner".into()))
+        } else {
+            Ok(())
+        };
     };
     let named = format!(
         "{}/{}",
@@ -666,12 +681,7 @@ pub fn check_artifact_owner(
             }
             _ => named,
         };
-        return Err(Refusal::ForeignSnapshot {
-            reference: reference.to_owned(),
-            owner: owner_named,
-            ns: owner.namespace.clone(),
-            pod: owner.pod.clone(),
-        });
+        return Err(foreign(owner_named));
     }
     if let Some(uid) = recorded.namespace_uid
         && owner.namespace_uid.is_none()

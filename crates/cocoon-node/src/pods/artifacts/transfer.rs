@@ -178,8 +178,12 @@ impl Artifacts {
         if let Ok(s) = self.snapshot_exact(local).await {
             return Ok((Some(s), false));
         }
+        let what = match cocoon_api::contract::checkpoint::is_checkpoint_repository(repo) {
+            true => ArtifactUse::Checkpoint, // its owner is checked: the checkpoint
+            false => ArtifactUse::CloneBase,
+        };
         let artifact = self
-            .owned_artifact(ArtifactUse::CloneBase, repo, tag, owner)
+            .owned_artifact(what, repo, tag, owner)
             .await?
             .ok_or_else(|| RegistryFailure::NoArtifact(format!("{repo}:{tag}")))?;
         // The lock orders the re-check; the transfer itself is shared, so a holder that is

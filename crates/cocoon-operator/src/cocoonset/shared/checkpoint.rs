@@ -20,10 +20,9 @@
 //! `spec.agent.fromCheckpoint`; the Warning Event of the same reason is published once, when
 //! the condition's reason is not already that one.
 
-use cocoon_api::contract::checkpoint::checkpoint_artifact;
-use cocoon_api::crd::checkpoint::{CheckpointPhase, CocoonCheckpoint};
+use cocoon_api::contract::checkpoint::{NotStartable, ready_artifact};
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use cocoon_api::crd::set::CocoonSet;
-use kube::ResourceExt;
 
 /// The set field that names the checkpoint, for messages.
 pub const FIELD: &str = "spec.agent.fromCheckpoint";
@@ -45,33 +44,20 @@ pub enum Gate {
 }
 
 /// The gate for checkpoint `name` of namespace `ns`, `found` being the cache's object of that
-/// namespace and name (if any).
+/// namespace and name (if any): [`ready_artifact`], the rule the node agent applies too.
 pub fn gate(ns: &str, name: &str, found: Option<&CocoonCheckpoint>) -> Gate {
-    let wait = |reason, why: String| Gate::Wait {
+    let e = match ready_artifact(ns, name, found) {
+        Ok(_) => return Gate::Start,
+        Err(e) => e,
+    };
+    let reason = match e {
+        NotStartable::NotFound(_) => REASON_NOT_FOUND,
+        NotStartable::NotReady(..) | NotStartable::StatusMismatch(_) => REASON_NOT_READY,
+    };
+    Gate::Wait {
         reason,
-        message: format!("{FIELD}: checkpoint {ns}/{name} {why}; the main agent waits for it"),
-    };
-    let Some(ckpt) = found.filter(|c| c.metadata.deletion_timestamp.is_none()) else {
-        return wait(REASON_NOT_FOUND, "does not exist".into());
-    };
-    let status = ckpt.status.clone().unwrap_or_default();
-    let phase = status.phase;
-    if phase != Some(CheckpointPhase::Ready) {
-        let phase = phase.map_or("no phase yet", CheckpointPhase::as_str);
-        return wait(REASON_NOT_READY, format!("is not Ready ({phase})"));
+        message: format!("{FIELD}: {e}; the main agent waits for it"),
     }
-    let uid = ckpt.metadata.uid.as_deref().unwrap_or_default();
-    let derived = checkpoint_artifact(ns, &ckpt.name_any(), uid);
-    let matches = derived
-        .as_ref()
-        .is_ok_and(|a| a.repository == status.repository && a.tag == status.tag);
-    if !matches || status.digest.is_empty() {
-        return wait(
-            REASON_NOT_READY,
-            "is Ready but its status does not name its derived artifact with a digest".into(),
-        );
-    }
-    Gate::Start
 }
 
 /// Whether a wait with `reason` is news: the set's `Ready` condition does not carry it yet
@@ -95,6 +81,8 @@ mod tests {
 
     use super::*;
     use crate::cocoonset::fixtures::set;
+    use cocoon_api::contract::checkpoint::checkpoint_artifact;
+    use cocoon_api::crd::checkpoint::CheckpointPhase;
 
     const NS: &str = "team-a";
     const UID: &str = "uid-1";
