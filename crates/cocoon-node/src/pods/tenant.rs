@@ -674,6 +674,10 @@ pub fn check_artifact_owner(
             owner: named,
         });
     }
+    // A checkpoint's artifact names its checkpoint exactly (never a namespace alone).
+    if what == ArtifactUse::Checkpoint && recorded.pod.as_deref() != Some(owner.pod.as_str()) {
+        return Err(foreign(named));
+    }
     if let OwnerVerdict::Foreign { .. } = owner_verdict(annotations, &owner.actor()) {
         let owner_named = match (&recorded.namespace_uid, &owner.namespace_uid) {
             (Some(r), Some(c)) if r != c => {

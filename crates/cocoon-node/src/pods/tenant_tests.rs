@@ -655,6 +655,9 @@ fn legacy_names_need_the_opt_in() {
 #[test]
 fn image_ref_rows() {
     let victim = vm_name_for_pod("a", "main");
+    let ckpt_repo = cocoon_api::contract::checkpoint::checkpoint_artifact("a", "golden", "u1")
+        .expect("derivable")
+        .repository;
     let key = "annotation cocoonset.cocoonstack.io/image:";
     for (image, refused) in [
         ("ubuntu:24.04", false),
@@ -675,6 +678,15 @@ fn image_ref_rows() {
         ("base:hibernate", true),
         ("host:5000/base:hibernate", true),
         ("base@sha256:0000", false),
+        // A checkpoint's repository (another namespace's, or its own) by any ref: only the
+        // from-checkpoint annotation, resolved by the agent, starts a pod from a checkpoint.
+        (&ckpt_repo[..], true),
+        (&format!("{ckpt_repo}:checkpoint")[..], true),
+        (&format!("{ckpt_repo}:sha256:0000")[..], true),
+        (&format!("{ckpt_repo}@sha256:0000")[..], true),
+        (&format!("host:5000/team/{ckpt_repo}:checkpoint")[..], true),
+        ("CKPT-A-GOLDEN-0123456789AB", true),
+        ("checkpoint-base:v1", false),
     ] {
         let got = check_image_ref(image);
         assert_eq!(got.is_err(), refused, "{image}: {got:?}");
@@ -722,6 +734,23 @@ fn artifact_owner_rows() {
     ];
     for (row, what, annotations, uid, ok) in rows {
         let got = check_artifact_owner(what, "r:t", &annotations, &owner("a", uid, "p"));
+        assert_eq!(got.is_ok(), ok, "{row}: {got:?}");
+    }
+    // A checkpoint base: the artifact must record the checkpoint of the pod's namespace.
+    use cocoon_api::contract::checkpoint::checkpoint_owner_annotations as ckpt_owner;
+    let ckpt = ArtifactUse::Checkpoint;
+    let golden = owner("a", None, "cocooncheckpoint/golden");
+    #[rustfmt::skip]
+    let rows = [
+        ("its checkpoint", ckpt_owner("a", "golden"), true),
+        ("another namespace's checkpoint of that name", ckpt_owner("b", "golden"), false),
+        ("another checkpoint of the namespace", ckpt_owner("a", "other"), false),
+        ("a pod's VM snapshot", with("a", "golden"), false),
+        ("namespace only", ns_only.clone(), false),
+        ("no owner recorded", none.clone(), false),
+    ];
+    for (row, annotations, ok) in rows {
+        let got = check_artifact_owner(ckpt, "ckpt-x:sha256:0", &annotations, &golden);
         assert_eq!(got.is_ok(), ok, "{row}: {got:?}");
     }
     let p = owner("a", None, "p");
