@@ -18,6 +18,8 @@ pub mod classify;
 pub mod failed_main;
 pub mod finalizer;
 pub mod main_agent;
+#[cfg(test)]
+mod main_agent_tests;
 pub mod migrate;
 pub mod release_wake;
 pub mod stamp;
