@@ -22,6 +22,7 @@ use cocoon_api::crd::checkpoint::{
 };
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
 use cocoon_api::naming::vm_name_for_agent;
+use cocoon_operator::cocoonset::pods::build_agent_pod;
 use cocoon_registry::{PushOptions, Reference, RegistryClient};
 use cocoon_runtime::exec_capture;
 use cocoon_testenv::{Shared, TestNode};
@@ -315,6 +316,26 @@ async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() 
             assert_eq!(token, src_token, "{name}: the source's guest state");
             assert_eq!(marker.as_deref(), Some(mark.as_str()), "{name}: the source's file");
         }
+        // A pod of B carrying the annotation itself (written past the operator) names a
+        // checkpoint of B, never A's: the node agent reads B's and finds none.
+        let mut raw = CocoonSet::new("raw", spec(&c.pool, None));
+        raw.metadata.namespace = Some(other.clone());
+        let mut pod = build_agent_pod(&raw, &other, 0, "", Some(&c.agents[0].node));
+        pod.annotations_mut().insert(FROM_CHECKPOINT_ANNOTATION.into(), CKPT.into());
+        let b_pods: Api<Pod> = Api::namespaced(c.client.clone(), &other);
+        b_pods.create(&pp, &pod).await?;
+        let failed = cocoon_testenv::wait_until("raw-0 refused", WAIT, || async {
+            let e = events(&c.client, &other, "CreateBringUpFailed", "raw-0").await;
+            e.into_iter().next()
+        })
+        .await?;
+        let note = failed.note.unwrap_or_default();
+        assert!(
+            note.contains(&format!("annotation {FROM_CHECKPOINT_ANNOTATION}: checkpoint {other}/{CKPT} does not exist")),
+            "{note}"
+        );
+        assert!(c.host(&vm_name_for_agent(&other, "raw", 0)).await.is_err(), "no VM for raw-0");
+        b_pods.delete("raw-0", &DeleteParams::default()).await?;
         // B's set still waits (A's checkpoint is not B's).
         let named = b_sets.get("named").await?;
         assert!(named.status.as_ref().and_then(|s| s.phase) == Some(CocoonSetPhase::Pending));
