@@ -256,3 +256,126 @@ async fn a_tag_whose_recorded_owner_lives_is_kept() {
     })
     .await;
 }
+
+/// Creates CocoonCheckpoint `<ns>/<name>` (with the operator's finalizer when `finalizer`) and
+/// returns its UID.
+async fn checkpoint_cr(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    finalizer: bool,
+) -> Result<String, BoxError> {
+    use cocoon_api::contract::checkpoint::FINALIZER;
+    use cocoon_api::crd::checkpoint::CocoonCheckpoint;
+    let finalizers: Vec<&str> = if finalizer { vec![FINALIZER] } else { vec![] };
+    let cr: CocoonCheckpoint = serde_json::from_value(json!({
+        "apiVersion": "cocoonset.cocoonstack.io/v1", "kind": "CocoonCheckpoint",
+        "metadata": {"name": name, "finalizers": finalizers},
+        "spec": {"source": {"podRef": {"name": "source-0"}}},
+    }))?;
+    let crs: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), ns);
+    let cr = crs.create(&PostParams::default(), &cr).await?;
+    Ok(cr.metadata.uid.ok_or("checkpoint uid")?)
+}
+
+/// Issue 38: checkpoint artifacts (`ckpt-…:checkpoint`). A live checkpoint's artifact is kept
+/// (also one pushed without an owner record: the CR alone keeps it), and so is one a set's
+/// image names; the artifact of a checkpoint deleted with its finalizer stripped by hand is
+/// listed in the dry run and deleted with `--yes`; an artifact whose owner record names another
+/// namespace's live checkpoint is kept (`ownerLives`), one whose record names a pod is kept and
+/// reported (`ownerMismatch`); `ckpt-`-looking repositories of another shape, and other tags of
+/// checkpoint repositories, are untouched.
+#[tokio::test]
+async fn checkpoint_artifacts_are_live_while_their_checkpoint_exists() {
+    use cocoon_api::contract::checkpoint::{checkpoint_artifact, checkpoint_owner_annotations};
+    use cocoon_api::contract::owner::owner_annotations;
+    use cocoon_api::crd::checkpoint::CocoonCheckpoint;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "gc-ckpt").await?;
+        let other = cocoon_testenv::create_namespace(&client, "gc-ckpt-b").await?;
+        let registry = cocoon_testenv::Registry::start_temp(None).await?;
+        let reg = RegistryClient::new(RegistryConfig::for_registry(registry.addr())?)?;
+        let art = |ns: &str, name: &str, uid: &str| -> Result<String, BoxError> {
+            Ok(checkpoint_artifact(ns, name, uid)?.repository)
+        };
+        let pairs = |m: &std::collections::BTreeMap<String, String>| -> Vec<(String, String)> {
+            m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let push_owned = |repo: String, owner: Vec<(String, String)>| {
+            let reg = &reg;
+            async move {
+                let extra: Vec<(&str, &str)> =
+                    owner.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                push_with(reg, &repo, "checkpoint", &extra).await?;
+                Ok::<_, BoxError>(repo)
+            }
+        };
+
+        // Live: its CR exists (one artifact with the owner record, one without any).
+        let live_uid = checkpoint_cr(&client, &ns, "live", false).await?;
+        let live = push_owned(art(&ns, "live", &live_uid)?, pairs(&checkpoint_owner_annotations(&ns, "live"))).await?;
+        let bare_uid = checkpoint_cr(&client, &ns, "bare", false).await?;
+        let bare = push_owned(art(&ns, "bare", &bare_uid)?, vec![]).await?;
+        // Orphan: the CR is deleted and its finalizer stripped by hand (no operator ran).
+        let gone_uid = checkpoint_cr(&client, &ns, "gone", true).await?;
+        let orphan = push_owned(art(&ns, "gone", &gone_uid)?, pairs(&checkpoint_owner_annotations(&ns, "gone"))).await?;
+        let crs: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), &ns);
+        crs.delete("gone", &DeleteParams::default()).await?;
+        crs.patch("gone", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}})))
+            .await?;
+        assert!(crs.get_opt("gone").await?.is_none(), "the CR is gone");
+        // No CR derives these; the owner record names another namespace's live checkpoint, or
+        // a pod (a mismatched record).
+        checkpoint_cr(&client, &other, "theirs", false).await?;
+        let foreign = push_owned(art(&ns, "moved", "uid-1")?, pairs(&checkpoint_owner_annotations(&other, "theirs"))).await?;
+        let pod_owned = push_owned(art(&ns, "podowned", "uid-2")?, pairs(&owner_annotations(&ns, None, "victim-0"))).await?;
+        // A forked set's main starts from the artifact: its image names it.
+        let forked = push_owned(art(&ns, "forked", "uid-3")?, vec![]).await?;
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let spec = CocoonSetSpec::with_image(format!("{}/{forked}:checkpoint", registry.addr()));
+        sets.create(&PostParams::default(), &CocoonSet::new("fork", spec)).await?;
+        // Not checkpoint-shaped, or not the checkpoint tag: untouched.
+        push(&reg, "ckpt-my-backup", "checkpoint").await?;
+        push(&reg, &orphan, "v1").await?;
+
+        let dry = run(env, &["registry", "gc", "--registry", registry.addr()]).await;
+        assert_eq!(dry.status.code(), Some(0), "{}", text(&dry.stderr));
+        let listing = text(&dry.stdout);
+        let line = |repo: &str| listing.lines().filter(|l| l.contains(repo)).collect::<Vec<_>>().join("\n");
+        assert!(line(&orphan).contains("checkpoint") && line(&orphan).contains("would delete"), "{listing}");
+        assert!(line(&foreign).contains(&format!("kept (owner {other}/cocooncheckpoint/theirs lives)")), "{listing}");
+        assert!(line(&pod_owned).contains("kept (owner record") && line(&pod_owned).contains("is not a checkpoint"), "{listing}");
+        for kept in [&live, &bare, &forked, "ckpt-my-backup"] {
+            assert!(line(kept).is_empty(), "{kept} is live or not a candidate: not listed\n{listing}");
+        }
+        assert!(reg.has_manifest(&orphan, "checkpoint").await?, "a dry run deletes nothing");
+
+        let out = run(env, &["registry", "gc", "--registry", registry.addr(), "--yes", "-o", "json"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout)?;
+        assert_eq!(report["deleted"], json!([{"repository": orphan, "tag": "checkpoint"}]), "{report}");
+        assert_eq!(
+            report["ownerLives"],
+            json!([{"repository": foreign, "tag": "checkpoint", "owner": format!("{other}/cocooncheckpoint/theirs")}]),
+            "only the foreign record: the live checkpoints are kept by their CR ({report})"
+        );
+        assert_eq!(
+            report["ownerMismatch"],
+            json!([{"repository": pod_owned, "tag": "checkpoint", "owner": format!("{ns}/victim-0")}]),
+            "{report}"
+        );
+        assert!(!reg.has_manifest(&orphan, "checkpoint").await?, "the orphan is collected");
+        for kept in [&live, &bare, &foreign, &pod_owned, &forked] {
+            assert!(reg.has_manifest(kept, "checkpoint").await?, "{kept}:checkpoint kept");
+        }
+        assert!(reg.has_manifest(&orphan, "v1").await?, "only :checkpoint is collected");
+        assert!(reg.has_manifest("ckpt-my-backup", "checkpoint").await?, "another shape");
+        registry.shutdown();
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        cocoon_testenv::delete_namespace(&client, &other).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
