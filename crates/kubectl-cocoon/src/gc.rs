@@ -1,15 +1,16 @@
 //! `registry gc`: find `:hibernate` (and, on request, `:latest`) tags whose VM no live object
-//! accounts for, and delete them by digest. Dry run unless `--yes` (or `--interactive` and a
-//! `y`).
+//! accounts for, and `:checkpoint` tags of checkpoint artifacts no CocoonCheckpoint accounts
+//! for, and delete them by digest. Dry run unless `--yes` (or `--interactive` and a `y`).
 //!
 //! # What is a candidate
 //!
-//! Only repositories **named like a VM**: one path component under the registry base of the
-//! hashed form of `contract.md` §2.2, `vk-<…>-<6 lowercase hex>`, a valid VM name and OCI
-//! component ([`vm_shaped`]). Everything else under the base — base images such as
-//! `<base>/ubuntu` or `<base>/library/ubuntu` — is never touched, whatever its tags. The legacy
-//! unhashed form (`vk-<ns>-<pod>`) is not a candidate either: it cannot be told from an image
-//! that happens to start with `vk-`, so legacy VMs' tags are left for an administrator.
+//! Only repositories **named like a VM** (or like a checkpoint artifact, see below): one path
+//! component under the registry base of the hashed form of `contract.md` §2.2,
+//! `vk-<…>-<6 lowercase hex>`, a valid VM name and OCI component ([`vm_shaped`]). Everything
+//! else under the base — base images such as `<base>/ubuntu` or `<base>/library/ubuntu` — is
+//! never touched, whatever its tags. The legacy unhashed form (`vk-<ns>-<pod>`) is not a
+//! candidate either: it cannot be told from an image that happens to start with `vk-`, so
+//! legacy VMs' tags are left for an administrator.
 //!
 //! # What is live (never collected)
 //!
