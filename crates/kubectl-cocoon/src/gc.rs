@@ -244,12 +244,14 @@ pub fn checkpoint_shaped(repo: &str) -> bool {
     let Some((middle, hash)) = rest.rsplit_once('-') else {
         return false;
     };
+    // The longest `M` the derivation keeps (45): the whole name is at most 63 characters.
+    let middle_max = naming::MAX_NAME_LEN - ckpt::REPOSITORY_PREFIX.len() - 1 - hex;
     let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
     hash.len() == hex
         && hash
             .bytes()
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-        && (3..=45).contains(&middle.len())
+        && (3..=middle_max).contains(&middle.len())
         && middle.contains('-')
         && middle.bytes().all(|c| alnum(c) || c == b'-')
         && middle.bytes().next().is_some_and(alnum)
