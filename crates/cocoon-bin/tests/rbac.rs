@@ -526,8 +526,9 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         .await?;
 
         // A CocoonCheckpoint of set a's main (issue 38): validated (the set read by name),
-        // accepted (finalizer, status, the request on a-0), then deleted (artifact delete,
-        // request cleared, finalizer removed). No node agent takes it yet: it stays Pending.
+        // accepted (finalizer, status, the request on a-0), taken by a-0's node agent (the
+        // checkpoint read, its status written), then deleted (artifact delete, request
+        // cleared, finalizer removed).
         let ckpts: Api<CocoonCheckpoint> = Api::namespaced(admin.clone(), &ns);
         let ckpt = CocoonCheckpoint::new(
             "k",
@@ -539,9 +540,9 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
             },
         );
         ckpts.create(&PostParams::default(), &ckpt).await?;
-        cocoon_testenv::wait_until("k Pending", WAIT, || async {
+        cocoon_testenv::wait_until("k Ready", WAIT, || async {
             let c = ckpts.get_opt("k").await.ok().flatten()?;
-            (c.phase() == Some(CheckpointPhase::Pending)).then_some(())
+            (c.phase() == Some(CheckpointPhase::Ready)).then_some(())
         })
         .await?;
         ckpts.delete("k", &DeleteParams::default()).await?;
