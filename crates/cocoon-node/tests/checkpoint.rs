@@ -233,3 +233,59 @@ async fn a_forged_request_is_refused_and_nothing_is_pushed() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_killed_while_saving_starts_over_after_its_restart() {
+    use cocoon_runtime::sim::Verb;
+    run_test(|env| async move {
+        let client = env.client()?;
+        let ns = create_namespace(&client, "ckptfault").await?;
+        let tmp = tempfile::tempdir()?;
+        let node = unique_name("node-ckpt");
+        let _node_obj = TestNode::in_pool(&client, &node, "default").await?;
+        let dir = tmp.path().join(&node);
+        let agent = common::start_agent(env, &node, &dir).await?;
+        let before = run_pod(&client, &ns, "main", &node, &[]).await?;
+        let vm_id = ann_of(&before, ann::VM_ID).ok_or("no VM id")?;
+        let reg = registry(env.registry_addr());
+
+        // The save hangs; the agent dies with the checkpoint in Saving.
+        agent.sim.block(Verb::SnapshotSave, None);
+        let uid = hand_off(&client, &ns, "snap", "main", &node).await?;
+        put_request(&client, &ns, "main", &request(&ns, "snap", &uid, "main")?).await?;
+        assert!(
+            agent.sim.wait_blocked(Verb::SnapshotSave, 1, WAIT).await,
+            "the save started"
+        );
+        let ckpts: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), &ns);
+        assert_eq!(
+            ckpts.get("snap").await?.phase(),
+            Some(CheckpointPhase::Saving)
+        );
+        agent.kill().await;
+        let artifact = checkpoint_artifact(&ns, "snap", &uid)?;
+        assert!(
+            !reg.has_manifest(&artifact.repository, CHECKPOINT_TAG)
+                .await?,
+            "no artifact under the tag before the final manifest put"
+        );
+
+        // Restarted, it finds the request and the CR in Saving: starts over, ends Ready.
+        let _again = common::start_agent(env, &node, &dir).await?;
+        wait_until("snap Ready after the restart", WAIT, || async {
+            let c = ckpts.get_opt("snap").await.ok().flatten()?;
+            (c.phase() == Some(CheckpointPhase::Ready)).then_some(())
+        })
+        .await?;
+        assert!(
+            reg.has_manifest(&artifact.repository, CHECKPOINT_TAG)
+                .await?
+        );
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let after = pods.get("main").await?;
+        assert_eq!(ann_of(&after, ann::VM_ID), Some(vm_id), "same VM id");
+        assert!(is_running_ready(&after), "the source keeps running");
+        Ok::<(), BoxError>(())
+    })
+    .await;
+}
