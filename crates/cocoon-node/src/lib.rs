@@ -5,7 +5,8 @@
 //!
 //! Modules:
 //! * [`config`]: the node agent's environment configuration (`contract.md` §12.2).
-//! * [`metrics`]: the `cocoon_vk_*` Prometheus families (`contract.md` §11.2).
+//! * [`metrics`]: the `cocoon_vk_*` Prometheus families (`contract.md` §11.2), in the
+//!   `cocoon-node-metrics` crate.
 //! * [`node`]: Node registration, Lease and status heartbeats, capacity (`node.md` §2), in
 //!   the `cocoon-node-registration` crate.
 //! * [`pods`]: the pod lifecycle (`node.md` §3–§12): create, delete, hibernate and wake,

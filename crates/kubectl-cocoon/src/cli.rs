@@ -398,8 +398,9 @@ pub enum Command {
 
 #[derive(Subcommand, Debug)]
 pub enum RegistryCommand {
-    /// Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no
-    /// live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes.
+    /// Delete :hibernate tags (and :latest with --include-latest) of VM repositories, and
+    /// :checkpoint tags of checkpoint repositories, that no live CocoonSet, CocoonHibernation,
+    /// CocoonCheckpoint or pod references. Dry run unless --yes.
     #[command(after_help = help::REGISTRY_GC)]
     Gc {
         /// Registry base (host[:port][/prefix]); defaults to OCI_REGISTRY.

@@ -1,15 +1,16 @@
 //! `registry gc`: find `:hibernate` (and, on request, `:latest`) tags whose VM no live object
-//! accounts for, and delete them by digest. Dry run unless `--yes` (or `--interactive` and a
-//! `y`).
+//! accounts for, and `:checkpoint` tags of checkpoint artifacts no CocoonCheckpoint accounts
+//! for, and delete them by digest. Dry run unless `--yes` (or `--interactive` and a `y`).
 //!
 //! # What is a candidate
 //!
-//! Only repositories **named like a VM**: one path component under the registry base of the
-//! hashed form of `contract.md` §2.2, `vk-<…>-<6 lowercase hex>`, a valid VM name and OCI
-//! component ([`vm_shaped`]). Everything else under the base — base images such as
-//! `<base>/ubuntu` or `<base>/library/ubuntu` — is never touched, whatever its tags. The legacy
-//! unhashed form (`vk-<ns>-<pod>`) is not a candidate either: it cannot be told from an image
-//! that happens to start with `vk-`, so legacy VMs' tags are left for an administrator.
+//! Only repositories **named like a VM** (or like a checkpoint artifact, see below): one path
+//! component under the registry base of the hashed form of `contract.md` §2.2,
+//! `vk-<…>-<6 lowercase hex>`, a valid VM name and OCI component ([`vm_shaped`]). Everything
+//! else under the base — base images such as `<base>/ubuntu` or `<base>/library/ubuntu` — is
+//! never touched, whatever its tags. The legacy unhashed form (`vk-<ns>-<pod>`) is not a
+//! candidate either: it cannot be told from an image that happens to start with `vk-`, so
+//! legacy VMs' tags are left for an administrator.
 //!
 //! # What is live (never collected)
 //!
@@ -39,6 +40,21 @@
 //! Go components, cocoon-common v0.3.0, push none) is decided by the name rule above alone.
 //! The delete names the digest whose owner was checked.
 //!
+//! # Checkpoint artifacts (issue 38)
+//!
+//! Repositories of the exact form `checkpoint_artifact` derives, `ckpt-<M>-<12 lowercase hex>`
+//! ([`checkpoint_shaped`]), are candidates too, for their `:checkpoint` tag only (any other tag,
+//! and any other `ckpt-…`-looking name, stays untouched). Such a tag is **live** while a
+//! CocoonCheckpoint of any namespace derives that repository from its namespace, name and UID
+//! (a checkpoint being deleted included: its finalizer deletes the artifact), and while an image
+//! reference of a set or pod names the repository (a forked set's main starts from
+//! `<repo>@<digest>` or `<repo>:checkpoint`). Otherwise (its CR deleted with the finalizer
+//! stripped by hand, say) it is collected, subject to its owner record: kept while the recorded
+//! namespace exists (UID rule as above) and a CocoonCheckpoint named by the recorded
+//! `owner-pod` (`cocooncheckpoint/<name>`) exists in it. A checkpoint artifact whose record names
+//! a pod-shaped owner (anything but `cocooncheckpoint/<name>`) is never trusted: it is kept and
+//! reported as `kept (owner record <ns>/<pod> is not a checkpoint)`, JSON `ownerMismatch`.
+//!
 //! # Races
 //!
 //! The objects are read once for the walk, and **again right before each DELETE**: a tag whose
@@ -49,9 +65,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 
+use cocoon_api::contract::checkpoint as ckpt;
 use cocoon_api::contract::{
     AnnotationCodec, DeleteVmNames, ReclaimRecord, annotations as ann, tags,
 };
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use cocoon_api::crd::hibernation::CocoonHibernation;
 use cocoon_api::crd::set::CocoonSet;
 use cocoon_api::naming;
@@ -72,13 +90,17 @@ pub struct Live {
     pub vms: BTreeSet<String>,
     /// The last path component of every image reference's repository.
     pub image_repos: BTreeSet<String>,
+    /// The repository every CocoonCheckpoint derives from its namespace, name and UID.
+    pub checkpoints: BTreeSet<String>,
 }
 
 impl Live {
     /// Whether repository `repo` (a logical name under the base) must be kept.
     pub fn keeps(&self, repo: &str) -> bool {
         let last = last_component(repo);
-        self.vms.contains(last) || self.image_repos.contains(last)
+        self.vms.contains(last)
+            || self.image_repos.contains(last)
+            || self.checkpoints.contains(last)
     }
 }
 
@@ -86,19 +108,25 @@ fn last_component(repo: &str) -> &str {
     repo.rsplit('/').next().unwrap_or(repo)
 }
 
-/// The objects a recorded owner may be: namespaces (with their UIDs), pods, CocoonSets and
-/// the pods CocoonHibernations name, each by `(namespace, name)`.
+/// The objects a recorded owner may be: namespaces (with their UIDs), pods, CocoonSets, the
+/// pods CocoonHibernations name and CocoonCheckpoints, each by `(namespace, name)`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owners {
     pub namespaces: BTreeMap<String, String>,
     pub pods: BTreeSet<(String, String)>,
     pub sets: BTreeSet<(String, String)>,
     pub hibernated_pods: BTreeSet<(String, String)>,
+    pub checkpoints: BTreeSet<(String, String)>,
 }
 
 impl Owners {
     /// The owners among these objects (namespaces are added by the caller).
-    pub fn of(sets: &[CocoonSet], pods: &[Pod], hibernations: &[CocoonHibernation]) -> Owners {
+    pub fn of(
+        sets: &[CocoonSet],
+        pods: &[Pod],
+        hibernations: &[CocoonHibernation],
+        checkpoints: &[CocoonCheckpoint],
+    ) -> Owners {
         let key = |ns: Option<String>, name: String| (ns.unwrap_or_default(), name);
         Owners {
             namespaces: BTreeMap::new(),
@@ -113,6 +141,10 @@ impl Owners {
             hibernated_pods: hibernations
                 .iter()
                 .map(|h| key(h.namespace(), h.spec.pod_ref.name.clone()))
+                .collect(),
+            checkpoints: checkpoints
+                .iter()
+                .map(|c| key(c.namespace(), c.name_any()))
                 .collect(),
         }
     }
@@ -153,6 +185,91 @@ pub fn owner_lives(annotations: &BTreeMap<String, String>, owners: &Owners) -> O
     )
 }
 
+/// Why a candidate tag is kept after reading its manifest's owner record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerKeep {
+    /// The recorded owner (`<ns>/<pod>`) lives.
+    Lives(String),
+    /// A checkpoint artifact records an owner (`<ns>/<pod>`) that is not a checkpoint.
+    Mismatch(String),
+}
+
+impl OwnerKeep {
+    /// The action column of the report.
+    pub fn action(&self) -> String {
+        match self {
+            OwnerKeep::Lives(o) => format!("kept (owner {o} lives)"),
+            OwnerKeep::Mismatch(o) => format!("kept (owner record {o} is not a checkpoint)"),
+        }
+    }
+}
+
+/// Does the owner record (manifest `annotations`) of a tag of candidate repository `repo`
+/// keep it? `None`: collect it. VM repositories follow [`owner_lives`]; checkpoint
+/// repositories the checkpoint rule of the module docs.
+pub fn owner_keeps(
+    repo: &str,
+    annotations: &BTreeMap<String, String>,
+    owners: &Owners,
+) -> Option<OwnerKeep> {
+    let lives = |a: &BTreeMap<String, String>| owner_lives(a, owners) == Some(true);
+    if !checkpoint_shaped(repo) {
+        return lives(annotations).then(|| OwnerKeep::Lives(owner_of(annotations)));
+    }
+    let owner = cocoon_api::contract::owner::RecordedOwner::from_annotations(annotations)?;
+    let name = owner
+        .pod
+        .as_deref()
+        .and_then(|p| p.strip_prefix(ckpt::OWNER_POD_PREFIX))
+        .filter(|n| !n.is_empty() && !n.contains('/'));
+    let Some(name) = name else {
+        return Some(OwnerKeep::Mismatch(owner_of(annotations)));
+    };
+    let ns_lives = owners
+        .namespaces
+        .get(&owner.namespace)
+        .is_some_and(|uid| owner.namespace_uid.as_ref().is_none_or(|u| u == uid));
+    let key = (owner.namespace.clone(), name.to_string());
+    (ns_lives && owners.checkpoints.contains(&key)).then(|| OwnerKeep::Lives(owner_of(annotations)))
+}
+
+/// Is `repo` named exactly as `checkpoint_artifact` names a checkpoint's repository
+/// (`ckpt-<M>-<12 lowercase hex>`, `M` = `<ns>-<name>` made safe, 3 to 45 characters of
+/// `[a-z0-9-]` starting and ending alphanumeric, one path component)?
+pub fn checkpoint_shaped(repo: &str) -> bool {
+    let hex = ckpt::REPOSITORY_HASH_HEX_LEN;
+    let Some(rest) = repo.strip_prefix(ckpt::REPOSITORY_PREFIX) else {
+        return false;
+    };
+    let Some((middle, hash)) = rest.rsplit_once('-') else {
+        return false;
+    };
+    // The longest `M` the derivation keeps (45): the whole name is at most 63 characters.
+    let middle_max = naming::MAX_NAME_LEN - ckpt::REPOSITORY_PREFIX.len() - 1 - hex;
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    hash.len() == hex
+        && hash
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        && (3..=middle_max).contains(&middle.len())
+        && middle.contains('-')
+        && middle.bytes().all(|c| alnum(c) || c == b'-')
+        && middle.bytes().next().is_some_and(alnum)
+        && middle.bytes().last().is_some_and(alnum)
+        && naming::is_valid_oci_component(repo)
+}
+
+/// Whether `repo` is a candidate repository at all, and `tag` a tag gc may collect from it:
+/// `:hibernate` (and `:latest` when `include_latest`) of a VM repository, `:checkpoint` of a
+/// checkpoint repository.
+pub fn collectable(repo: &str, tag: &str, include_latest: bool) -> bool {
+    if vm_shaped(repo) {
+        tag == tags::HIBERNATE || (include_latest && tag == tags::LATEST)
+    } else {
+        checkpoint_shaped(repo) && tag == ckpt::CHECKPOINT_TAG
+    }
+}
+
 /// Is `repo` named like a VM (the hashed form of `contract.md` §2.2, one path component)?
 pub fn vm_shaped(repo: &str) -> bool {
     let hex = naming::VM_HASH_HEX_LEN;
@@ -179,8 +296,14 @@ pub fn image_repo(image: &str) -> &str {
     last.split(':').next().unwrap_or(last)
 }
 
-/// Every VM name a live object references, and every image repository.
-pub fn live_refs(sets: &[CocoonSet], pods: &[Pod], hibernations: &[CocoonHibernation]) -> Live {
+/// Every VM name a live object references, every image repository, and every checkpoint's
+/// repository.
+pub fn live_refs(
+    sets: &[CocoonSet],
+    pods: &[Pod],
+    hibernations: &[CocoonHibernation],
+    checkpoints: &[CocoonCheckpoint],
+) -> Live {
     let mut live = BTreeSet::new();
     let mut images = BTreeSet::new();
     let mut pod_vm: BTreeMap<(String, String), String> = BTreeMap::new();
@@ -242,22 +365,34 @@ pub fn live_refs(sets: &[CocoonSet], pods: &[Pod], hibernations: &[CocoonHiberna
     }
     live.remove("");
     images.remove("");
+    let checkpoints = checkpoints
+        .iter()
+        .filter_map(|c| {
+            let (ns, uid) = (
+                c.namespace().unwrap_or_default(),
+                c.uid().unwrap_or_default(),
+            );
+            ckpt::checkpoint_artifact(&ns, &c.name_any(), &uid).ok()
+        })
+        .map(|a| a.repository)
+        .collect();
     Live {
         vms: live,
         image_repos: images,
+        checkpoints,
     }
 }
 
-/// The tags to collect, given each repository's tags: only VM-shaped repositories that no
-/// live object holds on to, and only `:hibernate` (and `:latest` when asked).
+/// The tags to collect, given each repository's tags: only VM- or checkpoint-shaped
+/// repositories that no live object holds on to, and only the tags [`collectable`] names.
 pub fn orphans(repos: &[(String, Vec<String>)], live: &Live, include_latest: bool) -> Vec<Orphan> {
     let mut out = Vec::new();
     for (repo, repo_tags) in repos {
-        if !vm_shaped(repo) || live.keeps(repo) {
+        if live.keeps(repo) {
             continue;
         }
         for t in repo_tags {
-            if t == tags::HIBERNATE || (include_latest && t == tags::LATEST) {
+            if collectable(repo, t, include_latest) {
                 out.push(Orphan {
                     repository: repo.clone(),
                     tag: t.clone(),
@@ -269,7 +404,8 @@ pub fn orphans(repos: &[(String, Vec<String>)], live: &Live, include_latest: boo
     out
 }
 
-/// Reads every CocoonSet, pod, CocoonHibernation and namespace of the cluster (uncached):
+/// Reads every CocoonSet, CocoonCheckpoint, pod, CocoonHibernation and namespace of the
+/// cluster (uncached):
 /// what they hold on to by name, and the owners that live.
 async fn read_live(client: &kube::Client) -> Result<(Live, Owners), crate::error::CliError> {
     use crate::error::CliError;
@@ -279,6 +415,11 @@ async fn read_live(client: &kube::Client) -> Result<(Live, Owners), crate::error
         .list(&lp)
         .await
         .map_err(|e| CliError::from_kube("list cocoonsets (all namespaces)", e))?
+        .items;
+    let checkpoints = Api::<CocoonCheckpoint>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(|e| CliError::from_kube("list cocooncheckpoints (all namespaces)", e))?
         .items;
     let hibernations = Api::<CocoonHibernation>::all(client.clone())
         .list(&lp)
@@ -295,12 +436,12 @@ async fn read_live(client: &kube::Client) -> Result<(Live, Owners), crate::error
         .await
         .map_err(|e| CliError::from_kube("list namespaces (the owners tags record)", e))?
         .items;
-    let mut owners = Owners::of(&sets, &pods, &hibernations);
+    let mut owners = Owners::of(&sets, &pods, &hibernations, &checkpoints);
     owners.namespaces = namespaces
         .iter()
         .map(|n| (n.name_any(), n.uid().unwrap_or_default()))
         .collect();
-    Ok((live_refs(&sets, &pods, &hibernations), owners))
+    Ok((live_refs(&sets, &pods, &hibernations, &checkpoints), owners))
 }
 
 /// Asks on stderr whether to delete `n` tags; true for an answer starting with `y`.
@@ -340,8 +481,9 @@ pub async fn run(
         .await
         .map_err(|e| CliError::Api(format!("registry catalog: {e}")))?
     {
-        // Only VM-shaped repositories are ever candidates: no tag listing for the others.
-        if !vm_shaped(&repo) || live.keeps(&repo) {
+        // Only VM- and checkpoint-shaped repositories are ever candidates: no tag listing for
+        // the others.
+        if !(vm_shaped(&repo) || checkpoint_shaped(&repo)) || live.keeps(&repo) {
             continue;
         }
         let t = reg
@@ -354,8 +496,10 @@ pub async fn run(
     let mut owned = Vec::new();
     for o in orphans(&repos, &live, include_latest) {
         match reg.manifest_annotations(&o.repository, &o.tag).await {
-            Ok(a) if owner_lives(&a, &owners) == Some(true) => owned.push((o, owner_of(&a))),
-            Ok(_) => found.push(o),
+            Ok(a) => match owner_keeps(&o.repository, &a, &owners) {
+                Some(keep) => owned.push((o, keep)),
+                None => found.push(o),
+            },
             Err(e) if e.is_not_found() => {}
             Err(e) => {
                 return Err(CliError::Api(format!(
@@ -383,12 +527,16 @@ pub async fn run(
             // The owner is checked on the very manifest the DELETE names.
             let done = reg
                 .delete_tag_checked(&o.repository, &o.tag, |a| {
-                    owner_lives(a, &owners) != Some(true)
+                    owner_keeps(&o.repository, a, &owners).is_none()
                 })
                 .await
                 .map_err(|e| CliError::Api(format!("delete {}:{}: {e}", o.repository, o.tag)))?;
             match done {
-                cocoon_registry::CheckedDelete::Kept(a) => owned.push((o.clone(), owner_of(&a))),
+                cocoon_registry::CheckedDelete::Kept(a) => {
+                    let keep = owner_keeps(&o.repository, &a, &owners)
+                        .unwrap_or_else(|| OwnerKeep::Lives(owner_of(&a)));
+                    owned.push((o.clone(), keep));
+                }
                 _ => deleted.push(o.clone()),
             }
         }
@@ -396,8 +544,7 @@ pub async fn run(
     if let Some(fmt) = output {
         return crate::output::print_object(
             &serde_json::json!({"dryRun": !delete, "orphans": found, "deleted": deleted, "kept": kept,
-                "ownerLives": owned.iter().map(|(o, owner)| serde_json::json!({
-                    "repository": o.repository, "tag": o.tag, "owner": owner})).collect::<Vec<_>>()}),
+                "ownerLives": owner_report(&owned, false), "ownerMismatch": owner_report(&owned, true)}),
             fmt,
         );
     }
@@ -405,7 +552,7 @@ pub async fn run(
         owned
             .iter()
             .find(|(k, _)| k == o)
-            .map(|(_, owner)| format!("kept (owner {owner} lives)"))
+            .map(|(_, keep)| keep.action())
     };
     let walk_kept: Vec<(Orphan, String)> = owned
         .iter()
@@ -447,6 +594,20 @@ pub async fn run(
         eprintln!("dry run: pass --yes to delete {} tag(s)", found.len());
     }
     Ok(())
+}
+
+/// The JSON list of the tags kept for their owner record: those whose owner lives, or (with
+/// `mismatch`) the checkpoint artifacts whose record names no checkpoint.
+fn owner_report(owned: &[(Orphan, OwnerKeep)], mismatch: bool) -> Vec<serde_json::Value> {
+    owned
+        .iter()
+        .filter_map(|(o, keep)| match keep {
+            OwnerKeep::Lives(owner) if !mismatch => Some((o, owner)),
+            OwnerKeep::Mismatch(owner) if mismatch => Some((o, owner)),
+            _ => None,
+        })
+        .map(|(o, owner)| serde_json::json!({"repository": o.repository, "tag": o.tag, "owner": owner}))
+        .collect()
 }
 
 fn render(found: &[Orphan], action: &str) -> String {
@@ -510,7 +671,7 @@ mod tests {
         let ch: CocoonHibernation = serde_json::from_value(json!({
             "metadata": {"name": "x", "namespace": "other"}, "spec": {"podRef": {"name": "gone"}, "desire": "Hibernate"},
             "status": {"vmName": ch_vm}})).expect("ch");
-        let live = live_refs(&[set], &[pod], &[ch]);
+        let live = live_refs(&[set], &[pod], &[ch], &[]);
         for vm in [
             &stash,
             &reclaim,
@@ -608,6 +769,7 @@ mod tests {
             pods: [k("eu1", "solo")].into(),
             sets: [k("eu1", "analytics")].into(),
             hibernated_pods: [k("eu1", "sleeper")].into(),
+            checkpoints: [k("eu1", "solo")].into(),
         };
         let pod_only: BTreeMap<String, String> = [(
             cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE.to_string(),
@@ -630,5 +792,127 @@ mod tests {
         for (what, annotations, want) in cases {
             assert_eq!(owner_lives(&annotations, &owners), want, "{what}");
         }
+        let vm = naming::vm_name_for_pod("eu1", "solo");
+        let ck = ckpt::checkpoint_artifact("eu1", "gone", "u")
+            .expect("artifact")
+            .repository;
+        let lives = |o: &str| Some(OwnerKeep::Lives(o.into()));
+        let mismatch = |o: &str| Some(OwnerKeep::Mismatch(o.into()));
+        let ck_owner = ckpt::checkpoint_owner_annotations;
+        #[rustfmt::skip]
+        let cases = [
+            ("VM: the pod lives", &vm, owner_annotations("eu1", None, "solo"), lives("eu1/solo")),
+            ("VM: the owner is gone", &vm, owner_annotations("eu1", None, "gone-0"), None),
+            ("checkpoint: no owner recorded, the name rule decides", &ck, BTreeMap::new(), None),
+            ("checkpoint: the recorded checkpoint exists", &ck, ck_owner("eu1", "solo"), lives("eu1/cocooncheckpoint/solo")),
+            ("checkpoint: another namespace's live checkpoint", &ck, ck_owner("eu2", "solo"), None),
+            ("checkpoint: the recorded checkpoint is gone", &ck, ck_owner("eu1", "gone"), None),
+            ("checkpoint: its namespace is gone", &ck, ck_owner("eu3", "solo"), None),
+            ("checkpoint: namespace re-created", &ck, owner_annotations("eu1", Some("old"), "cocooncheckpoint/solo"), None),
+            ("checkpoint: a pod-shaped owner record is never trusted", &ck, owner_annotations("eu3", None, "solo"), mismatch("eu3/solo")),
+            ("checkpoint: a namespace-only record either", &ck, pod_only_ns("eu3"), mismatch("eu3/")),
+            ("checkpoint: an empty checkpoint name either", &ck, owner_annotations("eu1", None, "cocooncheckpoint/"), mismatch("eu1/cocooncheckpoint/")),
+        ];
+        for (what, repo, annotations, want) in cases {
+            assert_eq!(owner_keeps(repo, &annotations, &owners), want, "{what}");
+        }
+    }
+
+    fn pod_only_ns(ns: &str) -> BTreeMap<String, String> {
+        [(
+            cocoon_api::contract::oci::ANNOTATION_OWNER_NAMESPACE.to_string(),
+            ns.to_string(),
+        )]
+        .into()
+    }
+
+    #[test]
+    fn checkpoint_shaped_is_exactly_what_checkpoint_artifact_derives() {
+        let long = "a-namespace-name-that-is-long-enough";
+        for (ns, name, uid) in [("a", "b", "u"), ("team-a", "x.y", "1"), (long, long, "u2")] {
+            let repo = ckpt::checkpoint_artifact(ns, name, uid)
+                .expect("artifact")
+                .repository;
+            assert!(checkpoint_shaped(&repo), "{repo}");
+            assert!(collectable(&repo, "checkpoint", false), "{repo}");
+            assert!(
+                !collectable(&repo, "hibernate", true),
+                "{repo}: only :checkpoint"
+            );
+        }
+        #[rustfmt::skip]
+        let cases = [
+            ("ckpt-ns-demo-0123456789ab", true),
+            ("ckpt-ns-demo-0123456789a", false),   // 11 hex
+            ("ckpt-ns-demo-0123456789abc", false), // 13 hex
+            ("ckpt-ns-demo-0123456789AB", false),
+            ("ckpt-ns-demo-0123456789ag", false),
+            ("ckpt-nsdemo-0123456789ab", false),   // no `<ns>-<name>`
+            ("ckpt--ns-demo-0123456789ab", false),
+            ("ckpt-ns-demo--0123456789ab", false),
+            ("ckpt-ns_demo-0123456789ab", false),
+            ("ckpt-0123456789ab", false),
+            ("ckpt-my-backup", false),
+            ("base/ckpt-ns-demo-0123456789ab", false),
+            ("ckpt-ns-demo-0123456789ab/x", false),
+            ("vk-ns-demo-0-505043", false),
+            ("", false),
+        ];
+        for (repo, want) in cases {
+            assert_eq!(checkpoint_shaped(repo), want, "{repo}");
+        }
+        let m46 = format!("ckpt-{}-0123456789ab", "a-".repeat(22) + "bc");
+        assert!(
+            !checkpoint_shaped(&m46),
+            "M longer than 45 is cut by the derivation"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_artifact_is_live_while_its_cr_or_an_image_names_it() {
+        let cr = |ns: &str, name: &str, uid: &str| -> CocoonCheckpoint {
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "namespace": ns, "uid": uid},
+                "spec": {"source": {"podRef": {"name": "p"}}}}),
+            )
+            .expect("checkpoint")
+        };
+        let art = |ns, name, uid| {
+            ckpt::checkpoint_artifact(ns, name, uid)
+                .expect("a")
+                .repository
+        };
+        let (live_ck, by_digest, by_tag) = (
+            art("a", "keep", "u1"),
+            art("b", "x", "u"),
+            art("b", "y", "u"),
+        );
+        let (recreated, orphan) = (art("a", "again", "old-uid"), art("a", "gone", "u3"));
+        let set: CocoonSet = serde_json::from_value(json!({"metadata": {"name": "fork", "namespace": "b"},
+            "spec": {"agent": {"image": format!("reg:5000/{by_digest}@sha256:abc"), "replicas": 0}}})).expect("set");
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "b",
+            "annotations": {"cocoonset.cocoonstack.io/image": format!("reg:5000/{by_tag}:checkpoint")}}})).expect("pod");
+        let live = live_refs(
+            &[set],
+            &[pod],
+            &[],
+            &[cr("a", "keep", "u1"), cr("a", "again", "new-uid")],
+        );
+        let repos: Vec<_> = [&live_ck, &by_digest, &by_tag, &recreated, &orphan]
+            .into_iter()
+            .map(|r| repo(r, &["checkpoint", "v1"]))
+            .chain([repo("ckpt-my-backup", &["checkpoint"])])
+            .collect();
+        let want = [recreated, orphan].map(|r| Orphan {
+            repository: r,
+            tag: "checkpoint".into(),
+        });
+        let mut want = want.to_vec();
+        want.sort_by(|a, b| a.repository.cmp(&b.repository));
+        assert_eq!(
+            orphans(&repos, &live, true),
+            want,
+            "the CR's UID counts; images keep theirs"
+        );
     }
 }

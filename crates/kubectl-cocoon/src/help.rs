@@ -208,9 +208,12 @@ pub const REGISTRY_GC: &str = concat!(
     "  kubectl cocoon registry gc -i\n\n",
     "  # In CI: a JSON report of the orphans\n",
     "  kubectl cocoon registry gc -o json\n\n",
-    "Only repositories named like VMs (vk-<namespace>-<pod>-<6 hex>) are candidates; images\n",
-    "that any CocoonSet or pod uses are never touched. The objects are read again right\n",
-    "before each delete, so a tag whose VM became live meanwhile is kept.\n\n",
+    "Only repositories named like VMs (vk-<namespace>-<pod>-<6 hex>) or checkpoints (below)\n",
+    "are candidates; images that any CocoonSet or pod uses are never touched. The objects\n",
+    "are read again right before each delete, so a tag whose VM became live meanwhile is kept.\n\n",
+    "Checkpoint artifacts (ckpt-<namespace>-<name>-<12 hex>:checkpoint) are kept while a\n",
+    "CocoonCheckpoint of any namespace derives that repository or an image names it; a\n",
+    "checkpoint deleted with its finalizer stripped leaves one that gc collects.\n\n",
     "Waits for: nothing.\n\n",
     read_exit_codes!()
 );

@@ -2,7 +2,8 @@
 //! real control plane and a registry of its own. Only VM-named repositories are candidates
 //! (base images survive `--include-latest --yes`, used or not), and a tag whose VM becomes
 //! live between the walk and the delete is kept. A tag whose recorded owner (issue 35 item 2)
-//! still lives is kept although no object names its VM.
+//! still lives is kept although no object names its VM. Checkpoint artifacts (issue 38) are
+//! live while their CocoonCheckpoint exists, and collected once it is gone.
 
 // Shared with plugin_cli.rs; this file uses part of it.
 #[allow(dead_code)]
@@ -252,6 +253,193 @@ async fn a_tag_whose_recorded_owner_lives_is_kept() {
         );
         registry.shutdown();
         cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, BoxError>(())
+    })
+    .await;
+}
+
+/// The rows of table `out` that name `repo`, one per line, columns one blank apart.
+fn rows_of(out: &str, repo: &str) -> String {
+    let rows: Vec<String> = out
+        .lines()
+        .filter(|l| l.contains(repo))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    rows.join("\n")
+}
+
+/// Creates CocoonCheckpoint `<ns>/<name>` (with the operator's finalizer when `finalizer`) and
+/// returns its UID.
+async fn checkpoint_cr(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    finalizer: bool,
+) -> Result<String, BoxError> {
+    use cocoon_api::contract::checkpoint::FINALIZER;
+    use cocoon_api::crd::checkpoint::CocoonCheckpoint;
+    let finalizers: Vec<&str> = if finalizer { vec![FINALIZER] } else { vec![] };
+    let cr: CocoonCheckpoint = serde_json::from_value(json!({
+        "apiVersion": "cocoonset.cocoonstack.io/v1", "kind": "CocoonCheckpoint",
+        "metadata": {"name": name, "finalizers": finalizers},
+        "spec": {"source": {"podRef": {"name": "source-0"}}},
+    }))?;
+    let crs: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), ns);
+    let cr = crs.create(&PostParams::default(), &cr).await?;
+    Ok(cr.metadata.uid.ok_or("checkpoint uid")?)
+}
+
+/// Issue 38: checkpoint artifacts (`ckpt-…:checkpoint`). A live checkpoint's artifact is kept
+/// (also one pushed without an owner record: the CR alone keeps it), and so is one a set's
+/// image names; the artifact of a checkpoint deleted with its finalizer stripped by hand is
+/// listed in the dry run and deleted with `--yes`; an artifact whose owner record names another
+/// namespace's live checkpoint is kept (`ownerLives`), one whose record names a pod is kept and
+/// reported (`ownerMismatch`); `ckpt-`-looking repositories of another shape, and other tags of
+/// checkpoint repositories, are untouched.
+#[tokio::test]
+async fn checkpoint_artifacts_are_live_while_their_checkpoint_exists() {
+    use cocoon_api::contract::checkpoint::{checkpoint_artifact, checkpoint_owner_annotations};
+    use cocoon_api::contract::owner::owner_annotations;
+    use cocoon_api::crd::checkpoint::CocoonCheckpoint;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "gc-ckpt").await?;
+        let other = cocoon_testenv::create_namespace(&client, "gc-ckpt-b").await?;
+        let registry = cocoon_testenv::Registry::start_temp(None).await?;
+        let reg = RegistryClient::new(RegistryConfig::for_registry(registry.addr())?)?;
+        let art = |ns: &str, name: &str, uid: &str| -> Result<String, BoxError> {
+            Ok(checkpoint_artifact(ns, name, uid)?.repository)
+        };
+        let pairs = |m: &std::collections::BTreeMap<String, String>| -> Vec<(String, String)> {
+            m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let push_owned = |repo: String, owner: Vec<(String, String)>| {
+            let reg = &reg;
+            async move {
+                let extra: Vec<(&str, &str)> = owner
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                push_with(reg, &repo, "checkpoint", &extra).await?;
+                Ok::<_, BoxError>(repo)
+            }
+        };
+
+        // Live: its CR exists (one artifact with the owner record, one without any).
+        let live_uid = checkpoint_cr(&client, &ns, "live", false).await?;
+        let ck_owner = |ns: &str, name: &str| pairs(&checkpoint_owner_annotations(ns, name));
+        let live = push_owned(art(&ns, "live", &live_uid)?, ck_owner(&ns, "live")).await?;
+        let bare_uid = checkpoint_cr(&client, &ns, "bare", false).await?;
+        let bare = push_owned(art(&ns, "bare", &bare_uid)?, vec![]).await?;
+        // Orphan: the CR is deleted and its finalizer stripped by hand (no operator ran).
+        let gone_uid = checkpoint_cr(&client, &ns, "gone", true).await?;
+        let orphan = push_owned(art(&ns, "gone", &gone_uid)?, ck_owner(&ns, "gone")).await?;
+        let crs: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), &ns);
+        crs.delete("gone", &DeleteParams::default()).await?;
+        let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        crs.patch("gone", &PatchParams::default(), &strip).await?;
+        assert!(crs.get_opt("gone").await?.is_none(), "the CR is gone");
+        // No CR derives these; the owner record names another namespace's live checkpoint, or
+        // a pod (a mismatched record).
+        checkpoint_cr(&client, &other, "theirs", false).await?;
+        let foreign = push_owned(art(&ns, "moved", "uid-1")?, ck_owner(&other, "theirs")).await?;
+        let pod_record = pairs(&owner_annotations(&ns, None, "victim-0"));
+        let pod_owned = push_owned(art(&ns, "podowned", "uid-2")?, pod_record).await?;
+        // A forked set's main starts from the artifact: its image names it.
+        let forked = push_owned(art(&ns, "forked", "uid-3")?, vec![]).await?;
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let spec = CocoonSetSpec::with_image(format!("{}/{forked}:checkpoint", registry.addr()));
+        sets.create(&PostParams::default(), &CocoonSet::new("fork", spec))
+            .await?;
+        // Not checkpoint-shaped, or not the checkpoint tag: untouched.
+        push(&reg, "ckpt-my-backup", "checkpoint").await?;
+        push(&reg, &orphan, "v1").await?;
+
+        let dry = run(env, &["registry", "gc", "--registry", registry.addr()]).await;
+        assert_eq!(dry.status.code(), Some(0), "{}", text(&dry.stderr));
+        let listing = text(&dry.stdout);
+        let line = |repo: &str| rows_of(&listing, repo);
+        assert!(
+            line(&orphan).ends_with("checkpoint would delete"),
+            "{listing}"
+        );
+        let theirs = format!("{other}/cocooncheckpoint/theirs");
+        let kept_for = format!("kept (owner {theirs} lives)");
+        assert!(line(&foreign).ends_with(&kept_for), "{listing}");
+        let mismatch = format!("kept (owner record {ns}/victim-0 is not a checkpoint)");
+        assert!(line(&pod_owned).ends_with(&mismatch), "{listing}");
+        for kept in [&live, &bare, &forked, "ckpt-my-backup"] {
+            assert!(
+                line(kept).is_empty(),
+                "{kept}: live or no candidate\n{listing}"
+            );
+        }
+        assert!(
+            reg.has_manifest(&orphan, "checkpoint").await?,
+            "a dry run deletes nothing"
+        );
+
+        let yes = run(
+            env,
+            &["registry", "gc", "--registry", registry.addr(), "--yes"],
+        )
+        .await;
+        assert_eq!(yes.status.code(), Some(0), "{}", text(&yes.stderr));
+        let done = text(&yes.stdout);
+        let line = |repo: &str| rows_of(&done, repo);
+        assert!(line(&orphan).ends_with("checkpoint deleted"), "{done}");
+        assert!(line(&foreign).ends_with(&kept_for), "{done}");
+        assert!(line(&pod_owned).ends_with(&mismatch), "{done}");
+
+        // What is left, as JSON: no orphan; the two kept for their owner record.
+        let out = run(
+            env,
+            &[
+                "registry",
+                "gc",
+                "--registry",
+                registry.addr(),
+                "-o",
+                "json",
+            ],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout)?;
+        assert_eq!(report["orphans"], json!([]), "{report}");
+        let pod_owner = format!("{ns}/victim-0");
+        assert_eq!(
+            report["ownerLives"],
+            json!([{"repository": foreign, "tag": "checkpoint", "owner": theirs}]),
+            "only the foreign record: the live checkpoints are kept by their CR ({report})"
+        );
+        assert_eq!(
+            report["ownerMismatch"],
+            json!([{"repository": pod_owned, "tag": "checkpoint", "owner": pod_owner}]),
+            "{report}"
+        );
+        assert!(
+            !reg.has_manifest(&orphan, "checkpoint").await?,
+            "the orphan is collected"
+        );
+        for kept in [&live, &bare, &foreign, &pod_owned, &forked] {
+            assert!(
+                reg.has_manifest(kept, "checkpoint").await?,
+                "{kept}:checkpoint kept"
+            );
+        }
+        assert!(
+            reg.has_manifest(&orphan, "v1").await?,
+            "only :checkpoint is collected"
+        );
+        assert!(
+            reg.has_manifest("ckpt-my-backup", "checkpoint").await?,
+            "another shape"
+        );
+        registry.shutdown();
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        cocoon_testenv::delete_namespace(&client, &other).await?;
         Ok::<_, BoxError>(())
     })
     .await;
