@@ -744,6 +744,10 @@ fn values_show_in_the_render() {
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-metrics-reader",
         "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-node-namespace-reader",
         "rbac.authorization.k8s.io/v1/ClusterRoleBinding//blue-cocoon-node-namespace-reader",
+        "rbac.authorization.k8s.io/v1/ClusterRole//blue-cocoon-node-checkpoints",
+        "rbac.authorization.k8s.io/v1/ClusterRoleBinding//blue-cocoon-node-checkpoints",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy//blue-cocoon-node-checkpoints",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding//blue-cocoon-node-checkpoints",
     ] {
         assert!(
             objs.contains_key(key),
@@ -751,7 +755,7 @@ fn values_show_in_the_render() {
             objs.keys()
         );
     }
-    assert_eq!(objs.len(), 33, "{:?}", objs.keys());
+    assert_eq!(objs.len(), 37, "{:?}", objs.keys());
 
     // An empty namespace.name means the release namespace; namespace.create=false leaves the
     // Namespace out; nodeRole.create=false the node ClusterRole.

@@ -14,6 +14,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::crd::checkpoint::{
+    CheckpointSource, CocoonCheckpoint, CocoonCheckpointSpec, NameRef,
+};
 use cocoon_testenv::{Shared, unique_name};
 use cocoon_testsupport::binaries::sim_node_command;
 use cocoon_testsupport::{BoxError, vm_pod};
@@ -243,6 +246,106 @@ async fn attacks(
     Ok(())
 }
 
+/// Creates checkpoint `name` of pod `pod` whose status (as the operator writes it at the
+/// hand-off) names `node`.
+async fn handed_off(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    pod: &str,
+    node: &str,
+) -> Result<(), BoxError> {
+    let api: Api<CocoonCheckpoint> = Api::namespaced(admin.clone(), ns);
+    let spec = CocoonCheckpointSpec {
+        source: CheckpointSource {
+            pod_ref: Some(NameRef { name: pod.into() }),
+            cocoon_set_ref: None,
+        },
+    };
+    api.create(&PostParams::default(), &CocoonCheckpoint::new(name, spec))
+        .await?;
+    let status = json!({"status": {
+        "phase": "Pending", "node": node, "podName": pod, "source": format!("pod/{pod}"),
+        "repository": format!("ckpt-{name}"), "tag": "checkpoint",
+    }});
+    api.patch_status(name, &PatchParams::default(), &merge(status))
+        .await?;
+    Ok(())
+}
+
+/// A node writes the status of a checkpoint whose `status.node` is itself, through the status
+/// subresource, and never the operator-written fields (manifests/node/admission.yaml);
+/// `own`/`foreign` are checkpoints handed off to its node and to another.
+async fn checkpoint_attacks(
+    who: &str,
+    client: &Client,
+    ns: &str,
+    own: &str,
+    foreign: &str,
+) -> Result<(), BoxError> {
+    let api: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), ns);
+    let pp = PatchParams::default();
+    // The policy takes effect asynchronously: wait until a write only it refuses is refused.
+    cocoon_testenv::wait_until("the node checkpoint policy in force", WAIT, || async {
+        let res = api
+            .patch_status(foreign, &pp, &merge(json!({"status": {"digest": "probe"}})))
+            .await;
+        matches!(res, Err(kube::Error::Api(e)) if e.code == 403).then_some(())
+    })
+    .await?;
+    let msg = refused(
+        &format!("{who}: mark another node's checkpoint Ready"),
+        api.patch_status(
+            foreign,
+            &pp,
+            &merge(json!({"status": {"phase": "Ready", "digest": "sha256:00"}})),
+        )
+        .await,
+    );
+    assert!(msg.contains("status.node"), "{msg}");
+    for (what, status) in [
+        ("repository", json!({"repository": "ckpt-elsewhere"})),
+        ("node", json!({"node": "elsewhere"})),
+        ("podName", json!({"podName": "victim"})),
+    ] {
+        refused(
+            &format!("{who}: rewrite the {what} of its own checkpoint"),
+            api.patch_status(own, &pp, &merge(json!({ "status": status })))
+                .await,
+        );
+    }
+    api.patch_status(own, &pp, &merge(json!({"status": {"phase": "Saving"}})))
+        .await
+        .map_err(|e| format!("{who}: phase Saving on its own checkpoint: {e}"))?;
+    refused(
+        &format!("{who}: set its own checkpoint back to Pending (the operator's phase)"),
+        api.patch_status(own, &pp, &merge(json!({"status": {"phase": "Pending"}})))
+            .await,
+    );
+    refused(
+        &format!("{who}: patch its own checkpoint (not its status)"),
+        api.patch(
+            own,
+            &pp,
+            &merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await,
+    );
+    refused(
+        &format!("{who}: delete its own checkpoint"),
+        api.delete(own, &DeleteParams::default()).await,
+    );
+    // What a node writes goes through: its phases and the numbers.
+    api.patch_status(
+        own,
+        &pp,
+        &merge(json!({"status": {"phase": "Pushing", "bytesOnWire": 1}})),
+    )
+    .await
+    .map_err(|e| format!("{who}: a node-written checkpoint status: {e}"))?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_agent_identity_writes_only_its_own_node() {
     cocoon_testenv::run_test(|env| async move {
@@ -341,6 +444,9 @@ async fn a_node_agent_identity_writes_only_its_own_node() {
         })
         .await?;
         attacks(&format!("system:node:{a}"), &as_a, &ns, "pa", "pb", &b).await?;
+        handed_off(&admin, &ns, "ck-a", "pa", &a).await?;
+        handed_off(&admin, &ns, "ck-b", "pb", &b).await?;
+        checkpoint_attacks(&format!("system:node:{a}"), &as_a, &ns, "ck-a", "ck-b").await?;
 
         // The same attacks as a ServiceAccount-mode identity of node a.
         run_kubectl(env, &["create", "namespace", "cocoon-nodes"]).or_else(|e| {
@@ -380,6 +486,15 @@ async fn a_node_agent_identity_writes_only_its_own_node() {
             "pa",
             "pb",
             &b,
+        )
+        .await?;
+        handed_off(&admin, &ns, "ck-a2", "pa", &a).await?;
+        checkpoint_attacks(
+            &format!("system:serviceaccount:cocoon-nodes:{a}"),
+            &as_sa,
+            &ns,
+            "ck-a2",
+            "ck-b",
         )
         .await?;
 

@@ -190,6 +190,23 @@ fn spawn_node_agent(
     .spawn()?)
 }
 
+/// The HTTP status of a HEAD of `<repo>:<tag>` on the test registry (plain HTTP).
+fn manifest_status(env: &Shared, repo: &str, tag: &str) -> Result<String, BoxError> {
+    let addr = env.registry_addr();
+    let (host, prefix) = addr.split_once('/').unwrap_or((addr, ""));
+    let path = if prefix.is_empty() {
+        repo.to_owned()
+    } else {
+        format!("{prefix}/{repo}")
+    };
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-I", "-H"])
+        .arg("Accept: application/vnd.oci.image.manifest.v1+json")
+        .arg(format!("http://{host}/v2/{path}/manifests/{tag}"))
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// SIGTERM, then wait for the exit (a graceful stop).
 async fn terminate(child: &mut tokio::process::Child) -> Result<(), BoxError> {
     if let Some(pid) = child.id() {
@@ -526,8 +543,9 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         .await?;
 
         // A CocoonCheckpoint of set a's main (issue 38): validated (the set read by name),
-        // accepted (finalizer, status, the request on a-0), then deleted (artifact delete,
-        // request cleared, finalizer removed). No node agent takes it yet: it stays Pending.
+        // accepted (finalizer, status, the request on a-0), taken by a-0's node agent (the
+        // checkpoint read, its status written), then deleted (artifact delete, request
+        // cleared, finalizer removed).
         let ckpts: Api<CocoonCheckpoint> = Api::namespaced(admin.clone(), &ns);
         let ckpt = CocoonCheckpoint::new(
             "k",
@@ -539,16 +557,27 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
             },
         );
         ckpts.create(&PostParams::default(), &ckpt).await?;
-        cocoon_testenv::wait_until("k Pending", WAIT, || async {
+        let ready = cocoon_testenv::wait_until("k Ready", WAIT, || async {
             let c = ckpts.get_opt("k").await.ok().flatten()?;
-            (c.phase() == Some(CheckpointPhase::Pending)).then_some(())
+            (c.phase() == Some(CheckpointPhase::Ready)).then_some(c)
         })
         .await?;
+        let repo = ready.status.map(|s| s.repository).unwrap_or_default();
+        assert_eq!(
+            manifest_status(env, &repo, "checkpoint")?,
+            "200",
+            "the artifact"
+        );
         ckpts.delete("k", &DeleteParams::default()).await?;
         cocoon_testenv::wait_until("k gone", WAIT, || async {
             matches!(ckpts.get_opt("k").await, Ok(None)).then_some(())
         })
         .await?;
+        assert_eq!(
+            manifest_status(env, &repo, "checkpoint")?,
+            "404",
+            "the artifact goes with its checkpoint"
+        );
 
         // The node agents' periodic calls: the status heartbeat (every 10 s) and the drift
         // check that reads back each tracked pod (10 s after start, then every 30 s).

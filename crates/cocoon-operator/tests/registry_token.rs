@@ -9,6 +9,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cocoon_api::contract::checkpoint::{CHECKPOINT_TAG, checkpoint_artifact};
+use cocoon_api::crd::checkpoint::{
+    CheckpointSource, CocoonCheckpoint, CocoonCheckpointSpec, NameRef,
+};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_operator::registry_token::{TokenConfig, TokenService, bind};
 use cocoon_registry::{
@@ -22,7 +26,7 @@ use cocoon_testsupport::registry_token::{
 use cocoon_testsupport::scripted::push_tag;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 
 /// The image annotation a pod clones from.
 const IMAGE: &str = "cocoonset.cocoonstack.io/image";
@@ -281,6 +285,90 @@ async fn a_node_reaches_only_the_vms_of_pods_bound_to_it() {
                         .expect("registry error")
                 }),
         );
+        Ok::<(), BoxError>(())
+    })
+    .await;
+}
+
+/// Issue 38: a checkpoint repository (`ckpt-…`) is reached only through its CocoonCheckpoint:
+/// pushed by the node its status names while it is being taken, pulled by pods of its own
+/// namespace once it is Ready; a pod of another namespace naming it as its image gets nothing.
+#[tokio::test]
+async fn checkpoint_repositories_are_reached_only_through_their_checkpoint() {
+    cocoon_testenv::run_test(|env| async move {
+        let f = Fixture::start(env).await?;
+        let owner = cocoon_testenv::create_namespace(&f.client, "rt-ckpt").await?;
+        let thief = cocoon_testenv::create_namespace(&f.client, "rt-thief").await?;
+        let (a, b) = (f.node_a.name().to_owned(), f.node_b.name().to_owned());
+        let ckpts: Api<CocoonCheckpoint> = Api::namespaced(f.client.clone(), &owner);
+        let spec = CocoonCheckpointSpec {
+            source: CheckpointSource {
+                pod_ref: Some(NameRef {
+                    name: "main".into(),
+                }),
+                cocoon_set_ref: None,
+            },
+        };
+        let created = ckpts
+            .create(&PostParams::default(), &CocoonCheckpoint::new("snap", spec))
+            .await?;
+        let uid = created.metadata.uid.ok_or("uid")?;
+        let repo = checkpoint_artifact(&owner, "snap", &uid)?.repository;
+        let phase = |phase: &str| {
+            let ckpts = ckpts.clone();
+            let status = serde_json::json!({"status": {"phase": phase, "node": a}});
+            async move {
+                ckpts
+                    .patch_status("snap", &PatchParams::default(), &Patch::Merge(status))
+                    .await
+            }
+        };
+        phase("Pending").await?;
+        let node_a = f.registry_as(Some(&f.token_a))?;
+        let node_b = f.registry_as(Some(&f.token_b))?;
+        let as_error = |e: BoxError| {
+            *e.downcast::<cocoon_registry::Error>()
+                .expect("registry error")
+        };
+        // The node taking it pushes; another node does not.
+        push_tag(&node_a, &repo, CHECKPOINT_TAG, "img:1").await?;
+        refused(
+            "node B pushes a checkpoint its status does not name",
+            push_tag(&node_b, &repo, CHECKPOINT_TAG, "forged:1")
+                .await
+                .map_err(as_error),
+        );
+        phase("Ready").await?;
+        // A fresh client: a token already issued lives out its short TTL.
+        let node_a = f.registry_as(Some(&f.token_a))?;
+        refused(
+            "node A pushes over a Ready checkpoint",
+            push_tag(&node_a, &repo, CHECKPOINT_TAG, "forged:2")
+                .await
+                .map_err(as_error),
+        );
+        // The attack: a pod of another namespace names the checkpoint as its image.
+        f.bind_pod(
+            &thief,
+            "loot-0",
+            &b,
+            Some(&format!("{repo}:{CHECKPOINT_TAG}")),
+        )
+        .await?;
+        refused(
+            "node B pulls another namespace's checkpoint for its pod",
+            node_b.get_manifest(&repo, &tag(CHECKPOINT_TAG)).await,
+        );
+        // A pod of the checkpoint's own namespace starting from it: pull.
+        f.bind_pod(
+            &owner,
+            "fork-0",
+            &b,
+            Some(&format!("{repo}:{CHECKPOINT_TAG}")),
+        )
+        .await?;
+        let m = node_b.get_manifest(&repo, &tag(CHECKPOINT_TAG)).await?;
+        assert!(String::from_utf8_lossy(&m.bytes).contains("img:1"));
         Ok::<(), BoxError>(())
     })
     .await;

@@ -126,6 +126,10 @@ pub enum Error {
     #[error("list {what}: {reason}")]
     ListLimit { what: String, reason: String },
 
+    /// The caller's [`crate::ManifestGate`] refused the manifest put: nothing is under the tag.
+    #[error("manifest put withheld: {reason}")]
+    ManifestWithheld { reason: String },
+
     /// An error with the caller's context prepended; the class is the inner error's.
     #[error("{context}: {source}")]
     Context {
@@ -160,7 +164,8 @@ impl Error {
             | Error::DigestMismatch { .. }
             | Error::SizeMismatch { .. }
             | Error::WrongKind { .. }
-            | Error::ListLimit { .. } => ErrorClass::Protocol,
+            | Error::ListLimit { .. }
+            | Error::ManifestWithheld { .. } => ErrorClass::Protocol,
             Error::Invalid { .. } | Error::MissingSetting { .. } => ErrorClass::Invalid,
             Error::Io { .. } | Error::HelperTimeout { .. } => ErrorClass::Local,
             Error::Context { source, .. } => source.class(),

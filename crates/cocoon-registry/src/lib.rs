@@ -44,7 +44,7 @@ pub use error::{Error, ErrorClass, Result, ResultExt};
 pub use manifest::{Kind, Manifest, PushAnnotations, SnapshotConfig, classify};
 pub use paging::{ListLimits, PageWalk};
 pub use pull::{PullReport, SnapshotPlan, cloud_image_disk_layers, wire_format};
-pub use push::{PushEvent, PushObserver, PushOptions, PushReport, PushedLayer};
+pub use push::{ManifestGate, PushEvent, PushObserver, PushOptions, PushReport, PushedLayer};
 pub use reference::{Digest, ImageRef, Reference, RegistryBase};
 pub use retry::RetryPolicy;
 pub use validate::{PullBlob, PullFile};

@@ -1008,3 +1008,40 @@ async fn pulled_files_never_keep_setuid_setgid_or_sticky_bits() {
         assert_eq!(got & 0o7000, 0, "{name}: special bits kept ({got:o})");
     }
 }
+
+/// `PushOptions::before_manifest` is asked right before the manifest put: a refusal leaves no
+/// tag (the push fails with `ManifestWithheld` and its reason), a pass tags as usual.
+#[tokio::test]
+async fn a_withheld_manifest_put_leaves_no_tag() {
+    let reg = registry(None).await;
+    let c = client(&reg);
+    let work = TempDir::new("cocoon-reg-gate");
+    write_snapshot_dir(work.path(), "vm-g", "sid-g", &small_snapshot(), 5);
+    let repo = unique_name("ckpt-gate");
+    let asked = Arc::new(Mutex::new(0usize));
+    let gate = |verdict: Result<(), String>| -> cocoon_registry::ManifestGate {
+        let asked = asked.clone();
+        Arc::new(move || {
+            *asked.lock().expect("count") += 1;
+            let verdict = verdict.clone();
+            Box::pin(async move { verdict })
+        })
+    };
+    let mut opts = PushOptions::new("checkpoint", BASE_IMAGE);
+    opts.before_manifest = Some(gate(Err("the checkpoint is gone".into())));
+    let err = c
+        .push_snapshot_dir(&repo, work.path(), &opts)
+        .await
+        .expect_err("withheld");
+    assert!(
+        matches!(err, cocoon_registry::Error::ManifestWithheld { ref reason } if reason == "the checkpoint is gone"),
+        "{err}"
+    );
+    assert!(!c.has_manifest(&repo, "checkpoint").await.expect("probe"));
+    opts.before_manifest = Some(gate(Ok(())));
+    c.push_snapshot_dir(&repo, work.path(), &opts)
+        .await
+        .expect("push");
+    assert!(c.has_manifest(&repo, "checkpoint").await.expect("probe"));
+    assert_eq!(*asked.lock().expect("count"), 2, "asked once per push");
+}

@@ -53,6 +53,7 @@ mod api_writer;
 #[cfg(test)]
 mod api_writer_tests;
 mod artifacts;
+mod checkpoint;
 pub mod controller;
 mod create;
 mod delete;
@@ -303,6 +304,8 @@ pub struct Handler {
     pub(crate) publisher: Arc<publisher::Publisher>,
     pub(crate) metrics: Arc<NodeMetrics>,
     pub(crate) shutdown: CancellationToken,
+    /// Pods with a checkpoint in flight ([`checkpoint`]).
+    pub(crate) checkpoints: checkpoint::InFlight,
     /// Heartbeats of this agent's main loops, for the systemd watchdog ([`crate::systemd`]).
     pub liveness: crate::systemd::Liveness,
 }
@@ -374,6 +377,7 @@ impl Handler {
             publisher,
             metrics,
             shutdown,
+            checkpoints: checkpoint::InFlight::default(),
             liveness: crate::systemd::Liveness::default(),
         })
     }

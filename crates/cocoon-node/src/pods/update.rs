@@ -129,6 +129,8 @@ impl Handler {
         }
         let (op, result, reason) = dispatch.counted();
         self.metrics.pod_lifecycle(op, result, reason);
+        // A checkpoint request on the pod: checked and taken in the background.
+        self.checkpoint_request(&pod);
         Ok(())
     }
 

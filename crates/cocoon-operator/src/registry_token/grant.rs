@@ -10,6 +10,12 @@
 //!   prefix), and `pull` on the repository of each such pod's clone/run image
 //!   (`cocoonset.cocoonstack.io/image`) unless that repository is a VM repository (`vk-…`): a
 //!   pod must not reach another VM's snapshots by naming them as its image;
+//! * checkpoint repositories (`ckpt-…`) are reached only through a CocoonCheckpoint, never
+//!   through a pod's string: a node gets `pull,push` on the repository derived
+//!   (`checkpoint_artifact(ns, name, uid)`) from a checkpoint whose `status.node` is that node
+//!   while it is `Pending`/`Saving`/`Pushing`, and `pull` on it for a pod bound to it whose
+//!   image names it only when a `Ready` checkpoint of the pod's own namespace derives it (a pod
+//!   of namespace B naming namespace A's checkpoint as its image gets nothing);
 //! * the **operator** (its configured usernames) gets `pull,delete` on every repository under
 //!   the prefix: it probes, reads and deletes tags, and never pushes;
 //! * an **administrator** (configured usernames or groups: whoever pushes base images and runs
@@ -22,6 +28,10 @@
 
 use std::collections::BTreeSet;
 
+use cocoon_api::contract::checkpoint::{
+    REPOSITORY_PREFIX as CHECKPOINT_PREFIX, checkpoint_artifact,
+};
+use cocoon_api::crd::checkpoint::CheckpointPhase;
 use cocoon_api::naming::{VM_NAME_PREFIX, vm_name_for_pod};
 use cocoon_registry::RegistryBase;
 use serde::Serialize;
@@ -192,6 +202,37 @@ pub struct BoundPod {
     pub image: Option<String>,
 }
 
+/// A CocoonCheckpoint, as far as the rule needs it: its identity (the artifact is derived from
+/// it, never read from a string a tenant wrote), the node its status names and its phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointFact {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `status.node` (empty before the operator's hand-off).
+    pub node: String,
+    pub phase: Option<CheckpointPhase>,
+}
+
+impl CheckpointFact {
+    /// The wire name of the derived repository; `None` when the identity is incomplete.
+    fn repository(&self, base: &RegistryBase) -> Option<String> {
+        checkpoint_artifact(&self.namespace, &self.name, &self.uid)
+            .ok()
+            .map(|a| base.repository_path(&a.repository))
+    }
+
+    /// Whether the node agent of `node` is taking this checkpoint now.
+    fn in_flight_on(&self, node: &str) -> bool {
+        !self.node.is_empty()
+            && self.node == node
+            && matches!(
+                self.phase,
+                Some(CheckpointPhase::Pending | CheckpointPhase::Saving | CheckpointPhase::Pushing)
+            )
+    }
+}
+
 /// One entry of the token's `access` claim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Access {
@@ -218,11 +259,23 @@ pub fn image_repository(image: &str) -> Option<&str> {
     (!repo.is_empty()).then_some(repo)
 }
 
+/// Whether wire name `name` is a checkpoint repository of this registry (`<prefix>/ckpt-…`).
+fn is_checkpoint_wire_name(name: &str, base: &RegistryBase) -> bool {
+    let prefix = base.prefix();
+    let rel = if prefix.is_empty() {
+        Some(name)
+    } else {
+        name.strip_prefix(prefix).and_then(|r| r.strip_prefix('/'))
+    };
+    rel.is_some_and(|r| r.starts_with(CHECKPOINT_PREFIX))
+}
+
 /// What `caller` may do on repository `name` (a wire name, prefix included).
 fn allowed_on(
     caller: &Caller,
     name: &str,
     pods: &[BoundPod],
+    checkpoints: &[CheckpointFact],
     base: &RegistryBase,
 ) -> BTreeSet<Action> {
     let mut out = BTreeSet::new();
@@ -236,14 +289,32 @@ fn allowed_on(
         Caller::Operator if under => out.extend([Action::Pull, Action::Delete]),
         Caller::Admin if under => out.extend(Action::ALL),
         Caller::Operator | Caller::Admin => {}
-        Caller::Node(_) => {
+        Caller::Node(node) => {
+            let checkpoint = is_checkpoint_wire_name(name, base);
+            if checkpoint
+                && checkpoints
+                    .iter()
+                    .any(|c| c.in_flight_on(node) && c.repository(base).as_deref() == Some(name))
+            {
+                out.extend([Action::Pull, Action::Push]);
+            }
             for p in pods {
                 if base.repository_path(&vm_name_for_pod(&p.namespace, &p.name)) == name {
                     out.extend([Action::Pull, Action::Push]);
                 }
-                if let Some(repo) = p.image.as_deref().and_then(image_repository)
-                    && !repo.starts_with(VM_NAME_PREFIX)
-                    && base.repository_path(repo) == name
+                let Some(repo) = p.image.as_deref().and_then(image_repository) else {
+                    continue;
+                };
+                if repo.starts_with(VM_NAME_PREFIX) || base.repository_path(repo) != name {
+                    continue;
+                }
+                // A checkpoint is pulled only by pods of its own namespace, once it is Ready.
+                if !checkpoint
+                    || checkpoints.iter().any(|c| {
+                        c.namespace == p.namespace
+                            && c.phase == Some(CheckpointPhase::Ready)
+                            && c.repository(base).as_deref() == Some(name)
+                    })
                 {
                     out.insert(Action::Pull);
                 }
@@ -254,12 +325,14 @@ fn allowed_on(
 }
 
 /// The `access` claim for `caller` asking `requested`, with `pods` the pods bound to the
-/// caller's node (ignored for other callers). Repositories only; each granted entry lists the
-/// asked-and-allowed actions in the spec's order; nothing allowed → no entry.
+/// caller's node and `checkpoints` the cluster's CocoonCheckpoints (both ignored for other
+/// callers). Repositories only; each granted entry lists the asked-and-allowed actions in the
+/// spec's order; nothing allowed → no entry.
 pub fn grant(
     caller: &Caller,
     requested: &[Scope],
     pods: &[BoundPod],
+    checkpoints: &[CheckpointFact],
     base: &RegistryBase,
 ) -> Vec<Access> {
     let mut out: Vec<Access> = Vec::new();
@@ -275,7 +348,7 @@ pub fn grant(
         });
     }
     for s in requested.iter().filter(|s| s.kind == "repository") {
-        let allowed = allowed_on(caller, &s.name, pods, base);
+        let allowed = allowed_on(caller, &s.name, pods, checkpoints, base);
         let actions: Vec<String> = s
             .actions
             .intersection(&allowed)

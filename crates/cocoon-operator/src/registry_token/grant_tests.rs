@@ -1,6 +1,8 @@
 //! The grant rule as a table: caller, pods bound to its node, requested scope → granted
 //! actions.
 
+use cocoon_api::contract::checkpoint::checkpoint_artifact;
+use cocoon_api::crd::checkpoint::CheckpointPhase;
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_registry::RegistryBase;
 
@@ -24,7 +26,7 @@ fn repo(ns: &str, pod: &str) -> String {
 
 fn granted(caller: &Caller, pods: &[BoundPod], scope: &str) -> Vec<String> {
     let scopes = parse_scopes([scope]).expect("scope parses");
-    let access = grant(caller, &scopes, pods, &base());
+    let access = grant(caller, &scopes, pods, &[], &base());
     assert!(access.len() <= 1, "{access:?}");
     access.into_iter().flat_map(|a| a.actions).collect()
 }
@@ -276,8 +278,165 @@ fn repeated_scopes_merge_into_one_entry() {
         &Caller::Node("n".into()),
         &scopes,
         &[pod("ns", "p", None)],
+        &[],
         &base(),
     );
     assert_eq!(access.len(), 1);
     assert_eq!(access[0].actions, ["pull", "push"]);
+}
+
+fn ckpt(ns: &str, name: &str, uid: &str, node: &str, phase: CheckpointPhase) -> CheckpointFact {
+    CheckpointFact {
+        namespace: ns.into(),
+        name: name.into(),
+        uid: uid.into(),
+        node: node.into(),
+        phase: Some(phase),
+    }
+}
+
+/// The registry-relative repository of checkpoint `<ns>/<name>` of UID `uid`.
+fn ckpt_repo(ns: &str, name: &str, uid: &str) -> String {
+    checkpoint_artifact(ns, name, uid)
+        .expect("derives")
+        .repository
+}
+
+/// What, the pods bound to node `a`, the checkpoints, the scope asked, the actions granted.
+type CkptRow<'a> = (
+    &'a str,
+    Vec<BoundPod>,
+    Vec<CheckpointFact>,
+    String,
+    &'a [&'a str],
+);
+
+#[test]
+fn checkpoint_grant_table() {
+    use CheckpointPhase::*;
+    let node_a = Caller::Node("a".into());
+    let mine = ckpt_repo("team-a", "snap", "uid-1");
+    let mine_wire = format!("cocoon/{mine}");
+    let theirs = ckpt_repo("team-a", "snap", "uid-1");
+    let rows: Vec<CkptRow> = vec![
+        (
+            "the node of a Pending checkpoint pulls and pushes its derived repository",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-1", "a", Pending)],
+            format!("repository:{mine_wire}:pull,push"),
+            &["pull", "push"],
+        ),
+        (
+            "… while Saving",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-1", "a", Saving)],
+            format!("repository:{mine_wire}:pull,push"),
+            &["pull", "push"],
+        ),
+        (
+            "… while Pushing; never delete",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-1", "a", Pushing)],
+            format!("repository:{mine_wire}:pull,push,delete"),
+            &["pull", "push"],
+        ),
+        (
+            "a Ready checkpoint: its node pushes no more",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-1", "a", Ready)],
+            format!("repository:{mine_wire}:pull,push"),
+            &[],
+        ),
+        (
+            "a Failed checkpoint: nothing",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-1", "a", Failed)],
+            format!("repository:{mine_wire}:push"),
+            &[],
+        ),
+        (
+            "a checkpoint whose status names another node: nothing",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-1", "b", Saving)],
+            format!("repository:{mine_wire}:pull,push"),
+            &[],
+        ),
+        (
+            "a checkpoint with no node yet: nothing",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-1", "", Pending)],
+            format!("repository:{mine_wire}:pull,push"),
+            &[],
+        ),
+        (
+            "a re-created checkpoint (new UID) derives another repository: the old one is not granted",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-2", "a", Saving)],
+            format!("repository:{mine_wire}:push"),
+            &[],
+        ),
+        (
+            "the checkpoint repository outside the prefix: nothing",
+            vec![],
+            vec![ckpt("team-a", "snap", "uid-1", "a", Saving)],
+            format!("repository:{mine}:push"),
+            &[],
+        ),
+        (
+            "a pod whose image is a Ready checkpoint of its own namespace pulls it",
+            vec![pod("team-a", "fork-0", Some(&format!("{mine}:checkpoint")))],
+            vec![ckpt("team-a", "snap", "uid-1", "z", Ready)],
+            format!("repository:{mine_wire}:pull,push"),
+            &["pull"],
+        ),
+        (
+            "attack: a pod of namespace B naming namespace A's Ready checkpoint as its image",
+            vec![pod(
+                "team-b",
+                "thief-0",
+                Some(&format!("{theirs}:checkpoint")),
+            )],
+            vec![ckpt("team-a", "snap", "uid-1", "z", Ready)],
+            format!("repository:{mine_wire}:pull"),
+            &[],
+        ),
+        (
+            "attack: a pod naming a checkpoint repository no checkpoint derives",
+            vec![pod(
+                "team-b",
+                "thief-0",
+                Some("ckpt-team-b-x-0123456789ab:checkpoint"),
+            )],
+            vec![],
+            "repository:cocoon/ckpt-team-b-x-0123456789ab:pull".into(),
+            &[],
+        ),
+        (
+            "a pod naming its namespace's checkpoint before it is Ready: nothing",
+            vec![pod("team-a", "fork-0", Some(&format!("{mine}:checkpoint")))],
+            vec![ckpt("team-a", "snap", "uid-1", "z", Pushing)],
+            format!("repository:{mine_wire}:pull"),
+            &[],
+        ),
+        (
+            "a pod's ordinary image is still pulled with checkpoints around",
+            vec![pod("team-a", "agent-0", Some("ubuntu-base:24.04"))],
+            vec![ckpt("team-a", "snap", "uid-1", "a", Saving)],
+            "repository:cocoon/ubuntu-base:pull".into(),
+            &["pull"],
+        ),
+    ];
+    for (what, pods, ckpts, scope, want) in rows {
+        let scopes = parse_scopes([scope.as_str()]).expect("scope parses");
+        let got: Vec<String> = grant(&node_a, &scopes, &pods, &ckpts, &base())
+            .into_iter()
+            .flat_map(|a| a.actions)
+            .collect();
+        assert_eq!(got, want, "{what}");
+    }
+    // Neither the operator nor anyone else gains through a checkpoint.
+    let ck = [ckpt("team-a", "snap", "uid-1", "a", Saving)];
+    let scopes = parse_scopes([format!("repository:{mine_wire}:push").as_str()]).expect("parses");
+    assert!(grant(&Caller::Operator, &scopes, &[], &ck, &base()).is_empty());
+    assert!(grant(&Caller::Other, &scopes, &[], &ck, &base()).is_empty());
 }

@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine as _;
+use cocoon_api::crd::checkpoint::CocoonCheckpoint;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenReview, TokenReviewSpec};
@@ -25,7 +26,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
 use super::config::TokenConfig;
-use super::grant::{self, BoundPod, Caller, Principals};
+use super::grant::{self, BoundPod, Caller, CheckpointFact, Principals};
 use super::jwt::{Claims, Signer};
 
 /// Requests served at once; more are answered 429 (each may cost a TokenReview and a list).
@@ -408,25 +409,27 @@ async fn token(
     } else {
         grant::classify(&user, &groups, &svc.who)
     };
-    let pods = match &caller {
-        Caller::Node(node) if is_node_name(node) => match bound_pods(&svc.client, node).await {
-            Ok(p) => p,
-            Err(e) => {
-                warn!(node, error = %e, "registry token: listing the node's pods failed");
-                return refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "UNAVAILABLE",
-                    "cannot list pods now",
-                );
+    let (pods, checkpoints) = match &caller {
+        Caller::Node(node) if is_node_name(node) => {
+            match tokio::try_join!(bound_pods(&svc.client, node), checkpoints(&svc.client)) {
+                Ok(facts) => facts,
+                Err(e) => {
+                    warn!(node, error = %e, "registry token: listing the node's pods or the checkpoints failed");
+                    return refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "UNAVAILABLE",
+                        "cannot list pods now",
+                    );
+                }
             }
-        },
-        _ => Vec::new(),
+        }
+        _ => (Vec::new(), Vec::new()),
     };
     let caller = match caller {
         Caller::Node(n) if !is_node_name(&n) => Caller::Other,
         c => c,
     };
-    let access = grant::grant(&caller, &scopes, &pods, &svc.cfg.base);
+    let access = grant::grant(&caller, &scopes, &pods, &checkpoints, &svc.cfg.base);
     let now = chrono::Utc::now();
     let ttl = i64::try_from(svc.cfg.ttl.as_secs()).unwrap_or(300);
     let jti = match svc.signer.jti() {
@@ -539,6 +542,27 @@ async fn bound_pods(client: &Client, node: &str) -> Result<Vec<BoundPod>, kube::
                 namespace: p.metadata.namespace?,
                 name: p.metadata.name?,
                 image,
+            })
+        })
+        .collect())
+}
+
+/// The CocoonCheckpoints of every namespace now: the checkpoint repositories are derived from
+/// them (a node's push while it takes one, a pod's pull once it is Ready).
+async fn checkpoints(client: &Client) -> Result<Vec<CheckpointFact>, kube::Error> {
+    let api: Api<CocoonCheckpoint> = Api::all(client.clone());
+    let list = api.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|c| {
+            let status = c.status.unwrap_or_default();
+            Some(CheckpointFact {
+                namespace: c.metadata.namespace?,
+                name: c.metadata.name?,
+                uid: c.metadata.uid?,
+                node: status.node,
+                phase: status.phase,
             })
         })
         .collect())

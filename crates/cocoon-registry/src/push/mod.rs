@@ -42,6 +42,12 @@ pub enum PushEvent {
 /// A callback for [`PushEvent`]s (logging, progress, tests).
 pub type PushObserver = Arc<dyn Fn(&PushEvent) + Send + Sync>;
 
+/// Asked right before the manifest put (the only write under the tag): `Err(reason)` withholds
+/// it, and the push fails with [`crate::Error::ManifestWithheld`] (the blobs stay, untagged).
+pub type ManifestGate = Arc<
+    dyn Fn() -> futures::future::BoxFuture<'static, std::result::Result<(), String>> + Send + Sync,
+>;
+
 /// Push parameters.
 #[derive(Clone, Default)]
 pub struct PushOptions {
@@ -51,6 +57,8 @@ pub struct PushOptions {
     pub annotations: PushAnnotations,
     /// Called for every blob and for the manifest.
     pub observer: Option<PushObserver>,
+    /// Checked right before the manifest put.
+    pub before_manifest: Option<ManifestGate>,
 }
 
 impl PushOptions {
@@ -63,6 +71,7 @@ impl PushOptions {
                 ..Default::default()
             },
             observer: None,
+            before_manifest: None,
         }
     }
 

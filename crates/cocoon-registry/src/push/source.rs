@@ -273,6 +273,11 @@ impl RegistryClient {
             layers,
             annotations,
         );
+        if let Some(gate) = &opts.before_manifest {
+            gate()
+                .await
+                .map_err(|reason| Error::ManifestWithheld { reason })?;
+        }
         let manifest_digest = self
             .put_manifest(
                 repo,

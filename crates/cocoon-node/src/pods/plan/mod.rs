@@ -21,6 +21,7 @@
 //! pod means ([`update`]), what the transfers' reads mean ([`transfer`]).
 
 pub(crate) mod admit;
+pub(crate) mod checkpoint;
 pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod follow_up;
@@ -432,6 +433,8 @@ pub(crate) mod testkit;
 
 #[cfg(test)]
 mod admit_tests;
+#[cfg(test)]
+mod checkpoint_tests;
 #[cfg(test)]
 mod create_tests;
 #[cfg(test)]
