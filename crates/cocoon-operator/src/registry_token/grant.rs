@@ -200,6 +200,9 @@ pub struct BoundPod {
     pub name: String,
     /// `cocoonset.cocoonstack.io/image`, when set.
     pub image: Option<String>,
+    /// `cocoonset.cocoonstack.io/from-checkpoint`, when set: the name of a checkpoint of the
+    /// pod's own namespace that its VM starts from (a forked main).
+    pub from_checkpoint: Option<String>,
 }
 
 /// A CocoonCheckpoint, as far as the rule needs it: its identity (the artifact is derived from
@@ -301,6 +304,19 @@ fn allowed_on(
             for p in pods {
                 if base.repository_path(&vm_name_for_pod(&p.namespace, &p.name)) == name {
                     out.extend([Action::Pull, Action::Push]);
+                }
+                // A forked main pulls the Ready checkpoint its annotation names, looked up by
+                // name in the pod's own namespace and derived from that checkpoint's identity.
+                if checkpoint
+                    && let Some(wanted) = p.from_checkpoint.as_deref()
+                    && checkpoints.iter().any(|c| {
+                        c.namespace == p.namespace
+                            && c.name == wanted
+                            && c.phase == Some(CheckpointPhase::Ready)
+                            && c.repository(base).as_deref() == Some(name)
+                    })
+                {
+                    out.insert(Action::Pull);
                 }
                 let Some(repo) = p.image.as_deref().and_then(image_repository) else {
                     continue;

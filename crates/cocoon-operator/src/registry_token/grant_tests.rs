@@ -17,6 +17,15 @@ fn pod(ns: &str, name: &str, image: Option<&str>) -> BoundPod {
         namespace: ns.into(),
         name: name.into(),
         image: image.map(str::to_owned),
+        from_checkpoint: None,
+    }
+}
+
+/// A forked main: bound to the node, starting from the checkpoint `ckpt` of its namespace.
+fn fork_pod(ns: &str, name: &str, ckpt: &str) -> BoundPod {
+    BoundPod {
+        from_checkpoint: Some(ckpt.into()),
+        ..pod(ns, name, Some("ubuntu:24.04"))
     }
 }
 
@@ -409,6 +418,37 @@ fn checkpoint_grant_table() {
             )],
             vec![],
             "repository:cocoon/ckpt-team-b-x-0123456789ab:pull".into(),
+            &[],
+        ),
+        (
+            "a forked main pulls the Ready checkpoint of its namespace its annotation names",
+            vec![fork_pod("team-a", "fork-0", "snap")],
+            vec![ckpt("team-a", "snap", "uid-1", "z", Ready)],
+            format!("repository:{mine_wire}:pull,push"),
+            &["pull"],
+        ),
+        (
+            "… not before it is Ready",
+            vec![fork_pod("team-a", "fork-0", "snap")],
+            vec![ckpt("team-a", "snap", "uid-1", "z", Pushing)],
+            format!("repository:{mine_wire}:pull"),
+            &[],
+        ),
+        (
+            "attack: a pod of namespace B whose annotation names A's checkpoint",
+            vec![fork_pod("team-b", "thief-0", "snap")],
+            vec![ckpt("team-a", "snap", "uid-1", "z", Ready)],
+            format!("repository:{mine_wire}:pull"),
+            &[],
+        ),
+        (
+            "attack: an annotation naming another checkpoint of the namespace gets only that one",
+            vec![fork_pod("team-a", "fork-0", "other")],
+            vec![
+                ckpt("team-a", "snap", "uid-1", "z", Ready),
+                ckpt("team-a", "other", "uid-9", "z", Ready),
+            ],
+            format!("repository:{mine_wire}:pull"),
             &[],
         ),
         (

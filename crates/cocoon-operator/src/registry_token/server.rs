@@ -532,16 +532,21 @@ async fn bound_pods(client: &Client, node: &str) -> Result<Vec<BoundPod>, kube::
         // The field selector is the API server's; the check is ours.
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
         .filter_map(|p| {
-            let image = p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(cocoon_api::contract::annotations::IMAGE))
-                .cloned();
+            let annotation = |key: &str| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(key))
+                    .cloned()
+            };
+            let image = annotation(cocoon_api::contract::annotations::IMAGE);
+            let from_checkpoint =
+                annotation(cocoon_api::contract::checkpoint::FROM_CHECKPOINT_ANNOTATION);
             Some(BoundPod {
                 namespace: p.metadata.namespace?,
                 name: p.metadata.name?,
                 image,
+                from_checkpoint,
             })
         })
         .collect())
