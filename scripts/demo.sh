@@ -2,7 +2,8 @@
 # demo.sh -- one command from a fresh machine to a running local cocoon cluster: installs what is
 # missing, builds, starts the real control plane + registry, the operator and two node agents on
 # the simulated runtime, applies a sample CocoonSet, and walks through suspend, resume, migrate
-# and hibernating one pod with the plugin, timing each transition.
+# and hibernating one pod with the plugin, then checkpoints the main and forks two copies of it,
+# timing each transition.
 #   --keep   leave everything running at the end and print how to use it (Ctrl-C stops it)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -94,8 +95,14 @@ timed cocoon migrate demo --to "$other" --timeout 5m
 cocoon status demo
 timed cocoon hibernate demo-tb --timeout 3m
 timed cocoon wake demo-tb --timeout 5m
-step kubectl cocoon status demo
-cocoon status demo
+# Checkpoints and forks: save the running main under a name (it keeps running), then start two
+# independent copies of it.
+timed cocoon checkpoint cocoonset/demo --name demo-ckpt --timeout 3m
+timed cocoon fork demo-ckpt --count 2 --timeout 5m
+step kubectl get ckpt
+"$kubectl" get ckpt
+step kubectl cocoon status
+cocoon status
 
 if [ "$keep" = 1 ]; then
   cat <<INFO
