@@ -558,7 +558,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             [CompletionResult]::new('--insecure-skip-tls-verify', '--insecure-skip-tls-verify', [CompletionResultType]::ParameterName, 'If true, the server''s certificate will not be checked for validity')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
-            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories, and :checkpoint tags of checkpoint repositories, that no live CocoonSet, CocoonHibernation, CocoonCheckpoint or pod references. Dry run unless --yes')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -595,7 +595,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;registry;help' {
-            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories, and :checkpoint tags of checkpoint repositories, that no live CocoonSet, CocoonHibernation, CocoonCheckpoint or pod references. Dry run unless --yes')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -720,7 +720,7 @@ Register-ArgumentCompleter -Native -CommandName 'kubectl-cocoon' -ScriptBlock {
             break
         }
         'kubectl-cocoon;help;registry' {
-            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories that no live CocoonSet, CocoonHibernation or pod references. Dry run unless --yes')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete :hibernate tags (and :latest with --include-latest) of VM repositories, and :checkpoint tags of checkpoint repositories, that no live CocoonSet, CocoonHibernation, CocoonCheckpoint or pod references. Dry run unless --yes')
             break
         }
         'kubectl-cocoon;help;registry;gc' {

@@ -3,7 +3,8 @@
 //! CocoonHibernation controller runs in-process scoped to the test namespace; a scripted actor
 //! stands in for the node agent (writes what it writes).
 
-use std::process::Output;
+mod cli_support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,35 +12,14 @@ use bytes::Bytes;
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_operator::hibernation::{self, decide::Timing};
 use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
 use cocoon_registry::{RegistryClient, RegistryConfig};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-fn plugin(env: &cocoon_testenv::Shared, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"));
-    cmd.arg("--kubeconfig")
-        .arg(env.kubeconfig_path())
-        .args(args);
-    cmd.env_remove("KUBECONFIG").env("NO_COLOR", "1");
-    cmd.stdin(std::process::Stdio::null());
-    cmd
-}
-
-async fn run(env: &cocoon_testenv::Shared, args: &[&str]) -> Output {
-    plugin(env, args)
-        .output()
-        .await
-        .expect("run kubectl-cocoon")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use cli_support::{operator_recorder, run, tag_registry, text};
 
 fn start_operator(
     client: &Client,
@@ -47,17 +27,8 @@ fn start_operator(
     registry_addr: &str,
     timing: Timing,
 ) -> oneshot::Sender<()> {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
-    let registry: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(
-        RegistryClient::new(RegistryConfig::for_registry(registry_addr).expect("cfg"))
-            .expect("client"),
-    ));
+    let recorder = operator_recorder(client);
+    let registry = tag_registry(registry_addr);
     let ctx = Arc::new(hibernation::Context::new(
         client.clone(),
         recorder,

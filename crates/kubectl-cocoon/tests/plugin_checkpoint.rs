@@ -6,7 +6,8 @@
 //! `Running` needs real node agents and the CocoonSet walk's fromCheckpoint (next step): here
 //! the sets are only created (`--wait=false`, dry runs).
 
-use std::process::Output;
+mod cli_support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,53 +17,22 @@ use cocoon_api::crd::set::{CocoonSet, CocoonSetSpec};
 use cocoon_api::naming::vm_name_for_pod;
 use cocoon_operator::checkpoint;
 use cocoon_operator::metrics::Metrics;
-use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
-use cocoon_registry::{RegistryClient, RegistryConfig};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
 
+use cli_support::{operator_recorder, plugin, run, tag_registry, text};
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const WAIT: Duration = Duration::from_secs(60);
 
-fn plugin(env: &cocoon_testenv::Shared, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"));
-    cmd.arg("--kubeconfig")
-        .arg(env.kubeconfig_path())
-        .args(args);
-    cmd.env_remove("KUBECONFIG").env("NO_COLOR", "1");
-    cmd.stdin(std::process::Stdio::null());
-    cmd
-}
-
-async fn run(env: &cocoon_testenv::Shared, args: &[&str]) -> Output {
-    plugin(env, args)
-        .output()
-        .await
-        .expect("run kubectl-cocoon")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// The checkpoint controller on `ns`; it stops when the sender is dropped.
 fn start_controller(client: &Client, ns: &str, registry_addr: &str) -> oneshot::Sender<()> {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "cocoon-operator".into(),
-            instance: None,
-        },
-    );
-    let registry: Arc<dyn TagRegistry> = Arc::new(OciTagRegistry::new(
-        RegistryClient::new(RegistryConfig::for_registry(registry_addr).expect("cfg"))
-            .expect("client"),
-    ));
+    let recorder = operator_recorder(client);
+    let registry = tag_registry(registry_addr);
     let ctx = Arc::new(checkpoint::Context::new(
         client.clone(),
         recorder,

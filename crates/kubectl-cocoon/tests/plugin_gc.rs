@@ -6,7 +6,6 @@
 //! live while their CocoonCheckpoint exists, and collected once it is gone.
 
 // Shared with plugin_cli.rs; this file uses part of it.
-#[allow(dead_code)]
 mod cli_support;
 
 use std::process::Stdio;

@@ -1,12 +1,21 @@
-//! Running the plugin binary against the shared control plane, for the CLI-surface tests.
+//! Running the plugin binary against the shared control plane, and the pieces the tests that run
+//! an operator controller in-process share. Each test file uses a part of it.
+#![allow(dead_code)]
 
 use std::process::Output;
+use std::sync::Arc;
+
+use cocoon_operator::registry::{OciTagRegistry, TagRegistry};
+use cocoon_registry::{RegistryClient, RegistryConfig};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-pub async fn run(env: &cocoon_testenv::Shared, args: &[&str]) -> Output {
+/// The plugin binary with the shared control plane's kubeconfig, no colour and no stdin.
+pub fn plugin(env: &cocoon_testenv::Shared, args: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-cocoon"));
     cmd.arg("--kubeconfig")
         .arg(env.kubeconfig_path())
@@ -14,7 +23,33 @@ pub async fn run(env: &cocoon_testenv::Shared, args: &[&str]) -> Output {
         .env_remove("KUBECONFIG")
         .env("NO_COLOR", "1")
         .stdin(std::process::Stdio::null());
-    cmd.output().await.expect("run kubectl-cocoon")
+    cmd
+}
+
+pub async fn run(env: &cocoon_testenv::Shared, args: &[&str]) -> Output {
+    plugin(env, args)
+        .output()
+        .await
+        .expect("run kubectl-cocoon")
+}
+
+/// The Event recorder an in-process operator controller writes with.
+pub fn operator_recorder(client: &Client) -> Recorder {
+    Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "cocoon-operator".into(),
+            instance: None,
+        },
+    )
+}
+
+/// The operator's tag registry on the test registry at `registry_addr`.
+pub fn tag_registry(registry_addr: &str) -> Arc<dyn TagRegistry> {
+    Arc::new(OciTagRegistry::new(
+        RegistryClient::new(RegistryConfig::for_registry(registry_addr).expect("cfg"))
+            .expect("client"),
+    ))
 }
 
 pub fn text(b: &[u8]) -> String {
