@@ -13,9 +13,10 @@
 //!    and the source's state token.
 //! 3. Deleting the checkpoint deletes its artifact (the manifest 404s by tag and by digest);
 //!    the forks keep running; one suspends and wakes with its file intact.
-//! 4. The operator killed while a second checkpoint is `Saving` (the source runtime's save is
-//!    held): after a restart it ends `Ready` with its artifact (or `Failed` with a reason, never
-//!    `Ready` without the artifact), and the source VM keeps running.
+//! 4. The operator killed while a checkpoint is `Saving` (the source runtime's save held), and
+//!    again while one is `Pushing` (its export held): after a restart each ends `Ready` with its
+//!    artifact under the tag (the node agent finishes it; the operator changes nothing in
+//!    flight), the request is cleared, and the source VM keeps running.
 
 use std::process::Output;
 use std::time::Duration;
@@ -25,7 +26,7 @@ use cocoon_api::crd::checkpoint::{CheckpointPhase, CocoonCheckpoint};
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
 use cocoon_api::naming::vm_name_for_agent;
 use cocoon_e2e::kubectl_cocoon;
-use cocoon_registry::RegistryClient;
+use cocoon_registry::{Reference, RegistryClient};
 use cocoon_runtime::exec_capture;
 use cocoon_runtime::sim::Verb;
 use cocoon_testenv::{Shared, TestNode};
@@ -43,8 +44,9 @@ const WAIT: Duration = Duration::from_secs(120);
 const IMAGE: &str = "ubuntu:24.04";
 const SOURCE: &str = "src";
 const CKPT: &str = "golden";
-/// The second checkpoint, taken across an operator crash.
-const CKPT2: &str = "golden-again";
+/// The checkpoints taken across an operator crash (held in `Saving`, in `Pushing`).
+const CKPT2: &str = "again-saving";
+const CKPT3: &str = "again-pushing";
 /// The guest file the scenario follows.
 const MARKER: &str = "/root/checkpoint-marker";
 
@@ -310,86 +312,72 @@ async fn checkpoint_fork_delete_and_an_operator_crash_with_the_plugin_and_real_a
             "the file survives the wake"
         );
 
-        // 4. The operator crashes while the node agent saves a second checkpoint.
-        src_agent.sim.block(Verb::SnapshotSave, None);
-        let out = plugin(
-            env,
-            &ns,
-            &[
-                "checkpoint",
-                &format!("cocoonset/{SOURCE}"),
-                "--name",
-                CKPT2,
-                "--wait=false",
-            ],
-        )
-        .await;
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "checkpoint: {}",
-            text(&out.stderr)
-        );
-        assert!(
-            src_agent
-                .sim
-                .wait_blocked(Verb::SnapshotSave, 1, WAIT)
-                .await,
-            "the source's save started"
-        );
-        let saving = ckpts.get(CKPT2).await?;
-        assert_eq!(phase(&saving), Some(CheckpointPhase::Saving));
-        operator.take().ok_or("no operator")?.kill().await;
-        src_agent.sim.unblock(Verb::SnapshotSave);
-        let _operator =
-            Operator::start(&c.client, &ns, env.registry_addr(), OperatorOptions::fast());
-        let done = cocoon_testenv::wait_until("second checkpoint settled", WAIT, || async {
-            let c = ckpts.get(CKPT2).await.ok()?;
-            matches!(
-                phase(&c),
-                Some(CheckpointPhase::Ready | CheckpointPhase::Failed)
-            )
-            .then_some(c)
-        })
-        .await?;
-        let st = done.status.clone().ok_or("no status")?;
-        match phase(&done) {
-            Some(CheckpointPhase::Ready) => {
-                let fetched = c
-                    .reg
-                    .get_manifest(
-                        &st.repository,
-                        &cocoon_registry::Reference::Tag(CHECKPOINT_TAG.into()),
-                    )
-                    .await?;
-                assert_eq!(
-                    fetched.digest.to_string(),
-                    st.digest,
-                    "Ready names its artifact"
-                );
-            }
-            _ => {
-                let cond = st.conditions.iter().find(|c| c.type_ == "Ready");
-                assert!(
-                    cond.is_some_and(|c| !c.message.is_empty()),
-                    "Failed with a reason: {st:?}"
-                );
-            }
+        // 4. The operator crashes while the node agent takes a checkpoint, once held in the save
+        // (`Saving`) and once in the export that feeds the push (`Pushing`): after a restart
+        // each ends Ready with its artifact under the tag, and the source keeps running.
+        let held = [
+            (CKPT2, Verb::SnapshotSave, CheckpointPhase::Saving),
+            (CKPT3, Verb::SnapshotExport, CheckpointPhase::Pushing),
+        ];
+        for (name, verb, during) in held {
+            src_agent.sim.block(verb, None);
+            let source = format!("cocoonset/{SOURCE}");
+            let args = ["checkpoint", &source, "--name", name, "--wait=false"];
+            let out = plugin(env, &ns, &args).await;
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "checkpoint {name}: {}",
+                text(&out.stderr)
+            );
+            assert!(
+                src_agent.sim.wait_blocked(verb, 1, WAIT).await,
+                "{name}: the source's {verb:?} started"
+            );
+            assert_eq!(phase(&ckpts.get(name).await?), Some(during), "{name}");
+            operator.take().ok_or("no operator")?.kill().await;
+            src_agent.sim.unblock(verb);
+            operator = Some(Operator::start(
+                &c.client,
+                &ns,
+                env.registry_addr(),
+                OperatorOptions::fast(),
+            ));
+            let done = cocoon_testenv::wait_until(&format!("{name} settled"), WAIT, || async {
+                let c = ckpts.get(name).await.ok()?;
+                matches!(
+                    phase(&c),
+                    Some(CheckpointPhase::Ready | CheckpointPhase::Failed)
+                )
+                .then_some(c)
+            })
+            .await?;
+            let st = done.status.clone().ok_or("no status")?;
+            assert_eq!(phase(&done), Some(CheckpointPhase::Ready), "{name}: {st:?}");
+            let tag = Reference::Tag(CHECKPOINT_TAG.into());
+            let fetched = c.reg.get_manifest(&st.repository, &tag).await?;
+            assert_eq!(
+                fetched.digest.to_string(),
+                st.digest,
+                "{name}: Ready names its artifact"
+            );
+            let (_, id_now) = c.host(&src_vm).await?;
+            assert_eq!(id_now, src_id, "{name}: the source VM keeps running");
+            assert!(pod_ready(&pods.get(&src_pod).await?), "{src_pod} Ready");
+            // The (new) operator clears the settled checkpoint's request from the source pod.
+            cocoon_testenv::wait_until(&format!("{name}'s request cleared"), WAIT, || async {
+                let p = pods.get(&src_pod).await.ok()?;
+                (!p.annotations().contains_key(REQUEST_ANNOTATION)).then_some(())
+            })
+            .await?;
         }
-        let (_, id_now) = c.host(&src_vm).await?;
-        assert_eq!(id_now, src_id, "the source VM keeps running");
-        assert!(pod_ready(&pods.get(&src_pod).await?), "{src_pod} Ready");
-        // The operator clears the settled checkpoint's request from the source pod.
-        cocoon_testenv::wait_until("request cleared", WAIT, || async {
-            let p = pods.get(&src_pod).await.ok()?;
-            (!p.annotations().contains_key(REQUEST_ANNOTATION)).then_some(())
-        })
-        .await?;
 
         for name in forks.iter().copied().chain([SOURCE]) {
             sets.delete(name, &DeleteParams::default()).await?;
         }
-        ckpts.delete(CKPT2, &DeleteParams::default()).await?;
+        for name in [CKPT2, CKPT3] {
+            ckpts.delete(name, &DeleteParams::default()).await?;
+        }
         cocoon_testenv::wait_until("every VM gone", WAIT, || async {
             all_vms(&c.agents).await.is_empty().then_some(())
         })
@@ -405,6 +393,7 @@ async fn checkpoint_fork_delete_and_an_operator_crash_with_the_plugin_and_real_a
         drop(nodes);
         drop(roots);
         cocoon_testenv::delete_namespace(&client, &ns).await?;
+        drop(operator);
         TestResult::Ok(())
     })
     .await;
