@@ -3,28 +3,24 @@
 //! simulated runtime), the real scheduler, registry and control plane, and the operator's
 //! controllers in-process.
 //!
-//! The checkpoint itself: the operator's checkpoint controller accepts the CR and writes its
-//! derived repository at `Pending`; the node agent's side of checkpoint taking is not merged
-//! yet, so THIS TEST plays the node agent's part of docs/checkpoints.md: it saves a live
-//! snapshot of the source main on the agent's runtime (a real VM snapshot of the simulator),
-//! pushes it to the derived repository with the checkpoint's owner annotations
-//! (`checkpoint_owner_annotations`), and writes `Ready` with the pushed digest as the node
-//! agent would. Everything after that — the sets waiting and starting, the pulls, the owner
-//! and digest checks, the clones — is the real operator and the real agents.
+//! The checkpoint is taken by the source's node agent (docs/checkpoints.md). The test only
+//! holds the simulated runtime at two points to look at the states in between: the source's
+//! `snapshot save` (so the checkpoint stays short of `Ready` while the sets wait), and every
+//! node's `snapshot import` (so nothing can have pulled the checkpoint while namespace B's
+//! attempts are refused).
 
 use std::time::Duration;
 
-use cocoon_api::contract::checkpoint::{
-    CHECKPOINT_TAG, FROM_CHECKPOINT_ANNOTATION, checkpoint_owner_annotations,
-};
+use cocoon_api::contract::checkpoint::{CHECKPOINT_TAG, FROM_CHECKPOINT_ANNOTATION};
 use cocoon_api::crd::checkpoint::{
     CheckpointPhase, CheckpointSource, CocoonCheckpoint, CocoonCheckpointSpec, NameRef,
 };
 use cocoon_api::crd::set::{AgentMode, CocoonSet, CocoonSetPhase, CocoonSetSpec};
 use cocoon_api::naming::vm_name_for_agent;
 use cocoon_operator::cocoonset::pods::build_agent_pod;
-use cocoon_registry::{PushOptions, Reference, RegistryClient};
+use cocoon_registry::RegistryClient;
 use cocoon_runtime::exec_capture;
+use cocoon_runtime::sim::Verb;
 use cocoon_testenv::{Shared, TestNode};
 use cocoon_testsupport::{
     Agent, AgentOptions, BoxError, Operator, OperatorOptions, all_vms, registry,
@@ -158,38 +154,6 @@ async fn events(client: &Client, ns: &str, reason: &str, name: &str) -> Vec<Even
         .collect()
 }
 
-/// The checkpoint as the node agent would finish it (docs/checkpoints.md): a live snapshot of
-/// `vm` saved on its agent's runtime, pushed to the derived `repository` with the checkpoint's
-/// owner annotations; returns the pushed manifest's digest.
-async fn push_checkpoint(
-    c: &Cluster,
-    ns: &str,
-    vm: &str,
-    repository: &str,
-) -> Result<String, BoxError> {
-    let agent = c.host(vm).await?;
-    let id = all_vms(&c.agents)
-        .await
-        .into_iter()
-        .find(|(_, name, _)| name == vm)
-        .map(|(_, _, id)| id)
-        .ok_or("no id")?;
-    let local = "test-checkpoint-save";
-    agent.runtime.snapshot_save(local, &id).await?;
-    let export = agent.runtime.snapshot_export(local).await?;
-    let mut opts = PushOptions::new(CHECKPOINT_TAG, IMAGE);
-    opts.annotations.extra = checkpoint_owner_annotations(ns, CKPT);
-    c.reg
-        .push_snapshot_tar(repository, export.stream, &opts)
-        .await?;
-    export.done.await?;
-    let fetched = c
-        .reg
-        .get_manifest(repository, &Reference::Tag(CHECKPOINT_TAG.into()))
-        .await?;
-    Ok(fetched.digest.to_string())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() {
     cocoon_testenv::run_test(|env| async move {
@@ -205,15 +169,22 @@ async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() 
 
         // (a) A set naming a checkpoint that does not exist waits, saying so, and creates no
         // main.
-        sets.create(&pp, &CocoonSet::new("a", spec(&c.pool, Some(CKPT)))).await?;
+        sets.create(&pp, &CocoonSet::new("a", spec(&c.pool, Some(CKPT))))
+            .await?;
         let waiting = wait_set(&sets, "a", "waiting for its checkpoint", |cs| {
             ready_condition(cs).is_some_and(|(s, r, _)| s == "False" && r == "CheckpointNotFound")
         })
         .await?;
         let (_, _, message) = ready_condition(&waiting).ok_or("no Ready condition")?;
         assert!(message.contains("spec.agent.fromCheckpoint"), "{message}");
-        assert_eq!(waiting.status.as_ref().and_then(|s| s.phase), Some(CocoonSetPhase::Pending));
-        assert!(pods.get_opt("a-0").await?.is_none(), "no main while waiting");
+        assert_eq!(
+            waiting.status.as_ref().and_then(|s| s.phase),
+            Some(CocoonSetPhase::Pending)
+        );
+        assert!(
+            pods.get_opt("a-0").await?.is_none(),
+            "no main while waiting"
+        );
         cocoon_testenv::wait_until("the CheckpointNotFound Warning", WAIT, || async {
             let e = events(&c.client, &ns, "CheckpointNotFound", "a").await;
             (!e.is_empty()).then_some(())
@@ -221,37 +192,81 @@ async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() 
         .await?;
 
         // The source: a running set whose main holds a marker.
-        sets.create(&pp, &CocoonSet::new(SOURCE, spec(&c.pool, None))).await?;
+        sets.create(&pp, &CocoonSet::new(SOURCE, spec(&c.pool, None)))
+            .await?;
         wait_set(&sets, SOURCE, "source Running", |cs| running(cs, 1)).await?;
         let src_vm = vm_name_for_agent(&ns, SOURCE, 0);
         let mark = cocoon_testenv::unique_name("ckpt");
         let script = format!("echo {mark} > {MARKER}");
-        let out = exec_capture(c.host(&src_vm).await?.runtime.as_ref(), &src_vm, &["sh", "-c", &script], None).await;
+        let out = exec_capture(
+            c.host(&src_vm).await?.runtime.as_ref(),
+            &src_vm,
+            &["sh", "-c", &script],
+            None,
+        )
+        .await;
         out.result.map_err(|e| format!("exec in {src_vm}: {e}"))?;
         let (src_token, _) = c.guest(&src_vm).await?;
 
-        // The checkpoint: accepted by the operator (Pending, its derived repository).
+        // The checkpoint: accepted by the operator (Pending, its derived repository) and handed
+        // to the source's node agent, whose save is held here.
+        let src_sim = c.host(&src_vm).await?.sim.clone();
+        src_sim.block(Verb::SnapshotSave, None);
         let cr = CocoonCheckpoint::new(
             CKPT,
             CocoonCheckpointSpec {
                 source: CheckpointSource {
-                    cocoon_set_ref: Some(NameRef { name: SOURCE.into() }),
+                    cocoon_set_ref: Some(NameRef {
+                        name: SOURCE.into(),
+                    }),
                     pod_ref: None,
                 },
             },
         );
         ckpts.create(&pp, &cr).await?;
-        let repository = cocoon_testenv::wait_until("checkpoint Pending with its repository", WAIT, || async {
-            let s = ckpts.get(CKPT).await.ok()?.status?;
-            (s.phase == Some(CheckpointPhase::Pending) && !s.repository.is_empty()).then_some(s.repository)
-        })
-        .await?;
+        let repository =
+            cocoon_testenv::wait_until("checkpoint Pending with its repository", WAIT, || async {
+                let s = ckpts.get(CKPT).await.ok()?.status?;
+                let early = matches!(
+                    s.phase,
+                    Some(CheckpointPhase::Pending | CheckpointPhase::Saving)
+                );
+                (early && !s.repository.is_empty()).then_some(s.repository)
+            })
+            .await?;
         // Not Ready yet: the set says so now.
         wait_set(&sets, "a", "waiting for a Ready checkpoint", |cs| {
             ready_condition(cs).is_some_and(|(_, r, _)| r == "CheckpointNotReady")
         })
         .await?;
-        let digest = push_checkpoint(&c, &ns, &src_vm, &repository).await?;
+        // Every node's import held: the checkpoint becomes Ready (the source's node agent takes
+        // and pushes it), and nothing can pull it while B's attempts below are looked at.
+        for a in &c.agents {
+            a.sim.block(Verb::SnapshotImport, None);
+        }
+        assert!(
+            src_sim.wait_blocked(Verb::SnapshotSave, 1, WAIT).await,
+            "the source's save started"
+        );
+        src_sim.unblock(Verb::SnapshotSave);
+        let digest = cocoon_testenv::wait_until("checkpoint Ready", WAIT, || async {
+            let s = ckpts.get(CKPT).await.ok()?.status?;
+            (s.phase == Some(CheckpointPhase::Ready) && s.repository == repository)
+                .then_some(s.digest)
+        })
+        .await?;
+        assert!(digest.starts_with("sha256:"), "{digest}");
+        assert!(
+            c.reg.has_manifest(&repository, &digest).await?,
+            "the node pushed the artifact"
+        );
+        // The source node's own copy of the save is dropped after the push.
+        let src_rt = c.host(&src_vm).await?.runtime.clone();
+        cocoon_testenv::wait_until("the source's local save dropped", WAIT, || async {
+            let snaps = src_rt.snapshot_list().await.ok()?;
+            (!snaps.iter().any(|s| s.name == repository)).then_some(())
+        })
+        .await?;
 
         // (e) Namespace B names namespace A's checkpoint repository as its image (by tag and by
         // digest): refused before any pull, naming the field.
@@ -271,10 +286,15 @@ async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() 
             })
             .await?;
             let note = refused.note.unwrap_or_default();
-            assert!(note.contains("annotation cocoonset.cocoonstack.io/image"), "{note}");
+            assert!(
+                note.contains("annotation cocoonset.cocoonstack.io/image"),
+                "{note}"
+            );
         }
         // B naming the checkpoint by name finds none in its own namespace.
-        b_sets.create(&pp, &CocoonSet::new("named", spec(&c.pool, Some(CKPT)))).await?;
+        b_sets
+            .create(&pp, &CocoonSet::new("named", spec(&c.pool, Some(CKPT))))
+            .await?;
         wait_set(&b_sets, "named", "B waits: no such checkpoint in B", |cs| {
             ready_condition(cs).is_some_and(|(_, r, _)| r == "CheckpointNotFound")
         })
@@ -284,44 +304,48 @@ async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() 
             let snaps = a.runtime.snapshot_list().await?;
             assert!(
                 !snaps.iter().any(|s| s.name.contains(&repository)),
-                "no checkpoint base on {} before the checkpoint is Ready: {snaps:?}",
+                "no checkpoint base on {} while imports are held: {snaps:?}",
                 a.node
             );
         }
 
-        // Ready, as the node agent would write it.
-        let status = json!({ "status": {
-            "phase": "Ready", "digest": digest, "bytesOnWire": 1, "dataBytes": 1,
-            "sourcePauseMillis": 1, "takenAt": "2026-01-01T00:00:00Z",
-            "conditions": [{ "type": "Ready", "status": "True", "reason": "Ready", "message": "ready",
-                             "lastTransitionTime": "2026-01-01T00:00:00Z" }]
-        }});
-        ckpts
-            .patch_status(CKPT, &PatchParams::default(), &Patch::Merge(status))
-            .await?;
+        for a in &c.agents {
+            a.sim.unblock(Verb::SnapshotImport);
+        }
 
         // (a, c) The waiting set starts at once (the checkpoint watch), and two more start.
         for name in ["b", "c"] {
-            sets.create(&pp, &CocoonSet::new(name, spec(&c.pool, Some(CKPT)))).await?;
+            sets.create(&pp, &CocoonSet::new(name, spec(&c.pool, Some(CKPT))))
+                .await?;
         }
         for name in ["a", "b", "c"] {
-            wait_set(&sets, name, "Running from the checkpoint", |cs| running(cs, 1)).await?;
+            wait_set(&sets, name, "Running from the checkpoint", |cs| {
+                running(cs, 1)
+            })
+            .await?;
             let main = pods.get(&format!("{name}-0")).await?;
             assert_eq!(
-                main.annotations().get(FROM_CHECKPOINT_ANNOTATION).map(String::as_str),
+                main.annotations()
+                    .get(FROM_CHECKPOINT_ANNOTATION)
+                    .map(String::as_str),
                 Some(CKPT)
             );
             // (b) The guest is the checkpoint's: its state token and its file.
             let (token, marker) = c.guest(&vm_name_for_agent(&ns, name, 0)).await?;
             assert_eq!(token, src_token, "{name}: the source's guest state");
-            assert_eq!(marker.as_deref(), Some(mark.as_str()), "{name}: the source's file");
+            assert_eq!(
+                marker.as_deref(),
+                Some(mark.as_str()),
+                "{name}: the source's file"
+            );
         }
         // A pod of B carrying the annotation itself (written past the operator) names a
         // checkpoint of B, never A's: the node agent reads B's and finds none.
         let mut raw = CocoonSet::new("raw", spec(&c.pool, None));
         raw.metadata.namespace = Some(other.clone());
         let mut pod = build_agent_pod(&raw, &other, 0, "", Some(&c.agents[0].node));
-        pod.annotations_mut().insert(FROM_CHECKPOINT_ANNOTATION.into(), CKPT.into());
+        pod.annotations_mut()
+            .insert(FROM_CHECKPOINT_ANNOTATION.into(), CKPT.into());
         let b_pods: Api<Pod> = Api::namespaced(c.client.clone(), &other);
         b_pods.create(&pp, &pod).await?;
         let failed = cocoon_testenv::wait_until("raw-0 refused", WAIT, || async {
@@ -331,15 +355,25 @@ async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() 
         .await?;
         let note = failed.note.unwrap_or_default();
         assert!(
-            note.contains(&format!("annotation {FROM_CHECKPOINT_ANNOTATION}: checkpoint {other}/{CKPT} does not exist")),
+            note.contains(&format!(
+                "annotation {FROM_CHECKPOINT_ANNOTATION}: checkpoint {other}/{CKPT} does not exist"
+            )),
             "{note}"
         );
-        assert!(c.host(&vm_name_for_agent(&other, "raw", 0)).await.is_err(), "no VM for raw-0");
+        assert!(
+            c.host(&vm_name_for_agent(&other, "raw", 0)).await.is_err(),
+            "no VM for raw-0"
+        );
         b_pods.delete("raw-0", &DeleteParams::default()).await?;
         // B's set still waits (A's checkpoint is not B's).
         let named = b_sets.get("named").await?;
         assert!(named.status.as_ref().and_then(|s| s.phase) == Some(CocoonSetPhase::Pending));
-        assert!(Api::<Pod>::namespaced(c.client.clone(), &other).get_opt("named-0").await?.is_none());
+        assert!(
+            Api::<Pod>::namespaced(c.client.clone(), &other)
+                .get_opt("named-0")
+                .await?
+                .is_none()
+        );
 
         // (d) Deleting the checkpoint (the operator deletes its artifact) leaves the sets
         // running, and they suspend and wake from their own snapshots.
@@ -348,23 +382,31 @@ async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() 
             matches!(ckpts.get_opt(CKPT).await, Ok(None)).then_some(())
         })
         .await?;
-        assert!(!c.reg.has_manifest(&repository, CHECKPOINT_TAG).await?, "artifact deleted");
+        assert!(
+            !c.reg.has_manifest(&repository, CHECKPOINT_TAG).await?,
+            "artifact deleted"
+        );
         for name in ["a", "b", "c"] {
             assert!(running(&sets.get(name).await?, 1), "{name} still Running");
         }
         let patch = |on: bool| Patch::Merge(json!({ "spec": { "suspend": on } }));
-        sets.patch("a", &PatchParams::default(), &patch(true)).await?;
+        sets.patch("a", &PatchParams::default(), &patch(true))
+            .await?;
         wait_set(&sets, "a", "Suspended", |cs| {
             cs.status.as_ref().and_then(|s| s.phase) == Some(CocoonSetPhase::Suspended)
         })
         .await?;
-        sets.patch("a", &PatchParams::default(), &patch(false)).await?;
+        sets.patch("a", &PatchParams::default(), &patch(false))
+            .await?;
         wait_set(&sets, "a", "woken Running", |cs| running(cs, 1)).await?;
         let (token, marker) = c.guest(&vm_name_for_agent(&ns, "a", 0)).await?;
         assert_eq!(token, src_token, "woken from its own snapshot");
         assert_eq!(marker.as_deref(), Some(mark.as_str()));
 
-        for (api, names) in [(&sets, vec!["a", "b", "c", SOURCE]), (&b_sets, vec!["steal-tag", "steal-digest", "named"])] {
+        for (api, names) in [
+            (&sets, vec!["a", "b", "c", SOURCE]),
+            (&b_sets, vec!["steal-tag", "steal-digest", "named"]),
+        ] {
             for name in names {
                 api.delete(name, &DeleteParams::default()).await?;
             }
@@ -373,7 +415,13 @@ async fn sets_start_from_a_ready_checkpoint_of_their_namespace_and_outlive_it() 
             all_vms(&c.agents).await.is_empty().then_some(())
         })
         .await?;
-        let Cluster { client, nodes, agents, roots, .. } = c;
+        let Cluster {
+            client,
+            nodes,
+            agents,
+            roots,
+            ..
+        } = c;
         drop(agents);
         drop(nodes);
         drop(roots);
