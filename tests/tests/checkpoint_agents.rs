@@ -31,7 +31,7 @@ use cocoon_runtime::exec_capture;
 use cocoon_runtime::sim::Verb;
 use cocoon_testenv::{Shared, TestNode};
 use cocoon_testsupport::{
-    Agent, AgentOptions, BoxError, Operator, OperatorOptions, all_vms, registry,
+    Agent, BoxError, Operator, OperatorOptions, PoolMember, all_vms, guest_of, host_of, registry,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -70,46 +70,22 @@ impl Cluster {
             roots: Vec::new(),
         };
         for _ in 0..n {
-            let name = cocoon_testenv::unique_name("ckpt-node");
-            let node = TestNode::in_pool(&c.client, &name, &c.pool).await?;
-            node.wait_schedulable(WAIT).await?;
-            let root = tempfile::tempdir()?;
-            let agent = Agent::start(
-                env.client()?,
-                &name,
-                root.path(),
-                env.registry_addr(),
-                AgentOptions::fast(),
-            )
-            .await?;
-            c.nodes.push(node);
-            c.agents.push(agent);
-            c.roots.push(root);
+            let m = PoolMember::start(env, &c.pool, "ckpt-node", env.registry_addr(), WAIT).await?;
+            c.nodes.push(m.node);
+            c.agents.push(m.agent);
+            c.roots.push(m.root);
         }
         Ok(c)
     }
 
     /// The agent whose runtime holds `vm`, and the VM's id.
     async fn host(&self, vm: &str) -> Result<(&Agent, String), BoxError> {
-        let (node, id) = all_vms(&self.agents)
-            .await
-            .into_iter()
-            .find(|(_, name, _)| name == vm)
-            .map(|(node, _, id)| (node, id))
-            .ok_or(format!("{vm} is not live"))?;
-        let agent = self
-            .agents
-            .iter()
-            .find(|a| a.node == node)
-            .ok_or("no agent")?;
-        Ok((agent, id))
+        host_of(&self.agents, vm).await
     }
 
     /// `vm`'s guest: its state token and the marker file.
     async fn guest(&self, vm: &str) -> Result<(String, Option<String>), BoxError> {
-        let sim = &self.host(vm).await?.0.sim;
-        let marker = sim.guest_file(vm, MARKER)?.map(|m| m.trim().to_owned());
-        Ok((sim.guest_token(vm)?, marker))
+        guest_of(self.host(vm).await?.0, vm, MARKER)
     }
 
     /// Writes `value` into `vm`'s marker file through the runtime's exec.

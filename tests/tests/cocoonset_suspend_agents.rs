@@ -23,7 +23,7 @@ use cocoon_runtime::exec_capture;
 use cocoon_runtime::sim::{FailRule, Verb};
 use cocoon_testenv::{Shared, TestNode};
 use cocoon_testsupport::{
-    Agent, AgentOptions, AuditedIdentity, BoxError, Operator, OperatorOptions, all_vms, node_of,
+    Agent, AuditedIdentity, BoxError, Operator, OperatorOptions, PoolMember, all_vms, node_of,
     registry,
 };
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
@@ -90,22 +90,11 @@ impl Cluster {
 
     /// One more node in the pool, with its agent; returns the node name.
     async fn add_node(&mut self, env: &Shared) -> Result<String, BoxError> {
-        let name = cocoon_testenv::unique_name("css-node");
-        let node = TestNode::in_pool(&self.client, &name, &self.pool).await?;
-        node.wait_schedulable(WAIT).await?;
-        let root = tempfile::tempdir()?;
-        let agent = Agent::start(
-            env.client()?,
-            &name,
-            root.path(),
-            &self.registry_addr,
-            AgentOptions::fast(),
-        )
-        .await?;
-        self.nodes.push(node);
-        self.agents.push(agent);
-        self.roots.push(root);
-        Ok(name)
+        let m = PoolMember::start(env, &self.pool, "css-node", &self.registry_addr, WAIT).await?;
+        self.nodes.push(m.node);
+        self.agents.push(m.agent);
+        self.roots.push(m.root);
+        Ok(m.name)
     }
 
     fn operator(&self, opts: OperatorOptions) -> Operator {

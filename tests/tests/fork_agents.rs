@@ -23,7 +23,7 @@ use cocoon_runtime::exec_capture;
 use cocoon_runtime::sim::Verb;
 use cocoon_testenv::{Shared, TestNode};
 use cocoon_testsupport::{
-    Agent, AgentOptions, BoxError, Operator, OperatorOptions, all_vms, registry,
+    Agent, BoxError, Operator, OperatorOptions, PoolMember, all_vms, guest_of, host_of, registry,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -63,45 +63,22 @@ impl Cluster {
             roots: Vec::new(),
         };
         for _ in 0..n {
-            let name = cocoon_testenv::unique_name("fork-node");
-            let node = TestNode::in_pool(&c.client, &name, &c.pool).await?;
-            node.wait_schedulable(WAIT).await?;
-            let root = tempfile::tempdir()?;
-            let agent = Agent::start(
-                env.client()?,
-                &name,
-                root.path(),
-                &c.registry_addr,
-                AgentOptions::fast(),
-            )
-            .await?;
-            c.nodes.push(node);
-            c.agents.push(agent);
-            c.roots.push(root);
+            let m = PoolMember::start(env, &c.pool, "fork-node", &c.registry_addr, WAIT).await?;
+            c.nodes.push(m.node);
+            c.agents.push(m.agent);
+            c.roots.push(m.root);
         }
         Ok(c)
     }
 
     /// The agent whose runtime holds `vm`.
     async fn host(&self, vm: &str) -> Result<&Agent, BoxError> {
-        let node = all_vms(&self.agents)
-            .await
-            .into_iter()
-            .find(|(_, name, _)| name == vm)
-            .map(|(node, _, _)| node)
-            .ok_or(format!("{vm} is not live"))?;
-        Ok(self
-            .agents
-            .iter()
-            .find(|a| a.node == node)
-            .ok_or("no agent")?)
+        Ok(host_of(&self.agents, vm).await?.0)
     }
 
     /// `vm`'s guest: its state token and the marker file.
     async fn guest(&self, vm: &str) -> Result<(String, Option<String>), BoxError> {
-        let sim = &self.host(vm).await?.sim;
-        let marker = sim.guest_file(vm, MARKER)?.map(|m| m.trim().to_owned());
-        Ok((sim.guest_token(vm)?, marker))
+        guest_of(self.host(vm).await?, vm, MARKER)
     }
 }
 

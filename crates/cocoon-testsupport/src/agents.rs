@@ -318,6 +318,23 @@ fn registration(
     Ok(NodeRegistration::from_config(&config, resources, port))
 }
 
+/// The agent whose runtime holds `vm`, and the VM's id.
+pub async fn host_of<'a>(agents: &'a [Agent], vm: &str) -> Result<(&'a Agent, String), BoxError> {
+    for a in agents {
+        if let Some((_, id)) = a.vms().await.into_iter().find(|(name, _)| name == vm) {
+            return Ok((a, id));
+        }
+    }
+    Err(format!("{vm} is not live").into())
+}
+
+/// `vm`'s guest on `agent`'s simulator: its state token and the trimmed content of the file
+/// `path`, if the guest has one.
+pub fn guest_of(agent: &Agent, vm: &str, path: &str) -> Result<(String, Option<String>), BoxError> {
+    let marker = agent.sim.guest_file(vm, path)?.map(|m| m.trim().to_owned());
+    Ok((agent.sim.guest_token(vm)?, marker))
+}
+
 /// Every VM the agents' runtimes hold, as (node, VM name, VM id).
 pub async fn all_vms(agents: &[Agent]) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
@@ -327,4 +344,45 @@ pub async fn all_vms(agents: &[Agent]) -> Vec<(String, String, String)> {
         }
     }
     out
+}
+
+/// One node of a test pool: a `TestNode` named `<prefix>-…` in `pool`, schedulable, with a real
+/// agent on its own root directory (kept as long as the member lives).
+pub struct PoolMember {
+    pub name: String,
+    pub node: cocoon_testenv::TestNode,
+    pub agent: Agent,
+    pub root: tempfile::TempDir,
+}
+
+impl PoolMember {
+    /// Registers the node in `pool`, waits (up to `wait`) until it is schedulable and starts its
+    /// agent on `registry_addr` with [`AgentOptions::fast`].
+    pub async fn start(
+        env: &cocoon_testenv::Shared,
+        pool: &str,
+        prefix: &str,
+        registry_addr: &str,
+        wait: Duration,
+    ) -> Result<PoolMember, BoxError> {
+        let client = env.client()?;
+        let name = cocoon_testenv::unique_name(prefix);
+        let node = cocoon_testenv::TestNode::in_pool(&client, &name, pool).await?;
+        node.wait_schedulable(wait).await?;
+        let root = tempfile::tempdir()?;
+        let agent = Agent::start(
+            client,
+            &name,
+            root.path(),
+            registry_addr,
+            AgentOptions::fast(),
+        )
+        .await?;
+        Ok(PoolMember {
+            name,
+            node,
+            agent,
+            root,
+        })
+    }
 }

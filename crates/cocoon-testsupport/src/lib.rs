@@ -14,7 +14,7 @@ pub mod registry_token;
 pub mod scripted;
 
 #[cfg(feature = "agents")]
-pub use agents::{Agent, AgentOptions, KubeletOptions, all_vms};
+pub use agents::{Agent, AgentOptions, KubeletOptions, PoolMember, all_vms, guest_of, host_of};
 pub use audited::AuditedIdentity;
 
 use std::sync::Arc;
