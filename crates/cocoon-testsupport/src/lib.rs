@@ -191,14 +191,28 @@ impl Operator {
         }
     }
 
-    /// Stops both controllers gracefully and waits for them.
+    /// Stops the controllers gracefully and waits for them, as a terminating pod gets
+    /// [`STOP_GRACE`]: a controller still running after it is killed where it stands (as the
+    /// kubelet kills a container that outlives its grace period), with a line on stderr naming
+    /// it, so a stuck reconcile shows in the test's output instead of hanging the run.
     pub async fn stop(mut self) {
         self.token.cancel();
-        for t in self.tasks.drain(..) {
-            let _ = t.await;
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        for (i, mut t) in self.tasks.drain(..).enumerate() {
+            if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
+                eprintln!(
+                    "cocoon-testsupport: controller task {i} (0 sets, 1 hibernations, 2 checkpoints) \
+                     still running {STOP_GRACE:?} after the graceful stop; killed"
+                );
+                t.abort();
+                let _ = t.await;
+            }
         }
     }
 }
+
+/// How long [`Operator::stop`] waits for the controllers' graceful stop.
+pub const STOP_GRACE: Duration = Duration::from_secs(30);
 
 impl Drop for Operator {
     fn drop(&mut self) {
