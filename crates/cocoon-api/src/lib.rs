@@ -12,4 +12,4 @@ pub mod procfs;
 pub mod user_agent;
 
 pub use crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, CocoonHibernationStatus};
-pub use crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus};
+pub use crd::set::{CocoonSet, CocoonSetSpec, CocoonSetStatus, IdleSpec, IdleStatus, WakeOn};

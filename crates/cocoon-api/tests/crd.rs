@@ -318,7 +318,9 @@ fn cel_rules_are_the_exact_spec_strings() {
             {"rule": "!has(self.hibernatePolicy) || self.hibernatePolicy != 'release' || ((!has(self.agent.replicas) || self.agent.replicas == 0) && (!has(self.toolboxes) || size(self.toolboxes) == 0))",
              "message": "hibernatePolicy=release requires agent.replicas=0 and no toolboxes"},
             {"rule": "!has(oldSelf.snapshotCompatibilityClass) || (has(self.snapshotCompatibilityClass) && self.snapshotCompatibilityClass == oldSelf.snapshotCompatibilityClass)",
-             "message": "snapshotCompatibilityClass is immutable once set"}
+             "message": "snapshotCompatibilityClass is immutable once set"},
+            {"rule": "!has(self.idle) || !has(self.idle.suspendAfter) || !has(self.hibernatePolicy) || self.hibernatePolicy != 'release'",
+             "message": "spec.idle.suspendAfter requires hibernatePolicy=retain"}
         ])
     );
     let h = schema_of(&hibernation_crd());
@@ -374,6 +376,62 @@ fn cel_rule_1_release_needs_a_lone_main() {
             assert_eq!(got, vec![RELEASE_MSG.to_string()], "{name}");
         }
     }
+}
+
+#[test]
+fn idle_rules_name_the_field() {
+    let crd = cocoonset_crd();
+    let cases: &[(&str, Value, Option<&str>)] = &[
+        (
+            "20s with retain",
+            json!({"agent": {"image": "i"}, "idle": {"suspendAfter": "20s", "ports": [7000]}}),
+            None,
+        ),
+        (
+            "exactly 10s",
+            json!({"agent": {"image": "i"}, "idle": {"suspendAfter": "10s"}}),
+            None,
+        ),
+        (
+            "an hour and a half",
+            json!({"agent": {"image": "i"}, "idle": {"suspendAfter": "1h30m"}}),
+            None,
+        ),
+        (
+            "ports only, release policy",
+            json!({"hibernatePolicy": "release", "agent": {"image": "i"}, "idle": {"ports": [80]}}),
+            None,
+        ),
+        (
+            "under 10s",
+            json!({"agent": {"image": "i"}, "idle": {"suspendAfter": "9s"}}),
+            Some("spec.idle.suspendAfter must be at least 10s"),
+        ),
+        (
+            "500ms",
+            json!({"agent": {"image": "i"}, "idle": {"suspendAfter": "500ms"}}),
+            Some("spec.idle.suspendAfter must be at least 10s"),
+        ),
+        (
+            "idle suspend with release",
+            json!({"hibernatePolicy": "release", "agent": {"image": "i"}, "idle": {"suspendAfter": "1m"}}),
+            Some("spec.idle.suspendAfter requires hibernatePolicy=retain"),
+        ),
+    ];
+    for (name, spec, want) in cases {
+        let got = messages(crd::validate_cel(&crd, &cs(spec.clone()), None));
+        match want {
+            None => assert!(got.is_empty(), "{name}: expected accepted, got {got:?}"),
+            Some(msg) => assert_eq!(got, vec![msg.to_string()], "{name}"),
+        }
+    }
+    let s = schema_of(&crd);
+    let idle = &s["properties"]["spec"]["properties"]["idle"]["properties"];
+    assert_eq!(idle["ports"]["maxItems"], json!(16));
+    assert_eq!(idle["ports"]["items"]["minimum"], json!(1.0));
+    assert_eq!(idle["ports"]["items"]["maximum"], json!(65535.0));
+    assert_eq!(idle["ports"]["x-kubernetes-list-type"], json!("set"));
+    assert_eq!(idle["wakeOn"]["items"]["enum"], json!(["connect", "exec"]));
 }
 
 #[test]

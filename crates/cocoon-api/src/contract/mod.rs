@@ -22,6 +22,7 @@ pub mod cocoonset;
 pub mod env;
 pub mod events;
 pub mod finalizers;
+pub mod idle;
 pub mod labels;
 pub mod lifecycle;
 pub mod metrics;

@@ -75,7 +75,8 @@ pub const TOOLBOX_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 )]
 #[x_kube(
     validation = Rule::new(RULE_RELEASE_NEEDS_LONE_MAIN).message(MSG_RELEASE_NEEDS_LONE_MAIN),
-    validation = Rule::new(RULE_CPU_CLASS_IMMUTABLE).message(MSG_CPU_CLASS_IMMUTABLE)
+    validation = Rule::new(RULE_CPU_CLASS_IMMUTABLE).message(MSG_CPU_CLASS_IMMUTABLE),
+    validation = Rule::new(RULE_IDLE_NEEDS_RETAIN).message(MSG_IDLE_NEEDS_RETAIN)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct CocoonSetSpec {
@@ -115,6 +116,84 @@ pub struct CocoonSetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub toolboxes: Vec<ToolboxSpec>,
+
+    /// Idle suspend and wake on connect or exec. Additive: the Go controllers
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleSpec>,
+}
+
+/// CEL rule on `spec.idle.suspendAfter`: at least [`crate::contract::idle::MIN_SUSPEND_AFTER_SECS`].
+pub const RULE_IDLE_SUSPEND_AFTER_MIN: &str = "duration(self) >= duration('10s')";
+/// Message of [`RULE_IDLE_SUSPEND_AFTER_MIN`].
+pub const MSG_IDLE_SUSPEND_AFTER_MIN: &str = "spec.idle.suspendAfter must be at least 10s";
+/// Pattern of `spec.idle.suspendAfter`: a Go duration (`90s`, `15m`, `1h30m`).
+pub const IDLE_DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";
+/// CEL rule 3 on `spec`: an idle suspend keeps the seats, so the wake is warm.
+pub const RULE_IDLE_NEEDS_RETAIN: &str = "!has(self.idle) || !has(self.idle.suspendAfter) || !has(self.hibernatePolicy) || self.hibernatePolicy != 'release'";
+/// Message of CEL rule 3.
+pub const MSG_IDLE_NEEDS_RETAIN: &str = "spec.idle.suspendAfter requires hibernatePolicy=retain";
+/// Most entries of `spec.idle.ports`.
+pub const IDLE_MAX_PORTS: usize = 16;
+
+/// `spec.idle`: when the set suspends by itself and what wakes it.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleSpec {
+    /// Suspend the set (retain policy, so the wake is warm) once every member has been idle
+    /// this long: a Go duration, at least `10s`. Unset = never suspend by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), pattern(IDLE_DURATION_PATTERN))]
+    #[x_kube(validation = Rule::new(RULE_IDLE_SUSPEND_AFTER_MIN).message(MSG_IDLE_SUSPEND_AFTER_MIN))]
+    pub suspend_after: Option<String>,
+    /// TCP ports of the main agent that the set serves: the operator keeps a Service named
+    /// after the set with these ports, and a connection to a suspended set wakes it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(range(min = 1, max = 65535)))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub ports: Vec<i32>,
+    /// What wakes an idle-suspended set: `connect`, `exec`. Empty = both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub wake_on: Vec<WakeOn>,
+}
+
+/// What may wake an idle-suspended set.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum WakeOn {
+    /// A TCP connection to one of `spec.idle.ports` (through the set's Service).
+    Connect,
+    /// `kubectl exec` or `attach` to a member pod.
+    Exec,
+}
+
+impl IdleSpec {
+    /// `suspendAfter` parsed; `None` when unset or not a duration (the CRD refuses those).
+    pub fn suspend_after(&self) -> Option<std::time::Duration> {
+        self.suspend_after
+            .as_deref()
+            .and_then(|text| crate::contract::idle::parse_duration(text).ok())
+    }
+
+    /// Whether `what` wakes the set (an empty `wakeOn` means both).
+    pub fn wakes_on(&self, what: WakeOn) -> bool {
+        self.wake_on.is_empty() || self.wake_on.contains(&what)
+    }
+}
+
+/// `status.idle`: the last activity the operator saw.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleStatus {
+    /// RFC3339 time of the last activity of any member (or of the set's start or wake).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_activity: String,
+    /// What it was: `traffic`, `session`, `cpu` (from the node agents), `started`, `woken`,
+    /// `resumed` (from the operator).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_activity_kind: String,
 }
 
 /// What suspend does with the scheduling seats.
@@ -337,8 +416,11 @@ pub struct CocoonSetStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub toolboxes: Vec<ToolboxStatus>,
+    /// Idle tracking (`spec.idle`); absent when the set has no `suspendAfter`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleStatus>,
     /// `Ready` (every desired agent and toolbox pod is Ready) and `Progressing` (the phase is
-    /// `Pending` or `Scaling`).
+    /// `Pending` or `Scaling`); `Idle` says why the set suspended by itself or woke.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -417,6 +499,7 @@ impl CocoonSetSpec {
                 ..AgentSpec::default()
             },
             toolboxes: Vec::new(),
+            idle: None,
         }
     }
 

@@ -141,6 +141,8 @@ pub fn build_status(
         desired_toolboxes,
         agents,
         toolboxes,
+        // Carried over: the idle step (issue 39) computes it.
+        idle: cs.status.as_ref().and_then(|s| s.idle.clone()),
         conditions,
     }
 }
