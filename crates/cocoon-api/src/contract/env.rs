@@ -222,4 +222,17 @@ pub mod node {
     /// Idle exec / followed-log streams are closed after this (the kubelet's
     /// `--streaming-connection-idle-timeout`; `0` disables it).
     pub const STREAMING_CONNECTION_IDLE_TIMEOUT: &str = "VK_STREAMING_CONNECTION_IDLE_TIMEOUT";
+
+    // Idle suspend (issue 39): what the node agent counts as a VM's activity and how often it
+    // publishes it (`contract::idle`). Durations Go-style (`60s`, `1m`).
+
+    /// How often the node publishes an active VM's last activity on its pod (default `60s`;
+    /// shortened per pod to half the set's `suspendAfter`).
+    pub const ACTIVITY_INTERVAL: &str = "VK_ACTIVITY_INTERVAL";
+    /// CPU use of a VM above which it counts as active: a CPU quantity, `200m` (default) or
+    /// `0.5` cores.
+    pub const ACTIVITY_CPU_THRESHOLD: &str = "VK_ACTIVITY_CPU_THRESHOLD";
+    /// How long an exec or attach to a suspended pod waits for its VM to run again (default
+    /// `60s`); then it fails, saying the pod is still suspended.
+    pub const EXEC_WAKE_WAIT: &str = "VK_EXEC_WAKE_WAIT";
 }
