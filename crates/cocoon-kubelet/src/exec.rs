@@ -262,8 +262,9 @@ pub(super) fn handle(
         );
     };
     let cancel = cancel.clone();
+    let open = backend.stream_opened(&target.namespace, &target.pod);
     sessions.spawn(async move {
-        let _slot = slot;
+        let _slot = (slot, open);
         match on_upgrade.await {
             Ok(upgraded) => {
                 session(

@@ -165,11 +165,11 @@ async fn read_feed(t: Target, tx: watch::Sender<Arc<Snap>>, stop: CancellationTo
 
 /// One follower's stream: `first` (the lines it read itself), then what the pod's feed
 /// brings, until the feed ends, the server stops, or nothing was sent for `idle` (zero:
-/// never). Holds its follower slot for its lifetime.
+/// never). Holds its follower slot and the pod side's stream token for its lifetime.
 pub(super) fn body(
     feed: Arc<Feed>,
     first: Vec<u8>,
-    slot: SlotGuard,
+    slot: (SlotGuard, Option<super::StreamToken>),
     idle: Duration,
     stopping: CancellationToken,
     who: String,
@@ -184,7 +184,7 @@ pub(super) fn body(
         stopping: CancellationToken,
         who: String,
         _feed: Arc<Feed>,
-        _slot: SlotGuard,
+        _slot: (SlotGuard, Option<super::StreamToken>),
     }
     let mut rx = feed.rx.clone();
     // Whatever the feed holds now is aligned against `first` before anything newer.

@@ -191,7 +191,17 @@ pub trait PodBackend: Send + Sync + 'static {
 
     /// Usage of every pod with a live VM.
     async fn stats(&self) -> Result<Vec<PodStats>, BackendError>;
+
+    /// A stream into the pod opened (an exec session, a followed log); the answer is held
+    /// until the stream ends, so the pod side can count open streams as the VM's activity
+    /// (issue 39). Default: nothing is counted.
+    fn stream_opened(&self, _namespace: &str, _pod: &str) -> Option<StreamToken> {
+        None
+    }
 }
+
+/// What [`PodBackend::stream_opened`] hands back: dropped when the stream ends.
+pub type StreamToken = Box<dyn std::any::Any + Send + Sync>;
 
 /// Errors starting a listener.
 #[derive(Debug, thiserror::Error)]
@@ -480,10 +490,11 @@ async fn container_logs(
                         st.log_reads.clone(),
                     );
                     drop(read_permit);
+                    let open = st.backend.stream_opened(&ns, &pod);
                     let stream = follow::body(
                         feed,
                         body,
-                        slot,
+                        (slot, open),
                         lim.streaming_idle_timeout,
                         st.stopping.clone(),
                         who,

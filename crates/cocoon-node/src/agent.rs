@@ -117,6 +117,7 @@ pub async fn run_agent(
     );
     handler.spawn(handler.clone().watch_vm_events());
     handler.spawn(handler.clone().run_vm_sampler());
+    handler.spawn(handler.clone().run_activity());
     let heartbeat = match &parts.registration {
         Some(reg) => {
             // A node identity is held to NodeRestriction: register only what it allows.
@@ -181,7 +182,10 @@ pub fn pod_config(cfg: &NodeConfig) -> PodConfig {
             unmanaged_ip_ranges: cfg.unmanaged_ip_ranges.clone(),
             allocatable: None,
         },
-        timing: Timing::default(),
+        timing: Timing {
+            activity: cfg.activity,
+            ..Timing::default()
+        },
         host_reach: cfg.host_reach.clone(),
     }
 }
@@ -385,10 +389,7 @@ impl PodBackend for AgentPodBackend {
             pod: pod.to_owned(),
         };
         let h = self.0.get().ok_or_else(no_vm)?;
-        let vm = h
-            .tracked_vm(&format!("{namespace}/{pod}"))
-            .filter(|vm| !vm.synthetic)
-            .ok_or_else(no_vm)?;
+        let vm = h.exec_vm(namespace, pod).await?;
         let mut req = ExecRequest::new(vm.id(), io.command);
         req.stdin = io.stdin;
         req.stdout = io.stdout;
@@ -401,6 +402,11 @@ impl PodBackend for AgentPodBackend {
                 Some(code) => ExecError::ExitCode(code),
                 None => ExecError::Failed(e.to_string()),
             })
+    }
+
+    fn stream_opened(&self, namespace: &str, pod: &str) -> Option<crate::kubelet::StreamToken> {
+        let h = self.0.get()?;
+        Some(Box::new(h.sessions.open(&format!("{namespace}/{pod}"))))
     }
 
     async fn stats(&self) -> Result<Vec<PodStats>, BackendError> {

@@ -269,6 +269,8 @@ pub struct NodeConfig {
     /// `VK_KUBELET_PREAUTH_CONNECTIONS`, `VK_KUBELET_TLS_HANDSHAKE_TIMEOUT`,
     /// `VK_STREAMING_CONNECTION_IDLE_TIMEOUT`); see [`parse_kubelet_limits`].
     pub kubelet_limits: KubeletLimits,
+    /// `VK_ACTIVITY_INTERVAL`, `VK_ACTIVITY_CPU_THRESHOLD`, `VK_EXEC_WAKE_WAIT` (issue 39).
+    pub activity: crate::activity::ActivityConfig,
     /// Every setting of [`crate::settings::SETTINGS`] as given, for the readers after this
     /// parse (runtime backend, registry access, kubeconfig, systemd notification).
     pub settings: Settings,
@@ -454,6 +456,13 @@ impl NodeConfig {
             unmanaged_ip_ranges,
             timings: Timings::default(),
             kubelet_limits: parse_kubelet_limits(&val)?,
+            activity: crate::activity::ActivityConfig::from_lookup(&val).map_err(|e| {
+                ConfigError::Limit {
+                    var: e.var,
+                    value: e.value,
+                    reason: e.reason,
+                }
+            })?,
             settings: Settings::capture(&get),
         })
     }

@@ -17,6 +17,8 @@
 //! * [`systemd`]: `Type=notify` readiness and the watchdog fed by the main loops' heartbeats.
 
 pub mod agent;
+/// The VM activity rules of idle suspend (issue 39), in the `cocoon-node-activity` crate.
+pub use cocoon_node_activity as activity;
 pub mod config;
 #[cfg(test)]
 mod config_tests;

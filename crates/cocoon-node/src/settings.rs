@@ -480,6 +480,24 @@ pub const SETTINGS: &[Setting] = &[
         "Idle exec / logs -f streams are closed after this; 0 disables.",
     ),
     s(
+        KubeletApi,
+        env::ACTIVITY_INTERVAL,
+        "60s",
+        "Publish an active VM's last activity on its pod at most this often (idle suspend).",
+    ),
+    s(
+        KubeletApi,
+        env::ACTIVITY_CPU_THRESHOLD,
+        "200m",
+        "VM CPU use above this (200m, 0.5) counts as activity.",
+    ),
+    s(
+        KubeletApi,
+        env::EXEC_WAKE_WAIT,
+        "60s",
+        "An exec into a suspended pod waits this long for its VM to run again.",
+    ),
+    s(
         Tenants,
         env::CLONE_FROM_DIR_ROOTS,
         "",

@@ -63,6 +63,7 @@ pub mod events;
 mod exec;
 mod flights;
 pub mod host_reach;
+mod idle;
 pub mod intent;
 pub mod lease_watch;
 mod plan;
@@ -159,6 +160,9 @@ pub struct Timing {
     pub stale_create_max: Duration,
     /// See `stale_create_start`.
     pub stale_create_budget: Duration,
+    /// Activity publication and the exec wake hold (`VK_ACTIVITY_INTERVAL`,
+    /// `VK_ACTIVITY_CPU_THRESHOLD`, `VK_EXEC_WAKE_WAIT`; issue 39).
+    pub activity: crate::activity::ActivityConfig,
 }
 
 impl Default for Timing {
@@ -184,6 +188,7 @@ impl Default for Timing {
             stale_create_start: Duration::from_secs(1),
             stale_create_max: Duration::from_secs(30),
             stale_create_budget: Duration::from_secs(30 * 60),
+            activity: crate::activity::ActivityConfig::default(),
         }
     }
 }
@@ -308,6 +313,10 @@ pub struct Handler {
     pub(crate) checkpoints: checkpoint::InFlight,
     /// Heartbeats of this agent's main loops, for the systemd watchdog ([`crate::systemd`]).
     pub liveness: crate::systemd::Liveness,
+    /// Open exec sessions and followed logs per pod: activity (issue 39).
+    pub sessions: crate::activity::Sessions,
+    /// One `wake-request` write per pod per few seconds (`idle`).
+    pub(crate) wake_gate: crate::activity::WakeGate,
 }
 
 impl Handler {
@@ -379,6 +388,8 @@ impl Handler {
             shutdown,
             checkpoints: checkpoint::InFlight::default(),
             liveness: crate::systemd::Liveness::default(),
+            sessions: crate::activity::Sessions::default(),
+            wake_gate: crate::activity::WakeGate::default(),
         })
     }
 
