@@ -14,6 +14,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::idle;
 use cocoon_api::crd::checkpoint::{
     CheckpointSource, CocoonCheckpoint, CocoonCheckpointSpec, NameRef,
 };
@@ -147,6 +148,19 @@ async fn attacks(
         &format!("{who}: delete another node's pod"),
         pods.delete(foreign_pod, &DeleteParams::default()).await,
     );
+    // Forged activity or a forged wake on another node's pod (issue 39): another tenant's
+    // VM would be kept awake or woken.
+    for key in [idle::LAST_ACTIVITY, idle::WAKE_REQUEST] {
+        refused(
+            &format!("{who}: write {key} on another node's pod"),
+            pods.patch_status(
+                foreign_pod,
+                &pp,
+                &merge(json!({"metadata": {"annotations": {key: "2030-01-01T00:00:00Z"}}})),
+            )
+            .await,
+        );
+    }
     // Another Node: a label; and its Lease.
     refused(
         &format!("{who}: label another Node"),
@@ -181,7 +195,12 @@ async fn attacks(
 
     // Its own pod: a key the contract does not let a node write (the hibernate request and the
     // VM name are the operator's), a label, a finalizer, or the pod itself (not its status).
-    for key in [ann::HIBERNATE, ann::VM_NAME, "example.com/anything"] {
+    for key in [
+        ann::HIBERNATE,
+        ann::VM_NAME,
+        idle::SUSPEND_AFTER,
+        "example.com/anything",
+    ] {
         let msg = refused(
             &format!("{who}: write {key} on its own pod"),
             pods.patch_status(
@@ -237,6 +256,18 @@ async fn attacks(
     )
     .await
     .map_err(|e| format!("{who}: a node-written key on its own pod: {e}"))?;
+    // The idle keys a node writes (issue 39) go through on its own pod.
+    pods.patch_status(
+        own_pod,
+        &pp,
+        &merge(json!({"metadata": {"annotations": {
+            idle::LAST_ACTIVITY: "2030-01-01T00:00:00Z",
+            idle::LAST_ACTIVITY_KIND: "session",
+            idle::WAKE_REQUEST: "2030-01-01T00:00:00Z",
+        }}})),
+    )
+    .await
+    .map_err(|e| format!("{who}: the idle keys on its own pod: {e}"))?;
     pods.patch_status(
         own_pod,
         &pp,
