@@ -94,6 +94,15 @@ enum SimCommand {
         #[arg(long)]
         no_newline: bool,
     },
+    /// Make the guest busy (every vCPU in use: its CPU time grows, which is activity to idle
+    /// suspend) or, with `--off`, idle again.
+    Busy {
+        /// VM name or id.
+        vm: String,
+        /// Idle again.
+        #[arg(long)]
+        off: bool,
+    },
 }
 
 fn parse_verb(s: &str) -> Result<Verb, String> {
@@ -126,6 +135,10 @@ fn request_of(cmd: &SimCommand) -> Request {
         SimCommand::ClearFailures => Request::ClearFailures,
         SimCommand::Calls { .. } => Request::Calls,
         SimCommand::CloseEventStreams => Request::CloseEventStreams,
+        SimCommand::Busy { vm, off } => Request::Busy {
+            vm: vm.clone(),
+            busy: !off,
+        },
         SimCommand::Print {
             vm,
             text,
@@ -222,6 +235,9 @@ fn render(cmd: &SimCommand, reply: &Reply, output: Output) -> anyhow::Result<Str
         },
         (SimCommand::ClearFailures, Reply::Done) => "failures cleared\n".to_owned(),
         (SimCommand::CloseEventStreams, Reply::Done) => "event streams closed\n".to_owned(),
+        (SimCommand::Busy { vm, off }, Reply::Done) => {
+            format!("vm {vm} is {}\n", if *off { "idle" } else { "busy" })
+        }
         (SimCommand::Print { vm, repeat, .. }, Reply::Done) => {
             format!("vm {vm} printed {repeat} time(s)\n")
         }
@@ -295,6 +311,20 @@ mod tests {
                 },
             ),
             (&["delete", "id1"], Request::Delete { vm: "id1".into() }),
+            (
+                &["busy", "vm-a"],
+                Request::Busy {
+                    vm: "vm-a".into(),
+                    busy: true,
+                },
+            ),
+            (
+                &["busy", "vm-a", "--off"],
+                Request::Busy {
+                    vm: "vm-a".into(),
+                    busy: false,
+                },
+            ),
             (
                 &["print", "vm-a", "hello"],
                 Request::Print {

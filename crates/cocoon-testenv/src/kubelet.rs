@@ -786,6 +786,37 @@ fn ensure_node_ip() -> Result<()> {
     }
 }
 
+/// Host-only range the simulated VMs of the tests take their addresses from
+/// (`VK_SIM_IP_POOL` subnets): inside 198.18.0.0/15 like [`KUBELET_NODE_IP`], away from it.
+pub const SIM_VM_RANGE: &str = "198.19.0.0/16";
+
+/// Makes every address of [`SIM_VM_RANGE`] local to the host (`ip route add local
+/// 198.19.0.0/16 dev lo`) unless it is, so a simulated VM's echo can bind its address and the
+/// tests (and the API server's endpoints) reach it. Another test process may add it at the
+/// same moment, so a refused add counts when the route is there afterwards.
+pub fn ensure_sim_vm_range() -> Result<()> {
+    let ip = find_on_path("ip").ok_or_else(|| Error::MissingBinary {
+        what: "ip (iproute2)".into(),
+        path: "ip".into(),
+        script: SETUP_SCRIPT,
+    })?;
+    let present = || -> Result<bool> {
+        let out = Command::new(&ip)
+            .args(["-4", "route", "show", "table", "local", SIM_VM_RANGE])
+            .output()
+            .map_err(|e| Error::io("running ip route show table local", e))?;
+        Ok(String::from_utf8_lossy(&out.stdout).contains(SIM_VM_RANGE))
+    };
+    if present()? {
+        return Ok(());
+    }
+    let added = run(Command::new(&ip).args(["route", "add", "local", SIM_VM_RANGE, "dev", "lo"]));
+    match added {
+        Err(_) if present()? => Ok(()),
+        other => other,
+    }
+}
+
 /// Whether `ip -o addr show` output lists `addr` (as `inet ADDR/len`).
 fn has_address(ip_addr_show: &str, addr: &str) -> bool {
     ip_addr_show.split_whitespace().any(|w| {

@@ -45,6 +45,9 @@ pub struct SimConfig {
     pub collision_wording: CollisionWording,
     /// §3.3 retry of a locked holder during save healing.
     pub save_retry: RetryPolicy,
+    /// Ports each running VM serves a TCP echo on, bound on its addresses; the echoed bytes
+    /// are its TAP counters (issue 39). Empty (the default): none.
+    pub echo_ports: Vec<u16>,
 }
 
 impl SimConfig {
@@ -68,6 +71,7 @@ impl SimConfig {
             permissive_pull: false,
             collision_wording: CollisionWording::default(),
             save_retry: RetryPolicy::default(),
+            echo_ports: Vec::new(),
         }
     }
 
@@ -88,6 +92,7 @@ impl SimConfig {
     /// | `VK_SIM_STATIC_NETWORKS` | comma-separated static networks |
     /// | `VK_SIM_IP_POOL` | CIDR of the address pool |
     /// | `VK_SIM_COLLISION_WORDING` | `already-exists`, `in-use-by` or `held-by` |
+    /// | `VK_SIM_ECHO_PORTS` | comma-separated ports every running VM echoes TCP on (its IP must be local to the host, e.g. a pool in 198.18.0.0/15 routed `local` on `lo`) |
     pub fn from_env(root: PathBuf, get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut cfg = SimConfig::new(root);
         let get = |k: &str| {
@@ -172,6 +177,10 @@ impl SimConfig {
         }
         if let Some(v) = get("VK_SIM_IP_POOL") {
             cfg.ip_pool = IpPool::parse(&v)?;
+        }
+        if let Some(v) = get("VK_SIM_ECHO_PORTS") {
+            cfg.echo_ports =
+                super::echo::parse_ports(&v).ok_or_else(|| bad("VK_SIM_ECHO_PORTS", &v))?;
         }
         if let Some(v) = get("VK_SIM_COLLISION_WORDING") {
             cfg.collision_wording = match v.as_str() {

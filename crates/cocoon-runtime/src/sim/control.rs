@@ -363,6 +363,8 @@ pub(crate) struct Control {
     pub known_images: BTreeMap<String, ImageKind>,
     pub permissive_pull: bool,
     pub wording: CollisionWording,
+    /// Busy clocks of the VMs marked busy, by VM id (`SimHandle::set_busy`).
+    pub busy: super::echo::BusyClocks,
 }
 
 /// Kind of an image the simulator can "pull".

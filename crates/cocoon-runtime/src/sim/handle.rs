@@ -304,6 +304,24 @@ impl SimHandle {
         self.inner.bump_ctl();
     }
 
+    /// Marks `vm` (id or name) busy (its guest uses every vCPU: the stats' CPU time grows by a
+    /// second per vCPU per second) or idle again (the time used so far stays counted).
+    pub fn set_busy(&self, vm: &str, busy: bool) -> Result<()> {
+        let v = self.inner.vm(vm)?;
+        let cpus = v.record.config.cpu.max(1) as u64;
+        let ids: std::collections::BTreeSet<String> = self.inner.st().vms.keys().cloned().collect();
+        {
+            let mut c = self.inner.ctl();
+            c.busy.retain(|id, _| ids.contains(id));
+            c.busy
+                .entry(v.record.id.clone())
+                .or_default()
+                .set(busy, Utc::now(), cpus);
+        }
+        self.inner.bump_ctl();
+        Ok(())
+    }
+
     /// The guest prints `bytes` on its console, as is (no timestamp, no newline added): what
     /// a guest writing to its serial console does; `vm logs` reads it back.
     pub fn guest_print(&self, vm: &str, bytes: &[u8]) -> Result<()> {
@@ -529,9 +547,8 @@ impl SimHandle {
     /// Synthetic stats of a VM (as [`Runtime::vm_stats`](crate::Runtime::vm_stats), without
     /// recording a call).
     pub fn stats(&self, vm: &str) -> Result<VmStats> {
-        let st = self.inner.st();
-        let v = st.resolve_vm(vm).ok_or_else(|| vm_not_found(vm))?;
-        Ok(Inner::synthetic_stats(v, Utc::now()))
+        let v = self.inner.vm(vm)?;
+        Ok(self.inner.stats_now(&v))
     }
 
     /// The data directory of a committed snapshot.

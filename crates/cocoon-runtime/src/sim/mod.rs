@@ -80,6 +80,7 @@
 
 mod config;
 mod control;
+mod echo;
 mod events;
 mod guest;
 mod handle;
@@ -164,6 +165,8 @@ struct Inner {
     close_tx: watch::Sender<u64>,
     /// Per-VM guest-disk locks (exec writes vs. snapshot copies).
     disk_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Bytes each running VM's echo served, by VM id (`echo`).
+    traffic: Mutex<HashMap<String, Arc<echo::Traffic>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -463,7 +466,9 @@ impl SimRuntime {
             change_tx: watch::Sender::new(0),
             close_tx: watch::Sender::new(0),
             disk_locks: Mutex::new(HashMap::new()),
+            traffic: Mutex::new(HashMap::new()),
         });
+        echo::start(&inner, cfg.echo_ports.clone());
         inner.refresh_leases();
         // Leases still in the future (a restart during the lease delay) get their timer back.
         let pending: Vec<DateTime<Utc>> = inner

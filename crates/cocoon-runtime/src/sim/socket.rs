@@ -106,6 +106,14 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         repeat: Option<u64>,
     },
+    /// The guest's load: `busy` makes it use every vCPU, so its CPU time grows
+    /// ([`SimHandle::set_busy`]; [`Reply::Done`]).
+    Busy {
+        /// VM name or id.
+        vm: String,
+        /// Busy (`true`) or idle again (`false`).
+        busy: bool,
+    },
 }
 
 /// Most bytes one `print` request makes the guest print.
@@ -261,6 +269,11 @@ pub fn execute(handle: &SimHandle, req: Request) -> Result<Reply, String> {
                 rule = rule.target(t);
             }
             handle.fail(rule);
+            Ok(Reply::Done)
+        }
+        Request::Busy { vm, busy } => {
+            non_empty("vm", &vm)?;
+            handle.set_busy(&vm, busy).map_err(|e| e.to_string())?;
             Ok(Reply::Done)
         }
         Request::ClearFailures => {

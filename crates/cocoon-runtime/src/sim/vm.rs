@@ -333,6 +333,30 @@ impl Inner {
         vms
     }
 
+    /// The stats of `vm` now: [`Inner::synthetic_stats`] plus the bytes its echo served (on
+    /// its first TAP) and, while it runs, its busy CPU time.
+    pub(super) fn stats_now(&self, vm: &SimVm) -> VmStats {
+        let now = Utc::now();
+        let mut stats = Inner::synthetic_stats(vm, now);
+        let (rx, tx) = super::echo::traffic_of(self, &vm.record.id);
+        if let Some(tap) = stats.taps.first_mut() {
+            tap.rx_bytes = rx;
+            tap.tx_bytes = tx;
+            tap.rx_packets = rx.div_ceil(1500);
+            tap.tx_packets = tx.div_ceil(1500);
+        }
+        if stats.pid != 0 || (vm.alive && vm.record.state == STATE_RUNNING) {
+            let cpus = vm.record.config.cpu.max(1) as u64;
+            let busy = self
+                .ctl()
+                .busy
+                .get(&vm.record.id)
+                .map_or(0, |b| b.ns(now, cpus));
+            stats.cpu_time_ns = stats.cpu_time_ns.saturating_add(busy);
+        }
+        stats
+    }
+
     pub(super) fn synthetic_stats(vm: &SimVm, now: DateTime<Utc>) -> VmStats {
         let running = vm.record.state == STATE_RUNNING && vm.alive;
         let up_ms = vm
@@ -341,20 +365,13 @@ impl Inner {
             .filter(|_| running)
             .map(|s| (now - s).num_milliseconds().max(0) as u64)
             .unwrap_or(0);
+        // An idle guest moves no bytes: the TAP counters are what its echo served (`echo`).
         let taps = vm
             .nics
             .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let k = i as u64 + 1;
-                let (rx, tx) = (up_ms * 12 * k, up_ms * 8 * k);
-                TapStats {
-                    tap: n.tap.clone(),
-                    rx_bytes: rx,
-                    tx_bytes: tx,
-                    rx_packets: rx.div_ceil(600),
-                    tx_packets: tx.div_ceil(600),
-                }
+            .map(|n| TapStats {
+                tap: n.tap.clone(),
+                ..TapStats::default()
             })
             .collect();
         if !running {
@@ -909,5 +926,5 @@ pub(super) async fn reconcile_stale_create(
 pub(super) async fn vm_stats(inner: &Arc<Inner>, vm: &VmRecord) -> Result<VmStats> {
     inner.begin(Verb::Stats, On::Vm(&vm.id), NO_ARGS).await?;
     let v = inner.vm(&vm.id)?;
-    Ok(Inner::synthetic_stats(&v, Utc::now()))
+    Ok(inner.stats_now(&v))
 }
