@@ -42,12 +42,14 @@ pub fn activity(
         .then_some(ActivityKind::Cpu)
 }
 
-/// How often the shell samples the VMs for a node publish `interval`: as often, but at least
-/// every half of the smallest `suspendAfter` (a pod's publish interval may be that short).
+/// How often the shell samples the VMs when the shortest publish interval of its pods is
+/// `interval`: twice per interval (so a write is never more than half an interval late), at
+/// least every half of the smallest `suspendAfter`, at most every 100 ms.
 pub fn sample_every(interval: Duration) -> Duration {
-    interval
-        .min(Duration::from_secs(MIN_SUSPEND_AFTER_SECS / 2))
-        .max(Duration::from_millis(100))
+    (interval / 2).clamp(
+        Duration::from_millis(100),
+        Duration::from_secs(MIN_SUSPEND_AFTER_SECS / 2),
+    )
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -244,9 +246,9 @@ mod tests {
     }
 
     #[test]
-    fn the_sample_period_follows_the_interval_down_to_half_the_smallest_idle_limit() {
+    fn the_sample_period_is_half_the_interval_within_bounds() {
         assert_eq!(sample_every(60 * S), 5 * S);
-        assert_eq!(sample_every(2 * S), 2 * S);
+        assert_eq!(sample_every(2 * S), S);
         assert_eq!(sample_every(Duration::ZERO), Duration::from_millis(100));
     }
 

@@ -120,5 +120,8 @@ async fn a_busy_vm_uses_its_vcpus_until_it_is_idle_again() {
     tokio::time::sleep(window).await;
     let idle_again = (cpu() - after) as f64 / t0.elapsed().as_nanos() as f64;
     assert!(idle_again < 0.2, "idle again: {idle_again} cores");
-    assert!(sim.set_busy("nope", true).is_err(), "an unknown VM is an error");
+    assert!(
+        sim.set_busy("nope", true).is_err(),
+        "an unknown VM is an error"
+    );
 }

@@ -1,6 +1,6 @@
 //! The shell of idle suspend on the node (issue 39; the rules are `cocoon-node-activity`,
-//! re-exported as [`crate::activity`]): samples each live VM every
-//! `sample_every(VK_ACTIVITY_INTERVAL)`, publishes its last activity on the pod when the
+//! re-exported as [`crate::activity`]): samples each live VM twice per publish interval (the
+//! shortest of its pods'), publishes its last activity on the pod when the
 //! tracker says so, and holds an exec into a suspended pod until its VM runs again.
 
 use std::sync::Arc;
@@ -28,6 +28,7 @@ impl Handler {
         let mut tracker = Tracker::new(cfg.cpu_threshold_millicores);
         loop {
             let keys = self.store.tracked_keys();
+            let mut shortest = cfg.interval;
             for key in &keys {
                 let (Some(pod), Some(vm)) =
                     (self.store.tracked_pod(key), self.store.tracked_vm(key))
@@ -50,6 +51,7 @@ impl Handler {
                 let suspend_after = annotation(&pod, idle::SUSPEND_AFTER)
                     .and_then(|v| idle::parse_duration(v).ok());
                 let interval = idle::publish_interval(cfg.interval, suspend_after);
+                shortest = shortest.min(interval);
                 let now = Instant::now();
                 let sessions = self.sessions.count(key);
                 let Some(activity) =
@@ -73,7 +75,7 @@ impl Handler {
             tracker.retain(|k| keys.iter().any(|t| t == k));
             tokio::select! {
                 () = self.shutdown.cancelled() => return,
-                () = tokio::time::sleep(sample_every(cfg.interval)) => {}
+                () = tokio::time::sleep(sample_every(shortest)) => {}
             }
         }
     }
