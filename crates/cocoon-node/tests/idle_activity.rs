@@ -240,7 +240,8 @@ async fn sessions_traffic_and_cpu_are_published_per_interval_and_idle_costs_noth
         assert_eq!(
             activity_of(&b),
             None,
-            "activity of ns-a reached ns-b: {b:?}"
+            "activity of ns-a reached ns-b: {:?}",
+            b.metadata.annotations
         );
 
         agent.kill().await;
