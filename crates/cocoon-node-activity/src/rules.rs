@@ -185,7 +185,15 @@ mod tests {
         use ActivityKind::*;
         let idle = at(1_000_000_000, 500);
         // 100m of CPU over 10 s is 1e9 ns.
-        let cases: &[(&str, Option<Sample>, Sample, usize, Option<ActivityKind>)] = &[
+        /// What, the previous and current samples, open sessions, the answer.
+        type Case = (
+            &'static str,
+            Option<Sample>,
+            Sample,
+            usize,
+            Option<ActivityKind>,
+        );
+        let cases: &[Case] = &[
             ("nothing moved", Some(idle), idle, 0, None),
             ("an open session", Some(idle), idle, 1, Some(Session)),
             (
