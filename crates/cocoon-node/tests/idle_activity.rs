@@ -2,7 +2,7 @@
 //! control plane, `kubectl exec` through the API server, and simulated VMs that echo TCP at
 //! their addresses (198.19.0.0/16, routed local on `lo`) and can be made busy:
 //!
-//! * an open exec session, traffic through the VM's echo and CPU above the threshold each
+//! * an open exec session (or a followed log), traffic through the VM's echo and CPU above the threshold each
 //!   publish `last-activity` (kind `session`, `traffic`, `cpu`), no more often than the pod's
 //!   publish interval (half its `idle-suspend-after`), and an idle VM costs no pod write; the
 //!   other tenant's pod on the same node never gets activity it did not have;
@@ -234,6 +234,18 @@ async fn sessions_traffic_and_cpu_are_published_per_interval_and_idle_costs_noth
         agent.sim.set_busy(&vm, false)?;
 
         // Idle again: the writes stop.
+        let a = quiet(&agent, &api_a, "a", WINDOW).await?;
+
+        // A followed log (`kubectl logs -f`) is an open session too.
+        let last = activity_of(&a).map(|(t, _)| t);
+        let mut follow = tokio::process::Command::from(env.kubectl())
+            .args(["logs", "-f", "-n", &ns_a, "a", "-c", "agent"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        wait_activity(&api_a, "a", "session", last).await?;
+        follow.kill().await?;
         quiet(&agent, &api_a, "a", WINDOW).await?;
         // The other tenant's VM on the same node was idle throughout: never any activity.
         let b = api_b.get("b").await?;

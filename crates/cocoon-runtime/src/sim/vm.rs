@@ -387,8 +387,9 @@ impl Inner {
         VmStats {
             pid: vm.record.pid,
             rss_bytes: rss,
-            // 5 % of every vCPU since the last start.
-            cpu_time_ns: up_ms * 1_000_000 * cpus / 20,
+            // 1 % of every vCPU since the last start: an idle guest, below the node agent's
+            // activity threshold (200m) up to 20 vCPUs.
+            cpu_time_ns: up_ms * 1_000_000 * cpus / 100,
             taps,
         }
     }
