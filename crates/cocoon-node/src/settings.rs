@@ -609,6 +609,12 @@ pub const SETTINGS: &[Setting] = &[
     ),
     s(
         Simulator,
+        "VK_SIM_ECHO_PORTS",
+        "",
+        "Ports each running simulated VM echoes TCP on, at its address (comma separated).",
+    ),
+    s(
+        Simulator,
         "VK_SIM_COLLISION_WORDING",
         "",
         "already-exists | in-use-by | held-by.",
