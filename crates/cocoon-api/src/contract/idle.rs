@@ -53,6 +53,10 @@ pub const WOKEN_BY: &str = "cocoonset.cocoonstack.io/woken-by";
 pub const WOKEN_BY_CONNECTION: &str = "connection";
 /// Value of [`WOKEN_BY`] for an exec or attach.
 pub const WOKEN_BY_EXEC: &str = "exec";
+/// Operator-owned: the RFC3339 time of the newest [`WAKE_REQUEST`] the operator refused (a
+/// user's suspend, or `exec` not in `wakeOn`), so the refusal is told by one Event, not one
+/// per pass.
+pub const WAKE_IGNORED: &str = "cocoonset.cocoonstack.io/wake-ignored";
 
 // ---- field managers ----
 
@@ -88,6 +92,9 @@ pub mod reasons {
     pub const ACTIVATOR_FULL: &str = "ActivatorFull";
     /// Warning: a Service of the set's name exists and is not the operator's.
     pub const SERVICE_CONFLICT: &str = "ServiceConflict";
+    /// An exec asked to wake a set that a user suspended, or whose `wakeOn` lacks `exec`:
+    /// the set stays suspended.
+    pub const WAKE_IGNORED: &str = "WakeIgnored";
 }
 
 /// What the last activity of a VM was.

@@ -17,6 +17,7 @@
 pub mod classify;
 pub mod failed_main;
 pub mod finalizer;
+pub mod idle;
 pub mod main_agent;
 #[cfg(test)]
 mod main_agent_tests;
@@ -147,6 +148,14 @@ pub enum Write {
     /// Fail the pass with the first registry error of the step's last [`Read::Probe`], the
     /// failed call and `step` as its context (nothing when it had none).
     FailProbe { step: &'static str },
+    /// Merge-patch the set (its spec) with `patch` as `field_manager`, under the
+    /// resourceVersion precondition the patch carries (the executor puts in the newest
+    /// version the pass knows): a conflict is someone's write in between, logged, and the
+    /// plan goes on (the idle suspend and the exec wake, issue 39).
+    SpecPatch {
+        patch: serde_json::Value,
+        field_manager: &'static str,
+    },
 }
 
 /// What a step tells beside its writes: a log line, a metric increment, an Event, or a fact
@@ -218,6 +227,10 @@ pub enum Counter {
     SlotReleasePodsDeleted,
     /// The set's `migrate_unschedulable`.
     MigrateUnschedulable,
+    /// `idle_suspends`.
+    IdleSuspend,
+    /// `idle_wakes{trigger}`.
+    IdleWake { trigger: &'static str },
 }
 
 /// A read a step needs before it can go on; the executor fetches it into [`Answers`].
