@@ -205,12 +205,15 @@ pub fn last_activity(f: &Facts, now: DateTime<Utc>) -> Option<Tick> {
         .reduce(|best, t| if t.at > best.at { t } else { best })
 }
 
-/// The newest wake request of any member that is newer than `after`.
-fn newest_request(f: &Facts, after: Option<DateTime<Utc>>) -> Option<(String, DateTime<Utc>)> {
+/// The newest wake request of any member that is not older than `since` (times are whole
+/// seconds: a request in the second of the suspend counts) and newer than the last refused
+/// one.
+fn newest_request(f: &Facts, since: Option<DateTime<Utc>>) -> Option<(String, DateTime<Utc>)> {
     f.members
         .iter()
         .filter_map(|m| Some((m.name.clone(), m.wake_request?)))
-        .filter(|(_, at)| after.is_none_or(|a| *at > a))
+        .filter(|(_, at)| since.is_none_or(|s| *at >= s))
+        .filter(|(_, at)| f.wake_ignored.is_none_or(|i| *at > i))
         .max_by_key(|(_, at)| *at)
 }
 
@@ -290,8 +293,7 @@ fn suspended(f: &Facts) -> Act {
         Some(_) if !announced => Act::AnnounceSuspend,
         Some(since) => {
             // A request from before this idle suspend is an old one.
-            let after = since.max(f.wake_ignored);
-            match newest_request(f, after) {
+            match newest_request(f, since) {
                 Some((pod, _)) if f.wakes_on_exec => Act::WakeByExec { pod },
                 Some((pod, at)) => Act::RefuseWake {
                     pod,
@@ -301,7 +303,7 @@ fn suspended(f: &Facts) -> Act {
                 None => Act::Nothing,
             }
         }
-        None => match newest_request(f, f.wake_ignored) {
+        None => match newest_request(f, None) {
             Some((pod, at)) => Act::RefuseWake {
                 pod,
                 at,

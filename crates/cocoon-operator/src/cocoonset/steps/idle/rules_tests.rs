@@ -333,6 +333,13 @@ fn an_exec_wakes_an_idle_suspended_set() {
             },
         ),
         (
+            "a request in the second of the suspend wakes it",
+            wake_request(idle_suspended(40), 0, 40),
+            Act::WakeByExec {
+                pod: "demo-0".into(),
+            },
+        ),
+        (
             "a request from before the idle suspend is an old one",
             wake_request(idle_suspended(40), 0, 30),
             Act::Nothing,
