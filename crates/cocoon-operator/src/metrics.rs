@@ -537,4 +537,33 @@ mod tests {
             "every series of the other set stays: {text}"
         );
     }
+
+    #[test]
+    fn idle_suspends_and_wakes_are_counted_by_trigger() {
+        let m = Metrics::new();
+        let text = m.render();
+        assert!(
+            text.contains("cocoon_operator_idle_suspends_total 0"),
+            "{text}"
+        );
+        for trigger in ["connection", "exec"] {
+            let series = format!("cocoon_operator_idle_wakes_total{{trigger=\"{trigger}\"}} 0");
+            assert!(text.contains(&series), "{series} from the start: {text}");
+        }
+        m.idle_suspends.inc();
+        m.idle_wakes
+            .get_or_create(&TriggerLabel {
+                trigger: "exec".into(),
+            })
+            .inc();
+        let text = m.render();
+        assert!(
+            text.contains("cocoon_operator_idle_suspends_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cocoon_operator_idle_wakes_total{trigger=\"exec\"} 1"),
+            "{text}"
+        );
+    }
 }
