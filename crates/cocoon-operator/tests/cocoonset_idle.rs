@@ -215,7 +215,8 @@ async fn an_idle_set_suspends_itself_and_an_exec_wakes_it() {
         );
 
         // (b) An exec to the suspended main asks for a wake: the set resumes.
-        node_writes(&pods, "demo-0", idle::WAKE_REQUEST, &rfc3339_seconds(now())).await?;
+        let request = rfc3339_seconds(now());
+        node_writes(&pods, "demo-0", idle::WAKE_REQUEST, &request).await?;
         let cs = wait_set(&sets, "demo", "woken by exec", |cs| {
             !cs.spec.suspend
                 && idle_condition(cs) == Some(("False".into(), idle::reasons::WOKEN_BY_EXEC.into()))
@@ -226,6 +227,11 @@ async fn an_idle_set_suspends_itself_and_an_exec_wakes_it() {
             Some(idle::ACTIVATOR_FIELD_MANAGER)
         );
         assert!(ann(&cs, idle::IDLE_SUSPENDED).is_none());
+        assert_eq!(
+            ann(&cs, idle::WAKE_HANDLED).as_deref(),
+            Some(request.as_str()),
+            "the request is handled with the wake"
+        );
         wait_event(&client, &ns, idle::reasons::WOKEN_BY_EXEC).await?;
         let cs = wait_set(&sets, "demo", "Running again, woken-by gone", |cs| {
             phase_is(cs, CocoonSetPhase::Running) && ann(cs, idle::WOKEN_BY).is_none()
@@ -288,7 +294,7 @@ async fn a_users_suspend_is_never_woken_and_a_users_resume_restarts_the_clock() 
         let request = rfc3339_seconds(now());
         node_writes(&pods, "demo-0", idle::WAKE_REQUEST, &request).await?;
         let cs = wait_set(&sets, "demo", "the wake request refused", |cs| {
-            ann(cs, idle::WAKE_IGNORED).as_deref() == Some(request.as_str())
+            ann(cs, idle::WAKE_HANDLED).as_deref() == Some(request.as_str())
         })
         .await?;
         assert!(cs.spec.suspend, "a user's suspend stays");

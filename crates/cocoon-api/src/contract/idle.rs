@@ -53,10 +53,10 @@ pub const WOKEN_BY: &str = "cocoonset.cocoonstack.io/woken-by";
 pub const WOKEN_BY_CONNECTION: &str = "connection";
 /// Value of [`WOKEN_BY`] for an exec or attach.
 pub const WOKEN_BY_EXEC: &str = "exec";
-/// Operator-owned: the RFC3339 time of the newest [`WAKE_REQUEST`] the operator refused (a
-/// user's suspend, or `exec` not in `wakeOn`), so the refusal is told by one Event, not one
-/// per pass.
-pub const WAKE_IGNORED: &str = "cocoonset.cocoonstack.io/wake-ignored";
+/// Operator-owned: the RFC3339 time of the newest [`WAKE_REQUEST`] the operator acted on —
+/// woke the set for it (written with the wake), or refused it (a user's suspend, or `exec` not
+/// in `wakeOn`: told by one Event, not one per pass). An older request is an old one.
+pub const WAKE_HANDLED: &str = "cocoonset.cocoonstack.io/wake-request-handled";
 
 // ---- field managers ----
 

@@ -112,16 +112,19 @@ pub fn plan(o: &Observed<'_>, now: DateTime<Utc>, status_time: Timestamp) -> Ste
             );
             effects.push(Note::Count(Counter::IdleSuspend).into());
         }
-        Act::WakeByExec { pod } => {
+        Act::WakeByExec { pod, at } => {
             effects.push(
                 log(format!(
                     "an exec to {pod} asked for a wake: resuming the set"
                 ))
                 .into(),
             );
+            // The request is handled with the wake, in the same write.
+            let mut patch = idle::wake_patch(idle::WOKEN_BY_EXEC, &rv);
+            patch["metadata"]["annotations"][idle::WAKE_HANDLED] = rfc3339_seconds(at).into();
             effects.push(
                 Write::SpecPatch {
-                    patch: idle::wake_patch(idle::WOKEN_BY_EXEC, &rv),
+                    patch,
                     field_manager: idle::ACTIVATOR_FIELD_MANAGER,
                 }
                 .into(),
@@ -139,7 +142,7 @@ pub fn plan(o: &Observed<'_>, now: DateTime<Utc>, status_time: Timestamp) -> Ste
             );
             effects.push(
                 Write::SetAnnotations(
-                    [(idle::WAKE_IGNORED.to_owned(), Some(rfc3339_seconds(at)))].into(),
+                    [(idle::WAKE_HANDLED.to_owned(), Some(rfc3339_seconds(at)))].into(),
                 )
                 .into(),
             );
@@ -279,7 +282,7 @@ fn facts(o: &Observed<'_>) -> Facts {
             .get(idle::IDLE_SUSPENDED)
             .map(|v| parse_rfc3339(v)),
         woken_by: annotations.get(idle::WOKEN_BY).cloned(),
-        wake_ignored: time(idle::WAKE_IGNORED),
+        wake_handled: time(idle::WAKE_HANDLED),
         clock: status.and_then(|s| s.idle.as_ref()).and_then(|i| {
             Some(Tick::new(
                 parse_rfc3339(&i.last_activity)?,
@@ -312,5 +315,99 @@ fn member(p: &Pod) -> Member {
         ready_since,
         wake_request: a.get(idle::WAKE_REQUEST).and_then(|v| parse_rfc3339(v)),
         suspend_after: a.get(idle::SUSPEND_AFTER).cloned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase, IdleSpec};
+
+    use super::*;
+    use crate::cocoonset::Timing;
+    use crate::cocoonset::fixtures::{NS, SetFixture, at, classify, observe, ready, set};
+    use crate::cocoonset::pods;
+
+    fn idle_set() -> CocoonSet {
+        let mut cs = set().in_phase(Some(CocoonSetPhase::Running));
+        cs.spec.idle = Some(IdleSpec {
+            suspend_after: Some("10s".into()),
+            ..IdleSpec::default()
+        });
+        cs.metadata.resource_version = Some("41".into());
+        cs
+    }
+
+    fn run(cs: &CocoonSet, now: i64) -> StepPlan {
+        let main = ready(pods::build_agent_pod(cs, NS, 0, "", None));
+        let (classified, timing) = (classify(&[main]), Timing::default());
+        plan(
+            &observe(cs, &classified, &timing),
+            at(now),
+            Timestamp::UNIX_EPOCH,
+        )
+    }
+
+    #[test]
+    fn the_idle_suspend_is_the_idle_managers_patch_under_the_resource_version() {
+        let mut cs = idle_set();
+        cs.status.as_mut().unwrap().idle = Some(IdleStatus {
+            last_activity: rfc3339_seconds(at(0)),
+            last_activity_kind: "traffic".into(),
+        });
+        let p = run(&cs, 10);
+        assert_eq!(
+            p.writes,
+            [Write::SpecPatch {
+                patch: idle::idle_suspend_patch(at(10), "41"),
+                field_manager: idle::IDLE_FIELD_MANAGER,
+            }]
+        );
+        assert_eq!(
+            p.next,
+            Next::RequeueAfter(Timing::default().requeue_after_write)
+        );
+        // A second earlier: the clock in the status, and a look again when it runs out.
+        let p = run(&cs, 9);
+        assert_eq!(p.next, Next::Continue);
+        assert!(
+            p.notes()
+                .any(|n| *n == Note::Backoff(std::time::Duration::from_secs(1)))
+        );
+    }
+
+    #[test]
+    fn a_wake_is_said_by_the_status_then_an_event_and_a_count_then_woken_by_goes() {
+        let cs = idle_set()
+            .in_phase(Some(CocoonSetPhase::Suspended))
+            .with_annotation(idle::WOKEN_BY, "connection");
+        let p = run(&cs, 100);
+        let Write::Status(status) = &p.writes[0] else {
+            panic!("the status first: {:?}", p.writes);
+        };
+        let idle_status = status.idle.clone().expect("status.idle");
+        assert_eq!(idle_status.last_activity_kind, rules::CLOCK_WOKEN);
+        let c = find(&status.conditions, idle::CONDITION_IDLE).expect("Idle condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "WokenByConnection")
+        );
+        assert_eq!(
+            p.writes[1],
+            Write::SetAnnotations([(idle::WOKEN_BY.to_owned(), None)].into())
+        );
+        let notes: Vec<&Note> = p.notes().collect();
+        assert!(matches!(
+            notes[0],
+            Note::Event {
+                reason: "WokenByConnection",
+                ..
+            }
+        ));
+        assert_eq!(
+            *notes[1],
+            Note::Count(Counter::IdleWake {
+                trigger: "connection"
+            })
+        );
     }
 }

@@ -110,8 +110,8 @@ pub struct Facts {
     pub idle_suspended: Option<Option<DateTime<Utc>>>,
     /// [`idle::WOKEN_BY`], as written.
     pub woken_by: Option<String>,
-    /// [`idle::WAKE_IGNORED`]: the newest wake request already refused.
-    pub wake_ignored: Option<DateTime<Utc>>,
+    /// [`idle::WAKE_HANDLED`]: the newest wake request already acted on or refused.
+    pub wake_handled: Option<DateTime<Utc>>,
     /// `status.idle`, when it parses.
     pub clock: Option<Tick>,
     pub condition: Option<IdleCondition>,
@@ -152,9 +152,10 @@ pub enum Act {
     DropWokenBy,
     /// The set's own idle suspend went through: condition `Idle=True`, Event, metric.
     AnnounceSuspend,
-    /// A member's exec asked to wake the idle-suspended set: write the wake.
+    /// A member's exec asked (at `at`) to wake the idle-suspended set: write the wake.
     WakeByExec {
         pod: String,
+        at: DateTime<Utc>,
     },
     /// A wake request that is not acted on: one Event, and remember it.
     RefuseWake {
@@ -206,14 +207,14 @@ pub fn last_activity(f: &Facts, now: DateTime<Utc>) -> Option<Tick> {
 }
 
 /// The newest wake request of any member that is not older than `since` (times are whole
-/// seconds: a request in the second of the suspend counts) and newer than the last refused
-/// one.
+/// seconds: a request in the second of the suspend counts) and newer than the last one
+/// handled.
 fn newest_request(f: &Facts, since: Option<DateTime<Utc>>) -> Option<(String, DateTime<Utc>)> {
     f.members
         .iter()
         .filter_map(|m| Some((m.name.clone(), m.wake_request?)))
         .filter(|(_, at)| since.is_none_or(|s| *at >= s))
-        .filter(|(_, at)| f.wake_ignored.is_none_or(|i| *at > i))
+        .filter(|(_, at)| f.wake_handled.is_none_or(|h| *at > h))
         .max_by_key(|(_, at)| *at)
 }
 
@@ -294,7 +295,7 @@ fn suspended(f: &Facts) -> Act {
         Some(since) => {
             // A request from before this idle suspend is an old one.
             match newest_request(f, since) {
-                Some((pod, _)) if f.wakes_on_exec => Act::WakeByExec { pod },
+                Some((pod, at)) if f.wakes_on_exec => Act::WakeByExec { pod, at },
                 Some((pod, at)) => Act::RefuseWake {
                     pod,
                     at,

@@ -233,8 +233,16 @@ fn a_user_always_wins() {
         (
             "the refusal is told once, not once per pass",
             Facts {
-                wake_ignored: Some(at(50)),
+                wake_handled: Some(at(50)),
                 ..wake_request(user_suspended.clone(), 0, 50)
+            },
+            Act::Nothing,
+        ),
+        (
+            "a request that woke an earlier idle suspend is old: no refusal",
+            Facts {
+                wake_handled: Some(at(30)),
+                ..wake_request(user_suspended.clone(), 0, 30)
             },
             Act::Nothing,
         ),
@@ -330,6 +338,7 @@ fn an_exec_wakes_an_idle_suspended_set() {
             wake_request(idle_suspended(40), 0, 50),
             Act::WakeByExec {
                 pod: "demo-0".into(),
+                at: at(50),
             },
         ),
         (
@@ -337,6 +346,7 @@ fn an_exec_wakes_an_idle_suspended_set() {
             wake_request(idle_suspended(40), 0, 40),
             Act::WakeByExec {
                 pod: "demo-0".into(),
+                at: at(40),
             },
         ),
         (
@@ -349,6 +359,7 @@ fn an_exec_wakes_an_idle_suspended_set() {
             wake_request(with_sub(idle_suspended(40)), 1, 41),
             Act::WakeByExec {
                 pod: "demo-1".into(),
+                at: at(41),
             },
         ),
         (
@@ -368,6 +379,7 @@ fn an_exec_wakes_an_idle_suspended_set() {
             in_phase(wake_request(idle_suspended(40), 0, 50), Suspending),
             Act::WakeByExec {
                 pod: "demo-0".into(),
+                at: at(50),
             },
         ),
     ];
