@@ -1,5 +1,5 @@
 //! The seed's reconcile steps as pure planners, one module per step: teardown (2),
-//! finalizer (3), classify (4), stamp (5), suspend (6), failed_main (7), migrate (8),
+//! finalizer (3), classify (4), stamp (5), idle (issue 39, between 5 and 6), suspend (6), failed_main (7), migrate (8),
 //! release_wake (9), unsuspend (10), main_agent (11), sub_agents (12), toolboxes (13) and
 //! status (14). A step with rules of its own is a folder: `mod.rs` the planner, `rules.rs`
 //! the pure rules, `rules_tests.rs` their table tests. The rules several steps share are in
