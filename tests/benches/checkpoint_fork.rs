@@ -595,6 +595,10 @@ async fn bench() -> BenchResult {
     let forks = usize::try_from(env_count("CHECKPOINT_BENCH_FORKS", DEFAULT_FORKS as u64)?)?;
     let image = mib << 20;
     IMAGE_BYTES.store(image, Ordering::SeqCst);
+    // RUST_LOG=cocoon_node=info traces the node agents (off by default).
+    if std::env::var_os("RUST_LOG").is_some() {
+        cocoon_testenv::init_tracing();
+    }
     let tmp = std::env::temp_dir();
     let free = free_bytes(&tmp)?;
     println!(
