@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cocoon_api::contract::events::node::SNAPSHOT_PUSHED;
 use cocoon_api::crd::checkpoint::{
     CheckpointPhase, CheckpointSource, CocoonCheckpoint, CocoonCheckpointSpec,
     CocoonCheckpointStatus, NameRef,
@@ -294,7 +295,7 @@ async fn checkpoint(
         let list = events.list(&ListParams::default()).await.ok()?;
         list.items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("SnapshotPushed"))
+            .filter(|e| e.reason.as_deref() == Some(SNAPSHOT_PUSHED))
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&pod))
             .filter_map(|e| e.note)
             .next_back()
