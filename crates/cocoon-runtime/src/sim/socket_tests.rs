@@ -382,3 +382,39 @@ async fn print_makes_the_guest_log_grow_within_its_bound() {
     shutdown.cancel();
     drop(server);
 }
+
+#[tokio::test]
+async fn busy_over_the_socket_makes_the_guest_use_its_vcpus() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (_rt, h) = sim(tmp.path());
+    running_vm(&h, "vm-a");
+    let shutdown = CancellationToken::new();
+    let server =
+        ControlServer::start(h.clone(), &socket_path(tmp.path()), &shutdown).expect("serve");
+    let busy = |vm: &str, busy: bool| Request::Busy {
+        vm: vm.into(),
+        busy,
+    };
+    assert_eq!(
+        serde_json::to_string(&busy("vm-a", true)).expect("encode"),
+        r#"{"op":"busy","vm":"vm-a","busy":true}"#
+    );
+    let cpu = || h.stats("vm-a").expect("stats").cpu_time_ns;
+    let before = cpu();
+    call(tmp.path(), busy("vm-a", true)).await.expect("busy");
+    // Busy, the guest's CPU time passes a whole second of one vCPU within moments.
+    wait_until(
+        "a busy guest's CPU time grows",
+        Duration::from_secs(10),
+        || async { (cpu() > before + 1_000_000_000).then_some(()) },
+    )
+    .await
+    .expect("busy");
+    call(tmp.path(), busy("vm-a", false)).await.expect("idle");
+    let err = call(tmp.path(), busy("nope", true))
+        .await
+        .expect_err("no such VM");
+    assert!(err.to_string().contains("nope"), "{err}");
+    shutdown.cancel();
+    drop(server);
+}
