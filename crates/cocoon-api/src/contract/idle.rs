@@ -88,6 +88,9 @@ pub mod reasons {
     pub const ACTIVATOR_FULL: &str = "ActivatorFull";
     /// Warning: a Service of the set's name exists and is not the operator's.
     pub const SERVICE_CONFLICT: &str = "ServiceConflict";
+    /// A connection reached a suspended set that it may not wake (a user's suspend, or
+    /// `wakeOn` without `connect`) and was closed.
+    pub const WAKE_REFUSED: &str = "WakeRefused";
 }
 
 /// What the last activity of a VM was.
