@@ -31,7 +31,9 @@ pub use env::{ComponentMemory, Options, StartupReport, TestEnv};
 pub use error::{Error, Result};
 pub use identity::{bind_cluster_role, service_account_token};
 pub use kubeconfig::client_for;
-pub use kubelet::{KUBELET_NODE_IP, KUBELET_TAINT_KEY, Kubelet, KubeletOptions};
+pub use kubelet::{
+    KUBELET_NODE_IP, KUBELET_TAINT_KEY, Kubelet, KubeletOptions, ensure_loopback_address,
+};
 pub use node::TestNode;
 pub use process::free_ports;
 pub use registry::{Registry, RegistryAuth, TokenAuth};

@@ -36,6 +36,10 @@ use crate::metrics::Metrics;
 pub const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// How long one dial of the VM may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most a clean close reads and drops of what a refused client sent.
+const DRAIN_BYTES: usize = 64 * 1024;
+/// How long a clean close waits for the client to close its side.
+const DRAIN_FOR: Duration = Duration::from_secs(2);
 /// One Warning of a kind per set at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -182,6 +186,7 @@ impl Activator {
         let target = lock(&self.routes).get(&port).cloned();
         let Ok(_permit) = self.held.clone().try_acquire_owned() else {
             self.metrics.activator.refuse(reason::FULL);
+            tokio::spawn(close_cleanly(client));
             if let Some(t) = &target {
                 self.warn_once(t, reasons::ACTIVATOR_FULL, format!(
                     "the activator holds its most connections ({}): a connection to port {} was closed",
@@ -197,6 +202,7 @@ impl Activator {
         });
         let Some(target) = target else {
             self.metrics.activator.refuse(reason::UNMAPPED);
+            close_cleanly(client).await;
             return;
         };
         debug!(%peer, port, set = %target.set, namespace = %target.namespace, "activator connection");
@@ -210,6 +216,7 @@ impl Activator {
                 let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
             }
             Err(label) => {
+                close_cleanly(client).await;
                 self.metrics.activator.refuse(label);
                 if label == reason::WAIT_EXCEEDED {
                     self.warn_once(
@@ -391,6 +398,25 @@ impl Activator {
             warn!(error = %e, reason, "failed to publish event");
         }
     }
+}
+
+/// Closes a connection with a FIN, not a reset: the write side first, then what the client
+/// sent is read and dropped (at most [`DRAIN_BYTES`], for at most [`DRAIN_FOR`]) until it
+/// closes too.
+async fn close_cleanly(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut buf = [0u8; 4096];
+        let mut total = 0usize;
+        while total < DRAIN_BYTES {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_FOR, drain).await;
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
