@@ -527,14 +527,11 @@ async fn a_foreign_service_of_the_sets_name_is_never_touched() {
         let port = free_vm_port().await?;
         running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
 
-        let (kind, note) = wait_event(&client, &ns, idle::reasons::SERVICE_CONFLICT).await?;
-        assert_eq!(kind, "Warning");
-        assert!(note.contains("not owned"), "{note}");
-        // Two passes later (a resync each 10 s), still the tenant's, byte for byte.
+        // Three passes of the set (a resync each 10 s): the tenant's Service is still theirs,
+        // byte for byte, and no slice feeds it.
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
-        let seen = h.passes();
-        cocoon_testenv::wait_until("two more service passes", WAIT, || async {
-            (h.passes() >= seen + 2).then_some(())
+        cocoon_testenv::wait_until("three service passes", WAIT, || async {
+            (h.passes() >= 3).then_some(())
         })
         .await?;
         let after = services.get("web").await?;
@@ -542,6 +539,9 @@ async fn a_foreign_service_of_the_sets_name_is_never_touched() {
         assert!(after.owner_references().is_empty());
         assert_eq!(after.spec, before.spec);
         assert!(slices.get_opt("web-cocoon").await?.is_none());
+        let (kind, note) = wait_event(&client, &ns, idle::reasons::SERVICE_CONFLICT).await?;
+        assert_eq!(kind, "Warning");
+        assert!(note.contains("not owned"), "{note}");
         Ok::<(), BoxError>(())
     })
     .await
