@@ -527,7 +527,7 @@ async fn a_foreign_service_of_the_sets_name_is_never_touched() {
         let port = free_vm_port().await?;
         running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
 
-        // Three passes of the set (a resync each 10 s): the tenant's Service is still theirs,
+        // Three passes of the set: the tenant's Service is still theirs,
         // byte for byte, and no slice feeds it.
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
         cocoon_testenv::wait_until("three service passes", WAIT, || async {

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use tracing::{debug, warn};
 
 /// Label key of the activator Leases.
@@ -75,7 +76,9 @@ pub fn fresh_addresses<'a>(
     out
 }
 
-/// Keeps this replica's Lease renewed until `shutdown`, then deletes it.
+/// Keeps this replica's Lease renewed until `shutdown`. The Lease is owned by this replica's
+/// Pod (`identity` in `namespace`, when it exists), so it goes with the Pod; until then a
+/// stopped replica's Lease only goes stale.
 pub async fn publish(
     client: Client,
     namespace: String,
@@ -83,6 +86,23 @@ pub async fn publish(
     addr: IpAddr,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    let owner = match Api::<Pod>::namespaced(client.clone(), &namespace)
+        .get_opt(&identity)
+        .await
+    {
+        Ok(Some(pod)) => pod.metadata.uid.map(|uid| OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: identity.clone(),
+            uid,
+            ..OwnerReference::default()
+        }),
+        Ok(None) => None,
+        Err(e) => {
+            warn!(pod = %identity, error = %e, "activator lease: own pod not read, lease not owned");
+            None
+        }
+    };
     let api: Api<Lease> = Api::namespaced(client, &namespace);
     let name = lease_name(&identity);
     let params = PatchParams::apply(super::advertise::COMPONENT).force();
@@ -90,6 +110,7 @@ pub async fn publish(
     loop {
         let mut l = lease(&identity, addr, Timestamp::now());
         l.metadata.namespace = Some(namespace.clone());
+        l.metadata.owner_references = owner.clone().map(|o| vec![o]);
         let body = serde_json::json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -104,9 +125,6 @@ pub async fn publish(
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(RENEW) => {}
         }
-    }
-    if let Err(e) = api.delete(&name, &DeleteParams::default()).await {
-        debug!(lease = %name, error = %e, "activator lease not deleted");
     }
 }
 

@@ -1,8 +1,13 @@
 //! The leader's controller of the sets' Services and EndpointSlices and of the activator port
 //! pool: per set it reads the set, its main pod, its Service and slice, the pool and the fresh
-//! activator Leases, asks [`super::plan`] what to write, and writes only that. Every set is
-//! looked at again every [`RESYNC`] (Leases expire by time alone, and a deleted set frees its
-//! pool ports then).
+//! activator Leases, asks [`super::plan`] what to write, and writes only that.
+//!
+//! What it reads is cached where it can be: the operator's Services and slices (by the label
+//! `cocoonset.cocoonstack.io/name`; a set with ports still reads its Service by name when the
+//! cache has none, to see a foreign one), the pool (as last read or written). Every set is
+//! looked at again when the fresh activator addresses change (checked every
+//! [`ADDRESS_CHECK`]: Leases expire by time alone) and every [`RESYNC`] (a deleted set frees
+//! its pool ports then).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -31,7 +36,9 @@ use crate::metrics::Metrics;
 
 const CONTROLLER: &str = "cocoonset-service";
 /// How often every set is looked at again.
-pub const RESYNC: Duration = Duration::from_secs(10);
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// How often the fresh activator addresses are compared with the last ones.
+pub const ADDRESS_CHECK: Duration = Duration::from_secs(5);
 
 /// A pass failed; it is retried.
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +70,9 @@ pub struct Context {
     ports: PortRange,
     /// The operator's namespace (the pool ConfigMap, the activator Leases).
     namespace: String,
-    /// Pool writes one at a time.
-    pool_lock: tokio::sync::Mutex<()>,
+    /// The pool ConfigMap as last read or written (`None`: not read yet); pool writes one at
+    /// a time.
+    pool: tokio::sync::Mutex<Option<Option<ConfigMap>>>,
 }
 
 impl Context {
@@ -81,7 +89,7 @@ impl Context {
             leadership: Leadership::always(),
             ports: config.ports,
             namespace: config.namespace.clone(),
-            pool_lock: tokio::sync::Mutex::new(()),
+            pool: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -100,6 +108,8 @@ struct Shared {
     ctx: Arc<Context>,
     sets: Store<CocoonSet>,
     leases: Store<Lease>,
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
 }
 
 /// Runs the controller over every namespace or one, until `shutdown`.
@@ -110,14 +120,41 @@ pub async fn run(
 ) {
     ctx.metrics
         .init_controller(CONTROLLER, &["kube", "leadership", "invalid"]);
-    let (sets_api, pods_api): (Api<CocoonSet>, Api<Pod>) = match namespace {
+    let client = ctx.client.clone();
+    let (sets_api, pods_api, services_api, slices_api): (
+        Api<CocoonSet>,
+        Api<Pod>,
+        Api<Service>,
+        Api<EndpointSlice>,
+    ) = match namespace {
         Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
         ),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
     };
-    let leases_api: Api<Lease> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let ours = watcher::Config::default().labels(labels::COCOONSET_NAME);
+    let (services_reader, services_writer) = reflector::store::<Service>();
+    let (slices_reader, slices_writer) = reflector::store::<EndpointSlice>();
+    // Our Services and slices: a change to one (a user deleted it) looks at its set.
+    let services = watcher::watcher(services_api, ours.clone())
+        .default_backoff()
+        .modify(controller::slim)
+        .reflect(services_writer)
+        .touched_objects();
+    let slices = watcher::watcher(slices_api, ours.clone())
+        .default_backoff()
+        .modify(controller::slim)
+        .reflect(slices_writer)
+        .touched_objects();
+    let leases_api: Api<Lease> = Api::namespaced(client.clone(), &ctx.namespace);
     let (lease_reader, lease_writer) = reflector::store::<Lease>();
     let lease_label = format!("{}={}", advertise::COMPONENT_LABEL, advertise::COMPONENT);
     let leases = watcher::watcher(leases_api, watcher::Config::default().labels(&lease_label))
@@ -131,27 +168,64 @@ pub async fn run(
         .modify(controller::slim)
         .reflect(writer)
         .applied_objects();
+    // Everything again when the fresh addresses differ from the last ones, and every RESYNC.
+    let addresses = {
+        let ticks = futures::stream::select(
+            leases,
+            futures::stream::unfold((), |()| async {
+                tokio::time::sleep(ADDRESS_CHECK).await;
+                Some(((), ()))
+            }),
+        );
+        let reader = lease_reader.clone();
+        ticks
+            .scan(Vec::new(), move |last, ()| {
+                let now = advertise::fresh_addresses(
+                    reader.state().iter().map(|l| l.as_ref()),
+                    chrono::Utc::now(),
+                );
+                let changed = *last != now;
+                *last = now;
+                futures::future::ready(Some(changed))
+            })
+            .filter(|changed| futures::future::ready(*changed))
+            .map(|_| ())
+            .boxed()
+    };
     let resync = futures::stream::unfold((), |()| async {
         tokio::time::sleep(RESYNC).await;
         Some(((), ()))
     });
     let standby = crate::leader::StandbyFilter::new(ctx.leadership.clone());
     let triggers = futures::stream::select(
-        futures::stream::select(resync, leases),
+        futures::stream::select(resync, addresses),
         standby.reconcile_all(),
     );
     let shared = Arc::new(Shared {
         ctx,
         sets: reader.clone(),
         leases: lease_reader,
+        services: services_reader,
+        slices: slices_reader,
     });
     // A main pod's change (Ready, its VM IP) looks at its set at once.
     let main_pods = watcher::Config::default().labels(labels::COCOONSET_NAME);
+    let set_of = |labels: &BTreeMap<String, String>, ns: Option<String>| {
+        let set = labels.get(labels::COCOONSET_NAME)?;
+        Some(ObjectRef::<CocoonSet>::new(set).within(&ns?))
+    };
     Controller::for_stream(sets, reader)
-        .watches(pods_api, main_pods, |pod: Pod| {
-            let set = pod.labels().get(labels::COCOONSET_NAME)?.clone();
-            Some(ObjectRef::<CocoonSet>::new(&set).within(&pod.namespace()?))
+        .watches(pods_api, main_pods, move |pod: Pod| {
+            set_of(pod.labels(), pod.namespace())
         })
+        .watches_stream(
+            services.boxed(),
+            move |s: Service| set_of(s.labels(), s.namespace()),
+        )
+        .watches_stream(
+            slices.boxed(),
+            move |s: EndpointSlice| set_of(s.labels(), s.namespace()),
+        )
         .reconcile_all_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, shared)
@@ -196,12 +270,21 @@ fn wanted(sets: &Store<CocoonSet>) -> BTreeSet<Target> {
         .collect()
 }
 
-/// Brings the pool ConfigMap in line with the cached sets and returns it.
+/// Brings the pool ConfigMap in line with the cached sets and returns it: read once, then
+/// written (guarded by its resourceVersion) only when the assignment changes; a conflict
+/// forgets the cached copy, so the retry reads it again.
 async fn sync_pool(shared: &Shared) -> Result<BTreeMap<u16, Target>, Error> {
     let ctx = &shared.ctx;
-    let _one = ctx.pool_lock.lock().await;
+    let mut cached = ctx.pool.lock().await;
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let existing = api.get_opt(super::POOL_CONFIGMAP).await?;
+    let existing = match cached.as_ref() {
+        Some(cm) => cm.clone(),
+        None => {
+            let cm = api.get_opt(super::POOL_CONFIGMAP).await?;
+            *cached = Some(cm.clone());
+            cm
+        }
+    };
     let current = existing
         .as_ref()
         .and_then(|c| c.data.as_ref())
@@ -211,22 +294,51 @@ async fn sync_pool(shared: &Shared) -> Result<BTreeMap<u16, Target>, Error> {
     if !got.unallocated.is_empty() {
         warn!(count = got.unallocated.len(), first = ?got.unallocated.first(), range = ?ctx.ports, "activator port pool exhausted: some set ports have no activator port");
     }
-    if existing.is_some() && got.ports == current {
+    if got.ports == current {
         return Ok(current);
     }
     let mut cm = existing.unwrap_or_default();
     cm.metadata.name = Some(super::POOL_CONFIGMAP.into());
     cm.metadata.namespace = Some(ctx.namespace.clone());
+    cm.metadata.managed_fields = None;
     cm.data = Some(plan::encode_pool(&got.ports));
     ctx.write("activator port pool")?;
-    if cm.metadata.resource_version.is_some() {
+    let written = if cm.metadata.resource_version.is_some() {
         api.replace(super::POOL_CONFIGMAP, &PostParams::default(), &cm)
-            .await?;
+            .await
     } else {
-        api.create(&PostParams::default(), &cm).await?;
+        api.create(&PostParams::default(), &cm).await
+    };
+    match written {
+        Ok(cm) => *cached = Some(Some(cm)),
+        Err(e) => {
+            *cached = None;
+            return Err(e.into());
+        }
     }
     info!(ports = got.ports.len(), "activator port pool written");
     Ok(got.ports)
+}
+
+/// The object `name` of `ns` from the cache of ours, else (when `read`) from the API server:
+/// a foreign one of that name carries no label of ours.
+async fn cached_or_read<K>(
+    cache: &Store<K>,
+    api: &Api<K>,
+    ns: &str,
+    name: &str,
+    read: bool,
+) -> Result<Option<K>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if let Some(obj) = cache.get(&ObjectRef::new(name).within(ns)) {
+        return Ok(Some(obj.as_ref().clone()));
+    }
+    if !read {
+        return Ok(None);
+    }
+    Ok(api.get_opt(name).await?)
 }
 
 async fn pass(set: &CocoonSet, shared: &Shared) -> Result<Action, Error> {
@@ -234,14 +346,22 @@ async fn pass(set: &CocoonSet, shared: &Shared) -> Result<Action, Error> {
     let ns = set.namespace().ok_or(Error::NoNamespace)?;
     let name = set.name_any();
     let pool = sync_pool(shared).await?;
+    let has_ports = !plan::set_ports(set).is_empty();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
-    let main = pods
-        .get_opt(&cocoon_api::naming::pod_name_for_agent(&name, 0))
-        .await?;
-    let service = services.get_opt(&name).await?;
-    let slice = slices.get_opt(&plan::slice_name(&name)).await?;
+    let service = cached_or_read(&shared.services, &services, &ns, &name, has_ports).await?;
+    let slice_name = plan::slice_name(&name);
+    let slice = cached_or_read(&shared.slices, &slices, &ns, &slice_name, has_ports).await?;
+    if !has_ports && service.is_none() && slice.is_none() {
+        return Ok(Action::await_change());
+    }
+    let main = if has_ports {
+        pods.get_opt(&cocoon_api::naming::pod_name_for_agent(&name, 0))
+            .await?
+    } else {
+        None
+    };
     let addresses = advertise::fresh_addresses(
         shared.leases.state().iter().map(|l| l.as_ref()),
         chrono::Utc::now(),
