@@ -218,14 +218,12 @@ pub async fn run(
         .watches(pods_api, main_pods, move |pod: Pod| {
             set_of(pod.labels(), pod.namespace())
         })
-        .watches_stream(
-            services.boxed(),
-            move |s: Service| set_of(s.labels(), s.namespace()),
-        )
-        .watches_stream(
-            slices.boxed(),
-            move |s: EndpointSlice| set_of(s.labels(), s.namespace()),
-        )
+        .watches_stream(services.boxed(), move |s: Service| {
+            set_of(s.labels(), s.namespace())
+        })
+        .watches_stream(slices.boxed(), move |s: EndpointSlice| {
+            set_of(s.labels(), s.namespace())
+        })
         .reconcile_all_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, shared)
