@@ -40,7 +40,7 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 const DRAIN_BYTES: usize = 64 * 1024;
 /// How long a clean close waits for the client to close its side.
 const DRAIN_FOR: Duration = Duration::from_secs(2);
-/// One Warning of a kind per set at most this often.
+/// One Event of a reason per set at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// What a flight last saw.
@@ -186,9 +186,11 @@ impl Activator {
         let target = lock(&self.routes).get(&port).cloned();
         let Ok(_permit) = self.held.clone().try_acquire_owned() else {
             self.metrics.activator.refuse(reason::FULL);
-            tokio::spawn(close_cleanly(client));
+            // No drain here: nothing more is held for a connection beyond the bound.
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut client).await;
+            drop(client);
             if let Some(t) = &target {
-                self.warn_once(t, reasons::ACTIVATOR_FULL, format!(
+                self.event_once(t, EventType::Warning, reasons::ACTIVATOR_FULL, format!(
                     "the activator holds its most connections ({}): a connection to port {} was closed",
                     self.config.max_connections, t.port
                 )).await;
@@ -219,8 +221,9 @@ impl Activator {
                 close_cleanly(client).await;
                 self.metrics.activator.refuse(label);
                 if label == reason::WAIT_EXCEEDED {
-                    self.warn_once(
+                    self.event_once(
                         &target,
+                        EventType::Warning,
                         reasons::WAKE_WAIT_EXCEEDED,
                         format!(
                             "a connection to port {} waited {:?} for the main VM and was closed",
@@ -367,8 +370,15 @@ impl Activator {
         }
     }
 
-    /// A Warning of `reason` for the target's set, at most once per [`WARN_EVERY`].
-    async fn warn_once(&self, target: &Target, reason: &'static str, message: String) {
+    /// An Event of `reason` for the target's set, at most once per [`WARN_EVERY`] per set and
+    /// reason (the record of what was sent is pruned as it ages, so it stays bounded).
+    async fn event_once(
+        &self,
+        target: &Target,
+        type_: EventType,
+        reason: &'static str,
+        message: String,
+    ) {
         let key = ((target.namespace.clone(), target.set.clone()), reason);
         {
             let mut warned = lock(&self.warned);
@@ -379,10 +389,17 @@ impl Activator {
             }
             warned.insert(key, now);
         }
-        warn!(namespace = %target.namespace, set = %target.set, reason, %message, "activator");
+        match type_ {
+            EventType::Warning => {
+                warn!(namespace = %target.namespace, set = %target.set, reason, %message, "activator")
+            }
+            EventType::Normal => {
+                info!(namespace = %target.namespace, set = %target.set, reason, %message, "activator")
+            }
+        }
         let sets: Api<CocoonSet> = Api::namespaced(self.client.clone(), &target.namespace);
         if let Ok(Some(set)) = sets.get_opt(&target.set).await {
-            self.event(&set, EventType::Warning, reason, message).await;
+            self.event(&set, type_, reason, message).await;
         }
     }
 

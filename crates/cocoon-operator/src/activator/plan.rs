@@ -308,7 +308,7 @@ fn service_ports(svc: &Service) -> Vec<(Option<String>, i32, Option<IntOrString>
         .flat_map(|s| s.ports.iter().flatten())
         .map(|p| (p.name.clone(), p.port, p.target_port.clone()))
         .collect();
-    out.sort_by(|a, b| a.1.cmp(&b.1));
+    out.sort_by_key(|a| a.1);
     out
 }
 
@@ -322,7 +322,10 @@ fn has_labels(have: &ObjectMeta, want: &ObjectMeta) -> bool {
     })
 }
 
-fn slice_content(s: &EndpointSlice) -> (Vec<Vec<String>>, Vec<(Option<String>, Option<i32>)>) {
+/// A slice's ready endpoints' addresses and its (name, port) pairs, both sorted.
+type SliceContent = (Vec<Vec<String>>, Vec<(Option<String>, Option<i32>)>);
+
+fn slice_content(s: &EndpointSlice) -> SliceContent {
     let mut endpoints: Vec<Vec<String>> = s
         .endpoints
         .iter()

@@ -79,8 +79,11 @@ fn observe<'a>(
     }
 }
 
+/// A slice's endpoint addresses and its (name, port) pairs.
+type Shape = (Vec<String>, Vec<(String, i32)>);
+
 /// The endpoints and (name, port) pairs of a planned slice.
-fn shape(s: &EndpointSlice) -> (Vec<String>, Vec<(String, i32)>) {
+fn shape(s: &EndpointSlice) -> Shape {
     (
         s.endpoints
             .iter()
@@ -99,13 +102,7 @@ fn the_slice_points_at_the_vm_while_running_and_ready_else_at_the_activators() {
     use CocoonSetPhase::*;
     let vm = |ip: &str| (vec![ip.to_owned()], vec![("p7000".into(), 7000)]);
     let act = (addrs(), vec![("p7000".into(), 40000)]);
-    let rows: Vec<(
-        &str,
-        CocoonSetPhase,
-        bool,
-        Pod,
-        (Vec<String>, Vec<(String, i32)>),
-    )> = vec![
+    let rows: Vec<(&str, CocoonSetPhase, bool, Pod, Shape)> = vec![
         (
             "running, main ready",
             Running,
