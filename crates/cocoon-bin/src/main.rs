@@ -140,6 +140,10 @@ struct RunArgs {
     /// Most connections the activator holds at once (default 1000).
     #[arg(long, env = "ACTIVATOR_MAX_CONNECTIONS", value_name = "N")]
     activator_max_connections: Option<String>,
+    /// Comma-separated CIDRs the activator may dial VMs in (default: any IP a main pod's
+    /// `vm.cocoonstack.io/ip` names, which a tenant can write).
+    #[arg(long, env = "ACTIVATOR_VM_CIDRS", value_name = "CIDRS")]
+    activator_vm_cidrs: Option<String>,
     /// Log level (error, warn, info, debug, trace).
     #[arg(long, env = "OPERATOR_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -259,6 +263,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             (env::PORTS, args.activator_ports.clone()),
             (env::WAKE_WAIT, args.activator_wake_wait.clone()),
             (env::MAX_CONNECTIONS, args.activator_max_connections.clone()),
+            (env::VM_CIDRS, args.activator_vm_cidrs.clone()),
         ];
         cocoon_operator::activator::Config::from_env(
             &|var| match flags.iter().find(|(k, _)| *k == var) {
@@ -378,7 +383,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     match activator_config.addr {
         Some(addr) => {
-            info!(%addr, ports = ?activator_config.ports, wake_wait = ?activator_config.wake_wait, max_connections = activator_config.max_connections, "activator on");
+            info!(%addr, ports = ?activator_config.ports, wake_wait = ?activator_config.wake_wait, max_connections = activator_config.max_connections, vm_networks = ?activator_config.vm_networks, "activator on");
+            if activator_config.vm_networks.is_empty() {
+                tracing::warn!(
+                    "ACTIVATOR_VM_CIDRS is unset: the activator dials any IP a main pod's vm.cocoonstack.io/ip names"
+                );
+            }
             let activator = cocoon_operator::activator::listen::Activator::new(
                 client.clone(),
                 activator_recorder,

@@ -55,6 +55,7 @@ impl Harness {
         ns: &str,
         first_port: u16,
         wake_wait: Duration,
+        vm_networks: &[&str],
     ) -> Result<Self, BoxError> {
         cocoon_testenv::ensure_loopback_address(ACTIVATOR_IP)?;
         cocoon_testenv::ensure_loopback_address(VM_IP)?;
@@ -69,6 +70,10 @@ impl Harness {
             max_connections: 100,
             namespace: opns.clone(),
             identity: cocoon_testenv::unique_name("op"),
+            vm_networks: vm_networks
+                .iter()
+                .map(|c| activator::wake::Cidr::parse(c).ok_or("cidr"))
+                .collect::<Result<_, _>>()?,
         };
         let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
         let on_stop = |s: &tokio::sync::broadcast::Sender<()>| {
@@ -333,7 +338,15 @@ async fn a_connection_wakes_an_idle_suspended_set_once_and_is_spliced_to_the_vm(
         let pool = cocoon_testenv::unique_name("pool");
         let node = nodes(&client, &pool, 1).await?;
         let identity = AuditedIdentity::new(env, &client, "act-wake-activator").await?;
-        let h = Harness::start(&client, &identity.client, &ns, 41000, WAIT).await?;
+        let h = Harness::start(
+            &client,
+            &identity.client,
+            &ns,
+            41000,
+            WAIT,
+            &["198.18.0.0/24"],
+        )
+        .await?;
         let port = free_vm_port().await?;
         running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
 
@@ -422,7 +435,7 @@ async fn a_user_suspended_set_is_not_woken_and_the_connection_closes() {
         let ns = cocoon_testenv::create_namespace(&client, "act-user").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let node = nodes(&client, &pool, 1).await?;
-        let h = Harness::start(&client, &client, &ns, 41010, WAIT).await?;
+        let h = Harness::start(&client, &client, &ns, 41010, WAIT, &[]).await?;
         let port = free_vm_port().await?;
         running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
         let _vm = echo(port).await?;
@@ -462,7 +475,7 @@ async fn a_connection_that_waits_past_the_bound_is_closed_with_a_warning() {
         let ns = cocoon_testenv::create_namespace(&client, "act-wait").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let node = nodes(&client, &pool, 1).await?;
-        let h = Harness::start(&client, &client, &ns, 41020, Duration::from_secs(3)).await?;
+        let h = Harness::start(&client, &client, &ns, 41020, Duration::from_secs(3), &[]).await?;
         let port = free_vm_port().await?;
         running_set(
             &client,
@@ -523,17 +536,29 @@ async fn a_foreign_service_of_the_sets_name_is_never_touched() {
             ..Default::default()
         };
         let before = services.create(&PostParams::default(), &theirs).await?;
-        let h = Harness::start(&client, &client, &ns, 41030, WAIT).await?;
+        let h = Harness::start(&client, &client, &ns, 41030, WAIT, &[]).await?;
         let port = free_vm_port().await?;
         running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
 
-        // Three passes of the set: the tenant's Service is still theirs,
-        // byte for byte, and no slice feeds it.
+        // Passes of the set after every fact is in (each touch of the set is one more): the
+        // tenant's Service is still theirs, byte for byte, and no slice feeds it.
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
-        cocoon_testenv::wait_until("three service passes", WAIT, || async {
-            (h.passes() >= 3).then_some(())
-        })
-        .await?;
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        for touch in 0..2 {
+            let seen = h.passes();
+            sets.patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    &json!({"metadata": {"annotations": {"test/touch": touch.to_string()}}}),
+                ),
+            )
+            .await?;
+            cocoon_testenv::wait_until("one more service pass", WAIT, || async {
+                (h.passes() > seen).then_some(())
+            })
+            .await?;
+        }
         let after = services.get("web").await?;
         assert_eq!(after.resource_version(), before.resource_version());
         assert!(after.owner_references().is_empty());
@@ -542,6 +567,40 @@ async fn a_foreign_service_of_the_sets_name_is_never_touched() {
         let (kind, note) = wait_event(&client, &ns, idle::reasons::SERVICE_CONFLICT).await?;
         assert_eq!(kind, "Warning");
         assert!(note.contains("not owned"), "{note}");
+        Ok::<(), BoxError>(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_vm_ip_outside_the_vm_networks_is_never_dialled() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "act-cidr").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let node = nodes(&client, &pool, 1).await?;
+        // The VMs live in 10.88.0.0/16; the tenant's pod names 198.18.0.51 (a listener there).
+        let h = Harness::start(&client, &client, &ns, 41040, WAIT, &["10.88.0.0/16"]).await?;
+        let port = free_vm_port().await?;
+        running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
+        let listener = TcpListener::bind((VM_IP, port)).await?;
+        idle_suspend(&client, &ns).await?;
+        let act_port = h.activator_port(&client, &ns, "web", port).await?;
+        wait_slice(&client, &ns, ACTIVATOR_IP, port, act_port).await?;
+        let caller = tokio::spawn(talk(act_port, "hello".into()));
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        cocoon_testenv::wait_until("the set resumed", WAIT, || async {
+            (!sets.get("web").await.ok()?.spec.suspend).then_some(())
+        })
+        .await?;
+        set_up(&client, &ns, true).await?;
+        // Closed without a byte; nothing ever reached the address the pod named.
+        assert_eq!(tokio::time::timeout(WAIT, caller).await???, "");
+        let (kind, note) = wait_event(&client, &ns, idle::reasons::WAKE_REFUSED).await?;
+        assert_eq!(kind, "Normal");
+        assert!(note.contains("ACTIVATOR_VM_CIDRS"), "{note}");
+        let reached = tokio::time::timeout(Duration::from_millis(500), listener.accept()).await;
+        assert!(reached.is_err(), "the activator dialled {VM_IP}:{port}");
         Ok::<(), BoxError>(())
     })
     .await

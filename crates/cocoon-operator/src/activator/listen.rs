@@ -316,7 +316,7 @@ impl Activator {
                     .flatten(),
                 _ => None,
             };
-            let seen = match wake::step(set.as_ref(), main.as_ref()) {
+            let seen = match wake::step(set.as_ref(), main.as_ref(), &self.config.vm_networks) {
                 Step::Gone => Seen::Gone,
                 Step::Wait => Seen::Waiting,
                 Step::Serve(ip) => Seen::Serve(ip),

@@ -26,13 +26,16 @@ pub mod reason {
     pub const WAIT_EXCEEDED: &str = "wait_exceeded";
     /// The port is not (or no longer) assigned, or the set is gone.
     pub const UNMAPPED: &str = "unmapped";
+    /// The main VM's IP is outside `ACTIVATOR_VM_CIDRS`.
+    pub const VM_NOT_ALLOWED: &str = "vm_not_allowed";
     /// Every value, so each series exists from the start.
-    pub const ALL: [&str; 5] = [
+    pub const ALL: [&str; 6] = [
         FULL,
         USER_SUSPENDED,
         CONNECT_NOT_ALLOWED,
         WAIT_EXCEEDED,
         UNMAPPED,
+        VM_NOT_ALLOWED,
     ];
 }
 

@@ -57,6 +57,8 @@ pub mod env {
     pub const WAKE_WAIT: &str = "ACTIVATOR_WAKE_WAIT";
     /// Most connections held at once (default 1000).
     pub const MAX_CONNECTIONS: &str = "ACTIVATOR_MAX_CONNECTIONS";
+    /// Comma-separated CIDRs the activator may dial VMs in (default: any).
+    pub const VM_CIDRS: &str = "ACTIVATOR_VM_CIDRS";
 }
 
 /// Default of `ACTIVATOR_PORTS`.
@@ -81,6 +83,9 @@ pub struct Config {
     pub namespace: String,
     /// This replica's name (its Lease is `cocoon-activator-<identity>`).
     pub identity: String,
+    /// The networks the activator may dial VMs in (`ACTIVATOR_VM_CIDRS`); empty: any IP the
+    /// main pod's `vm.cocoonstack.io/ip` names (a tenant can write it: set this in production).
+    pub vm_networks: Vec<wake::Cidr>,
 }
 
 /// A bad activator setting, naming its variable.
@@ -141,7 +146,24 @@ impl Config {
                 .filter(|n| (1..=MAX_MAX_CONNECTIONS).contains(n))
                 .ok_or_else(|| bad(env::MAX_CONNECTIONS, v, "want a number in 1..=100000"))?,
         };
+        let vm_networks = match read(env::VM_CIDRS) {
+            None => Vec::new(),
+            Some(v) => v
+                .split(',')
+                .filter(|c| !c.trim().is_empty())
+                .map(wake::Cidr::parse)
+                .collect::<Option<Vec<_>>>()
+                .filter(|l| !l.is_empty())
+                .ok_or_else(|| {
+                    bad(
+                        env::VM_CIDRS,
+                        v.clone(),
+                        "want CIDRs such as 10.88.0.0/16,fd00::/8",
+                    )
+                })?,
+        };
         Ok(Config {
+            vm_networks,
             addr,
             ports,
             wake_wait,
@@ -171,6 +193,9 @@ mod tests {
         assert_eq!((c.ports.first, c.ports.last), (40000, 40999));
         assert_eq!(c.wake_wait, DEFAULT_WAKE_WAIT);
         assert_eq!(c.max_connections, 1000);
+        assert!(c.vm_networks.is_empty());
+        let c = from(&[(env::VM_CIDRS, "10.88.0.0/16, fd00::/8")]).unwrap();
+        assert_eq!(c.vm_networks.len(), 2);
         let c = from(&[(env::POD_IP, "10.0.0.5")]).unwrap();
         assert_eq!(c.addr, Some("10.0.0.5".parse().unwrap()));
         let c = from(&[(env::POD_IP, "10.0.0.5"), (env::ADDR, "10.0.0.9")]).unwrap();
@@ -186,6 +211,8 @@ mod tests {
             (env::WAKE_WAIT, "soon"),
             (env::MAX_CONNECTIONS, "0"),
             (env::MAX_CONNECTIONS, "many"),
+            (env::VM_CIDRS, "10.0.0.0"),
+            (env::VM_CIDRS, "10.0.0.0/8,nope"),
         ] {
             let err = from(&[(var, value)]).unwrap_err();
             assert_eq!(err.var, var);
