@@ -57,6 +57,28 @@ impl Harness {
         wake_wait: Duration,
         vm_networks: &[&str],
     ) -> Result<Self, BoxError> {
+        Self::start_bounded(
+            admin,
+            activator_client,
+            ns,
+            first_port,
+            wake_wait,
+            vm_networks,
+            100,
+        )
+        .await
+    }
+
+    /// [`Harness::start`] holding at most `max_connections`.
+    async fn start_bounded(
+        admin: &Client,
+        activator_client: &Client,
+        ns: &str,
+        first_port: u16,
+        wake_wait: Duration,
+        vm_networks: &[&str],
+        max_connections: usize,
+    ) -> Result<Self, BoxError> {
         cocoon_testenv::ensure_loopback_address(ACTIVATOR_IP)?;
         cocoon_testenv::ensure_loopback_address(VM_IP)?;
         let opns = cocoon_testenv::create_namespace(admin, "act-op").await?;
@@ -67,7 +89,7 @@ impl Harness {
                 last: first_port + 9,
             },
             wake_wait,
-            max_connections: 100,
+            max_connections,
             namespace: opns.clone(),
             identity: cocoon_testenv::unique_name("op"),
             vm_networks: vm_networks
@@ -601,6 +623,39 @@ async fn a_vm_ip_outside_the_vm_networks_is_never_dialled() {
         assert!(note.contains("ACTIVATOR_VM_CIDRS"), "{note}");
         let reached = tokio::time::timeout(Duration::from_millis(500), listener.accept()).await;
         assert!(reached.is_err(), "the activator dialled {VM_IP}:{port}");
+        Ok::<(), BoxError>(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn beyond_the_most_held_connections_a_new_one_is_closed_with_a_warning() {
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "act-full").await?;
+        let pool = cocoon_testenv::unique_name("pool");
+        let node = nodes(&client, &pool, 1).await?;
+        let h = Harness::start_bounded(&client, &client, &ns, 41050, WAIT, &[], 1).await?;
+        let port = free_vm_port().await?;
+        running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
+        idle_suspend(&client, &ns).await?;
+        let act_port = h.activator_port(&client, &ns, "web", port).await?;
+        wait_slice(&client, &ns, ACTIVATOR_IP, port, act_port).await?;
+        // One caller is held (its VM never comes back), the next is one too many.
+        let held = tokio::spawn(talk(act_port, "first".into()));
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        cocoon_testenv::wait_until("the set resumed by the first caller", WAIT, || async {
+            (!sets.get("web").await.ok()?.spec.suspend).then_some(())
+        })
+        .await?;
+        let started = std::time::Instant::now();
+        assert_eq!(talk(act_port, "second".into()).await?, "");
+        assert!(started.elapsed() < WAIT, "{:?}", started.elapsed());
+        let (kind, note) = wait_event(&client, &ns, idle::reasons::ACTIVATOR_FULL).await?;
+        assert_eq!(kind, "Warning");
+        assert!(note.contains("most connections (1)"), "{note}");
+        assert!(!held.is_finished(), "the held caller was closed");
+        held.abort();
         Ok::<(), BoxError>(())
     })
     .await

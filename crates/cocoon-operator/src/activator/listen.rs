@@ -40,6 +40,8 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 const DRAIN_BYTES: usize = 64 * 1024;
 /// How long a clean close waits for the client to close its side.
 const DRAIN_FOR: Duration = Duration::from_secs(2);
+/// Most connections beyond the bound closed cleanly at once.
+const CLOSING: usize = 64;
 /// One Event of a reason per set at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -65,6 +67,8 @@ pub struct Activator {
     listeners: Mutex<HashMap<u16, JoinHandle<()>>>,
     flights: Mutex<HashMap<SetKey, watch::Sender<Seen>>>,
     held: Arc<Semaphore>,
+    /// Connections beyond the bound being closed cleanly ([`CLOSING`] at most).
+    closing: Arc<Semaphore>,
     warned: Mutex<HashMap<(SetKey, &'static str), Instant>>,
 }
 
@@ -83,6 +87,7 @@ impl Activator {
             recorder,
             metrics,
             held: Arc::new(Semaphore::new(config.max_connections)),
+            closing: Arc::new(Semaphore::new(CLOSING)),
             config,
             addr,
             routes: Mutex::default(),
@@ -186,9 +191,20 @@ impl Activator {
         let target = lock(&self.routes).get(&port).cloned();
         let Ok(_permit) = self.held.clone().try_acquire_owned() else {
             self.metrics.activator.refuse(reason::FULL);
-            // No drain here: nothing more is held for a connection beyond the bound.
-            let _ = tokio::io::AsyncWriteExt::shutdown(&mut client).await;
-            drop(client);
+            // A clean close while few are closing; beyond that, a bare one (nothing more is
+            // held for connections beyond the bound).
+            match self.closing.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    tokio::spawn(async move {
+                        close_cleanly(client).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    let _ = tokio::io::AsyncWriteExt::shutdown(&mut client).await;
+                    drop(client);
+                }
+            }
             if let Some(t) = &target {
                 self.event_once(t, EventType::Warning, reasons::ACTIVATOR_FULL, format!(
                     "the activator holds its most connections ({}): a connection to port {} was closed",
