@@ -43,6 +43,12 @@ pub struct PlacementLabels {
     pub placement: String,
 }
 
+/// `trigger` = `connection` | `exec` of `cocoon_operator_idle_wakes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TriggerLabel {
+    pub trigger: String,
+}
+
 /// `controller`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
@@ -157,6 +163,8 @@ pub struct Metrics {
     pub slot_release_wake: Family<PlacementLabels, Counter>,
     pub slot_release_wake_unschedulable: Family<SetLabels, Counter>,
     pub migrate_unschedulable: Family<SetLabels, Counter>,
+    pub idle_suspends: Counter,
+    pub idle_wakes: Family<TriggerLabel, Counter>,
     pub reconcile_duration: Family<ControllerLabel, Histogram>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub build_info: Family<BuildLabels, Gauge>,
@@ -197,6 +205,8 @@ impl Metrics {
             slot_release_wake: Family::default(),
             slot_release_wake_unschedulable: Family::default(),
             migrate_unschedulable: Family::default(),
+            idle_suspends: Counter::default(),
+            idle_wakes: Family::default(),
             reconcile_duration: Family::new_with_constructor(reconcile_histogram),
             reconcile_errors: Family::default(),
             build_info: Family::default(),
@@ -260,6 +270,18 @@ impl Metrics {
         );
         register(
             &mut registry,
+            names::IDLE_SUSPENDS_TOTAL,
+            "Idle suspends of CocoonSets (every member idle for spec.idle.suspendAfter)",
+            m.idle_suspends.clone(),
+        );
+        register(
+            &mut registry,
+            names::IDLE_WAKES_TOTAL,
+            "Wakes of idle-suspended CocoonSets, by what woke them",
+            m.idle_wakes.clone(),
+        );
+        register(
+            &mut registry,
             names::RECONCILE_DURATION_SECONDS,
             "Duration of one reconcile pass",
             m.reconcile_duration.clone(),
@@ -276,6 +298,15 @@ impl Metrics {
             "The running build: version and git revision (always 1)",
             m.build_info.clone(),
         );
+        // Both triggers of the wake counter exist from the start.
+        for trigger in [
+            cocoon_api::contract::idle::WOKEN_BY_CONNECTION,
+            cocoon_api::contract::idle::WOKEN_BY_EXEC,
+        ] {
+            let _ = m.idle_wakes.get_or_create(&TriggerLabel {
+                trigger: trigger.into(),
+            });
+        }
         // Both outcomes of the phase histograms exist from the start.
         for result in [names::RESULT_OK, names::RESULT_TIMEOUT] {
             let labels = ResultLabel {
@@ -508,6 +539,35 @@ mod tests {
             text.matches("cocoonset=\"kept\"").count(),
             7,
             "every series of the other set stays: {text}"
+        );
+    }
+
+    #[test]
+    fn idle_suspends_and_wakes_are_counted_by_trigger() {
+        let m = Metrics::new();
+        let text = m.render();
+        assert!(
+            text.contains("cocoon_operator_idle_suspends_total 0"),
+            "{text}"
+        );
+        for trigger in ["connection", "exec"] {
+            let series = format!("cocoon_operator_idle_wakes_total{{trigger=\"{trigger}\"}} 0");
+            assert!(text.contains(&series), "{series} from the start: {text}");
+        }
+        m.idle_suspends.inc();
+        m.idle_wakes
+            .get_or_create(&TriggerLabel {
+                trigger: "exec".into(),
+            })
+            .inc();
+        let text = m.render();
+        assert!(
+            text.contains("cocoon_operator_idle_suspends_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cocoon_operator_idle_wakes_total{trigger=\"exec\"} 1"),
+            "{text}"
         );
     }
 }

@@ -475,8 +475,8 @@ async fn a_user_suspended_set_is_not_woken_and_the_connection_closes() {
         // Closed without a byte, however long the VM would take; the Event says why.
         let got = tokio::time::timeout(WAIT, talk(act_port, "hello".into())).await??;
         assert_eq!(got, "");
-        let (kind, note) = wait_event(&client, &ns, idle::reasons::WAKE_REFUSED).await?;
-        assert_eq!(kind, "Normal");
+        let (kind, note) = wait_event(&client, &ns, idle::reasons::WAKE_IGNORED).await?;
+        assert_eq!(kind, "Warning");
         assert!(note.contains("user suspended"), "{note}");
         let cs = sets.get("web").await?;
         assert!(cs.spec.suspend);
@@ -618,8 +618,8 @@ async fn a_vm_ip_outside_the_vm_networks_is_never_dialled() {
         set_up(&client, &ns, true).await?;
         // Closed without a byte; nothing ever reached the address the pod named.
         assert_eq!(tokio::time::timeout(WAIT, caller).await???, "");
-        let (kind, note) = wait_event(&client, &ns, idle::reasons::WAKE_REFUSED).await?;
-        assert_eq!(kind, "Normal");
+        let (kind, note) = wait_event(&client, &ns, idle::reasons::WAKE_IGNORED).await?;
+        assert_eq!(kind, "Warning");
         assert!(note.contains("ACTIVATOR_VM_CIDRS"), "{note}");
         let reached = tokio::time::timeout(Duration::from_millis(500), listener.accept()).await;
         assert!(reached.is_err(), "the activator dialled {VM_IP}:{port}");

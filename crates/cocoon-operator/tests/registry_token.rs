@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cocoon_api::contract::checkpoint::{CHECKPOINT_TAG, checkpoint_artifact};
+use cocoon_api::contract::checkpoint::{
+    CHECKPOINT_TAG, FROM_CHECKPOINT_ANNOTATION, checkpoint_artifact,
+};
 use cocoon_api::crd::checkpoint::{
     CheckpointSource, CocoonCheckpoint, CocoonCheckpointSpec, NameRef,
 };
@@ -101,11 +103,27 @@ impl Fixture {
         node: &str,
         image: Option<&str>,
     ) -> Result<(), BoxError> {
+        let annotations: Vec<(&str, &str)> = image.map(|i| (IMAGE, i)).into_iter().collect();
+        self.bind_pod_annotated(ns, name, node, &annotations).await
+    }
+
+    /// Pod `ns/name` bound to `node`, carrying `annotations`.
+    async fn bind_pod_annotated(
+        &self,
+        ns: &str,
+        name: &str,
+        node: &str,
+        annotations: &[(&str, &str)],
+    ) -> Result<(), BoxError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let annotations: std::collections::BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         let pod = Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                annotations: image.map(|i| [(IMAGE.to_owned(), i.to_owned())].into()),
+                annotations: (!annotations.is_empty()).then_some(annotations),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -369,6 +387,153 @@ async fn checkpoint_repositories_are_reached_only_through_their_checkpoint() {
         .await?;
         let m = node_b.get_manifest(&repo, &tag(CHECKPOINT_TAG)).await?;
         assert!(String::from_utf8_lossy(&m.bytes).contains("img:1"));
+        Ok::<(), BoxError>(())
+    })
+    .await;
+}
+
+/// Creates CocoonCheckpoint `ns/name` (a pod source), hands it to `node` (`Pending`, as the
+/// operator does) and returns its derived repository.
+async fn pending_checkpoint(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+) -> Result<String, BoxError> {
+    let ckpts: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), ns);
+    let spec = CocoonCheckpointSpec {
+        source: CheckpointSource {
+            pod_ref: Some(NameRef {
+                name: "main".into(),
+            }),
+            cocoon_set_ref: None,
+        },
+    };
+    let created = ckpts
+        .create(&PostParams::default(), &CocoonCheckpoint::new(name, spec))
+        .await?;
+    let uid = created.metadata.uid.ok_or("uid")?;
+    set_checkpoint_phase(client, ns, name, node, "Pending").await?;
+    Ok(checkpoint_artifact(ns, name, &uid)?.repository)
+}
+
+/// Writes `status.phase` (and `status.node`) of checkpoint `ns/name`.
+async fn set_checkpoint_phase(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    phase: &str,
+) -> Result<(), BoxError> {
+    let ckpts: Api<CocoonCheckpoint> = Api::namespaced(client.clone(), ns);
+    let status = serde_json::json!({"status": {"phase": phase, "node": node}});
+    ckpts
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await?;
+    Ok(())
+}
+
+/// Issue 38: a forked main's node pulls a checkpoint repository through its pod's
+/// `cocoonset.cocoonstack.io/from-checkpoint`, which names a checkpoint of the pod's own
+/// namespace and only once it is `Ready`. The same name in another namespace, or a checkpoint
+/// still being taken, gives the node nothing.
+#[tokio::test]
+async fn a_forked_main_pulls_only_the_ready_checkpoint_its_namespace_names() {
+    cocoon_testenv::run_test(|env| async move {
+        let f = Fixture::start(env).await?;
+        let own = cocoon_testenv::create_namespace(&f.client, "rt-fork").await?;
+        let other = cocoon_testenv::create_namespace(&f.client, "rt-fork-b").await?;
+        let (a, b) = (f.node_a.name().to_owned(), f.node_b.name().to_owned());
+        let as_error = |e: BoxError| {
+            *e.downcast::<cocoon_registry::Error>()
+                .expect("registry error")
+        };
+        // Three checkpoints taken on node A, each with its artifact: `golden` of each namespace
+        // (the same name) Ready, and `wip` of the fork's namespace still Pushing.
+        let own_repo = pending_checkpoint(&f.client, &own, "golden", &a).await?;
+        let other_repo = pending_checkpoint(&f.client, &other, "golden", &a).await?;
+        let wip_repo = pending_checkpoint(&f.client, &own, "wip", &a).await?;
+        let node_a = f.registry_as(Some(&f.token_a))?;
+        for (repo, image) in [
+            (&own_repo, "own:1"),
+            (&other_repo, "other:1"),
+            (&wip_repo, "wip:1"),
+        ] {
+            push_tag(&node_a, repo, CHECKPOINT_TAG, image).await?;
+        }
+        set_checkpoint_phase(&f.client, &own, "golden", &a, "Ready").await?;
+        set_checkpoint_phase(&f.client, &other, "golden", &a, "Ready").await?;
+        set_checkpoint_phase(&f.client, &own, "wip", &a, "Pushing").await?;
+
+        // Before any forked main is bound to it, node B pulls no checkpoint.
+        refused(
+            "node B pulls a checkpoint no pod of it starts from",
+            f.registry_as(Some(&f.token_b))?
+                .get_manifest(&own_repo, &tag(CHECKPOINT_TAG))
+                .await,
+        );
+        // A forked main of the checkpoint's namespace on node B, naming it (no image
+        // annotation: the grant comes from the annotation alone).
+        f.bind_pod_annotated(
+            &own,
+            "fork-0",
+            &b,
+            &[(FROM_CHECKPOINT_ANNOTATION, "golden")],
+        )
+        .await?;
+        // A fresh client: a token already issued lives out its short TTL.
+        let node_b = f.registry_as(Some(&f.token_b))?;
+        let m = node_b.get_manifest(&own_repo, &tag(CHECKPOINT_TAG)).await?;
+        assert!(
+            String::from_utf8_lossy(&m.bytes).contains("own:1"),
+            "node B pulled its namespace's checkpoint"
+        );
+        // The attack: the same name resolves in the pod's namespace only; the other
+        // namespace's `golden` stays out of reach.
+        refused(
+            "node B pulls another namespace's checkpoint of the same name",
+            node_b.get_manifest(&other_repo, &tag(CHECKPOINT_TAG)).await,
+        );
+        // A pull grant, never a push.
+        refused(
+            "node B pushes over the checkpoint it forks from",
+            push_tag(&node_b, &own_repo, CHECKPOINT_TAG, "forged:1")
+                .await
+                .map_err(as_error),
+        );
+        // A forked main naming a checkpoint that is not Ready yet gets nothing.
+        f.bind_pod_annotated(&own, "early-0", &b, &[(FROM_CHECKPOINT_ANNOTATION, "wip")])
+            .await?;
+        let node_b = f.registry_as(Some(&f.token_b))?;
+        refused(
+            "node B pulls a checkpoint that is not Ready",
+            node_b.get_manifest(&wip_repo, &tag(CHECKPOINT_TAG)).await,
+        );
+        // Once it is Ready, it does.
+        set_checkpoint_phase(&f.client, &own, "wip", &a, "Ready").await?;
+        let node_b = f.registry_as(Some(&f.token_b))?;
+        let m = node_b.get_manifest(&wip_repo, &tag(CHECKPOINT_TAG)).await?;
+        assert!(String::from_utf8_lossy(&m.bytes).contains("wip:1"));
+        // A pod of the other namespace naming `golden` gives node B that namespace's: the
+        // rule follows the pod's namespace, not the name.
+        f.bind_pod_annotated(
+            &other,
+            "fork-0",
+            &b,
+            &[(FROM_CHECKPOINT_ANNOTATION, "golden")],
+        )
+        .await?;
+        let node_b = f.registry_as(Some(&f.token_b))?;
+        let m = node_b
+            .get_manifest(&other_repo, &tag(CHECKPOINT_TAG))
+            .await?;
+        assert!(String::from_utf8_lossy(&m.bytes).contains("other:1"));
+        // And node A, where none of these pods runs, pulls none of the Ready ones.
+        let node_a = f.registry_as(Some(&f.token_a))?;
+        refused(
+            "node A pulls a Ready checkpoint no pod of it starts from",
+            node_a.get_manifest(&own_repo, &tag(CHECKPOINT_TAG)).await,
+        );
         Ok::<(), BoxError>(())
     })
     .await;

@@ -5,6 +5,7 @@
 use std::io::{IsTerminal, Write};
 
 use cocoon_api::contract::annotations as ann;
+use cocoon_api::contract::idle;
 use cocoon_api::crd::hibernation::{CocoonHibernation, CocoonHibernationSpec, Desire, PodRef};
 use cocoon_api::crd::set::CocoonSet;
 use futures::StreamExt;
@@ -253,8 +254,15 @@ async fn write_suspend(
             e,
         ))
     })?;
-    let patch = json!({"spec": {"suspend": suspend}});
-    let unchanged = cs.spec.suspend == suspend;
+    // The user's suspend or resume owns the set's suspend: the idle mark goes with it, so no
+    // connection or exec wakes what the user suspended (issue 39), and suspending an
+    // idle-suspended set makes it the user's.
+    let idle_marked = cs.annotations().contains_key(idle::IDLE_SUSPENDED);
+    let mut patch = json!({"spec": {"suspend": suspend}});
+    if idle_marked {
+        patch["metadata"] = idle::user_owns_suspend_patch()["metadata"].clone();
+    }
+    let unchanged = cs.spec.suspend == suspend && !idle_marked;
     if flags.dry_run == DryRun::Client {
         let shown = dryrun::Shown::client_patch(&cs, &patch, unchanged).map_err(fail)?;
         return Ok(Wrote::DryRun(shown));

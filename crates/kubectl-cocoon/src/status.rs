@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use cocoon_api::crd::hibernation::CocoonHibernation;
-use cocoon_api::crd::set::CocoonSet;
+use cocoon_api::crd::set::{CocoonSet, WakeOn};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -170,6 +170,9 @@ pub(crate) fn render(snap: &Snapshot, detail: bool, all_ns: bool, view: &View) -
                 let (h, c) = view::member_cells(&members);
                 out.push_str(&table::render_with(&h, &c, color, headers_shown));
             }
+            if let Some(line) = idle_line(s, now) {
+                out.push_str(&line);
+            }
             for c in s
                 .status
                 .as_ref()
@@ -184,6 +187,39 @@ pub(crate) fn render(snap: &Snapshot, detail: bool, all_ns: bool, view: &View) -
         }
     }
     out
+}
+
+/// The set's `spec.idle` and `status.idle` in one line of the detail view (issue 39), or
+/// `None` for a set without `spec.idle`.
+fn idle_line(s: &CocoonSet, now: Timestamp) -> Option<String> {
+    let spec = s.spec.idle.as_ref()?;
+    let mut parts = vec![format!(
+        "suspendAfter={}",
+        spec.suspend_after.as_deref().unwrap_or("off")
+    )];
+    if !spec.ports.is_empty() {
+        let ports: Vec<String> = spec.ports.iter().map(i32::to_string).collect();
+        parts.push(format!("ports={}", ports.join(",")));
+    }
+    let wake: Vec<&str> = [(WakeOn::Connect, "connect"), (WakeOn::Exec, "exec")]
+        .into_iter()
+        .filter(|(w, _)| spec.wakes_on(*w))
+        .map(|(_, name)| name)
+        .collect();
+    parts.push(format!("wakeOn={}", wake.join(",")));
+    let last = s.status.as_ref().and_then(|st| st.idle.as_ref()).map(|i| {
+        let at = i.last_activity.parse::<Timestamp>().ok();
+        format!(
+            "; last activity {} {} ago",
+            i.last_activity_kind,
+            view::age(at, now)
+        )
+    });
+    Some(format!(
+        "  Idle: {}{}\n",
+        parts.join(" "),
+        last.unwrap_or_default()
+    ))
 }
 
 /// `status [NAME…] [-A] [-l] [-o] [-w]`.
@@ -316,5 +352,44 @@ async fn watch_loop(
             let _ = out.flush();
         }
         last_draw = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cocoon_api::crd::set::{CocoonSetSpec, CocoonSetStatus, IdleSpec, IdleStatus};
+
+    use super::*;
+
+    #[test]
+    fn the_detail_view_says_the_idle_limit_and_the_last_activity() {
+        let mut cs = CocoonSet::new("demo", CocoonSetSpec::with_image("img"));
+        let now: Timestamp = "2026-12-07T22:01:30Z".parse().expect("time");
+        assert_eq!(idle_line(&cs, now), None, "no spec.idle: no line");
+        cs.spec.idle = Some(IdleSpec {
+            suspend_after: Some("10m".into()),
+            ports: vec![7000, 7001],
+            wake_on: vec![WakeOn::Exec],
+        });
+        assert_eq!(
+            idle_line(&cs, now).as_deref(),
+            Some("  Idle: suspendAfter=10m ports=7000,7001 wakeOn=exec\n")
+        );
+        cs.status = Some(CocoonSetStatus {
+            idle: Some(IdleStatus {
+                last_activity: "2026-12-07T22:00:00Z".into(),
+                last_activity_kind: "session".into(),
+            }),
+            ..CocoonSetStatus::default()
+        });
+        if let Some(i) = cs.spec.idle.as_mut() {
+            i.wake_on.clear();
+        }
+        assert_eq!(
+            idle_line(&cs, now).as_deref(),
+            Some(
+                "  Idle: suspendAfter=10m ports=7000,7001 wakeOn=connect,exec; last activity session 90s ago\n"
+            )
+        );
     }
 }

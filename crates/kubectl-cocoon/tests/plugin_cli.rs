@@ -539,3 +539,42 @@ async fn logs_names_the_member_and_reports_what_the_api_server_refuses() {
     })
     .await;
 }
+
+/// Issue 39: the plugin's suspend and resume are the user's: they take the idle mark away, so
+/// no connection or exec wakes what a user suspended, and suspending an idle-suspended set
+/// makes the suspend the user's.
+#[tokio::test]
+async fn suspend_and_resume_take_the_idle_mark_away() {
+    use cocoon_api::contract::idle;
+    use kube::ResourceExt;
+    use kube::api::{Patch, PatchParams};
+    cocoon_testenv::run_test(|env| async move {
+        let client = env.client()?;
+        let ns = cocoon_testenv::create_namespace(&client, "cli-idle").await?;
+        create_set(&client, &ns, "demo").await?;
+        let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
+        let idle_suspend = serde_json::json!({
+            "metadata": {"annotations": {idle::IDLE_SUSPENDED: "2026-12-07T22:00:00Z"}},
+            "spec": {"suspend": true},
+        });
+        let marked = |cs: &CocoonSet| cs.annotations().contains_key(idle::IDLE_SUSPENDED);
+        for verb in ["suspend", "resume"] {
+            // The operator's idle suspend (its patch, as it writes it).
+            sets.patch(
+                "demo",
+                &PatchParams::apply(idle::IDLE_FIELD_MANAGER),
+                &Patch::Merge(&idle_suspend),
+            )
+            .await?;
+            assert!(marked(&sets.get("demo").await?));
+            let out = run(env, &["-n", &ns, verb, "demo", "--wait=false"]).await;
+            assert_eq!(out.status.code(), Some(0), "{verb}: {}", text(&out.stderr));
+            let cs = sets.get("demo").await?;
+            assert!(!marked(&cs), "{verb} took the idle mark away");
+            assert_eq!(cs.spec.suspend, verb == "suspend", "{verb}");
+        }
+        cocoon_testenv::delete_namespace(&client, &ns).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })
+    .await;
+}

@@ -53,6 +53,10 @@ pub const WOKEN_BY: &str = "cocoonset.cocoonstack.io/woken-by";
 pub const WOKEN_BY_CONNECTION: &str = "connection";
 /// Value of [`WOKEN_BY`] for an exec or attach.
 pub const WOKEN_BY_EXEC: &str = "exec";
+/// Operator-owned: the RFC3339 time of the newest [`WAKE_REQUEST`] the operator acted on —
+/// woke the set for it (written with the wake), or refused it (a user's suspend, or `exec` not
+/// in `wakeOn`: told by one Event, not one per pass). An older request is an old one.
+pub const WAKE_HANDLED: &str = "cocoonset.cocoonstack.io/wake-request-handled";
 
 // ---- field managers ----
 
@@ -88,9 +92,10 @@ pub mod reasons {
     pub const ACTIVATOR_FULL: &str = "ActivatorFull";
     /// Warning: a Service of the set's name exists and is not the operator's.
     pub const SERVICE_CONFLICT: &str = "ServiceConflict";
-    /// A connection reached a suspended set that it may not wake (a user's suspend, or
-    /// `wakeOn` without `connect`) and was closed.
-    pub const WAKE_REFUSED: &str = "WakeRefused";
+    /// Warning: an exec or a connection asked to wake a set that a user suspended, or whose
+    /// `wakeOn` lacks that kind (or, for a connection, whose VM IP is outside the activator's
+    /// `ACTIVATOR_VM_CIDRS`): the set stays suspended (the connection is closed).
+    pub const WAKE_IGNORED: &str = "WakeIgnored";
 }
 
 /// What the last activity of a VM was.

@@ -28,6 +28,11 @@ pub mod operator {
     /// Counter {namespace, cocoonset}: each `Migrating` pass seeing the restored main
     /// Unschedulable. Name chosen (unspecified by the spec) after the family's pattern.
     pub const MIGRATE_UNSCHEDULABLE_TOTAL: &str = "cocoon_operator_migrate_unschedulable_total";
+    /// Counter: each idle suspend the operator announced (issue 39).
+    pub const IDLE_SUSPENDS_TOTAL: &str = "cocoon_operator_idle_suspends_total";
+    /// Counter {trigger = `connection` | `exec`}: each wake of an idle-suspended set the
+    /// operator announced (issue 39).
+    pub const IDLE_WAKES_TOTAL: &str = "cocoon_operator_idle_wakes_total";
     /// Histogram {controller}: reconcile duration (recommended; name chosen).
     pub const RECONCILE_DURATION_SECONDS: &str = "cocoon_operator_reconcile_duration_seconds";
     /// Counter {controller, kind}: reconcile failures by error kind (recommended; name chosen).

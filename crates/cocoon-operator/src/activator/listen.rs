@@ -337,13 +337,17 @@ impl Activator {
                 Step::Wait => Seen::Waiting,
                 Step::Serve(ip) => Seen::Serve(ip),
                 Step::Refuse(r) => {
-                    if !refused && let Some(s) = &set {
+                    if !refused {
                         refused = true;
-                        info!(namespace = %key.0, set = %key.1, why = ?r, "activator: not woken");
-                        self.event(
-                            s,
-                            EventType::Normal,
-                            reasons::WAKE_REFUSED,
+                        let target = Target {
+                            namespace: key.0.clone(),
+                            set: key.1.clone(),
+                            port: 0,
+                        };
+                        self.event_once(
+                            &target,
+                            EventType::Warning,
+                            reasons::WAKE_IGNORED,
                             r.message().into(),
                         )
                         .await;

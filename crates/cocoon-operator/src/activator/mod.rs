@@ -23,7 +23,7 @@
 //! closed (Warning `ActivatorFull`). Else one flight per set, however many connections wait:
 //! an idle-suspended set whose `wakeOn` admits `connect` is resumed once
 //! ([`cocoon_api::contract::idle::wake_patch`], field manager `cocoon-activator`); a set the
-//! user suspended is not (the connection is closed, a Normal `WakeRefused` says why). Each
+//! user suspended is not (the connection is closed, a Warning `WakeIgnored` says why). Each
 //! connection then dials the main VM's IP and its port until it answers, at most
 //! `ACTIVATOR_WAKE_WAIT` (then it is closed, Warning `WakeWaitExceeded`), and splices.
 

@@ -126,6 +126,17 @@ fn skeleton(
     let mut annotations = BTreeMap::new();
     GenerationStamp(cs.metadata.generation.unwrap_or(0)).apply_to(&mut annotations);
     spec.apply_to(&mut annotations);
+    // Issue 39: the set's idle limit, so the node publishes activity often enough (not a
+    // drift rule: the idle step patches it as the spec changes).
+    if let Some(after) = cs
+        .spec
+        .idle
+        .as_ref()
+        .filter(|i| i.suspend_after().is_some())
+        .and_then(|i| i.suspend_after.clone())
+    {
+        annotations.insert(cocoon_api::contract::idle::SUSPEND_AFTER.into(), after);
+    }
     Pod {
         metadata: ObjectMeta {
             name: Some(pod_name.to_string()),

@@ -282,3 +282,28 @@ fn pod_facts() {
     assert!(pods::is_terminal(&phase(p.clone(), "Failed")));
     assert!(pods::is_terminal(&with(p, ann::LIFECYCLE_STATE, "failed")));
 }
+
+#[test]
+fn members_carry_the_idle_limit_and_it_is_no_drift() {
+    use cocoon_api::contract::idle::SUSPEND_AFTER;
+    use cocoon_api::crd::set::IdleSpec;
+    let plain = set();
+    let main = pods::build_agent_pod(&plain, NS, 0, "", None);
+    assert!(
+        !main.annotations().contains_key(SUSPEND_AFTER),
+        "no spec.idle"
+    );
+    let mut idle = set();
+    idle.spec.idle = Some(IdleSpec {
+        suspend_after: Some("90s".into()),
+        ..IdleSpec::default()
+    });
+    let main = pods::build_agent_pod(&idle, NS, 0, "", None);
+    assert_eq!(
+        main.annotations().get(SUSPEND_AFTER).map(String::as_str),
+        Some("90s")
+    );
+    // The idle step patches it as the spec changes; the pod is not rebuilt for it.
+    assert_eq!(pods::agent_drift(&plain, NS, 0, &main), None);
+    assert_eq!(pods::agent_drift(&idle, NS, 0, &main), None);
+}

@@ -1,5 +1,5 @@
 //! The seed's reconcile steps as pure planners, one module per step: teardown (2),
-//! finalizer (3), classify (4), stamp (5), suspend (6), failed_main (7), migrate (8),
+//! finalizer (3), classify (4), stamp (5), idle (issue 39, between 5 and 6), suspend (6), failed_main (7), migrate (8),
 //! release_wake (9), unsuspend (10), main_agent (11), sub_agents (12), toolboxes (13) and
 //! status (14). A step with rules of its own is a folder: `mod.rs` the planner, `rules.rs`
 //! the pure rules, `rules_tests.rs` their table tests. The rules several steps share are in
@@ -17,6 +17,7 @@
 pub mod classify;
 pub mod failed_main;
 pub mod finalizer;
+pub mod idle;
 pub mod main_agent;
 #[cfg(test)]
 mod main_agent_tests;
@@ -147,6 +148,14 @@ pub enum Write {
     /// Fail the pass with the first registry error of the step's last [`Read::Probe`], the
     /// failed call and `step` as its context (nothing when it had none).
     FailProbe { step: &'static str },
+    /// Merge-patch the set (its spec) with `patch` as `field_manager`, under the
+    /// resourceVersion precondition the patch carries (the executor puts in the newest
+    /// version the pass knows): a conflict is someone's write in between, logged, and the
+    /// plan goes on (the idle suspend and the exec wake, issue 39).
+    SpecPatch {
+        patch: serde_json::Value,
+        field_manager: &'static str,
+    },
 }
 
 /// What a step tells beside its writes: a log line, a metric increment, an Event, or a fact
@@ -218,6 +227,10 @@ pub enum Counter {
     SlotReleasePodsDeleted,
     /// The set's `migrate_unschedulable`.
     MigrateUnschedulable,
+    /// `idle_suspends`.
+    IdleSuspend,
+    /// `idle_wakes{trigger}`.
+    IdleWake { trigger: &'static str },
 }
 
 /// A read a step needs before it can go on; the executor fetches it into [`Answers`].

@@ -1,4 +1,5 @@
-//! One walk of the seed's steps over one set: the order of steps 2–14 and the in-memory view
+//! One walk of the seed's steps over one set: the order of steps 2–14 (and the idle step of
+//! issue 39 between 5 and 6) and the in-memory view
 //! every step observes (the set with the walk's own writes mirrored in, the step-4
 //! classification, the pending step-5 stamps). The executor ([`executor`]) applies what the
 //! steps plan, with the API writes it is made of.
@@ -93,6 +94,10 @@ impl Walk<'_> {
         .await?;
         self.classify(pending_creates);
         self.stamp_generation();
+        self.step(Step::new("5.9 idle"), |o, _, t| {
+            steps::idle::plan(o, t.utc, t.status)
+        })
+        .await?;
         self.step(Step::new("6 suspend"), |o, a, t| {
             steps::suspend::plan(o, a, t.utc)
         })

@@ -333,6 +333,10 @@ impl Walk<'_> {
             Write::PostPods { pods, at_once } => return self.post_pods(&pods, at_once).await,
             Write::Fail(message) => return Err(Error::Invalid(message)),
             Write::ReclaimTags { vms, step } => self.reclaim_tags(&vms, step).await?,
+            Write::SpecPatch {
+                patch,
+                field_manager,
+            } => self.patch_spec(patch, field_manager).await?,
             Write::FailProbe { step } => {
                 if let Some((what, e)) = self.probe_error.take() {
                     return Err(Error::registry(step, what, e));
@@ -388,6 +392,16 @@ impl Walk<'_> {
                     Counter::MigrateUnschedulable => {
                         m.migrate_unschedulable
                             .get_or_create(&self.set_labels())
+                            .inc();
+                    }
+                    Counter::IdleSuspend => {
+                        m.idle_suspends.inc();
+                    }
+                    Counter::IdleWake { trigger } => {
+                        m.idle_wakes
+                            .get_or_create(&crate::metrics::TriggerLabel {
+                                trigger: trigger.to_owned(),
+                            })
                             .inc();
                     }
                     Counter::SlotReleaseWakeUnschedulable => {

@@ -130,6 +130,46 @@ impl Walk<'_> {
         }
     }
 
+    /// [`crate::cocoonset::steps::Write::SpecPatch`]: a merge patch of the set as
+    /// `field_manager`, its precondition the newest resourceVersion this pass knows (its own
+    /// writes included). A conflict means someone else wrote the set since: logged, and the
+    /// pass goes on (its plan ends it; the next pass decides on what was written).
+    pub(super) async fn patch_spec(
+        &mut self,
+        mut patch: Value,
+        field_manager: &'static str,
+    ) -> Result<(), Error> {
+        if let (Some(version), Some(meta)) = (
+            self.versions.last(),
+            patch.get_mut("metadata").and_then(Value::as_object_mut),
+        ) {
+            meta.insert("resourceVersion".into(), Value::String(version.clone()));
+        }
+        self.ctx.write(line!())?;
+        info!(name = %self.name, field_manager, %patch, "patching the set");
+        let params = PatchParams {
+            field_manager: Some(field_manager.to_owned()),
+            ..PatchParams::default()
+        };
+        match self
+            .sets
+            .patch(&self.name, &params, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(patched) => {
+                self.versions.extend(patched.resource_version());
+                self.ctx.memory.wrote_set(self.set_base.as_deref(), patched);
+                self.changed = true;
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                info!(name = %self.name, field_manager, "the set changed in between; the next pass decides again");
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Removes VMs from the reclaim record (the image rule and the sub-agent pre-create drop).
     pub(super) async fn forget_vms(&mut self, vms: &[String]) -> Result<(), Error> {
         if vms.is_empty() {
