@@ -62,7 +62,11 @@ extraEnv. Rendered as a YAML list (nothing when empty). */}}
     (list "LEADER_ELECT_RENEW_DEADLINE" $v.leaderElection.renewDeadline)
     (list "LEADER_ELECT_RETRY_PERIOD" $v.leaderElection.retryPeriod)
     (list "OPERATOR_LOG_LEVEL" $v.logging.level)
-    (list "OPERATOR_LOG_FORMAT" $v.logging.format) }}
+    (list "OPERATOR_LOG_FORMAT" $v.logging.format)
+    (list "ACTIVATOR_PORTS" (($v.activator).ports))
+    (list "ACTIVATOR_WAKE_WAIT" (($v.activator).wakeWait))
+    (list "ACTIVATOR_MAX_CONNECTIONS" (($v.activator).maxConnections))
+    (list "ACTIVATOR_VM_CIDRS" (($v.activator).vmCidrs)) }}
 {{- $value := index $pair 1 }}
 {{- if and (not (kindIs "invalid" $value)) (ne (toString $value) "") }}
 {{- $env = append $env (dict "name" (index $pair 0) "value" (toString $value)) }}

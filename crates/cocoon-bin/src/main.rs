@@ -127,6 +127,23 @@ struct RunArgs {
     /// Reconcile only the resources of this namespace (default: every namespace).
     #[arg(long, env = "WATCH_NAMESPACE", value_name = "NAMESPACE")]
     watch_namespace: Option<String>,
+    /// Wake on connect: the address the activator listens on and advertises (default the pod
+    /// IP, `POD_IP`; neither set: this replica runs no activator).
+    #[arg(long, env = "ACTIVATOR_ADDR", value_name = "IP")]
+    activator_addr: Option<String>,
+    /// The activator port pool, `first-last` (default 40000-40999): one port per set port.
+    #[arg(long, env = "ACTIVATOR_PORTS", value_name = "RANGE")]
+    activator_ports: Option<String>,
+    /// How long a connection to a waking set waits for its VM (Go duration, default 60s).
+    #[arg(long, env = "ACTIVATOR_WAKE_WAIT", value_name = "DURATION")]
+    activator_wake_wait: Option<String>,
+    /// Most connections the activator holds at once (default 1000).
+    #[arg(long, env = "ACTIVATOR_MAX_CONNECTIONS", value_name = "N")]
+    activator_max_connections: Option<String>,
+    /// Comma-separated CIDRs the activator may dial VMs in (default: any IP a main pod's
+    /// `vm.cocoonstack.io/ip` names, which a tenant can write).
+    #[arg(long, env = "ACTIVATOR_VM_CIDRS", value_name = "CIDRS")]
+    activator_vm_cidrs: Option<String>,
     /// Log level (error, warn, info, debug, trace).
     #[arg(long, env = "OPERATOR_LOG_LEVEL", default_value = "info")]
     log_level: String,
@@ -235,6 +252,29 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         cocoon_operator::leader::Leadership::always()
     };
     metrics.watch_leadership(leadership.clone());
+    let identity = std::env::var("POD_NAME")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| format!("cocoon-operator-{}", std::process::id()));
+    let activator_config = {
+        use cocoon_operator::activator::env;
+        let flags = [
+            (env::ADDR, args.activator_addr.clone()),
+            (env::PORTS, args.activator_ports.clone()),
+            (env::WAKE_WAIT, args.activator_wake_wait.clone()),
+            (env::MAX_CONNECTIONS, args.activator_max_connections.clone()),
+            (env::VM_CIDRS, args.activator_vm_cidrs.clone()),
+        ];
+        cocoon_operator::activator::Config::from_env(
+            &|var| match flags.iter().find(|(k, _)| *k == var) {
+                Some((_, v)) => v.clone(),
+                None => std::env::var(var).ok(),
+            },
+            &args_lease_namespace(),
+            &identity,
+        )
+        .context("activator configuration")?
+    };
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -262,6 +302,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         )
         .with_leadership(leadership.clone()),
     );
+    let services = Arc::new(
+        cocoon_operator::activator::service::Context::new(
+            client.clone(),
+            recorder.clone(),
+            metrics.clone(),
+            &activator_config,
+        )
+        .with_leadership(leadership.clone()),
+    );
+    let activator_recorder = recorder.clone();
     let sets = Arc::new(
         cocoonset::Context::new(
             client.clone(),
@@ -303,10 +353,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if config.leader_elect {
         // Every replica keeps its caches warm; only the Lease holder reconciles.
         let namespace = args_lease_namespace();
-        let identity = std::env::var("POD_NAME")
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| format!("cocoon-operator-{}", std::process::id()));
+        let identity = identity.clone();
         info!(lease = cocoon_operator::leader::LEASE_NAME, namespace = %namespace, identity = %identity, timing = ?config.election, "leader election on");
         let mut stop_lease = stop_tx.subscribe();
         let (c, l, timing) = (client.clone(), leadership.clone(), config.election);
@@ -317,15 +364,58 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .await;
         });
     }
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop_tx.send(());
-    });
     let watch_namespace = args
         .watch_namespace
         .as_deref()
         .map(str::trim)
         .filter(|n| !n.is_empty());
+    // Wake on connect (README "Idle suspend and wake on connect"): the Service/EndpointSlice
+    // controller writes only on the leader; the activator listens on every replica.
+    {
+        let mut stop = stop_tx.subscribe();
+        let ns = watch_namespace.map(str::to_owned);
+        tokio::spawn(async move {
+            cocoon_operator::activator::service::run(services, ns.as_deref(), async move {
+                let _ = stop.recv().await;
+            })
+            .await;
+        });
+    }
+    match activator_config.addr {
+        Some(addr) => {
+            info!(%addr, ports = ?activator_config.ports, wake_wait = ?activator_config.wake_wait, max_connections = activator_config.max_connections, vm_networks = ?activator_config.vm_networks, "activator on");
+            if activator_config.vm_networks.is_empty() {
+                tracing::warn!(
+                    "ACTIVATOR_VM_CIDRS is unset: the activator dials any IP a main pod's vm.cocoonstack.io/ip names"
+                );
+            }
+            let activator = cocoon_operator::activator::listen::Activator::new(
+                client.clone(),
+                activator_recorder,
+                metrics.clone(),
+                activator_config.clone(),
+                addr,
+            );
+            let (mut stop_a, mut stop_l) = (stop_tx.subscribe(), stop_tx.subscribe());
+            tokio::spawn(activator.run(async move {
+                let _ = stop_a.recv().await;
+            }));
+            tokio::spawn(cocoon_operator::activator::advertise::publish(
+                client.clone(),
+                activator_config.namespace.clone(),
+                activator_config.identity.clone(),
+                addr,
+                async move {
+                    let _ = stop_l.recv().await;
+                },
+            ));
+        }
+        None => info!("activator off: neither ACTIVATOR_ADDR nor POD_IP is set"),
+    }
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(());
+    });
     let controllers = futures::future::join3(
         hibernation::run(
             hib.clone(),

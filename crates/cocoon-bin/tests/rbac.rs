@@ -348,6 +348,8 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
         // The real binary, as the ServiceAccount, leader election on (Lease in cocoon-system),
         // its metrics secured (the default).
         let metrics_port = cocoon_testenv::free_ports(1)?[0];
+        // The activator listens on an address the API server accepts in an EndpointSlice.
+        cocoon_testenv::ensure_loopback_address(cocoon_testenv::KUBELET_NODE_IP)?;
         let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_cocoon-operator"))
             .arg("run")
             .env("KUBECONFIG", &kubeconfig)
@@ -357,6 +359,8 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
             .env("METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
             .env("PROBE_ADDR", "127.0.0.1:0")
             .env("COCOON_REQUEUE_INTERVAL", "1s")
+            .env("ACTIVATOR_ADDR", cocoon_testenv::KUBELET_NODE_IP)
+            .env("ACTIVATOR_PORTS", "42100-42109")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -397,6 +401,33 @@ async fn shipped_rbac_grants_exactly_what_the_operator_binary_calls() {
                 && cs.status.as_ref().is_some_and(|s| s.ready_agents == 2)
         })
         .await?;
+
+        // Wake on connect: ports on the set give it a Service and an EndpointSlice (and the
+        // activator pool its ports), a port more patches them, no ports deletes them.
+        let services: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(admin.clone(), &ns);
+        for ports in [vec![7000], vec![7000, 7001], vec![]] {
+            sets.patch(
+                "a",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"idle": {"ports": ports.clone()}}})),
+            )
+            .await?;
+            cocoon_testenv::wait_until(
+                &format!("Service a with ports {ports:?}"),
+                WAIT,
+                || async {
+                    let svc = services.get_opt("a").await.ok()?;
+                    let have: Vec<i32> = svc
+                        .iter()
+                        .flat_map(|s| s.spec.iter().flat_map(|s| s.ports.iter().flatten()))
+                        .map(|p| p.port)
+                        .collect();
+                    (have == ports && (ports.is_empty() == svc.is_none())).then_some(())
+                },
+            )
+            .await?;
+        }
 
         // The agents' kubelet API under the node role: `kubectl logs` through the API server
         // (its client certificate, authorized with a SubjectAccessReview) works, and a bearer

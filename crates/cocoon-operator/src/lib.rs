@@ -1,6 +1,7 @@
 //! The cocoon operator: the CocoonHibernation and CocoonSet controllers, their metrics and
 //! admin server. The `cocoon-operator` binary (crates/cocoon-bin) is a thin CLI over it.
 
+pub mod activator;
 pub mod admin;
 pub mod checkpoint;
 pub mod cocoonset;

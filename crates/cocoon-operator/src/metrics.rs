@@ -168,6 +168,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabel, Histogram>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub build_info: Family<BuildLabels, Gauge>,
+    /// The activator's (wake on connect).
+    pub activator: crate::activator::metrics::ActivatorMetrics,
     live: Arc<Live>,
 }
 
@@ -208,6 +210,7 @@ impl Metrics {
             reconcile_duration: Family::new_with_constructor(reconcile_histogram),
             reconcile_errors: Family::default(),
             build_info: Family::default(),
+            activator: Default::default(),
             live: Arc::default(),
             registry: Registry::default(),
         };
@@ -312,6 +315,7 @@ impl Metrics {
             let _ = m.hibernate_phase_duration.get_or_create(&labels);
             let _ = m.wake_phase_duration.get_or_create(&labels);
         }
+        m.activator.register(&mut registry);
         registry.register_collector(Box::new(LiveCollector(m.live.clone())));
         registry.register_collector(Box::new(ProcessCollector::new()));
         Metrics { registry, ..m }

@@ -757,9 +757,16 @@ fn find_on_path(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Adds [`KUBELET_NODE_IP`]`/32` to `lo` unless it is there. Another test process may add it
-/// at the same moment, so a refused add counts when the address is there afterwards.
+/// Adds [`KUBELET_NODE_IP`]`/32` to `lo` unless it is there.
 fn ensure_node_ip() -> Result<()> {
+    ensure_loopback_address(KUBELET_NODE_IP)
+}
+
+/// Adds `addr/32` to `lo` unless it is there: an address of this host that the API server
+/// accepts in an EndpointSlice (it refuses loopback ones) and nothing outside reaches (use
+/// one of 198.18.0.0/15, the benchmarking range). Another test process may add it at the same
+/// moment, so a refused add counts when the address is there afterwards.
+pub fn ensure_loopback_address(addr: &str) -> Result<()> {
     let ip = find_on_path("ip").ok_or_else(|| Error::MissingBinary {
         what: "ip (iproute2)".into(),
         path: "ip".into(),
@@ -770,16 +777,12 @@ fn ensure_node_ip() -> Result<()> {
             .args(["-4", "-o", "addr", "show", "dev", "lo"])
             .output()
             .map_err(|e| Error::io("running ip addr show dev lo", e))?;
-        Ok(has_address(
-            &String::from_utf8_lossy(&out.stdout),
-            KUBELET_NODE_IP,
-        ))
+        Ok(has_address(&String::from_utf8_lossy(&out.stdout), addr))
     };
     if present()? {
         return Ok(());
     }
-    let added =
-        run(Command::new(&ip).args(["addr", "add", &format!("{KUBELET_NODE_IP}/32"), "dev", "lo"]));
+    let added = run(Command::new(&ip).args(["addr", "add", &format!("{addr}/32"), "dev", "lo"]));
     match added {
         Err(_) if present()? => Ok(()),
         other => other,

@@ -32,7 +32,8 @@ pub use error::{Error, Result};
 pub use identity::{bind_cluster_role, service_account_token};
 pub use kubeconfig::client_for;
 pub use kubelet::{
-    KUBELET_NODE_IP, KUBELET_TAINT_KEY, Kubelet, KubeletOptions, SIM_VM_RANGE, ensure_sim_vm_range,
+    KUBELET_NODE_IP, KUBELET_TAINT_KEY, Kubelet, KubeletOptions, SIM_VM_RANGE,
+    ensure_loopback_address, ensure_sim_vm_range,
 };
 pub use node::TestNode;
 pub use process::free_ports;

@@ -92,8 +92,9 @@ pub mod reasons {
     pub const ACTIVATOR_FULL: &str = "ActivatorFull";
     /// Warning: a Service of the set's name exists and is not the operator's.
     pub const SERVICE_CONFLICT: &str = "ServiceConflict";
-    /// An exec asked to wake a set that a user suspended, or whose `wakeOn` lacks `exec`:
-    /// the set stays suspended.
+    /// Warning: an exec or a connection asked to wake a set that a user suspended, or whose
+    /// `wakeOn` lacks that kind (or, for a connection, whose VM IP is outside the activator's
+    /// `ACTIVATOR_VM_CIDRS`): the set stays suspended (the connection is closed).
     pub const WAKE_IGNORED: &str = "WakeIgnored";
 }
 
