@@ -386,7 +386,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             info!(%addr, ports = ?activator_config.ports, wake_wait = ?activator_config.wake_wait, max_connections = activator_config.max_connections, vm_networks = ?activator_config.vm_networks, "activator on");
             if activator_config.vm_networks.is_empty() {
                 tracing::warn!(
-                    "ACTIVATOR_VM_CIDRS is unset: the activator dials any IP a main pod's vm.cocoonstack.io/ip names"
+                    "ACTIVATOR_VM_CIDRS is unset: the activator dials any main pod's status.podIP (node-written) without a network check"
                 );
             }
             let activator = cocoon_operator::activator::listen::Activator::new(

@@ -37,6 +37,9 @@ type TestResult = Result<(), BoxError>;
 const ACTIVATOR_IP: &str = "198.18.0.50";
 /// Where "the VM" listens.
 const VM_IP: &str = "198.18.0.51";
+/// What the tenant writes into its main pod's `vm.cocoonstack.io/ip` (and `status.agents`):
+/// nothing may route or dial there.
+const DECOY_IP: &str = "198.18.0.52";
 /// How many connections arrive at once.
 const CLIENTS: usize = 20;
 
@@ -215,7 +218,8 @@ async fn running_set(
         .create(&PostParams::default(), &CocoonSet::new("web", s))
         .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let mut pod = cocoon_testsupport::vm_pod(ns, "web-0", node, &[(ann::VM_IP, VM_IP)]);
+    // The tenant's annotation names a decoy: the VM address is the node-written status.podIP.
+    let mut pod = cocoon_testsupport::vm_pod(ns, "web-0", node, &[(ann::VM_IP, DECOY_IP)]);
     pod.metadata.labels = Some([(labels::COCOONSET_NAME.to_owned(), "web".to_owned())].into());
     pod.metadata.owner_references = Some(vec![cs.controller_owner_ref(&()).unwrap()]);
     pods.create(&PostParams::default(), &pod).await?;
@@ -233,16 +237,18 @@ async fn set_up(client: &Client, ns: &str, up: bool) -> TestResult {
         "web",
         &PatchParams::default(),
         &Patch::Merge(&json!({"status": {"phase": phase, "agents": [
-            {"slot": 0, "role": "main", "podName": "web-0", "ip": VM_IP}
+            {"slot": 0, "role": "main", "podName": "web-0", "ip": DECOY_IP}
         ]}})),
     )
     .await?;
     pods.patch_status(
         "web-0",
         &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": if up { "True" } else { "False" }}
-        ]}})),
+        &Patch::Merge(
+            &json!({"status": {"phase": "Running", "podIP": VM_IP, "conditions": [
+                {"type": "Ready", "status": if up { "True" } else { "False" }}
+            ]}}),
+        ),
     )
     .await?;
     Ok(())
@@ -601,7 +607,7 @@ async fn a_vm_ip_outside_the_vm_networks_is_never_dialled() {
         let ns = cocoon_testenv::create_namespace(&client, "act-cidr").await?;
         let pool = cocoon_testenv::unique_name("pool");
         let node = nodes(&client, &pool, 1).await?;
-        // The VMs live in 10.88.0.0/16; the tenant's pod names 198.18.0.51 (a listener there).
+        // The VMs live in 10.88.0.0/16; the main pod reports 198.18.0.51 (a listener there).
         let h = Harness::start(&client, &client, &ns, 41040, WAIT, &["10.88.0.0/16"]).await?;
         let port = free_vm_port().await?;
         running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cocoon_api::contract::idle::ENDPOINTSLICE_MANAGED_BY;
-use cocoon_api::contract::{annotations as ann, labels};
+use cocoon_api::contract::labels;
 use cocoon_api::crd::set::{CocoonSet, CocoonSetPhase};
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
@@ -75,22 +75,15 @@ pub enum Route {
     Activator,
 }
 
-/// The main agent's VM IP: the pod's `vm.cocoonstack.io/ip` (the node's latest word), else
-/// `status.agents` slot 0.
-pub fn main_ip(set: &CocoonSet, main: Option<&Pod>) -> Option<String> {
-    let from_pod = main
-        .and_then(|p| p.annotations().get(ann::VM_IP))
+/// The main agent's VM IP: the main pod's `status.podIP`, which only the node agent writes
+/// (through `pods/status`, which a tenant's `edit` role does not grant). Never the pod
+/// annotation `vm.cocoonstack.io/ip` nor `status.agents` (built from it): a tenant may write
+/// annotations on its own pods, and an address taken from one would let it point the
+/// EndpointSlice and the activator's dial at any host.
+pub fn main_ip(main: Option<&Pod>) -> Option<String> {
+    main.and_then(|p| p.status.as_ref())
+        .and_then(|s| s.pod_ip.clone())
         .filter(|ip| !ip.is_empty())
-        .cloned();
-    from_pod.or_else(|| {
-        set.status
-            .as_ref()?
-            .agents
-            .iter()
-            .find(|a| a.slot == 0)
-            .map(|a| a.ip.clone())
-            .filter(|ip| !ip.is_empty())
-    })
 }
 
 fn ready(pod: &Pod) -> bool {
@@ -112,7 +105,7 @@ pub fn route(set: &CocoonSet, main: Option<&Pod>) -> Route {
                 CocoonSetPhase::Suspending | CocoonSetPhase::Suspended | CocoonSetPhase::Waking
             )
         });
-    match (up, main.filter(|p| ready(p)).and(main_ip(set, main))) {
+    match (up, main.filter(|p| ready(p)).and(main_ip(main))) {
         (true, Some(ip)) => Route::Vm(ip),
         _ => Route::Activator,
     }

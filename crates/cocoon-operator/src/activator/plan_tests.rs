@@ -36,13 +36,14 @@ fn set(ports: &[i32], phase: CocoonSetPhase, suspend: bool) -> CocoonSet {
     cs
 }
 
+/// The main pod as the node reports it: `ip` in `status.podIP`. The tenant-writable
+/// annotation `vm.cocoonstack.io/ip` always names a decoy, which no row may route to.
 fn main_pod(ready: bool, ip: Option<&str>) -> Pod {
     let mut p = Pod::default();
     p.metadata.name = Some("web-0".into());
-    if let Some(ip) = ip {
-        p.metadata.annotations = Some([(ann::VM_IP.to_owned(), ip.to_owned())].into());
-    }
+    p.metadata.annotations = Some([(ann::VM_IP.to_owned(), DECOY.to_owned())].into());
     p.status = Some(PodStatus {
+        pod_ip: ip.map(str::to_owned),
         conditions: Some(vec![PodCondition {
             type_: "Ready".into(),
             status: if ready { "True" } else { "False" }.into(),
@@ -52,6 +53,9 @@ fn main_pod(ready: bool, ip: Option<&str>) -> Pod {
     });
     p
 }
+
+/// What a tenant writes into its main pod's `vm.cocoonstack.io/ip`.
+const DECOY: &str = "10.96.0.1";
 
 fn pool() -> BTreeMap<u16, u16> {
     [(7000, 40000), (8080, 40001)].into()
@@ -111,11 +115,11 @@ fn the_slice_points_at_the_vm_while_running_and_ready_else_at_the_activators() {
             vm("10.1.0.7"),
         ),
         (
-            "running, ready, IP only in status",
+            "running, ready, no podIP: the annotation and status.agents are not trusted",
             Running,
             false,
             main_pod(true, None),
-            vm("10.1.0.9"),
+            act.clone(),
         ),
         (
             "scaling keeps serving",

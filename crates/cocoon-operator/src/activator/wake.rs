@@ -17,7 +17,7 @@ pub enum Refusal {
     UserSuspended,
     /// Idle-suspended, but `spec.idle.wakeOn` does not list `connect`.
     ConnectNotAllowed,
-    /// The main VM's IP (from the tenant-writable pod) is outside `ACTIVATOR_VM_CIDRS`.
+    /// The main VM's IP (the pod's `status.podIP`) is outside `ACTIVATOR_VM_CIDRS`.
     VmNotAllowed,
 }
 
@@ -41,7 +41,7 @@ impl Refusal {
                 "a connection reached the idle-suspended set but spec.idle.wakeOn does not list connect: not woken, connection closed"
             }
             Refusal::VmNotAllowed => {
-                "the main VM's IP (pod annotation vm.cocoonstack.io/ip) is outside ACTIVATOR_VM_CIDRS: the activator does not dial it, connection closed"
+                "the main VM's IP (the main pod's status.podIP) is outside ACTIVATOR_VM_CIDRS: the activator does not dial it, connection closed"
             }
         }
     }
@@ -135,7 +135,6 @@ pub fn step(set: Option<&CocoonSet>, main: Option<&Pod>, allowed: &[Cidr]) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cocoon_api::contract::annotations as ann;
     use cocoon_api::crd::set::{CocoonSetPhase, CocoonSetSpec, CocoonSetStatus, IdleSpec};
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
@@ -164,17 +163,18 @@ mod tests {
     }
 
     fn main(ready: bool) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.annotations = Some([(ann::VM_IP.to_owned(), "10.1.0.7".to_owned())].into());
-        p.status = Some(PodStatus {
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        });
-        p
+        Pod {
+            status: Some(PodStatus {
+                pod_ip: Some("10.1.0.7".to_owned()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
     }
 
     #[test]
