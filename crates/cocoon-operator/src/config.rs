@@ -36,14 +36,8 @@ pub enum ConfigError {
     },
 }
 
-/// Why a duration text was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DurationError {
-    /// Not Go-style duration text.
-    Invalid,
-    /// Parsed, but no [`Duration`] holds it (too large).
-    OutOfRange,
-}
+/// Why a duration text was refused (Go-style duration text is parsed by the contract).
+pub use cocoon_api::contract::timefmt::{GoDurationError as DurationError, parse_go_duration};
 
 /// Raw inputs: a flag value when given, else the environment variable (both as text).
 #[derive(Debug, Clone, Default)]
@@ -120,47 +114,6 @@ fn concurrency(raw: &Option<String>, err: fn(i64) -> ConfigError) -> Result<u16,
         Ok(n) if n < 1 => Err(err(n)),
         Ok(n) => Ok(n.min(u16::MAX as i64) as u16),
     }
-}
-
-/// Parses Go-style durations: a sequence of `<number><unit>` with units h, m, s, ms, us, ns
-/// (`3m0s`, `1h30m`, `45s`, `250ms`, `1.5s`).
-pub fn parse_go_duration(text: &str) -> Result<Duration, DurationError> {
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(DurationError::Invalid);
-    }
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_end == 0 {
-            return Err(DurationError::Invalid);
-        }
-        let value: f64 = rest[..num_end]
-            .parse()
-            .map_err(|_| DurationError::Invalid)?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return Err(DurationError::Invalid),
-        };
-        total += value * scale;
-        rest = &rest[unit_end..];
-    }
-    // Huge texts overflow to values no Duration holds (or to infinity): refused, not a panic.
-    Duration::try_from_secs_f64(total).map_err(|_| DurationError::OutOfRange)
 }
 
 fn duration(

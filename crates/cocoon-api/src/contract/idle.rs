@@ -131,35 +131,7 @@ impl ActivityKind {
 
 /// A Go duration (`90s`, `1h30m`, `1.5m`) as the CRD's pattern admits it.
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
-    let mut rest = text;
-    if rest.is_empty() {
-        return Err(DurationError(text.to_owned()));
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let value: f64 = rest[..digits]
-            .parse()
-            .map_err(|_| DurationError(text.to_owned()))?;
-        rest = &rest[digits..];
-        let unit = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return Err(DurationError(text.to_owned())),
-        };
-        total += value * scale;
-        rest = &rest[unit..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| DurationError(text.to_owned()))
+    super::timefmt::parse_go_duration(text).map_err(|_| DurationError(text.to_owned()))
 }
 
 /// A value that is not a Go duration.
