@@ -156,6 +156,15 @@ impl Harness {
             .await?,
         )
     }
+
+    /// The operator's idle suspend of `web`, then its slice pointing at the activator: the
+    /// activator port serving `port`.
+    async fn idle_suspended(&self, client: &Client, ns: &str, port: u16) -> Result<u16, BoxError> {
+        idle_suspend(client, ns).await?;
+        let act_port = self.activator_port(client, ns, "web", port).await?;
+        wait_slice(client, ns, ACTIVATOR_IP, port, act_port).await?;
+        Ok(act_port)
+    }
 }
 
 impl Harness {
@@ -395,9 +404,7 @@ async fn a_connection_wakes_an_idle_suspended_set_once_and_is_spliced_to_the_vm(
         assert_eq!(svc.labels()[labels::COCOONSET_NAME], "web");
 
         // Idle-suspended: the slice points at the activator's port for the set's port.
-        idle_suspend(&client, &ns).await?;
-        let act_port = h.activator_port(&client, &ns, "web", port).await?;
-        wait_slice(&client, &ns, ACTIVATOR_IP, port, act_port).await?;
+        let act_port = h.idle_suspended(&client, &ns, port).await?;
 
         // 20 callers at once, while the VM is down.
         let callers: Vec<_> = (0..CLIENTS)
@@ -515,9 +522,7 @@ async fn a_connection_that_waits_past_the_bound_is_closed_with_a_warning() {
         )
         .await?;
         wait_slice(&client, &ns, VM_IP, port, port).await?;
-        idle_suspend(&client, &ns).await?;
-        let act_port = h.activator_port(&client, &ns, "web", port).await?;
-        wait_slice(&client, &ns, ACTIVATOR_IP, port, act_port).await?;
+        let act_port = h.idle_suspended(&client, &ns, port).await?;
 
         // The set is resumed, but the VM never answers: closed after the bound, with a Warning.
         let started = std::time::Instant::now();
@@ -612,9 +617,7 @@ async fn a_vm_ip_outside_the_vm_networks_is_never_dialled() {
         let port = free_vm_port().await?;
         running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
         let listener = TcpListener::bind((VM_IP, port)).await?;
-        idle_suspend(&client, &ns).await?;
-        let act_port = h.activator_port(&client, &ns, "web", port).await?;
-        wait_slice(&client, &ns, ACTIVATOR_IP, port, act_port).await?;
+        let act_port = h.idle_suspended(&client, &ns, port).await?;
         let caller = tokio::spawn(talk(act_port, "hello".into()));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);
         cocoon_testenv::wait_until("the set resumed", WAIT, || async {
@@ -644,9 +647,7 @@ async fn beyond_the_most_held_connections_a_new_one_is_closed_with_a_warning() {
         let h = Harness::start_bounded(&client, &client, &ns, 41050, WAIT, &[], 1).await?;
         let port = free_vm_port().await?;
         running_set(&client, &ns, &pool, node[0].name(), port, vec![]).await?;
-        idle_suspend(&client, &ns).await?;
-        let act_port = h.activator_port(&client, &ns, "web", port).await?;
-        wait_slice(&client, &ns, ACTIVATOR_IP, port, act_port).await?;
+        let act_port = h.idle_suspended(&client, &ns, port).await?;
         // One caller is held (its VM never comes back), the next is one too many.
         let held = tokio::spawn(talk(act_port, "first".into()));
         let sets: Api<CocoonSet> = Api::namespaced(client.clone(), &ns);

@@ -767,11 +767,7 @@ fn ensure_node_ip() -> Result<()> {
 /// one of 198.18.0.0/15, the benchmarking range). Another test process may add it at the same
 /// moment, so a refused add counts when the address is there afterwards.
 pub fn ensure_loopback_address(addr: &str) -> Result<()> {
-    let ip = find_on_path("ip").ok_or_else(|| Error::MissingBinary {
-        what: "ip (iproute2)".into(),
-        path: "ip".into(),
-        script: SETUP_SCRIPT,
-    })?;
+    let ip = ip_tool()?;
     let present = || -> Result<bool> {
         let out = Command::new(&ip)
             .args(["-4", "-o", "addr", "show", "dev", "lo"])
@@ -798,11 +794,7 @@ pub const SIM_VM_RANGE: &str = "198.19.0.0/16";
 /// tests (and the API server's endpoints) reach it. Another test process may add it at the
 /// same moment, so a refused add counts when the route is there afterwards.
 pub fn ensure_sim_vm_range() -> Result<()> {
-    let ip = find_on_path("ip").ok_or_else(|| Error::MissingBinary {
-        what: "ip (iproute2)".into(),
-        path: "ip".into(),
-        script: SETUP_SCRIPT,
-    })?;
+    let ip = ip_tool()?;
     let present = || -> Result<bool> {
         let out = Command::new(&ip)
             .args(["-4", "route", "show", "table", "local", SIM_VM_RANGE])
@@ -818,6 +810,15 @@ pub fn ensure_sim_vm_range() -> Result<()> {
         Err(_) if present()? => Ok(()),
         other => other,
     }
+}
+
+/// The `ip` (iproute2) binary.
+fn ip_tool() -> Result<PathBuf> {
+    find_on_path("ip").ok_or_else(|| Error::MissingBinary {
+        what: "ip (iproute2)".into(),
+        path: "ip".into(),
+        script: SETUP_SCRIPT,
+    })
 }
 
 /// Whether `ip -o addr show` output lists `addr` (as `inet ADDR/len`).
