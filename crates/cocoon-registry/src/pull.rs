@@ -317,8 +317,13 @@ impl RegistryClient {
         local_name: &str,
         mut w: W,
     ) -> Result<PullReport> {
+        let started = std::time::Instant::now();
         let plan = self.plan_snapshot_pull(repo, reference).await?;
+        let planned = started.elapsed();
         let _slot = v2_slot(&plan).await?;
+        let slotted = started.elapsed();
+        // Time spent waiting for the import stream to take bytes: the importer's pace.
+        let mut waited = std::time::Duration::ZERO;
         let werr = |e: std::io::Error| Error::io("writing the import stream", e);
         let mtime = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -357,7 +362,7 @@ impl RegistryClient {
                 .map_err(werr)?;
             if !f.is_plain() {
                 let received_here = AtomicU64::new(0);
-                self.write_encoded(repo, f, &mut w, &received_here, &budget)
+                self.write_encoded(repo, f, &mut w, &received_here, &budget, &mut waited)
                     .await
                     .context(|| format!("pull {}", f.name))?;
                 received += received_here.load(Ordering::Relaxed);
@@ -377,11 +382,15 @@ impl RegistryClient {
             while let Some(chunk) = stream.next().await.context(|| format!("pull {}", f.name))? {
                 received += chunk.len() as u64;
                 if let Some(prev) = held.replace(chunk) {
-                    w.write_all(&prev).await.map_err(werr)?;
+                    timed_write(&mut w, &prev, &mut waited)
+                        .await
+                        .map_err(werr)?;
                 }
             }
             if let Some(last) = held {
-                w.write_all(&last).await.map_err(werr)?;
+                timed_write(&mut w, &last, &mut waited)
+                    .await
+                    .map_err(werr)?;
             }
             w.write_all(&vec![0u8; padding(f.size)])
                 .await
@@ -389,6 +398,16 @@ impl RegistryClient {
         }
         w.write_all(&end_of_archive()).await.map_err(werr)?;
         w.flush().await.map_err(werr)?;
+        tracing::debug!(
+            repo,
+            reference,
+            plan_ms = planned.as_millis() as u64,
+            slot_wait_ms = (slotted - planned).as_millis() as u64,
+            stream_ms = (started.elapsed() - slotted).as_millis() as u64,
+            import_wait_ms = waited.as_millis() as u64,
+            bytes = received,
+            "snapshot streamed to the importer"
+        );
         let (data_bytes, format) = (plan.data_bytes(), plan.format());
         Ok(PullReport {
             manifest_digest: plan.manifest_digest,
@@ -463,6 +482,7 @@ impl RegistryClient {
         w: &mut W,
         received: &AtomicU64,
         budget: &PullBudget,
+        waited: &mut std::time::Duration,
     ) -> Result<()> {
         let (tx, mut rx) = mpsc::channel::<Bytes>(4);
         let produce = self.produce_file(repo, f, tx, received, budget, false);
@@ -470,7 +490,7 @@ impl RegistryClient {
             let mut held: Option<Bytes> = None;
             while let Some(b) = rx.recv().await {
                 if let Some(prev) = held.replace(b) {
-                    w.write_all(&prev)
+                    timed_write(&mut *w, &prev, &mut *waited)
                         .await
                         .map_err(|e| Error::io("writing the import stream", e))?;
                 }
@@ -482,7 +502,7 @@ impl RegistryClient {
         let held = consumed?;
         produced?;
         if let Some(last) = held {
-            w.write_all(&last)
+            timed_write(w, &last, waited)
                 .await
                 .map_err(|e| Error::io("writing the import stream", e))?;
         }
@@ -665,6 +685,19 @@ impl RegistryClient {
         fed?;
         decoded
     }
+}
+
+/// Writes `b` to the import stream, adding the time it took (the importer's backpressure) to
+/// `waited`.
+async fn timed_write<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    b: &[u8],
+    waited: &mut std::time::Duration,
+) -> std::io::Result<()> {
+    let t = std::time::Instant::now();
+    let r = w.write_all(b).await;
+    *waited += t.elapsed();
+    r
 }
 
 /// A raw (uncompressed) chunk, handed on in pieces.

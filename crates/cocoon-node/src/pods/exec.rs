@@ -4,7 +4,7 @@
 //! it (failOp, §12.3); the executor only logs the failures the plan says to go on after.
 
 use async_trait::async_trait;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::plan::{
     Action, ActionError, AfterFailedRemove, OnFailure, Step, StepFailed, Undo, compensations,
@@ -37,7 +37,17 @@ pub(crate) async fn run<E: Effects + ?Sized>(fx: &E, steps: &[Step]) -> Result<(
             Action::RetryFailedClear => &Action::ClearRuntime,
             a => a,
         };
-        let error = match fx.apply(action).await {
+        let started = std::time::Instant::now();
+        let applied = fx.apply(action).await;
+        // Where an operation's time goes (the cold fork's split: pull, clone, start, probe).
+        debug!(
+            pod = fx.pod(),
+            ?action,
+            ok = applied.is_ok(),
+            ms = started.elapsed().as_millis() as u64,
+            "step applied"
+        );
+        let error = match applied {
             Ok(()) => continue,
             Err(ActionError::Failed(error)) => error,
             Err(ActionError::Refused { reason, message }) => {

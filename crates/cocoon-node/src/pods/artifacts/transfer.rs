@@ -379,10 +379,12 @@ async fn import_snapshot(
     tag: &str,
     local: &str,
 ) -> Result<cocoon_registry::PullReport, RegistryFailure> {
+    let start = Instant::now();
     let mut import = rt.snapshot_import(local).await?;
     let pulled = reg
         .pull_snapshot_to_tar(repo, tag, local, &mut import.sink)
         .await;
+    let streamed = start.elapsed();
     let report = match pulled {
         Ok(r) => r,
         Err(e) => {
@@ -399,6 +401,14 @@ async fn import_snapshot(
     let _ = sink.shutdown().await;
     drop(sink);
     done.await?;
+    // The importer's tail: what it still did after the last byte reached it.
+    info!(
+        snapshot = local,
+        bytes = report.bytes_downloaded,
+        streamed_ms = streamed.as_millis() as u64,
+        importer_tail_ms = (start.elapsed() - streamed).as_millis() as u64,
+        "snapshot imported"
+    );
     Ok(report)
 }
 
