@@ -6,6 +6,7 @@
 //! Nothing here stands in for a real part: these are the production controllers and agents,
 //! wired the way the binaries wire them, with shorter timings where a test asks for them.
 
+mod activator;
 #[cfg(feature = "agents")]
 mod agents;
 mod audited;
@@ -13,6 +14,7 @@ pub mod binaries;
 pub mod registry_token;
 pub mod scripted;
 
+pub use activator::{ActivatorOptions, ActivatorReplica};
 #[cfg(feature = "agents")]
 pub use agents::{Agent, AgentOptions, KubeletOptions, PoolMember, all_vms, guest_of, host_of};
 pub use audited::AuditedIdentity;
