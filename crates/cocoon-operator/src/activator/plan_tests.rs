@@ -388,3 +388,25 @@ fn pool_text_that_is_not_ours_reads_as_nothing() {
         })
     );
 }
+
+#[test]
+fn sets_of_one_name_in_two_namespaces_never_share_an_activator_port() {
+    let range = PortRange::parse("40000-40009").unwrap();
+    let theirs = Target {
+        namespace: "team-b".into(),
+        set: "web".into(),
+        port: 80,
+    };
+    let wanted: BTreeSet<Target> = [t("web", 80), theirs.clone()].into();
+    let got = allocate(&BTreeMap::new(), &wanted, range);
+    let ours = ports_of(&got.ports, "ns", "web");
+    let other = ports_of(&got.ports, "team-b", "web");
+    assert_eq!((ours.len(), other.len()), (1, 1));
+    assert_ne!(
+        ours[&80], other[&80],
+        "one activator port serves two namespaces"
+    );
+    // What a port means is read back whole: namespace, set and port.
+    assert_eq!(got.ports[&other[&80]], theirs);
+    assert_eq!(decode_pool(&encode_pool(&got.ports)), got.ports);
+}
